@@ -1,0 +1,1 @@
+"""The per-host collector: NVML samples into Parquet files (stdlib, nvidia-ml-py, pyarrow only)."""

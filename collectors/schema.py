@@ -1,0 +1,72 @@
+"""The sample file schema (CONTRACT section 2): one row per GPU per collector tick."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+COLLECTOR_VERSION = "0.1.0"
+
+PROCESS_TYPE = pa.struct(
+    [
+        pa.field("pid", pa.uint32()),
+        pa.field("user", pa.string()),
+        pa.field("used_mem_bytes", pa.int64()),
+        pa.field("job_id", pa.string()),
+    ]
+)
+
+REQUIRED_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
+
+SAMPLE_SCHEMA = pa.schema(
+    [
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("interval_s", pa.float32(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("gpu_index", pa.uint16(), nullable=False),
+        pa.field("gpu_uuid", pa.string(), nullable=False),
+        pa.field("gpu_name", pa.string()),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("gpu_util_pct", pa.float32()),
+        pa.field("mem_util_pct", pa.float32()),
+        pa.field("mem_used_bytes", pa.int64()),
+        pa.field("mem_total_bytes", pa.int64()),
+        pa.field("power_w", pa.float32()),
+        pa.field("power_limit_w", pa.float32()),
+        pa.field("energy_mj", pa.int64()),
+        pa.field("temp_gpu_c", pa.int16()),
+        pa.field("temp_mem_c", pa.int16()),
+        pa.field("sm_clock_mhz", pa.int32()),
+        pa.field("sm_clock_max_mhz", pa.int32()),
+        pa.field("mem_clock_mhz", pa.int32()),
+        pa.field("clock_event_mask", pa.uint64()),
+        pa.field("thermal_violation_ns", pa.int64()),
+        pa.field("power_violation_ns", pa.int64()),
+        pa.field("mig_enabled", pa.bool_()),
+        pa.field("processes", pa.list_(PROCESS_TYPE)),
+    ]
+)
+
+STATUS_OK = "ok"
+STATUS_LOST = "lost"
+STATUS_NO_PERMISSION = "no_permission"
+
+# Clock-event (throttle) reason bits, NVML. Thermal = SW | HW thermal slowdown.
+THERMAL_MASK = 0x60
+
+
+def file_metadata() -> dict[bytes, bytes]:
+    """Key-value metadata every sample file carries."""
+    return {
+        b"gpufleet.schema_version": SCHEMA_VERSION.encode(),
+        b"gpufleet.collector_version": COLLECTOR_VERSION.encode(),
+    }
+
+
+def schema_with_metadata() -> pa.Schema:
+    return SAMPLE_SCHEMA.with_metadata(file_metadata())
+
+
+def partition_dir(samples_root: str, date_iso: str, host: str) -> str:
+    """`raw/samples/date=YYYY-MM-DD/host=<host>` below `samples_root`."""
+    return f"{samples_root}/date={date_iso}/host={host}"

@@ -1,0 +1,1 @@
+"""Prefect flows: thin wrappers over plain, typed functions (ingest, build, report, serve)."""

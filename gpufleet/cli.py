@@ -1,0 +1,314 @@
+"""The `gpufleet` command line (CONTRACT section 5).
+
+Each command imports its implementation lazily, so that `gpufleet collect` on a GPU host
+needs only nvidia-ml-py and pyarrow, never the pipeline's packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+from gpufleet import __version__
+from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
+
+_WEEK_RE = re.compile(r"^(\d{4})-W(\d{2})$")
+
+
+def iso_week(value: str) -> str:
+    """argparse type for `YYYY-Www`."""
+    match = _WEEK_RE.match(value)
+    if not match:
+        raise argparse.ArgumentTypeError(f"'{value}' is not an ISO week like 2026-W47")
+    year, week = int(match.group(1)), int(match.group(2))
+    try:
+        dt.date.fromisocalendar(year, week, 1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a valid ISO week") from exc
+    return value
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number") from exc
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"'{value}' must be greater than 0")
+    return number
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number") from exc
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"'{value}' must be greater than 0")
+    return number
+
+
+def iso_date(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a date like 2026-11-16") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpufleet",
+        description=(
+            "Who is using our GPUs, how well, and what is the idle time costing us? "
+            "Collect NVML samples on GPU hosts, load them into a DuckDB warehouse, "
+            "build per-team utilization and idle-waste models, and report weekly."
+        ),
+        epilog="Data directory layout, tables and definitions: see README.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpufleet {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML configuration file (default: $GPUFLEET_CONFIG, else <data-dir>/gpufleet.toml)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="data directory (default: $GPUFLEET_DATA_DIR, else data_dir in the config, else ./data)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    collect = commands.add_parser(
+        "collect",
+        help="sample this host's GPUs through NVML into raw/samples",
+        description=(
+            "Sample every GPU of this host through NVML each --interval and write Parquet "
+            "files under <data-dir>/raw/samples. Each tick is appended to a spool on disk "
+            "first, so a kill loses at most the tick in progress; every --flush, at UTC "
+            "midnight and on SIGTERM/SIGINT the spool becomes one Parquet file."
+        ),
+    )
+    collect.add_argument(
+        "--interval",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between samples (default: 10)",
+    )
+    collect.add_argument(
+        "--flush",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="seconds between Parquet files (default: 600)",
+    )
+    collect.add_argument(
+        "--host", metavar="NAME", help="host name to record (default: this machine's name)"
+    )
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="write a simulated fleet's sample files and matching ref/allocation files",
+        description=(
+            "Write a realistic simulated fleet into the data directory, laid out as "
+            "collectors and schedulers write it: training jobs, idle notebooks holding "
+            "memory, team-owned hosts, spare GPUs, a throttling hot rack, a data gap and a "
+            "driver reload."
+        ),
+    )
+    simulate.add_argument(
+        "--gpus", type=positive_int, default=128, help="number of GPUs (default: 128)"
+    )
+    simulate.add_argument(
+        "--gpus-per-host", type=positive_int, default=8, help="GPUs per host (default: 8)"
+    )
+    simulate.add_argument(
+        "--week",
+        type=iso_week,
+        metavar="YYYY-Www",
+        help="ISO week to simulate (default: the last complete week)",
+    )
+    simulate.add_argument(
+        "--start",
+        type=iso_date,
+        metavar="YYYY-MM-DD",
+        help="first day to simulate (overrides --week)",
+    )
+    simulate.add_argument(
+        "--days", type=positive_int, default=7, help="days to simulate (default: 7)"
+    )
+    simulate.add_argument(
+        "--interval",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="collector interval (default: 10)",
+    )
+    simulate.add_argument(
+        "--flush",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="collector flush period, i.e. seconds per file (default: 600)",
+    )
+    simulate.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
+
+    commands.add_parser(
+        "ingest",
+        help="load new raw files into the warehouse (idempotent)",
+        description=(
+            "Load sample files not yet loaded, the reference CSVs and the allocations into "
+            "<data-dir>/warehouse.duckdb. Bad sample files are moved to quarantine/ and "
+            "named in a warning; the others load. Bad reference files fail with a message "
+            "and change nothing."
+        ),
+    )
+    commands.add_parser(
+        "build",
+        help="(re)build every model in sql/",
+        description="Run the SQL models (staging, intermediate, marts) into the warehouse.",
+    )
+    report = commands.add_parser(
+        "report",
+        help="render the weekly report (and email it with --send)",
+        description=(
+            "Write <data-dir>/reports/<week>/index.html (self-contained, works offline) "
+            "and report.eml beside it; --send emails it as configured in [smtp]/[report]."
+        ),
+    )
+    report.add_argument(
+        "--week",
+        type=iso_week,
+        metavar="YYYY-Www",
+        help="ISO week (default: the last complete week in the configured zone)",
+    )
+    report.add_argument("--send", action="store_true", help="email the report to the recipients")
+
+    demo = commands.add_parser(
+        "demo",
+        help="simulate a fleet week, ingest, build and report, and print where the report is",
+    )
+    demo.add_argument(
+        "--gpus", type=positive_int, default=128, help="number of simulated GPUs (default: 128)"
+    )
+    commands.add_parser(
+        "serve",
+        help="run the Prefect deployments with their schedules",
+        description=(
+            "Serve the deployments: ingest every 15 minutes (building after each ingest that "
+            "loaded something) and the weekly report with --send every Monday 07:00 in the "
+            "configured time zone."
+        ),
+    )
+    return parser
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    """Dispatch one parsed command; returns the exit status."""
+    command: str = args.command
+    if command == "collect":
+        from collectors.collect import run_collector
+
+        return run_collector(
+            data_dir=config.data_dir,
+            interval_s=args.interval,
+            flush_s=args.flush,
+            host=args.host,
+        )
+
+    # Everything below needs the pipeline extra.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    try:
+        if command == "simulate":
+            from flows.simulate import SimulationSpec, simulate_fleet
+
+            spec = SimulationSpec.from_cli(
+                config=config,
+                gpus=args.gpus,
+                gpus_per_host=args.gpus_per_host,
+                week=args.week,
+                start=args.start,
+                days=args.days,
+                interval_s=args.interval,
+                flush_s=args.flush,
+                seed=args.seed,
+            )
+            summary = simulate_fleet(spec, data_dir=config.data_dir, progress=_progress)
+            print(summary)
+            return 0
+        if command == "ingest":
+            from flows.ingest import ingest_flow
+
+            result = ingest_flow(data_dir=str(config.data_dir), config_path=_source(config))
+            print(result)
+            return 0
+        if command == "build":
+            from flows.build import build_flow
+
+            print(build_flow(data_dir=str(config.data_dir), config_path=_source(config)))
+            return 0
+        if command == "report":
+            from flows.report import report_flow
+
+            paths = report_flow(
+                data_dir=str(config.data_dir),
+                config_path=_source(config),
+                week=args.week,
+                send=args.send,
+            )
+            print(paths)
+            return 0
+        if command == "demo":
+            from flows.demo import run_demo
+
+            return run_demo(config, gpus=args.gpus, progress=_progress)
+        if command == "serve":
+            from flows.serve import serve
+
+            return serve(config)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in {
+            "prefect",
+            "duckdb",
+            "altair",
+            "numpy",
+            "jinja2",
+            "vl_convert",
+        }:
+            raise GpufleetError(
+                f"'gpufleet {command}' needs the pipeline packages "
+                f"(missing '{exc.name}'): pip install 'gpufleet[pipeline]'"
+            ) from exc
+        raise
+    raise AssertionError(f"unhandled command {command}")
+
+
+def _source(config: Config) -> str | None:
+    return str(config.source) if config.source else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(config_path=args.config, data_dir=args.data_dir)
+        return run(args, config)
+    except GpufleetError as exc:
+        print(f"gpufleet: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gpufleet: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

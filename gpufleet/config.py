@@ -1,0 +1,244 @@
+"""Configuration: command-line flag > environment > TOML file > default (CONTRACT section 4)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import zoneinfo
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpufleet.errors import GpufleetError
+
+ENV_DATA_DIR = "GPUFLEET_DATA_DIR"
+ENV_CONFIG = "GPUFLEET_CONFIG"
+ENV_SMTP_PASSWORD = "GPUFLEET_SMTP_PASSWORD"
+CONFIG_FILE_NAME = "gpufleet.toml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdleConfig:
+    threshold_pct: float = 5.0
+    min_minutes: float = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeriesConfig:
+    max_gap_factor: float = 2.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportConfig:
+    recipients: tuple[str, ...] = ()
+    sender: str = "gpufleet@localhost"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmtpConfig:
+    host: str = "localhost"
+    port: int = 25
+    starttls: bool = False
+    username: str = ""
+
+    @property
+    def password(self) -> str:
+        """The SMTP password, read from the environment only and never stored or logged."""
+        return os.environ.get(ENV_SMTP_PASSWORD, "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    data_dir: Path = Path("data")
+    timezone: str = "UTC"
+    idle: IdleConfig = field(default_factory=IdleConfig)
+    series: SeriesConfig = field(default_factory=SeriesConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    smtp: SmtpConfig = field(default_factory=SmtpConfig)
+    source: Path | None = None  # the TOML file this came from, if any
+
+    # The data directory's layout (CONTRACT section 1).
+    @property
+    def samples_dir(self) -> Path:
+        return self.data_dir / "raw" / "samples"
+
+    @property
+    def allocations_dir(self) -> Path:
+        return self.data_dir / "raw" / "allocations"
+
+    @property
+    def ref_dir(self) -> Path:
+        return self.data_dir / "ref"
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.data_dir / "warehouse.duckdb"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.data_dir / "reports"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.data_dir / "quarantine"
+
+
+# section -> key -> (python type(s) accepted, description for messages)
+_SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
+    None: {"data_dir": ((str,), "a path"), "timezone": ((str,), "an IANA time zone name")},
+    "idle": {
+        "threshold_pct": ((int, float), "a number"),
+        "min_minutes": ((int, float), "a number"),
+    },
+    "series": {"max_gap_factor": ((int, float), "a number")},
+    "report": {"recipients": ((list,), "a list of addresses"), "sender": ((str,), "a string")},
+    "smtp": {
+        "host": ((str,), "a string"),
+        "port": ((int,), "an integer"),
+        "starttls": ((bool,), "true or false"),
+        "username": ((str,), "a string"),
+    },
+}
+
+
+def _line_of(text: str, section: str | None, key: str) -> int | None:
+    """The 1-based line where `key` is set inside `[section]` of a TOML text, if found."""
+    current: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[\s*([^\]]+?)\s*\]", stripped)
+        if header:
+            current = header.group(1)
+            continue
+        if current == section and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            return number
+    return None
+
+
+def _where(path: Path, text: str, section: str | None, key: str) -> str:
+    line = _line_of(text, section, key)
+    return f"{path}: line {line}" if line else f"{path}"
+
+
+def _check_file(path: Path, text: str, raw: dict[str, Any]) -> None:
+    """Reject unknown sections, unknown keys and values of the wrong type."""
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            if name not in _SCHEMA:
+                raise GpufleetError(f"{_where(path, text, None, name)}: unknown section [{name}]")
+            sections: list[tuple[str | None, dict[str, Any]]] = [(name, value)]
+        else:
+            sections = [(None, {name: value})]
+        for section, table in sections:
+            known = _SCHEMA[section]
+            for key, item in table.items():
+                dotted = f"{section}.{key}" if section else key
+                if key not in known:
+                    hint = (
+                        f" (the password is read only from ${ENV_SMTP_PASSWORD})"
+                        if dotted == "smtp.password"
+                        else ""
+                    )
+                    raise GpufleetError(
+                        f"{_where(path, text, section, key)}: unknown key '{dotted}'{hint}"
+                    )
+                types, description = known[key]
+                bad_bool = isinstance(item, bool) and bool not in types
+                if bad_bool or not isinstance(item, types):
+                    raise GpufleetError(
+                        f"{_where(path, text, section, key)}: '{dotted}' must be {description}, "
+                        f"got {item!r}"
+                    )
+                if key == "recipients" and not all(isinstance(r, str) for r in item):
+                    raise GpufleetError(
+                        f"{_where(path, text, section, key)}: 'report.recipients' must be "
+                        "a list of strings"
+                    )
+
+
+def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GpufleetError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise GpufleetError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _check_values(config: Config, path: Path | None, text: str) -> None:
+    def fail(section: str | None, key: str, problem: str) -> GpufleetError:
+        where = _where(path, text, section, key) if path else "configuration"
+        return GpufleetError(f"{where}: {problem}")
+
+    try:
+        zoneinfo.ZoneInfo(config.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise fail(None, "timezone", f"unknown time zone '{config.timezone}'") from exc
+    if not 0 < config.idle.threshold_pct <= 100:
+        raise fail("idle", "threshold_pct", "'idle.threshold_pct' must be in (0, 100]")
+    if config.idle.min_minutes < 0:
+        raise fail("idle", "min_minutes", "'idle.min_minutes' must be >= 0")
+    if config.series.max_gap_factor < 1:
+        raise fail("series", "max_gap_factor", "'series.max_gap_factor' must be >= 1")
+    if not 0 < config.smtp.port < 65536:
+        raise fail("smtp", "port", "'smtp.port' must be between 1 and 65535")
+
+
+def load_config(
+    *,
+    config_path: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> Config:
+    """Resolve the configuration from flags (the arguments), the environment and the file.
+
+    The file is `config_path`, else $GPUFLEET_CONFIG, else `<data_dir>/gpufleet.toml` when
+    it exists. A bad file raises `GpufleetError` naming the file, line and problem.
+    """
+    env = os.environ if environ is None else environ
+    explicit = config_path or env.get(ENV_CONFIG) or None
+    flag_or_env_dir = data_dir or env.get(ENV_DATA_DIR) or None
+
+    path: Path | None = Path(explicit) if explicit else None
+    if path is None:
+        candidate = Path(flag_or_env_dir or "data") / CONFIG_FILE_NAME
+        path = candidate if candidate.is_file() else None
+    elif not path.is_file():
+        raise GpufleetError(f"{path}: config file not found")
+
+    raw: dict[str, Any] = {}
+    text = ""
+    if path is not None:
+        text, raw = _read_toml(path)
+        _check_file(path, text, raw)
+
+    def section(name: str) -> dict[str, Any]:
+        value = raw.get(name, {})
+        return dict(value) if isinstance(value, dict) else {}
+
+    file_dir = raw.get("data_dir")
+    resolved_dir = Path(flag_or_env_dir or file_dir or "data")
+    report = section("report")
+    if "recipients" in report:
+        report["recipients"] = tuple(report["recipients"])
+    idle = {k: float(v) for k, v in section("idle").items()}
+    series = {k: float(v) for k, v in section("series").items()}
+    config = Config(
+        data_dir=resolved_dir,
+        timezone=str(raw.get("timezone", "UTC")),
+        idle=IdleConfig(**idle),
+        series=SeriesConfig(**series),
+        report=ReportConfig(**report),
+        smtp=SmtpConfig(**section("smtp")),
+        source=path,
+    )
+    _check_values(config, path, text)
+    return config
+
+
+def with_data_dir(config: Config, data_dir: Path) -> Config:
+    """A copy of `config` that points at another data directory."""
+    return replace(config, data_dir=data_dir)
