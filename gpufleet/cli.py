@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="data directory (default: $GPUFLEET_DATA_DIR, else data_dir in the config, else ./data)",
+        help="data directory (default: $GPUFLEET_DATA_DIR, else data_dir in config, else ./data)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
