@@ -150,7 +150,7 @@ def _check_file(path: Path, text: str, raw: dict[str, Any]) -> None:
                         f"{_where(path, text, section, key)}: '{dotted}' must be {description}, "
                         f"got {item!r}"
                     )
-                if key == "recipients" and not all(isinstance(r, str) for r in item):
+                if isinstance(item, list) and not all(isinstance(r, str) for r in item):
                     raise GpufleetError(
                         f"{_where(path, text, section, key)}: 'report.recipients' must be "
                         "a list of strings"
