@@ -1,0 +1,95 @@
+"""DDL of the tables `ingest` writes and the SQL models read (the boundary between them).
+
+`samples` is the contract's table (CONTRACT sections 2 and 7); the others hold the
+reference files and allocations as loaded, with empty CSV cells as NULL.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+PROCESS_STRUCT = 'struct(pid uinteger, "user" varchar, used_mem_bytes bigint, job_id varchar)'
+
+# (name, DuckDB type) of every sample column, in contract order.
+SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ts", "timestamptz"),
+    ("interval_s", "float"),
+    ("host", "varchar"),
+    ("gpu_index", "usmallint"),
+    ("gpu_uuid", "varchar"),
+    ("gpu_name", "varchar"),
+    ("status", "varchar"),
+    ("gpu_util_pct", "float"),
+    ("mem_util_pct", "float"),
+    ("mem_used_bytes", "bigint"),
+    ("mem_total_bytes", "bigint"),
+    ("power_w", "float"),
+    ("power_limit_w", "float"),
+    ("energy_mj", "bigint"),
+    ("temp_gpu_c", "smallint"),
+    ("temp_mem_c", "smallint"),
+    ("sm_clock_mhz", "integer"),
+    ("sm_clock_max_mhz", "integer"),
+    ("mem_clock_mhz", "integer"),
+    ("clock_event_mask", "ubigint"),
+    ("thermal_violation_ns", "bigint"),
+    ("power_violation_ns", "bigint"),
+    ("mig_enabled", "boolean"),
+    ("processes", f"{PROCESS_STRUCT}[]"),
+)
+
+REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
+
+RAW_TABLES_DDL = f"""
+create table if not exists samples (
+    {
+    ", ".join(
+        f'"{name}" {kind}' + (" not null" if name in REQUIRED_SAMPLE_COLUMNS else "")
+        for name, kind in SAMPLE_COLUMNS
+    )
+}
+);
+create table if not exists ref_users (
+    "user" varchar not null,
+    team varchar not null
+);
+create table if not exists ref_hosts (
+    rule_order integer not null,   -- 1-based row order in hosts.csv: first match wins
+    host_glob varchar not null,
+    team varchar not null
+);
+create table if not exists ref_prices (
+    rule_order integer not null,   -- 1-based row order in prices.csv: first match wins
+    gpu_glob varchar not null,
+    usd_per_gpu_hour double not null
+);
+create table if not exists allocations (
+    job_id varchar,
+    "user" varchar,
+    team varchar,                  -- null: look the user up in ref_users
+    host varchar not null,
+    gpu_index usmallint not null,
+    start_ts timestamptz not null,
+    end_ts timestamptz,            -- null: still running
+    source_file varchar not null
+);
+create table if not exists loaded_files (
+    path varchar primary key,      -- relative to the data directory
+    size_bytes bigint not null,
+    mtime_ns bigint not null,
+    row_count bigint not null,
+    min_ts timestamptz,
+    max_ts timestamptz,
+    loaded_at timestamptz not null
+);
+create table if not exists quarantined_files (
+    path varchar not null,         -- where the file was found, relative to the data directory
+    reason varchar not null,
+    quarantined_at timestamptz not null
+);
+"""
+
+
+def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the raw tables if they do not exist yet."""
+    con.execute(RAW_TABLES_DDL)
