@@ -1,0 +1,142 @@
+"""Compaction: one sorted zstd file per host per completed day, swapped in atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from collectors.schema import SAMPLE_SCHEMA, file_metadata
+from flows.compact import compact_completed_days
+from flows.raw_tables import ensure_raw_tables
+from gpufleet.config import Config
+
+DAY = dt.date(2026, 11, 16)
+
+
+def sample_rows(start: dt.datetime, ticks: int, uuids: tuple[str, ...]) -> pa.Table:
+    rows = [
+        {
+            "ts": start + dt.timedelta(seconds=10 * (tick + 1)),
+            "interval_s": 10.0,
+            "host": "node-1",
+            "gpu_index": index,
+            "gpu_uuid": uuid,
+            "status": "ok",
+            "gpu_util_pct": float(tick),
+        }
+        for tick in range(ticks)
+        for index, uuid in enumerate(uuids)
+    ]
+    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA.with_metadata(file_metadata()))
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> tuple[Config, duckdb.DuckDBPyConnection]:
+    config = Config(data_dir=tmp_path)
+    con = duckdb.connect()
+    ensure_raw_tables(con)
+    return config, con
+
+
+def write_and_record(
+    config: Config,
+    con: duckdb.DuckDBPyConnection,
+    day: dt.date,
+    name: str,
+    table: pa.Table,
+    *,
+    record: bool = True,
+) -> str:
+    directory = config.samples_dir / f"date={day.isoformat()}" / "host=node-1"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    pq.write_table(table, path, compression="zstd")
+    relative = path.relative_to(config.data_dir).as_posix()
+    if record:
+        con.execute(
+            "insert into loaded_files values (?, ?, ?, ?, ?, ?, now())",
+            [
+                relative,
+                path.stat().st_size,
+                path.stat().st_mtime_ns,
+                table.num_rows,
+                min(table["ts"].to_pylist()),
+                max(table["ts"].to_pylist()),
+            ],
+        )
+    return relative
+
+
+def midnight(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def test_completed_day_becomes_one_sorted_file(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    config, con = lake
+    uuids = ("GPU-b", "GPU-a")
+    for part in range(3):
+        start = midnight(DAY) + dt.timedelta(minutes=10 * part)
+        write_and_record(config, con, DAY, f"f{part}.parquet", sample_rows(start, 60, uuids))
+
+    result = compact_completed_days(con, config, today=DAY + dt.timedelta(days=1))
+
+    directory = config.samples_dir / f"date={DAY}" / "host=node-1"
+    files = sorted(p.name for p in directory.iterdir())
+    assert files == [f"compacted-{DAY}.parquet"]
+    assert result.partitions == 1 and result.files_replaced == 3
+    table = pq.read_table(directory / files[0])
+    assert table.num_rows == 3 * 60 * 2
+    keys = list(zip(table["gpu_uuid"].to_pylist(), table["ts"].to_pylist(), strict=True))
+    assert keys == sorted(keys)
+    assert pq.read_metadata(directory / files[0]).row_group(0).column(0).compression == "ZSTD"
+    assert table.schema.metadata[b"gpufleet.schema_version"] == b"1"
+    for name in ("ts", "gpu_index", "interval_s", "gpu_util_pct"):
+        assert table.schema.field(name).type == SAMPLE_SCHEMA.field(name).type
+    loaded = con.execute("select path, row_count from loaded_files").fetchall()
+    assert loaded == [(f"raw/samples/date={DAY}/host=node-1/compacted-{DAY}.parquet", 360)]
+    assert not any(p.name.startswith(".") for p in directory.parent.iterdir())
+
+
+def test_today_and_partly_loaded_days_are_left_alone(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    config, con = lake
+    today = DAY + dt.timedelta(days=1)
+    write_and_record(config, con, today, "a.parquet", sample_rows(midnight(today), 6, ("GPU-a",)))
+    write_and_record(config, con, today, "b.parquet", sample_rows(midnight(today), 6, ("GPU-b",)))
+    write_and_record(config, con, DAY, "a.parquet", sample_rows(midnight(DAY), 6, ("GPU-a",)))
+    write_and_record(
+        config, con, DAY, "late.parquet", sample_rows(midnight(DAY), 6, ("GPU-b",)), record=False
+    )
+
+    result = compact_completed_days(con, config, today=today)
+
+    assert result.partitions == 0
+    assert len(list((config.samples_dir / f"date={today}" / "host=node-1").iterdir())) == 2
+    assert len(list((config.samples_dir / f"date={DAY}" / "host=node-1").iterdir())) == 2
+
+
+def test_late_file_after_compaction_is_merged_next_time(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    config, con = lake
+    today = DAY + dt.timedelta(days=1)
+    write_and_record(config, con, DAY, "a.parquet", sample_rows(midnight(DAY), 6, ("GPU-a",)))
+    write_and_record(config, con, DAY, "b.parquet", sample_rows(midnight(DAY), 6, ("GPU-b",)))
+    compact_completed_days(con, config, today=today)
+    write_and_record(config, con, DAY, "late.parquet", sample_rows(midnight(DAY), 6, ("GPU-c",)))
+
+    result = compact_completed_days(con, config, today=today)
+
+    directory = config.samples_dir / f"date={DAY}" / "host=node-1"
+    assert result.partitions == 1
+    assert [p.name for p in directory.iterdir()] == [f"compacted-{DAY}.parquet"]
+    assert pq.read_table(directory / f"compacted-{DAY}.parquet").num_rows == 18
+    assert con.execute("select sum(row_count) from loaded_files").fetchone() == (18,)
