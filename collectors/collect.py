@@ -1,0 +1,342 @@
+"""`gpufleet collect`: the sampling loop, its signals, its spool and its Parquet flushes."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import pynvml
+
+from collectors.nvml import (
+    GpuLostError,
+    GpuReader,
+    GpuSample,
+    GpuState,
+    Nvml,
+    NvmlUninitializedError,
+    init_nvml,
+    list_gpus,
+    shutdown_nvml,
+)
+from collectors.procinfo import ProcessInfo
+from collectors.spool import Spool, read_segment
+from collectors.writer import SampleWriteError, safe_host, write_sample_files
+from gpufleet.errors import GpufleetError
+
+_MAX_REINIT_BACKOFF_S = 300.0
+_MAX_UNSPOOLED_TICKS = 360  # ticks kept in memory while the disk refuses the spool
+
+
+class Collector:
+    """Samples every GPU of the host once per `tick()` into a spool; `flush()` writes Parquet."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        interval_s: float,
+        flush_s: float,
+        host: str | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        stderr: TextIO | None = None,
+        fsync: bool = True,
+        proc_root: Path = Path("/proc"),
+    ) -> None:
+        if not (interval_s > 0 and math.isfinite(interval_s)):
+            raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s}")
+        if not (flush_s > 0 and math.isfinite(flush_s)):
+            raise ValueError(f"flush_s must be a positive number of seconds, got {flush_s}")
+        host = host if host is not None else socket.gethostname()
+        if not host:
+            raise ValueError("host must be a non-empty string")
+        self.host = host
+        self.interval_s = float(interval_s)
+        self.flush_s = float(flush_s)
+        self.samples_root = Path(data_dir) / "raw" / "samples"
+        self.spool = Spool(
+            directory=Path(data_dir) / "raw" / ".spool" / f"host={safe_host(host)}", fsync=fsync
+        )
+        self._wall_clock = wall_clock
+        self._monotonic = monotonic
+        self._stderr = stderr
+        self._nvml = Nvml()
+        self._procinfo = ProcessInfo(proc_root=proc_root)
+        self._reader = GpuReader(nvml=self._nvml, procinfo=self._procinfo, host=host)
+        self._gpus: dict[str, GpuState] = {}
+        self._started = False
+        self._last_tick = 0.0
+        self._next_flush = 0.0
+        self._flush_retry_s = min(self.flush_s, 60.0)
+        self._flush_failing = False
+        self._reinit_backoff_s = self.interval_s
+        self._next_reinit = 0.0
+        self._unspooled: list[tuple[list[dict[str, Any]], str, str]] = []
+        self._spool_failing = False
+
+    @property
+    def gpus(self) -> list[GpuState]:
+        return list(self._gpus.values())
+
+    def _say(self, level: str, message: str) -> None:
+        stream = self._stderr if self._stderr is not None else sys.stderr
+        print(f"gpufleet: {level}: {message}", file=stream, flush=True)
+
+    # -- NVML -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Initialise NVML, find the GPUs and write any spool a previous run left behind."""
+        init_nvml()
+        self._started = True
+        self._enumerate()
+        now = self._monotonic()
+        self._last_tick = now
+        self._next_flush = now + self.flush_s
+        self.flush()  # a restart converts a leftover spool first
+
+    def _enumerate(self) -> None:
+        found = list_gpus()
+        for state in found:
+            known = self._gpus.get(state.uuid)
+            if known is None:
+                self._gpus[state.uuid] = state
+                known = state
+            else:
+                known.index, known.handle, known.lost = state.index, state.handle, False
+                known.name = state.name or known.name
+            self._reader.prime(known)
+        seen = {state.uuid for state in found}
+        for uuid, known in self._gpus.items():
+            if uuid not in seen:
+                known.handle, known.lost = None, True
+
+    def _reinit(self) -> bool:
+        """nvmlShutdown, nvmlInit and fetch handles again by UUID (a lost GPU, a reload)."""
+        shutdown_nvml()
+        try:
+            init_nvml()
+            self._nvml.forget_unsupported()
+            self._enumerate()
+        except (GpufleetError, pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
+            for gpu in self._gpus.values():
+                gpu.handle, gpu.lost = None, True
+            self._say("warning", f"NVML re-initialisation failed ({exc}); retrying")
+            return False
+        return True
+
+    # -- one tick ---------------------------------------------------------------------------
+
+    def tick(self) -> list[GpuSample]:
+        """Read every GPU, append the rows to the spool, and flush if it is time."""
+        if not self._started:
+            raise RuntimeError("call start() before tick()")
+        now = self._monotonic()
+        if any(g.lost for g in self._gpus.values()) and now >= self._next_reinit:
+            recovered = self._reinit() and not any(g.lost for g in self._gpus.values())
+            self._reinit_backoff_s = (
+                self.interval_s
+                if recovered
+                else min(self._reinit_backoff_s * 2, _MAX_REINIT_BACKOFF_S)
+            )
+            self._next_reinit = now + self._reinit_backoff_s
+        ts_s = self._wall_clock()
+        ts_us = int(ts_s * 1_000_000)
+        interval_s = max(now - self._last_tick, 0.0)
+        self._last_tick = now
+
+        samples = [self._read(gpu, ts_us, interval_s) for gpu in list(self._gpus.values())]
+        self._procinfo.sweep()
+
+        date_iso = dt.datetime.fromtimestamp(ts_s, tz=dt.UTC).date().isoformat()
+        if self.spool.segment_date is not None and self.spool.segment_date != date_iso:
+            self.flush()  # UTC midnight: the next file belongs to the new date
+        stamp = dt.datetime.fromtimestamp(ts_s, tz=dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        self._spool([s.to_record() for s in samples], stamp, date_iso)
+
+        if self._monotonic() >= self._next_flush:
+            self.flush()
+        return samples
+
+    def _read(self, gpu: GpuState, ts_us: int, interval_s: float) -> GpuSample:
+        for attempt in range(2):
+            if gpu.handle is None:
+                break
+            try:
+                sample = self._reader.read(gpu, ts_us=ts_us, interval_s=interval_s)
+            except GpuLostError:
+                if not gpu.lost:
+                    self._say("warning", f"GPU {gpu.index} ({gpu.uuid}) is lost")
+                gpu.lost = True
+                self._next_reinit = min(self._next_reinit, self._monotonic())
+                break
+            except NvmlUninitializedError:
+                if attempt == 0 and self._reinit():
+                    self._say("warning", "NVML was re-initialised (driver reload?)")
+                    continue
+                gpu.lost = True
+                break
+            if gpu.lost:
+                self._say("warning", f"GPU {gpu.index} ({gpu.uuid}) is back")
+                gpu.lost = False
+            return sample
+        return self._reader.lost_sample(gpu, ts_us=ts_us, interval_s=interval_s)
+
+    def _spool(self, records: list[dict[str, Any]], stamp: str, date_iso: str) -> None:
+        self._unspooled.append((records, stamp, date_iso))
+        del self._unspooled[:-_MAX_UNSPOOLED_TICKS]
+        while self._unspooled:
+            records, stamp, date_iso = self._unspooled[0]
+            if self.spool.segment_date not in (None, date_iso):
+                self.spool.rotate()
+            try:
+                self.spool.append(records, stamp=stamp, date_iso=date_iso)
+            except OSError as exc:
+                if not self._spool_failing:
+                    self._say(
+                        "error",
+                        f"cannot append to the spool in {self.spool.directory}: "
+                        f"{exc.strerror or exc}; keeping samples in memory and retrying",
+                    )
+                self._spool_failing = True
+                self.spool.rotate()
+                return
+            self._unspooled.pop(0)
+        self._spool_failing = False
+
+    # -- Parquet ----------------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Turn every spool segment into Parquet; True when nothing is left to write.
+
+        On a full or unwritable disk: one clear error line, the spool is kept, and the write
+        is retried later (every min(flush, 60 s)).
+        """
+        self.spool.rotate()
+        try:
+            for segment in self.spool.closed_segments():
+                records = read_segment(segment)
+                if records:
+                    write_sample_files(
+                        records, samples_root=self.samples_root, host=self.host, stem=segment.stem
+                    )
+                segment.unlink()
+        except (SampleWriteError, OSError) as exc:
+            if isinstance(exc, SampleWriteError):
+                message = str(exc)
+            else:
+                message = f"cannot read or remove the spool: {exc.strerror or exc}"
+            self._say(
+                "error",
+                f"{message}; the spool in {self.spool.directory} is kept and the write is "
+                f"retried in {self._flush_retry_s:g} s",
+            )
+            self._flush_failing = True
+            self._next_flush = self._monotonic() + self._flush_retry_s
+            return False
+        if self._flush_failing:
+            self._say("warning", "sample files are being written again")
+        self._flush_failing = False
+        self._next_flush = self._monotonic() + self.flush_s
+        return True
+
+    def close(self) -> bool:
+        """Flush what is spooled and shut NVML down; True when everything was written."""
+        flushed = self.flush()
+        if self._started:
+            shutdown_nvml()
+            self._started = False
+        return flushed
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: StopFlag) -> None:
+        """Tick on a drift-free schedule (deadlines from a monotonic clock) until `stop`."""
+        start = self._monotonic()
+        n = 1
+        while not stop.is_set():
+            stop.wait(start + n * self.interval_s - self._monotonic())
+            if stop.is_set():
+                break
+            self.tick()
+            # Skip the deadlines already missed (a stall) rather than ticking in a burst.
+            n = max(n + 1, math.floor((self._monotonic() - start) / self.interval_s) + 1)
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT (or `set()`); `wait()` sleeps until a deadline or the flag."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        with contextlib.suppress(OSError):  # a full buffer: the flag is set anyway
+            self._writer.send(b"\0")
+
+    def wait(self, timeout_s: float) -> None:
+        if timeout_s > 0 and not self._set:
+            select.select([self._reader], [], [], timeout_s)
+
+    def close(self) -> None:
+        self._reader.close()
+        self._writer.close()
+
+    @contextmanager
+    def on_signals(self, *signums: int) -> Iterator[StopFlag]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.set()
+
+        previous = {signum: signal.signal(signum, handler) for signum in signums}
+        try:
+            yield self
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+
+
+def run_collector(
+    *, data_dir: Path, interval_s: float, flush_s: float, host: str | None = None
+) -> int:
+    """`gpufleet collect`: returns the exit status. SIGTERM/SIGINT flush and return 0."""
+    stop = StopFlag()
+    collector: Collector | None = None
+    try:
+        with stop.on_signals(signal.SIGTERM, signal.SIGINT):
+            try:
+                collector = Collector(
+                    data_dir=data_dir, interval_s=interval_s, flush_s=flush_s, host=host
+                )
+                collector.start()
+            except ValueError as exc:
+                raise GpufleetError(str(exc)) from exc
+            print(
+                f"gpufleet: collecting {len(collector.gpus)} GPU(s) on {collector.host} every "
+                f"{interval_s:g} s into {collector.samples_root} (pid {os.getpid()})",
+                file=sys.stderr,
+                flush=True,
+            )
+            collector.run(stop)
+            return 0 if collector.close() else 1
+    except GpufleetError as exc:
+        print(f"gpufleet: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        stop.close()

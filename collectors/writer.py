@@ -1,0 +1,84 @@
+"""Sample files: a spool segment becomes one Parquet file per UTC date, atomically.
+
+The file is written under a temporary name starting with `.` (ignored by loaders), flushed
+to disk and renamed into `raw/samples/date=YYYY-MM-DD/host=<host>/`, so no partial file
+ever becomes visible (CONTRACT section 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collectors.schema import partition_dir, schema_with_metadata
+from gpufleet.errors import GpufleetError
+
+_UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+_SORT_KEYS = [("gpu_uuid", "ascending"), ("ts", "ascending")]
+
+
+class SampleWriteError(GpufleetError):
+    """A sample file could not be written (disk full, no permission); the spool is kept."""
+
+
+def safe_host(host: str) -> str:
+    """The host name as a path component: no separators, no leading dot, never empty."""
+    cleaned = _UNSAFE_PATH_CHARS.sub("_", host).lstrip("._")
+    return cleaned or "unknown"
+
+
+def utc_date(ts_us: int) -> str:
+    return dt.datetime.fromtimestamp(ts_us / 1e6, tz=dt.UTC).date().isoformat()
+
+
+def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
+    """The contract table of spooled records, sorted by (gpu_uuid, ts)."""
+    table = pa.Table.from_pylist(records, schema=schema_with_metadata())
+    return table.sort_by(_SORT_KEYS)
+
+
+def write_sample_files(
+    records: list[dict[str, Any]], *, samples_root: Path, host: str, stem: str
+) -> list[Path]:
+    """Write `records` as `<stem>.parquet` in each UTC date's partition; returns the paths.
+
+    Writing the same stem again replaces the file with the same content, so converting a
+    segment twice (a crash between rename and spool removal) duplicates nothing.
+    """
+    by_date: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_date.setdefault(utc_date(record["ts"]), []).append(record)
+    written: list[Path] = []
+    for date_iso, rows in sorted(by_date.items()):
+        directory = Path(partition_dir(str(samples_root), date_iso, safe_host(host)))
+        target = directory / f"{stem}.parquet"
+        _write_atomically(records_to_table(rows), target)
+        written.append(target)
+    return written
+
+
+def _write_atomically(table: pa.Table, target: Path) -> None:
+    temporary = target.with_name(f".{target.name}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, temporary, compression="zstd")
+        with temporary.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+        directory_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory_fd)
+        finally:
+            os.close(directory_fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        reason = exc.strerror or str(exc)
+        raise SampleWriteError(f"cannot write {target}: {reason}") from exc
