@@ -85,8 +85,10 @@ create table if not exists loaded_files (
 create table if not exists quarantined_files (
     path varchar not null,         -- where the file was found, relative to the data directory
     reason varchar not null,
-    quarantined_at timestamptz not null
+    quarantined_at timestamptz not null,
+    moved_to varchar               -- where it was moved, relative to the data directory
 );
+alter table quarantined_files add column if not exists moved_to varchar;
 """
 
 

@@ -1,0 +1,733 @@
+"""`gpufleet ingest`: load new raw sample files, the reference files and the allocations.
+
+The work, in order:
+
+1. Read and validate every reference file (`flows.refs`); a bad one fails the ingest
+   before the warehouse is touched.
+2. List the sample files under `raw/samples` (recursively, `*.parquet`, skipping every
+   path component that starts with `.` or `_`).
+3. In one `write_transaction`: compare the list with `loaded_files` (a file already
+   loaded is skipped; one whose size or mtime changed since is quarantined as "changed
+   after load"); read every new file's schema in bulk with `parquet_schema` and
+   quarantine files that cannot be read or whose columns cannot be cast to the contract
+   types without loss; load the rest in batches (one `read_parquet` per batch and
+   schema, no Python loop over rows), deduplicate on (gpu_uuid, ts) within the batch and
+   against the samples already loaded in the batch's time range only, insert sorted by
+   (ts, gpu_uuid), record the files in `loaded_files`; replace the reference tables.
+4. After the publish, move quarantined files to `<data_dir>/quarantine/<their relative
+   path>` (a UTC time stamp is added to the name if that is taken) and warn about each.
+
+Type acceptance (the file's column -> the contract type; anything else quarantines):
+`ts` must be a timestamp with a time zone (UTC-adjusted) in any unit (s/ms/us/ns; below-
+microsecond digits are truncated); float columns accept any float or integer type;
+integer columns accept any integer type whose values fit (a value that does not fit, like
+-1 for `gpu_index`, quarantines the file); text columns need text; `mig_enabled` needs a
+boolean; `processes` needs a list of structs (fields matched by name, missing ones NULL,
+extra ones dropped). A required column that is missing or holds a NULL quarantines the file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import State
+from prefect.tasks import Task
+
+from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
+from flows.refs import References, read_references, replace_references
+from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, write_transaction
+from gpufleet.config import Config, load_config
+
+logger = logging.getLogger("gpufleet.ingest")
+
+MAX_FILES_PER_BATCH = 2000
+QUARANTINE_CHANGED = "changed after load"
+
+Log = Callable[[str], None]
+
+
+class QuarantineWarning(UserWarning):
+    """A raw file could not be loaded and was moved to quarantine/."""
+
+
+@dataclass(frozen=True)
+class SampleFile:
+    """A raw sample file as found on disk."""
+
+    path: str  # relative to the data directory, with '/' separators
+    size_bytes: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class QuarantinedFile:
+    path: str  # where it was found, relative to the data directory
+    reason: str
+    moved_to: str  # where it goes, relative to the data directory
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    """What one ingest did; `str()` is the line the CLI prints."""
+
+    files_loaded: int = 0
+    samples_loaded: int = 0
+    duplicates_skipped: int = 0
+    quarantined: tuple[QuarantinedFile, ...] = ()
+    batches: int = 0
+    users: int = 0
+    host_rules: int = 0
+    price_rules: int = 0
+    allocations: int = 0
+
+    @property
+    def loaded_anything(self) -> bool:
+        return self.samples_loaded > 0
+
+    def __str__(self) -> str:
+        line = (
+            f"ingest: {self.files_loaded:,} files, {self.samples_loaded:,} new samples, "
+            f"{self.duplicates_skipped:,} duplicates skipped, "
+            f"{len(self.quarantined):,} quarantined; "
+            f"refs: {self.users:,} users, {self.host_rules:,} host rules, "
+            f"{self.price_rules:,} price rules, {self.allocations:,} allocations"
+        )
+        return "\n".join([line, *(f"  quarantined {q.path}: {q.reason}" for q in self.quarantined)])
+
+
+# --- finding files ---------------------------------------------------------------------
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def find_sample_files(config: Config) -> list[SampleFile]:
+    """Every visible `*.parquet` below raw/samples, sorted by path."""
+    root = config.samples_dir
+    found: list[SampleFile] = []
+    for directory, subdirectories, names in os.walk(root):
+        subdirectories[:] = [d for d in subdirectories if not _hidden(d)]
+        for name in names:
+            if _hidden(name) or not name.endswith(".parquet"):
+                continue
+            path = Path(directory) / name
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue  # compacted or quarantined under our feet
+            relative = path.relative_to(config.data_dir).as_posix()
+            found.append(SampleFile(relative, stat.st_size, stat.st_mtime_ns))
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def split_new_files(
+    con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile]
+) -> tuple[list[SampleFile], list[tuple[SampleFile, str]]]:
+    """(files never loaded, files loaded before that changed since, with the reason)."""
+    listing = pa.table(
+        {
+            "path": pa.array([f.path for f in files], pa.string()),
+            "size_bytes": pa.array([f.size_bytes for f in files], pa.int64()),
+            "mtime_ns": pa.array([f.mtime_ns for f in files], pa.int64()),
+        }
+    )
+    con.register("_ingest_listing", listing)
+    try:
+        rows = con.execute(
+            """
+            select
+                listing.path,
+                loaded.path is null as is_new,
+                loaded.size_bytes as loaded_size_bytes,
+                loaded.mtime_ns as loaded_mtime_ns,
+            from _ingest_listing as listing
+            left join loaded_files as loaded using (path)
+            where loaded.path is null
+                or loaded.size_bytes <> listing.size_bytes
+                or loaded.mtime_ns <> listing.mtime_ns
+            """
+        ).fetchall()
+    finally:
+        con.unregister("_ingest_listing")
+    by_path = {f.path: f for f in files}
+    new: list[SampleFile] = []
+    changed: list[tuple[SampleFile, str]] = []
+    for path, is_new, size_bytes, mtime_ns in rows:
+        file = by_path[path]
+        if is_new:
+            new.append(file)
+        else:
+            changed.append(
+                (
+                    file,
+                    f"{QUARANTINE_CHANGED} (was {size_bytes:,} bytes, "
+                    f"mtime {_ns_iso(mtime_ns)}; now {file.size_bytes:,} bytes, "
+                    f"mtime {_ns_iso(file.mtime_ns)})",
+                )
+            )
+    new.sort(key=lambda f: f.path)
+    changed.sort(key=lambda item: item[0].path)
+    return new, changed
+
+
+def _ns_iso(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="seconds")
+
+
+# --- schemas ---------------------------------------------------------------------------
+
+_INTEGER_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
+)
+_FLOAT_TYPES = frozenset({"FLOAT", "DOUBLE"})
+_TZ_TIMESTAMP_TYPES = frozenset({"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"})
+_CONTRACT_TYPES = dict(SAMPLE_COLUMNS)
+
+
+def _accepts(target: str, source: str) -> bool:
+    """Whether a file column of DuckDB type `source` may load into contract type `target`."""
+    if target == "timestamptz":
+        return source in _TZ_TIMESTAMP_TYPES
+    if target == "float":
+        return source in _FLOAT_TYPES or source in _INTEGER_TYPES or source.startswith("DECIMAL")
+    if target in {"usmallint", "bigint", "smallint", "integer", "ubigint"}:
+        return source in _INTEGER_TYPES
+    if target == "varchar":
+        return source == "VARCHAR"
+    if target == "boolean":
+        return source == "BOOLEAN"
+    if target.endswith("[]"):  # processes: a list of structs
+        return source.startswith("STRUCT(") and source.endswith(")[]")
+    raise AssertionError(f"no acceptance rule for contract type {target}")
+
+
+def schema_problem(columns: dict[str, str]) -> str | None:
+    """Why a file with these top-level columns (name -> DuckDB type) cannot load, if so."""
+    for name in REQUIRED_SAMPLE_COLUMNS:
+        if name not in columns:
+            return f"missing required column '{name}'"
+    for name, target in SAMPLE_COLUMNS:
+        source = columns.get(name)
+        if source is not None and not _accepts(target, source):
+            return f"column '{name}' is {source}, expected {target.upper()}"
+    return None
+
+
+def _top_level_columns(rows: Iterable[tuple[Any, ...]]) -> dict[str, dict[str, str]]:
+    """file -> {column: duckdb type} from `parquet_schema` rows (file, name, children, type)."""
+    result: dict[str, dict[str, str]] = {}
+    # Rows come per file in schema order: the root, then a depth-first walk of the tree.
+    pending: dict[str, list[int]] = {}  # file -> stack of children still to visit per level
+    for file, name, children, duckdb_type in rows:
+        stack = pending.get(file)
+        if stack is None:  # the root of a new file
+            pending[file] = [children or 0]
+            result[file] = {}
+            continue
+        while stack and stack[-1] == 0:
+            stack.pop()
+        if not stack:
+            continue
+        if len(stack) == 1:
+            result[file][name] = duckdb_type
+        stack[-1] -= 1
+        if children:
+            stack.append(children)
+    return result
+
+
+def _parquet_schemas(
+    con: duckdb.DuckDBPyConnection, absolute_paths: list[str]
+) -> dict[str, dict[str, str]]:
+    rows = con.execute(
+        """
+        select file_name, name, num_children, duckdb_type
+        from parquet_schema($files)
+        """,
+        {"files": absolute_paths},
+    ).fetchall()
+    return _top_level_columns(rows)
+
+
+def read_schemas(
+    con: duckdb.DuckDBPyConnection, config: Config, files: Sequence[SampleFile]
+) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """({path: {column: type}} for readable files, {path: reason} for unreadable ones).
+
+    One `parquet_schema` call per chunk of files; only when it fails is each file of the
+    chunk read alone, to find the one that cannot be read.
+    """
+    schemas: dict[str, dict[str, str]] = {}
+    unreadable: dict[str, str] = {}
+    for start in range(0, len(files), MAX_FILES_PER_BATCH):
+        chunk = files[start : start + MAX_FILES_PER_BATCH]
+        absolute = {str(config.data_dir / f.path): f.path for f in chunk}
+        try:
+            found = _parquet_schemas(con, list(absolute))
+        except duckdb.Error:
+            found = {}
+            for path in absolute:
+                try:
+                    found.update(_parquet_schemas(con, [path]))
+                except duckdb.Error as exc:
+                    reason = _one_line(exc).replace(path, absolute[path])
+                    unreadable[absolute[path]] = f"cannot read Parquet: {reason}"
+        for path, columns in found.items():
+            schemas[absolute[path]] = columns
+    return schemas, unreadable
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def plan_batches(
+    files: Sequence[SampleFile], max_files: int = MAX_FILES_PER_BATCH
+) -> list[list[SampleFile]]:
+    """Consecutive runs of files (sorted by path) of one `date=` partition, at most `max_files`.
+
+    One day per batch keeps each batch's time range, and so the part of `samples` that
+    deduplication has to look at, about one day wide.
+    """
+    batches: list[list[SampleFile]] = []
+    current_key: str | None = None
+    for file in sorted(files, key=lambda f: f.path):
+        key = next((part for part in file.path.split("/") if part.startswith("date=")), "")
+        if not batches or key != current_key or len(batches[-1]) >= max_files:
+            batches.append([])
+            current_key = key
+        batches[-1].append(file)
+    return batches
+
+
+_COLUMN_NAMES = [name for name, _ in SAMPLE_COLUMNS]
+_QUOTED = ", ".join(f'"{name}"' for name in _COLUMN_NAMES)
+_STAGING_DDL = (
+    "create or replace temp table _ingest_batch (_file_index integer, _row bigint, "
+    + ", ".join(f'"{name}" {kind}' for name, kind in SAMPLE_COLUMNS)
+    + ", _problem varchar)"
+)
+
+# The batch's rows that are new: first of their (gpu_uuid, ts) in the batch and absent from
+# `samples`, which is read only within the batch's time range (zone maps skip the rest).
+NEW_ROWS_SQL = f"""
+with
+existing as (
+    select gpu_uuid, ts
+    from samples
+    where ts between $min_ts and $max_ts
+),
+ranked as (
+    select
+        *,
+        row_number() over (partition by gpu_uuid, ts order by _file_index, _row) as _rank,
+    from _ingest_batch
+),
+final as (
+    select {_QUOTED}
+    from ranked
+    where _rank = 1
+        and not exists (
+            select 1 from existing where existing.gpu_uuid = ranked.gpu_uuid
+                and existing.ts = ranked.ts
+        )
+)
+select * from final
+order by ts, gpu_uuid
+"""
+
+
+def _staging_select(columns: dict[str, str]) -> str:
+    """SELECT list that casts one schema group's columns to the contract types.
+
+    Every cast is a try_cast; `_problem` names the first value that did not survive it
+    (or a NULL in a required column), and the file holding it is quarantined.
+    """
+    selects: list[str] = []
+    problems: list[str] = []
+    for name, kind in SAMPLE_COLUMNS:
+        quoted = f'"{name}"'
+        if name not in columns:
+            selects.append(f"null::{kind} as {quoted}")
+            continue
+        selects.append(f"try_cast(src.{quoted} as {kind}) as {quoted}")
+        if name in REQUIRED_SAMPLE_COLUMNS:
+            problems.append(
+                f"case when src.{quoted} is null then 'null in required column {name}' end"
+            )
+        problems.append(
+            f"case when src.{quoted} is not null and try_cast(src.{quoted} as {kind}) is null "
+            f"then 'column {name}: value ' || left(src.{quoted}::varchar, 40) "
+            f"|| ' does not fit {kind.upper()}' end"
+        )
+    problem = f"coalesce({', '.join(problems)})" if problems else "null::varchar"
+    return ", ".join(selects) + f", {problem} as _problem"
+
+
+@dataclass
+class BatchOutcome:
+    rows_read: int = 0
+    rows_inserted: int = 0
+    loaded: list[tuple[SampleFile, int, Any, Any]] = field(default_factory=list)  # rows,min,max
+    bad: dict[str, str] = field(default_factory=dict)  # path -> reason
+
+
+def load_batch(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    schemas: dict[str, dict[str, str]],
+) -> BatchOutcome:
+    """Stage one batch of files, set aside bad ones, insert the new rows into `samples`."""
+    outcome = BatchOutcome()
+    con.execute(_STAGING_DDL)
+    # Files of one schema go through one read_parquet; indexes keep the batch's file order.
+    groups: dict[tuple[tuple[str, str], ...], list[tuple[int, SampleFile]]] = {}
+    for index, file in enumerate(batch):
+        columns = schemas[file.path]
+        key = tuple(sorted((n, t) for n, t in columns.items() if n in _CONTRACT_TYPES))
+        groups.setdefault(key, []).append((index, file))
+    for key, members in groups.items():
+        columns = dict(key)
+        try:
+            _stage_group(con, config, members, columns)
+        except duckdb.Error:
+            # A file whose footer reads but whose data does not: find it file by file.
+            for member in members:
+                try:
+                    _stage_group(con, config, [member], columns)
+                except duckdb.Error as exc:
+                    path = member[1].path
+                    reason = _one_line(exc).replace(str(config.data_dir / path), path)
+                    outcome.bad[path] = f"cannot read Parquet: {reason}"
+
+    for index, reason in con.execute(
+        "select _file_index, min(_problem) from _ingest_batch "
+        "where _problem is not null group by _file_index"
+    ).fetchall():
+        outcome.bad[batch[index].path] = reason
+    bad_indexes = [i for i, f in enumerate(batch) if f.path in outcome.bad]
+    if bad_indexes:
+        con.execute(
+            "delete from _ingest_batch where list_contains($bad, _file_index)",
+            {"bad": bad_indexes},
+        )
+
+    stats = {
+        index: (rows, min_ts, max_ts)
+        for index, rows, min_ts, max_ts in con.execute(
+            "select _file_index, count(*), min(ts), max(ts) from _ingest_batch group by all"
+        ).fetchall()
+    }
+    for index, file in enumerate(batch):
+        if file.path not in outcome.bad:
+            rows, min_ts, max_ts = stats.get(index, (0, None, None))
+            outcome.loaded.append((file, rows, min_ts, max_ts))
+            outcome.rows_read += rows
+
+    if outcome.rows_read:
+        min_ts, max_ts = con.execute("select min(ts), max(ts) from _ingest_batch").fetchone() or (
+            None,
+            None,
+        )
+        before = _count_samples(con)
+        con.execute(
+            f"insert into samples ({_QUOTED}) {NEW_ROWS_SQL}",
+            {"min_ts": min_ts, "max_ts": max_ts},
+        )
+        outcome.rows_inserted = _count_samples(con) - before
+    con.execute("drop table _ingest_batch")
+    return outcome
+
+
+def _stage_group(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    members: Sequence[tuple[int, SampleFile]],
+    columns: dict[str, str],
+) -> None:
+    """Insert one schema group's rows into the staging table (all or nothing)."""
+    paths = [str(config.data_dir / file.path) for _, file in members]
+    indexes = [index for index, _ in members]
+    con.execute(
+        f"""
+        insert into _ingest_batch
+        select
+            $indexes[list_position($paths, src._ingest_source)] as _file_index,
+            src.file_row_number as _row,
+            {_staging_select(columns)}
+        from read_parquet(
+            $paths,
+            filename = '_ingest_source',
+            file_row_number = true,
+            hive_partitioning = false
+        ) as src
+        """,
+        {"paths": paths, "indexes": indexes},
+    )
+
+
+def _count_samples(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("select count(*) from samples").fetchone()
+    return int(row[0]) if row else 0
+
+
+def record_loaded(
+    con: duckdb.DuckDBPyConnection,
+    loaded: Sequence[tuple[SampleFile, int, Any, Any]],
+    loaded_at: dt.datetime,
+) -> None:
+    """Add the loaded files to `loaded_files` in one insert."""
+    ts = pa.timestamp("us", tz="UTC")
+    table = pa.table(
+        {
+            "path": pa.array([f.path for f, *_ in loaded], pa.string()),
+            "size_bytes": pa.array([f.size_bytes for f, *_ in loaded], pa.int64()),
+            "mtime_ns": pa.array([f.mtime_ns for f, *_ in loaded], pa.int64()),
+            "row_count": pa.array([rows for _, rows, _, _ in loaded], pa.int64()),
+            "min_ts": pa.array([lo for _, _, lo, _ in loaded], ts),
+            "max_ts": pa.array([hi for _, _, _, hi in loaded], ts),
+            "loaded_at": pa.array([loaded_at] * len(loaded), ts),
+        }
+    )
+    con.register("_ingest_loaded", table)
+    try:
+        con.execute(
+            "insert into loaded_files (path, size_bytes, mtime_ns, row_count, min_ts, max_ts, "
+            "loaded_at) select * from _ingest_loaded"
+        )
+    finally:
+        con.unregister("_ingest_loaded")
+
+
+def quarantine_destination(config: Config, path: str, now: dt.datetime) -> str:
+    """Where a quarantined file goes: quarantine/<its relative path>, made unique if taken."""
+    target = Path("quarantine") / path
+    if (config.data_dir / target).exists():
+        stamp = now.strftime("%Y%m%dT%H%M%S%fZ")
+        target = target.with_name(f"{target.stem}.{stamp}{target.suffix}")
+    return target.as_posix()
+
+
+def record_quarantined(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    bad: Sequence[tuple[str, str]],
+    now: dt.datetime,
+) -> tuple[QuarantinedFile, ...]:
+    """Add the files to `quarantined_files`; returns them with their destinations."""
+    items = tuple(
+        QuarantinedFile(path, reason, quarantine_destination(config, path, now))
+        for path, reason in bad
+    )
+    if items:
+        ts = pa.timestamp("us", tz="UTC")
+        table = pa.table(
+            {
+                "path": pa.array([q.path for q in items], pa.string()),
+                "reason": pa.array([q.reason for q in items], pa.string()),
+                "quarantined_at": pa.array([now] * len(items), ts),
+                "moved_to": pa.array([q.moved_to for q in items], pa.string()),
+            }
+        )
+        con.register("_ingest_quarantined", table)
+        try:
+            con.execute(
+                "insert into quarantined_files (path, reason, quarantined_at, moved_to) "
+                "select * from _ingest_quarantined"
+            )
+        finally:
+            con.unregister("_ingest_quarantined")
+    return items
+
+
+def load_samples(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    files: Sequence[SampleFile],
+    *,
+    now: dt.datetime | None = None,
+    progress: Log | None = None,
+) -> IngestResult:
+    """Load the files not loaded yet into `samples` through `con` (inside a transaction)."""
+    now = now or dt.datetime.now(dt.UTC)
+    say = progress or logger.info
+    new, changed = split_new_files(con, files)
+    bad: dict[str, str] = {file.path: reason for file, reason in changed}
+
+    schemas, unreadable = read_schemas(con, config, new)
+    bad.update(unreadable)
+    for path, columns in schemas.items():
+        problem = schema_problem(columns)
+        if problem:
+            bad[path] = problem
+    loadable = [f for f in new if f.path not in bad]
+
+    batches = plan_batches(loadable)
+    if batches:
+        plural = "batch" if len(batches) == 1 else "batches"
+        say(f"ingest: {len(loadable):,} new files in {len(batches)} {plural}")
+    files_loaded = rows_read = rows_inserted = 0
+    for number, batch in enumerate(batches, start=1):
+        first = batch[0].path.split("/")
+        where = next((p for p in first if p.startswith("date=")), first[-1])
+        say(f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {where})")
+        outcome = load_batch(con, config, batch, schemas)
+        bad.update(outcome.bad)
+        record_loaded(con, outcome.loaded, now)
+        files_loaded += len(outcome.loaded)
+        rows_read += outcome.rows_read
+        rows_inserted += outcome.rows_inserted
+
+    quarantined = record_quarantined(con, config, sorted(bad.items()), now)
+    return IngestResult(
+        files_loaded=files_loaded,
+        samples_loaded=rows_inserted,
+        duplicates_skipped=rows_read - rows_inserted,
+        quarantined=quarantined,
+        batches=len(batches),
+    )
+
+
+def load_warehouse(
+    config: Config,
+    references: References,
+    files: Sequence[SampleFile],
+    *,
+    progress: Log | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> IngestResult:
+    """One write transaction: new samples, loaded/quarantined files, reference tables."""
+    with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
+        result = load_samples(con, config, files, progress=progress)
+        replace_references(con, references)
+    return IngestResult(
+        files_loaded=result.files_loaded,
+        samples_loaded=result.samples_loaded,
+        duplicates_skipped=result.duplicates_skipped,
+        quarantined=result.quarantined,
+        batches=result.batches,
+        users=len(references.users),
+        host_rules=len(references.hosts),
+        price_rules=len(references.prices),
+        allocations=len(references.allocations),
+    )
+
+
+def move_to_quarantine(
+    config: Config, quarantined: Sequence[QuarantinedFile], *, warn: Log | None = None
+) -> None:
+    """Move each quarantined file to its destination and warn about it (after the publish)."""
+    for item in quarantined:
+        source = config.data_dir / item.path
+        target = config.data_dir / item.moved_to
+        message = f"quarantined {item.path}: {item.reason}"
+        if source.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(source, target)
+        logger.warning(message)
+        warnings.warn(message, QuarantineWarning, stacklevel=2)
+        if warn is not None:
+            warn(message)
+
+
+def ingest(
+    config: Config,
+    *,
+    progress: Log | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> IngestResult:
+    """The whole ingest without Prefect: validate refs, load, publish, quarantine."""
+    references = read_references(config)
+    files = find_sample_files(config)
+    result = load_warehouse(
+        config, references, files, progress=progress, lock_timeout_s=lock_timeout_s
+    )
+    move_to_quarantine(config, result.quarantined)
+    return result
+
+
+# --- the Prefect flow ------------------------------------------------------------------
+
+
+def _is_io_error(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """Retry only when the task failed on an OSError (disk, NFS), nothing else."""
+    try:
+        state.result()
+    except OSError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(name="read-reference-files", cache_policy=NO_CACHE)
+def read_reference_files(config: Config) -> References:
+    """Read and validate ref/*.csv and raw/allocations/*.csv."""
+    return read_references(config)
+
+
+@task(
+    name="find-sample-files",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=5,
+    retry_condition_fn=_is_io_error,
+)
+def find_sample_files_task(config: Config) -> list[SampleFile]:
+    """List the visible Parquet files under raw/samples."""
+    return find_sample_files(config)
+
+
+@task(name="load-warehouse", cache_policy=NO_CACHE)
+def load_warehouse_task(
+    config: Config, references: References, files: list[SampleFile]
+) -> IngestResult:
+    """Load new samples and the reference tables in one published transaction."""
+    return load_warehouse(config, references, files, progress=get_run_logger().info)
+
+
+@task(
+    name="quarantine-files",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=5,
+    retry_condition_fn=_is_io_error,
+)
+def quarantine_files_task(config: Config, quarantined: tuple[QuarantinedFile, ...]) -> None:
+    """Move quarantined files to quarantine/ and warn about each."""
+    move_to_quarantine(config, quarantined, warn=get_run_logger().warning)
+
+
+@flow(name="ingest", log_prints=False)
+def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> IngestResult:
+    """Load new raw sample files, the reference files and the allocations."""
+    config = load_config(config_path=config_path, data_dir=data_dir)
+    references = read_reference_files(config)
+    files = find_sample_files_task(config)
+    result = load_warehouse_task(config, references, files)
+    quarantine_files_task(config, result.quarantined)
+    return result
+
+
+if __name__ == "__main__":
+    print(ingest_flow())

@@ -1,0 +1,344 @@
+"""Reference files and allocations (CONTRACT section 3): read, validate, replace the tables.
+
+Every file is validated completely before anything is written, so a bad file fails the
+ingest with one line naming the file, the line and the problem, and changes nothing.
+Rules: a header row whose names are exactly the contract's columns (any order; names are
+case-sensitive, surrounding spaces ignored); cells are stripped and an empty cell is NULL;
+timestamps are ISO-8601 with an offset (`2026-11-16T09:00:00+01:00`, `...Z`); a missing
+file is an empty table, as is a file with no content at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import duckdb
+import pyarrow as pa
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+
+USERS_FILE = "users.csv"
+HOSTS_FILE = "hosts.csv"
+PRICES_FILE = "prices.csv"
+
+USERS_COLUMNS = ("user", "team")
+HOSTS_COLUMNS = ("host_glob", "team")
+PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
+ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+
+_MAX_GPU_INDEX = 65535
+
+
+class UserTeam(NamedTuple):
+    user: str
+    team: str
+
+
+class HostRule(NamedTuple):
+    rule_order: int  # 1-based row order in hosts.csv: first match wins
+    host_glob: str
+    team: str
+
+
+class PriceRule(NamedTuple):
+    rule_order: int  # 1-based row order in prices.csv: first match wins
+    gpu_glob: str
+    usd_per_gpu_hour: float
+
+
+class Allocation(NamedTuple):
+    job_id: str | None
+    user: str | None
+    team: str | None  # None: look the user up in users.csv
+    host: str
+    gpu_index: int
+    start_ts: dt.datetime
+    end_ts: dt.datetime | None  # None: still running
+    source_file: str  # relative to the data directory
+
+
+@dataclass(frozen=True, kw_only=True)
+class References:
+    """Everything in ref/ and raw/allocations/, validated."""
+
+    users: tuple[UserTeam, ...] = ()
+    hosts: tuple[HostRule, ...] = ()
+    prices: tuple[PriceRule, ...] = ()
+    allocations: tuple[Allocation, ...] = ()
+    allocation_files: tuple[str, ...] = ()
+
+
+class _Row(NamedTuple):
+    line: int
+    cells: dict[str, str | None]
+
+
+class _RefError(Exception):
+    """A problem on one line; turned into a GpufleetError naming the file."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(problem)
+        self.line = line
+        self.problem = problem
+
+
+def _read_rows(path: Path, columns: Sequence[str]) -> Iterator[_Row]:
+    """The data rows of a CSV file whose header must name exactly `columns`."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle, strict=True)
+        header: list[str] | None = None
+        for record in reader:
+            if header is None:
+                if not any(cell.strip() for cell in record):
+                    continue  # leading blank lines before the header
+                header = [cell.strip() for cell in record]
+                _check_header(reader.line_num, header, columns)
+                continue
+            if not any(cell.strip() for cell in record):
+                continue  # blank line
+            if len(record) != len(header):
+                raise _RefError(
+                    reader.line_num,
+                    f"expected {len(header)} fields ({','.join(header)}), got {len(record)}",
+                )
+            cells = {
+                name: (value.strip() or None) for name, value in zip(header, record, strict=True)
+            }
+            yield _Row(reader.line_num, cells)
+
+
+def _check_header(line: int, header: list[str], columns: Sequence[str]) -> None:
+    expected = ",".join(columns)
+    for name in header:
+        if name not in columns:
+            raise _RefError(line, f"unknown column '{name}' in header (expected {expected})")
+    duplicates = sorted({name for name in header if header.count(name) > 1})
+    if duplicates:
+        raise _RefError(line, f"column '{duplicates[0]}' appears twice in header")
+    for name in columns:
+        if name not in header:
+            raise _RefError(line, f"missing column '{name}' in header (expected {expected})")
+
+
+def _required(row: _Row, name: str) -> str:
+    value = row.cells[name]
+    if value is None:
+        raise _RefError(row.line, f"'{name}' is empty")
+    return value
+
+
+def _number(row: _Row, name: str) -> float:
+    text = _required(row, name)
+    try:
+        value = float(text)
+    except ValueError:
+        raise _RefError(row.line, f"'{name}' is not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise _RefError(row.line, f"'{name}' must be a number >= 0, got {text!r}")
+    return value
+
+
+def _gpu_index(row: _Row, name: str) -> int:
+    text = _required(row, name)
+    try:
+        value = int(text)
+    except ValueError:
+        raise _RefError(row.line, f"'{name}' is not a whole number: {text!r}") from None
+    if not 0 <= value <= _MAX_GPU_INDEX:
+        raise _RefError(row.line, f"'{name}' must be between 0 and {_MAX_GPU_INDEX}, got {value}")
+    return value
+
+
+def _timestamp(row: _Row, name: str, *, required: bool) -> dt.datetime | None:
+    text = row.cells[name]
+    if text is None:
+        if required:
+            raise _RefError(row.line, f"'{name}' is empty")
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise _RefError(row.line, f"'{name}' is not an ISO-8601 timestamp: {text!r}") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise _RefError(
+            row.line,
+            f"'{name}' has no UTC offset: {text!r} (write e.g. {text}+00:00 or {text}Z)",
+        )
+    return value.astimezone(dt.UTC)
+
+
+def _read_file(
+    path: Path, columns: Sequence[str], parse: Callable[[_Row], Any], display: str
+) -> list[Any]:
+    """Parse every row of `path`, turning a problem into a one-line GpufleetError."""
+    try:
+        return [parse(row) for row in _read_rows(path, columns)]
+    except _RefError as exc:
+        raise GpufleetError(f"{display}: line {exc.line}: {exc.problem}") from exc
+    except csv.Error as exc:
+        raise GpufleetError(f"{display}: malformed CSV: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise GpufleetError(f"{display}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise GpufleetError(f"{display}: cannot read: {exc.strerror or exc}") from exc
+
+
+def read_users(path: Path, display: str | None = None) -> tuple[UserTeam, ...]:
+    """ref/users.csv: one team per user (a user listed twice must name the same team)."""
+    where = display or str(path)
+    seen: dict[str, tuple[str, int]] = {}
+    users: list[UserTeam] = []
+
+    def parse(row: _Row) -> None:
+        user, team = _required(row, "user"), _required(row, "team")
+        if user in seen:
+            earlier_team, earlier_line = seen[user]
+            if earlier_team != team:
+                raise _RefError(
+                    row.line,
+                    f"user '{user}' is mapped to team '{team}' but line {earlier_line} "
+                    f"maps it to '{earlier_team}'",
+                )
+            return
+        seen[user] = (team, row.line)
+        users.append(UserTeam(user, team))
+
+    _read_file(path, USERS_COLUMNS, parse, where)
+    return tuple(users)
+
+
+def read_hosts(path: Path, display: str | None = None) -> tuple[HostRule, ...]:
+    """ref/hosts.csv: host globs in file order."""
+    rows = _read_file(
+        path,
+        HOSTS_COLUMNS,
+        lambda row: (_required(row, "host_glob"), _required(row, "team")),
+        display or str(path),
+    )
+    return tuple(HostRule(order, glob, team) for order, (glob, team) in enumerate(rows, 1))
+
+
+def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]:
+    """ref/prices.csv: GPU name globs and their price per GPU-hour in file order."""
+    rows = _read_file(
+        path,
+        PRICES_COLUMNS,
+        lambda row: (_required(row, "gpu_glob"), _number(row, "usd_per_gpu_hour")),
+        display or str(path),
+    )
+    return tuple(PriceRule(order, glob, price) for order, (glob, price) in enumerate(rows, 1))
+
+
+def read_allocations(
+    path: Path, source_file: str, display: str | None = None
+) -> tuple[Allocation, ...]:
+    """One raw/allocations/*.csv file."""
+
+    def parse(row: _Row) -> Allocation:
+        start = _timestamp(row, "start_ts", required=True)
+        end = _timestamp(row, "end_ts", required=False)
+        assert start is not None
+        if end is not None and end < start:
+            raise _RefError(row.line, "'end_ts' is before 'start_ts'")
+        return Allocation(
+            job_id=row.cells["job_id"],
+            user=row.cells["user"],
+            team=row.cells["team"],
+            host=_required(row, "host"),
+            gpu_index=_gpu_index(row, "gpu_index"),
+            start_ts=start,
+            end_ts=end,
+            source_file=source_file,
+        )
+
+    return tuple(_read_file(path, ALLOCATIONS_COLUMNS, parse, display or str(path)))
+
+
+def _visible(path: Path) -> bool:
+    return not path.name.startswith((".", "_"))
+
+
+def read_references(config: Config) -> References:
+    """Read and validate every reference file; missing files give empty tables."""
+    ref_dir = config.ref_dir
+    users_path, hosts_path, prices_path = (
+        ref_dir / USERS_FILE,
+        ref_dir / HOSTS_FILE,
+        ref_dir / PRICES_FILE,
+    )
+    allocation_paths = (
+        sorted(p for p in config.allocations_dir.glob("*.csv") if _visible(p) and p.is_file())
+        if config.allocations_dir.is_dir()
+        else []
+    )
+    allocations: list[Allocation] = []
+    sources: list[str] = []
+    for path in allocation_paths:
+        source = path.relative_to(config.data_dir).as_posix()
+        sources.append(source)
+        allocations.extend(read_allocations(path, source))
+    return References(
+        users=read_users(users_path) if users_path.is_file() else (),
+        hosts=read_hosts(hosts_path) if hosts_path.is_file() else (),
+        prices=read_prices(prices_path) if prices_path.is_file() else (),
+        allocations=tuple(allocations),
+        allocation_files=tuple(sources),
+    )
+
+
+_TS = pa.timestamp("us", tz="UTC")
+_ARROW_SCHEMAS: dict[str, pa.Schema] = {
+    "ref_users": pa.schema([("user", pa.string()), ("team", pa.string())]),
+    "ref_hosts": pa.schema(
+        [("rule_order", pa.int32()), ("host_glob", pa.string()), ("team", pa.string())]
+    ),
+    "ref_prices": pa.schema(
+        [("rule_order", pa.int32()), ("gpu_glob", pa.string()), ("usd_per_gpu_hour", pa.float64())]
+    ),
+    "allocations": pa.schema(
+        [
+            ("job_id", pa.string()),
+            ("user", pa.string()),
+            ("team", pa.string()),
+            ("host", pa.string()),
+            ("gpu_index", pa.uint16()),
+            ("start_ts", _TS),
+            ("end_ts", _TS),
+            ("source_file", pa.string()),
+        ]
+    ),
+}
+
+
+def _replace_table(
+    con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """Replace every row of `table` with `rows` in one set-based insert through Arrow."""
+    schema = _ARROW_SCHEMAS[table]
+    arrays = [
+        pa.array([row[position] for row in rows], type=column.type)
+        for position, column in enumerate(schema)
+    ]
+    arrow = pa.Table.from_arrays(arrays, schema=schema)
+    names = ", ".join(f'"{name}"' for name in schema.names)
+    con.execute(f"delete from {table}")
+    con.register("_ref_rows", arrow)
+    try:
+        con.execute(f"insert into {table} ({names}) select {names} from _ref_rows")
+    finally:
+        con.unregister("_ref_rows")
+
+
+def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> None:
+    """Replace ref_users, ref_hosts, ref_prices and allocations with `references`."""
+    _replace_table(con, "ref_users", references.users)
+    _replace_table(con, "ref_hosts", references.hosts)
+    _replace_table(con, "ref_prices", references.prices)
+    _replace_table(con, "allocations", references.allocations)
