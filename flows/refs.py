@@ -94,7 +94,7 @@ def _read_rows(path: Path, columns: Sequence[str]) -> Iterator[_Row]:
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle, strict=True)
         header: list[str] | None = None
-        for record in reader:
+        for record in _records(reader):
             if header is None:
                 if not any(cell.strip() for cell in record):
                     continue  # leading blank lines before the header
@@ -112,6 +112,18 @@ def _read_rows(path: Path, columns: Sequence[str]) -> Iterator[_Row]:
                 name: (value.strip() or None) for name, value in zip(header, record, strict=True)
             }
             yield _Row(reader.line_num, cells)
+
+
+def _records(reader: Any) -> Iterator[list[str]]:
+    """The reader's records, a CSV syntax error becoming a problem on its line."""
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _RefError(reader.line_num, f"malformed CSV: {exc}") from exc
+        yield record
 
 
 def _check_header(line: int, header: list[str], columns: Sequence[str]) -> None:
@@ -182,8 +194,6 @@ def _read_file(
         return [parse(row) for row in _read_rows(path, columns)]
     except _RefError as exc:
         raise GpufleetError(f"{display}: line {exc.line}: {exc.problem}") from exc
-    except csv.Error as exc:
-        raise GpufleetError(f"{display}: malformed CSV: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise GpufleetError(f"{display}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:

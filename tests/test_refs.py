@@ -1,0 +1,207 @@
+"""Reference files and allocations: loaded as tables; a bad one fails and changes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from flows.ingest import ingest
+from flows.refs import read_references
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from tests.test_ingest import DAY1, sample, write_samples
+
+USERS = "user,team\nalice,vision\nbob,nlp\nalice,vision\n"
+HOSTS = "host_glob,team\ngpu-vis-*,vision\ngpu-??,infra\n"
+PRICES = "gpu_glob,usd_per_gpu_hour\n*H100*,2.5\n*A100*,1.25\n"
+ALLOCATIONS = (
+    "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+    "101,alice,,h1,0,2026-11-16T08:00:00+01:00,2026-11-16T10:00:00Z\n"
+    '102,bob,"nlp",h1,1,2026-11-16T09:00:00Z,\n'
+)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    config = Config(data_dir=tmp_path / "data")
+    write(config, "ref/users.csv", USERS)
+    write(config, "ref/hosts.csv", HOSTS)
+    write(config, "ref/prices.csv", PRICES)
+    write(config, "raw/allocations/slurm-2026-11-16.csv", ALLOCATIONS)
+    return config
+
+
+def write(config: Config, relative: str, text: str) -> Path:
+    path = config.data_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def rows(config: Config, sql: str) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def utc(year: int, month: int, day: int, hour: int) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, tzinfo=dt.UTC)
+
+
+def test_reference_files_become_tables(config: Config) -> None:
+    result = ingest(config)
+    assert (result.users, result.host_rules, result.price_rules, result.allocations) == (2, 2, 2, 2)
+    assert rows(config, 'select "user", team from ref_users order by 1') == [
+        ("alice", "vision"),
+        ("bob", "nlp"),
+    ]
+    assert rows(config, "select * from ref_hosts order by rule_order") == [
+        (1, "gpu-vis-*", "vision"),
+        (2, "gpu-??", "infra"),
+    ]
+    assert rows(config, "select * from ref_prices order by rule_order") == [
+        (1, "*H100*", 2.5),
+        (2, "*A100*", 1.25),
+    ]
+    assert rows(config, "select * from allocations order by job_id") == [
+        ("101", "alice", None, "h1", 0, utc(2026, 11, 16, 7), utc(2026, 11, 16, 10),
+         "raw/allocations/slurm-2026-11-16.csv"),
+        ("102", "bob", "nlp", "h1", 1, utc(2026, 11, 16, 9), None,
+         "raw/allocations/slurm-2026-11-16.csv"),
+    ]  # fmt: skip
+
+
+def test_each_ingest_replaces_the_reference_tables(config: Config) -> None:
+    ingest(config)
+    write(config, "ref/users.csv", "team,user\nnlp,carol\n")  # columns in any order
+    (config.data_dir / "ref/prices.csv").unlink()
+    write(config, "raw/allocations/_draft.csv", "garbage, ignored: starts with _")
+    ingest(config)
+    assert rows(config, 'select "user", team from ref_users') == [("carol", "nlp")]
+    assert rows(config, "select count(*) from ref_prices") == [(0,)]
+    assert rows(config, "select count(*) from allocations") == [(2,)]
+
+
+def test_missing_reference_files_are_empty_tables(tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    references = read_references(config)
+    assert references.users == references.hosts == references.prices == ()
+    assert references.allocations == ()
+    ingest(config)
+    for table in ("ref_users", "ref_hosts", "ref_prices", "allocations"):
+        assert rows(config, f"select count(*) from {table}") == [(0,)]
+
+
+def test_empty_cells_are_null_and_blank_lines_are_skipped(config: Config) -> None:
+    write(
+        config,
+        "raw/allocations/a.csv",
+        "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+        "\n"
+        " ,carol , ,h2,3,2026-11-16T09:00:00Z,  \n",
+    )
+    references = read_references(config)
+    carol = [a for a in references.allocations if a.source_file == "raw/allocations/a.csv"]
+    assert [(a.job_id, a.user, a.team, a.host, a.gpu_index, a.end_ts) for a in carol] == [
+        (None, "carol", None, "h2", 3, None)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("relative", "text", "message"),
+    [
+        ("ref/users.csv", "user\nalice\n", r"ref/users\.csv: line 1: missing column 'team'"),
+        (
+            "ref/users.csv",
+            "user,team,email\nalice,vision,a@x\n",
+            r"ref/users\.csv: line 1: unknown column 'email' in header",
+        ),
+        (
+            "ref/users.csv",
+            "user,team\nalice,vision\nbob,nlp\nalice,infra\n",
+            r"ref/users\.csv: line 4: user 'alice' is mapped to team 'infra' but line 2",
+        ),
+        ("ref/users.csv", "user,team\nalice,vision,extra\n", r"line 2: expected 2 fields"),
+        ("ref/hosts.csv", "host_glob,team\n,vision\n", r"ref/hosts\.csv: line 2: 'host_glob' is"),
+        (
+            "ref/prices.csv",
+            "gpu_glob,usd_per_gpu_hour\n*H100*,2.5\n*A100*,two\n",
+            r"ref/prices\.csv: line 3: 'usd_per_gpu_hour' is not a number: 'two'",
+        ),
+        (
+            "ref/prices.csv",
+            "gpu_glob,usd_per_gpu_hour\n*H100*,-1\n",
+            r"ref/prices\.csv: line 2: 'usd_per_gpu_hour' must be a number >= 0",
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+            "1,alice,,h1,0,2026-11-16T08:00:00Z,\n"
+            "2,alice,,h1,0,yesterday,\n",
+            r"slurm-2026-11-16\.csv: line 3: 'start_ts' is not an ISO-8601 timestamp: 'yesterday'",
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            "job_id,user,team,host,gpu_index,start_ts,end_ts\n1,alice,,h1,0,2026-11-16T08:00:00,\n",
+            r"slurm-2026-11-16\.csv: line 2: 'start_ts' has no UTC offset: '2026-11-16T08:00:00'",
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+            "1,alice,,h1,0,2026-11-16T08:00:00Z,2026-11-16T09:00:00\n",
+            r"line 2: 'end_ts' has no UTC offset",
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+            "1,alice,,h1,0,2026-11-16T08:00:00Z,2026-11-16T07:00:00Z\n",
+            r"line 2: 'end_ts' is before 'start_ts'",
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+            "1,alice,,h1,gpu0,2026-11-16T08:00:00Z,\n",
+            r"line 2: 'gpu_index' is not a whole number: 'gpu0'",
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            "job_id,user,team,host,start_ts,end_ts\n1,alice,,h1,2026-11-16T08:00:00Z,\n",
+            r"line 1: missing column 'gpu_index'",
+        ),
+        ("ref/users.csv", 'user,team\n"alice,vision\n', r"ref/users\.csv: line \d: malformed CSV"),
+    ],
+)
+def test_a_bad_reference_file_fails_naming_file_and_line_and_changes_nothing(
+    config: Config, relative: str, text: str, message: str
+) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    ingest(config)
+    before = config.warehouse_path.read_bytes()
+    write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10)])  # must not load
+    write(config, relative, text)
+
+    with pytest.raises(GpufleetError, match=message) as raised:
+        ingest(config)
+
+    assert "\n" not in str(raised.value)
+    assert str(raised.value).startswith(str(config.data_dir / relative))
+    assert config.warehouse_path.read_bytes() == before
+    assert rows(config, "select count(*) from samples") == [(1,)]
+    assert rows(config, "select count(*) from loaded_files") == [(1,)]
+    assert not [p for p in config.data_dir.iterdir() if re.search(r"\.tmp$", p.name)]
+
+
+def test_a_bad_reference_file_on_the_first_ingest_creates_no_warehouse(config: Config) -> None:
+    write(config, "ref/prices.csv", "gpu_glob,usd_per_gpu_hour\n*,1e999\n")
+    with pytest.raises(GpufleetError, match=r"line 2: 'usd_per_gpu_hour' must be a number"):
+        ingest(config)
+    assert not config.warehouse_path.exists()
+
+
+def test_a_file_that_is_not_utf8_fails_with_its_name(config: Config) -> None:
+    (config.data_dir / "ref/users.csv").write_bytes(b"user,team\n\xff\xfe,vision\n")
+    with pytest.raises(GpufleetError, match=r"ref/users\.csv: not UTF-8 text"):
+        read_references(config)
