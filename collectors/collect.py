@@ -293,7 +293,10 @@ class StopFlag:
 
     def wait(self, timeout_s: float) -> None:
         if timeout_s > 0 and not self._set:
-            select.select([self._reader], [], [], timeout_s)
+            readable, _, _ = select.select([self._reader], [], [], timeout_s)
+            if readable and not self._set:  # another signal woke us: drain, go on sleeping
+                with contextlib.suppress(OSError):
+                    self._reader.recv(4096)
 
     def close(self) -> None:
         self._reader.close()
@@ -305,9 +308,13 @@ class StopFlag:
             self.set()
 
         previous = {signum: signal.signal(signum, handler) for signum in signums}
+        # The C-level handler writes to the socket too, so a signal delivered to any thread
+        # wakes the select() of the main thread at once.
+        previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
         try:
             yield self
         finally:
+            signal.set_wakeup_fd(previous_fd)
             for signum, old in previous.items():
                 signal.signal(signum, old)
 

@@ -154,7 +154,9 @@ class FakeNvml:
         base = int(self._value(gpu, "energy_mj"))
         now = self.clock_us()
         origin = self._energy_origin_us.setdefault(handle.gpu, now)
-        return base + int(gpu.get("power_mw") or 0) * (now - origin) // 1_000_000
+        power_mw = gpu.get("power_mw")
+        power_mw = power_mw if isinstance(power_mw, int) else 0
+        return base + power_mw * (now - origin) // 1_000_000
 
     def _buffer(self, index: int, kind: int) -> list[tuple[int, int]]:
         gpu = self.gpus[index]
@@ -265,8 +267,9 @@ class FakeNvml:
             return fake._energy(handle, gpu)
 
         def nvmlDeviceGetTemperatureV(handle: FakeHandle, sensor: int, version: int = 0) -> int:
+            gpu = fake._gpu(handle, "nvmlDeviceGetTemperatureV")
             fake._check_symbol("nvmlDeviceGetTemperatureV")
-            return int(fake._value(fake._gpu(handle, "nvmlDeviceGetTemperatureV"), "temp_c"))
+            return int(fake._value(gpu, "temp_c"))
 
         def nvmlDeviceGetTemperature(handle: FakeHandle, sensor: int) -> int:
             return int(fake._value(fake._gpu(handle, "nvmlDeviceGetTemperature"), "temp_c"))
@@ -297,8 +300,8 @@ class FakeNvml:
             )
 
         def nvmlDeviceGetCurrentClocksEventReasons(handle: FakeHandle) -> int:
-            fake._check_symbol("nvmlDeviceGetCurrentClocksEventReasons")
             gpu = fake._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+            fake._check_symbol("nvmlDeviceGetCurrentClocksEventReasons")
             return int(fake._value(gpu, "clock_event_mask"))
 
         def nvmlDeviceGetCurrentClocksThrottleReasons(handle: FakeHandle) -> int:
@@ -383,3 +386,26 @@ class FakeNvml:
             "nvmlDeviceGetMaxMigDeviceCount": nvmlDeviceGetMaxMigDeviceCount,
             "nvmlDeviceGetMigDeviceHandleByIndex": nvmlDeviceGetMigDeviceHandleByIndex,
         }
+
+
+def install_fake(monkeypatch: Any, scenario: dict[str, Any], **kwargs: Any) -> FakeNvml:
+    """Install a fake for one test; pytest's monkeypatch undoes it afterwards."""
+    fake = FakeNvml(scenario, **kwargs)
+    fake.install(monkeypatch.setattr)
+    return fake
+
+
+class ManualClock:
+    """A settable clock for the fake's sample timestamps and the collector's clocks."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self.now_s = start_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def us(self) -> int:
+        return int(self.now_s * 1_000_000)
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
