@@ -1,0 +1,216 @@
+"""Run the SQL models in `sql/` (staging, intermediate, marts) against a DuckDB connection.
+
+Each model is one `.sql` file holding one `select`; the file name is the model's name. The
+runner orders the models by the model names each file reads (`from x`, `join x`), sets the
+configuration as DuckDB variables (`getvariable('idle_threshold_pct')` in SQL), creates each
+model and documents the marts with `COMMENT ON` from `sql/marts/_docs.toml`.
+
+Materialization: staging models are temp views, intermediate models temp tables, marts
+tables in the warehouse; a file may override that with a first-line comment
+`-- materialized: temp_view` (or `temp_table`, `table`). Temp objects are dropped at the end,
+so only the marts stay in the warehouse.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import time
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from flows.raw_tables import ensure_raw_tables
+from gpufleet.config import Config
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+DOCS_FILE_NAME = "_docs.toml"
+LAYERS = ("staging", "intermediate", "marts")
+MATERIALIZATIONS = ("temp_view", "temp_table", "table")
+DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
+
+_MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILINE)
+_COMMENT_RE = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+_STRING_RE = re.compile(r"'(?:[^']|'')*'")
+_RELATION_RE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
+_CTE_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s+as\s*\(", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """One SQL model file."""
+
+    name: str
+    layer: str
+    path: Path
+    sql: str
+    materialized: str
+    depends_on: frozenset[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """What a build did: the models in the order they ran, rows per mart, wall time."""
+
+    models: tuple[str, ...]
+    mart_rows: Mapping[str, int]
+    seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"built {len(self.models)} models in {self.seconds:.1f} s; marts:"]
+        width = max((len(name) for name in self.mart_rows), default=0)
+        lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
+        return "\n".join(lines)
+
+
+def _layer_of(path: Path, sql_dir: Path) -> str:
+    layer = path.relative_to(sql_dir).parts[0]
+    if layer not in LAYERS:
+        raise ValueError(f"{path}: models live in sql/{{{','.join(LAYERS)}}}/, not sql/{layer}/")
+    return layer
+
+
+def _relations_read(sql: str) -> set[str]:
+    """Names after `from`/`join` in a query, minus its own CTE names."""
+    code = _STRING_RE.sub("''", _COMMENT_RE.sub(" ", sql))
+    ctes = {name.lower() for name in _CTE_RE.findall(code)}
+    return {name.lower() for name in _RELATION_RE.findall(code)} - ctes
+
+
+def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
+    """Every `sql/<layer>/*.sql` (names starting with `_` are skipped), with its dependencies."""
+    paths = sorted(p for p in sql_dir.rglob("*.sql") if not p.name.startswith("_"))
+    texts: dict[str, tuple[Path, str]] = {}
+    for path in paths:
+        name = path.stem.lower()
+        if name in texts:
+            raise ValueError(f"{path}: model '{name}' is also defined in {texts[name][0]}")
+        texts[name] = (path, path.read_text(encoding="utf-8").strip().rstrip(";").strip())
+    models: dict[str, Model] = {}
+    for name, (path, sql) in texts.items():
+        layer = _layer_of(path, sql_dir)
+        match = _MATERIALIZED_RE.search(sql)
+        materialized = match.group(1) if match else DEFAULT_MATERIALIZATION[layer]
+        if materialized not in MATERIALIZATIONS:
+            raise ValueError(f"{path}: unknown materialization '{materialized}'")
+        depends_on = frozenset((_relations_read(sql) & texts.keys()) - {name})
+        models[name] = Model(
+            name=name,
+            layer=layer,
+            path=path,
+            sql=sql,
+            materialized=materialized,
+            depends_on=depends_on,
+        )
+    return models
+
+
+def build_order(models: Mapping[str, Model]) -> list[str]:
+    """A topological order of the models; among those ready, staging first, then by name."""
+    waiting = {name: set(model.depends_on) for name, model in models.items()}
+    dependents: dict[str, list[str]] = {name: [] for name in models}
+    for name, model in models.items():
+        for dependency in model.depends_on:
+            dependents[dependency].append(name)
+    ready = [(LAYERS.index(m.layer), name) for name, m in models.items() if not waiting[name]]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(name)
+        for dependent in dependents[name]:
+            waiting[dependent].discard(name)
+            if not waiting[dependent]:
+                heapq.heappush(ready, (LAYERS.index(models[dependent].layer), dependent))
+    if len(order) != len(models):
+        stuck = sorted(set(models) - set(order))
+        raise ValueError(f"models depend on each other in a cycle: {', '.join(stuck)}")
+    return order
+
+
+def load_docs(sql_dir: Path = SQL_DIR) -> dict[str, dict[str, object]]:
+    """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "..."."""
+    path = sql_dir / "marts" / DOCS_FILE_NAME
+    with path.open("rb") as file:
+        return tomllib.load(file)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def apply_docs(
+    con: duckdb.DuckDBPyConnection, table: str, docs: Mapping[str, object], source: Path
+) -> None:
+    """COMMENT ON the table and every one of its columns; a column without text is an error."""
+    description = docs.get("description")
+    columns = docs.get("columns", {})
+    if not isinstance(description, str) or not isinstance(columns, dict):
+        raise ValueError(f'{source}: [{table}] needs description = "..." and [{table}.columns]')
+    con.execute(f"comment on table {table} is {_quote(description)}")
+    actual = [row[0] for row in con.execute(f"describe {table}").fetchall()]
+    missing = [column for column in actual if not isinstance(columns.get(column), str)]
+    if missing:
+        raise ValueError(f"{source}: [{table}.columns] lacks {', '.join(missing)}")
+    for column in actual:
+        con.execute(f'comment on column {table}."{column}" is {_quote(columns[column])}')
+
+
+def set_variables(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """The configuration the models read with getvariable()."""
+    variables: dict[str, float | str] = {
+        "idle_threshold_pct": float(config.idle.threshold_pct),
+        "idle_min_minutes": float(config.idle.min_minutes),
+        "max_gap_factor": float(config.series.max_gap_factor),
+        "timezone": config.timezone,
+    }
+    for name, value in variables.items():
+        con.execute(f"set variable {name} = ?", [value])
+
+
+def _create(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    kind = {"temp_view": "temp view", "temp_table": "temp table", "table": "table"}
+    con.execute(f"create or replace {kind[model.materialized]} {model.name} as\n{model.sql}")
+
+
+def _drop(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    kind = "view" if model.materialized == "temp_view" else "table"
+    con.execute(f"drop {kind} if exists temp.{model.name}")
+
+
+def build_models(
+    con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR
+) -> BuildResult:
+    """(Re)build every model on `con`; the marts end up as documented tables."""
+    started = time.perf_counter()
+    models = discover_models(sql_dir)
+    order = build_order(models)
+    docs = load_docs(sql_dir)
+    ensure_raw_tables(con)
+    set_variables(con, config)
+    # A CTAS need not keep row order; that saves memory on the large per-sample models.
+    con.execute("set preserve_insertion_order = false")
+    try:
+        for name in order:
+            _create(con, models[name])
+        marts = [name for name in order if models[name].layer == "marts"]
+        undocumented = sorted(set(marts) - docs.keys())
+        if undocumented:
+            raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
+        mart_rows: dict[str, int] = {}
+        for name in marts:
+            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
+            row = con.execute(f"select count(*) from {name}").fetchone()
+            mart_rows[name] = int(row[0]) if row else 0
+    finally:
+        for name in reversed(order):
+            if models[name].materialized != "table":
+                _drop(con, models[name])
+    return BuildResult(
+        models=tuple(order),
+        mart_rows=mart_rows,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,85 @@
+-- Allocations cut into disjoint segments (start_ts, end_ts] per host and GPU index, each
+-- holding the allocation that wins there: among those covering it, the latest start_ts
+-- (ties: the later end, then the larger job_id). An open allocation runs to infinity.
+-- Samples then find their allocation with one ASOF join (CONTRACT 6, rule 1).
+with allocations as (
+    select * from stg_allocations
+),
+
+users as (
+    select * from stg_users
+),
+
+allocations_with_team as (
+    select
+        allocations.job_id,
+        allocations."user",
+        coalesce(allocations.team, users.team, '(unmapped)') as team,
+        allocations.host,
+        allocations.gpu_index,
+        allocations.start_ts,
+        allocations.end_ts,
+    from allocations
+    left join users on users."user" = allocations."user"
+    where allocations.end_ts is null or allocations.end_ts > allocations.start_ts
+),
+
+boundaries as (
+    select host, gpu_index, start_ts as boundary_ts, from allocations_with_team
+    union
+    select host, gpu_index, end_ts as boundary_ts, from allocations_with_team
+    where end_ts is not null
+),
+
+segments as (
+    select
+        host,
+        gpu_index,
+        boundary_ts as start_ts,
+        lead(boundary_ts) over (partition by host, gpu_index order by boundary_ts) as end_ts,
+    from boundaries
+),
+
+covering as (
+    select
+        segments.host,
+        segments.gpu_index,
+        segments.start_ts,
+        segments.end_ts,
+        arg_max(
+            {
+                'job_id': allocations_with_team.job_id,
+                'user': allocations_with_team."user",
+                'team': allocations_with_team.team,
+            },
+            {
+                'start_ts': allocations_with_team.start_ts,
+                'end_ts': coalesce(allocations_with_team.end_ts, 'infinity'::timestamptz),
+                'job_id': allocations_with_team.job_id,
+            }
+        ) as winner,
+    from segments
+    inner join allocations_with_team
+        on allocations_with_team.host = segments.host
+        and allocations_with_team.gpu_index = segments.gpu_index
+        and allocations_with_team.start_ts <= segments.start_ts
+        and (
+            allocations_with_team.end_ts is null
+            or allocations_with_team.end_ts >= segments.end_ts
+        )
+    group by all
+),
+
+final as (
+    select
+        host,
+        gpu_index,
+        start_ts,
+        end_ts,
+        winner.job_id as job_id,
+        winner."user" as "user",
+        winner.team as team,
+    from covering
+)
+
+select * from final

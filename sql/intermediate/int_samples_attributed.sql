@@ -1,0 +1,105 @@
+-- materialized: temp_view
+-- Every sample with its attribution (CONTRACT 6: allocation, else process, else host, else
+-- none), its local day and week, and whether it is idle or thermally throttled.
+-- A view: it is read once, by the series model, so it is never held in memory whole.
+with samples as (
+    select * from stg_samples
+),
+
+series_ids as (
+    select * from int_series_ids
+),
+
+allocation_segments as (
+    select * from int_allocation_segments
+),
+
+users as (
+    select * from stg_users
+),
+
+host_teams as (
+    select * from int_host_teams
+),
+
+local_days as (
+    select * from int_local_days
+),
+
+with_allocation as (
+    select
+        samples.*,
+        allocation_segments.start_ts is not null
+        and (allocation_segments.end_ts is null or samples.ts <= allocation_segments.end_ts)
+            as has_allocation,
+        allocation_segments.job_id as allocation_job_id,
+        allocation_segments."user" as allocation_user,
+        allocation_segments.team as allocation_team,
+    from samples
+    asof left join allocation_segments
+        on allocation_segments.host = samples.host
+        and allocation_segments.gpu_index = samples.gpu_index
+        and samples.ts > allocation_segments.start_ts
+),
+
+attributed as (
+    select
+        with_allocation.*,
+        case
+            when has_allocation then 'allocation'
+            when process_count > 0 then 'process'
+            when host_teams.team is not null then 'host'
+            else 'none'
+        end as attributed_by,
+        case
+            when has_allocation then allocation_team
+            when process_count > 0 then coalesce(users.team, '(unmapped)')
+            when host_teams.team is not null then host_teams.team
+            else '(unallocated)'
+        end as team,
+        case
+            when has_allocation then allocation_user
+            when process_count > 0 then top_process_user
+        end as "user",
+        case
+            when has_allocation then allocation_job_id
+            when process_count > 0 then top_process_job_id
+        end as job_id,
+    from with_allocation
+    left join users on users."user" = with_allocation.top_process_user
+    left join host_teams on host_teams.host = with_allocation.host
+),
+
+final as (
+    select
+        series_ids.series_id,
+        attributed.gpu_uuid,
+        attributed.ts,
+        attributed.ts_us,
+        attributed.interval_s,
+        attributed.host,
+        attributed.gpu_index,
+        attributed.gpu_name,
+        attributed.status,
+        attributed.gpu_util_pct,
+        attributed.team,
+        attributed."user",
+        attributed.job_id,
+        attributed.attributed_by,
+        attributed.gpu_util_pct < getvariable('idle_threshold_pct') as is_idle,
+        attributed.process_count > 0 as has_process,
+        coalesce(attributed.clock_event_mask & 96 != 0, false) as is_thermal,
+        attributed.clock_event_mask,
+        attributed.temp_gpu_c,
+        attributed.sm_clock_mhz,
+        attributed.power_w,
+        attributed.energy_mj,
+        local_days.day,
+        local_days.iso_week,
+        local_days.week_start,
+    from attributed
+    inner join series_ids on series_ids.gpu_uuid = attributed.gpu_uuid
+    inner join local_days on local_days.bucket = attributed.ts_us // 900000000
+)
+
+select * from final

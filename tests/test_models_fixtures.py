@@ -1,0 +1,135 @@
+"""A tiny in-memory fleet for the SQL model tests: raw rows in, marts out.
+
+Imported by the tests/test_models_*.py modules; it holds no tests itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from typing import Any
+
+import duckdb
+
+from flows.models import BuildResult, build_models
+from flows.raw_tables import SAMPLE_COLUMNS, ensure_raw_tables
+from gpufleet.config import Config, IdleConfig, SeriesConfig
+
+H100 = "NVIDIA H100 80GB HBM3"
+T0 = dt.datetime(2026, 11, 16, 10, 0, tzinfo=dt.UTC)  # a Monday, 10:00 UTC
+
+
+def at(seconds: float) -> dt.datetime:
+    """T0 + seconds."""
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def proc(pid: int, user: str | None, used_mem_bytes: int, job_id: str | None = None) -> dict:
+    return {"pid": pid, "user": user, "used_mem_bytes": used_mem_bytes, "job_id": job_id}
+
+
+class Fleet:
+    """Raw tables in an in-memory DuckDB, filled row by row, then built."""
+
+    def __init__(
+        self,
+        *,
+        timezone: str = "UTC",
+        threshold_pct: float = 5.0,
+        min_minutes: float = 30.0,
+        max_gap_factor: float = 2.5,
+    ) -> None:
+        self.con = duckdb.connect(":memory:")
+        ensure_raw_tables(self.con)
+        self.config = replace(
+            Config(),
+            timezone=timezone,
+            idle=IdleConfig(threshold_pct=threshold_pct, min_minutes=min_minutes),
+            series=SeriesConfig(max_gap_factor=max_gap_factor),
+        )
+
+    def sample(
+        self,
+        ts: dt.datetime,
+        *,
+        gpu_uuid: str = "GPU-A",
+        host: str = "node1",
+        gpu_index: int = 0,
+        gpu_name: str | None = H100,
+        interval_s: float = 10.0,
+        status: str = "ok",
+        gpu_util_pct: float | None = 50.0,
+        power_w: float | None = None,
+        energy_mj: int | None = None,
+        temp_gpu_c: int | None = None,
+        sm_clock_mhz: int | None = None,
+        clock_event_mask: int | None = 0,
+        processes: list[dict] | None = None,
+    ) -> None:
+        row: dict[str, Any] = {
+            "ts": ts,
+            "interval_s": interval_s,
+            "host": host,
+            "gpu_index": gpu_index,
+            "gpu_uuid": gpu_uuid,
+            "gpu_name": gpu_name,
+            "status": status,
+            "gpu_util_pct": gpu_util_pct,
+            "power_w": power_w,
+            "energy_mj": energy_mj,
+            "temp_gpu_c": temp_gpu_c,
+            "sm_clock_mhz": sm_clock_mhz,
+            "clock_event_mask": clock_event_mask,
+            "processes": processes if processes is not None else [],
+        }
+        types = dict(SAMPLE_COLUMNS)
+        names = ", ".join(f'"{name}"' for name in row)
+        values = ", ".join(f"?::{types[name]}" for name in row)
+        self.con.execute(f"insert into samples ({names}) values ({values})", list(row.values()))
+
+    def series(self, start: dt.datetime, count: int, *, step_s: float = 10.0, **kw: Any) -> None:
+        """`count` samples at start, start + step_s, ...; `interval_s` defaults to step_s."""
+        kw.setdefault("interval_s", step_s)
+        for k in range(count):
+            self.sample(start + dt.timedelta(seconds=k * step_s), **kw)
+
+    def user(self, user: str, team: str) -> None:
+        self.con.execute("insert into ref_users values (?, ?)", [user, team])
+
+    def host_rule(self, rule_order: int, host_glob: str, team: str) -> None:
+        self.con.execute("insert into ref_hosts values (?, ?, ?)", [rule_order, host_glob, team])
+
+    def price_rule(self, rule_order: int, gpu_glob: str, usd_per_gpu_hour: float) -> None:
+        self.con.execute(
+            "insert into ref_prices values (?, ?, ?)", [rule_order, gpu_glob, usd_per_gpu_hour]
+        )
+
+    def allocation(
+        self,
+        *,
+        job_id: str,
+        user: str | None,
+        team: str | None,
+        start_ts: dt.datetime,
+        end_ts: dt.datetime | None,
+        host: str = "node1",
+        gpu_index: int = 0,
+    ) -> None:
+        self.con.execute(
+            "insert into allocations values (?, ?, ?, ?, ?, ?, ?, 'raw/allocations/test.csv')",
+            [job_id, user, team, host, gpu_index, start_ts, end_ts],
+        )
+
+    def build(self) -> BuildResult:
+        return build_models(self.con, self.config)
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """Query results as dicts."""
+        cursor = self.con.execute(sql, params or [])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def one(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
+        rows = self.rows(sql, params)
+        assert len(rows) == 1, rows
+        return rows[0]
