@@ -1,0 +1,91 @@
+"""The weekly report flow: write the page and the email, publish a summary, send on request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.weeks import last_complete_week, week_monday
+from reports.mail import read_message, send_message
+from reports.weekly import ReportFiles, write_report
+
+ARTIFACT_KEY = "gpufleet-weekly-report"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportResult:
+    """What one report run wrote and whom it mailed; `str()` is what the CLI prints."""
+
+    files: ReportFiles
+    sent_to: tuple[str, ...] = ()
+
+    @property
+    def page_path(self) -> Path:
+        return self.files.page_path
+
+    @property
+    def email_path(self) -> Path:
+        return self.files.email_path
+
+    def __str__(self) -> str:
+        text = str(self.files)
+        if self.sent_to:
+            text += f"\n  sent to: {', '.join(self.sent_to)}"
+        return text
+
+
+def check_week(week: str) -> str:
+    """`week` if it is an ISO week like 2026-W46, else a GpufleetError."""
+    try:
+        week_monday(week)
+    except ValueError as exc:
+        raise GpufleetError(f"'{week}' is not an ISO week like 2026-W46") from exc
+    return week
+
+
+@task(name="write-report", cache_policy=NO_CACHE)
+def write_report_task(config: Config, week: str) -> ReportFiles:
+    """Read the week's marts and write index.html and report.eml."""
+    return write_report(config, week)
+
+
+@task(name="publish-summary", cache_policy=NO_CACHE)
+def publish_summary(files: ReportFiles) -> None:
+    """Publish the week's summary as a Prefect markdown artifact."""
+    create_markdown_artifact(
+        markdown=files.summary_markdown,
+        key=ARTIFACT_KEY,
+        description=f"gpufleet weekly report {files.week}",
+    )
+
+
+@task(name="send-report", cache_policy=NO_CACHE)
+def send_report(config: Config, email_path: Path) -> tuple[str, ...]:
+    """Send the written report.eml over SMTP (no retries: the failure is reported at once)."""
+    return send_message(config, read_message(email_path))
+
+
+@flow(name="weekly-report", log_prints=False)
+def report_flow(
+    data_dir: str = "data",
+    config_path: str | None = None,
+    week: str | None = None,
+    send: bool = False,
+) -> ReportResult:
+    """Render one week's report (default: the last complete week) and email it on request."""
+    config = load_config(config_path=config_path, data_dir=data_dir)
+    label = check_week(week) if week else last_complete_week(config.timezone)
+    files = write_report_task(config, label)
+    publish_summary(files)
+    sent_to = send_report(config, files.email_path) if send else ()
+    return ReportResult(files=files, sent_to=sent_to)
+
+
+if __name__ == "__main__":
+    print(report_flow())

@@ -1,0 +1,236 @@
+"""Render the week's rows into the self-contained HTML page, the email bodies and a summary.
+
+Jinja autoescapes every HTML template, so a team called `<script>` shows as text. Chart
+specs go into the page as JSON inside one `<script type="application/json">` element, with
+`<`, `>` and `&` written as `\\u003c` etc. so no value can close the element. The Vega,
+Vega-Lite and vega-embed libraries are inlined once, from vl-convert's bundle.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jinja2
+import vl_convert
+from markupsafe import Markup
+
+from reports.charts import NamedChart
+from reports.data import Kpi, WeekData
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("reports", "templates"),
+    autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default=False),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+_JSON_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def script_json(value: object) -> str:
+    """JSON that is safe inside a <script> element: nothing in it can end the element."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for raw, escaped in _JSON_ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return text
+
+
+@functools.cache
+def vega_bundle() -> str:
+    """vega, vega-lite and vega-embed as one script that sets window.vegaEmbed (about 0.9 MB)."""
+    bundle = vl_convert.javascript_bundle(
+        "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;"
+    )
+    # The bundle is inlined in a <script> element; make sure nothing in it can close that.
+    return bundle.replace("</script", "<\\/script").replace("<!--", "<\\!--")
+
+
+def page_spec(chart: NamedChart) -> dict[str, Any]:
+    """The chart's Vega-Lite spec as the page embeds it: no `$schema` URL (the page says
+    mode "vega-lite" instead), so the page names no external address at all."""
+    spec = chart.spec()
+    spec.pop("$schema", None)
+    return spec
+
+
+# --- formatting -----------------------------------------------------------------------------
+
+
+def format_value(value: float | int | None, kind: str) -> str:
+    """A headline number with its unit."""
+    if value is None:
+        return "–"
+    if kind == "count":
+        return f"{value:,.0f}"
+    if kind == "hours":
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}"
+    if kind == "pct":
+        return f"{value:.1f}%"
+    if kind == "usd":
+        return f"${value:,.0f}"
+    if kind == "kwh":
+        return f"{value:,.0f} kWh" if abs(value) >= 100 else f"{value:,.1f} kWh"
+    if kind == "minutes":
+        return f"{value:,.0f} min"
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def change(
+    value: float | int | None, previous: float | int | None, kind: str
+) -> tuple[str, float | None]:
+    """The change from last week as text, and its sign (None: not comparable)."""
+    if value is None or previous is None:
+        return "no data last week" if previous is None and value is not None else "–", None
+    delta = float(value) - float(previous)
+    if kind == "pct":
+        return f"{delta:+.1f} pts", delta
+    if previous == 0:
+        return ("no change" if delta == 0 else "new"), delta
+    if delta == 0:
+        return "no change", 0.0
+    return f"{100 * delta / abs(float(previous)):+.0f}%", delta
+
+
+def kpi_tone(kpi: Kpi) -> str:
+    """good, bad or neutral: whether this week's change is an improvement."""
+    _, delta = change(kpi.value, kpi.previous, kpi.kind)
+    if delta is None or delta == 0 or kpi.lower_is_better is None:
+        return "neutral"
+    return "good" if (delta < 0) == kpi.lower_is_better else "bad"
+
+
+def format_duration(seconds: float | int | None) -> str:
+    if seconds is None:
+        return "–"
+    minutes = round(float(seconds) / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {rest:02d} min"
+    return f"{hours / 24:.1f} days"
+
+
+def format_number(value: float | int | None, decimals: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{decimals}f}"
+
+
+def format_usd(value: float | int | None) -> str:
+    return "–" if value is None else f"${value:,.0f}"
+
+
+def format_time(value: Any, pattern: str = "%a %d %b %H:%M") -> str:
+    return "–" if value is None else value.strftime(pattern)
+
+
+_ENV.filters.update(
+    value=format_value,
+    duration=format_duration,
+    number=format_number,
+    usd=format_usd,
+    time=format_time,
+)
+_ENV.globals.update(change=change, kpi_tone=kpi_tone)
+
+
+def subject(data: WeekData) -> str:
+    if not data.has_data:
+        return f"gpufleet weekly report {data.week}: no data"
+    return f"gpufleet weekly report {data.week}: {format_usd(data.totals.waste_usd)} idle waste"
+
+
+def _context(data: WeekData, charts: list[NamedChart]) -> dict[str, Any]:
+    return {
+        "data": data,
+        "kpis": data.kpis,
+        "charts": {chart.key: chart for chart in charts},
+        "title": f"GPU fleet report {data.week}",
+        "subject": subject(data),
+    }
+
+
+def render_page(data: WeekData, charts: list[NamedChart]) -> str:
+    """The interactive page: one file, the Vega libraries inlined once, one spec per chart."""
+    specs = {chart.key: page_spec(chart) for chart in charts}
+
+    def slot(key: str) -> Markup:
+        chart = charts_by_key.get(key)
+        if chart is None:
+            return Markup("")
+        return Markup('<figure class="chart" id="chart-{}" data-chart="{}"></figure>').format(
+            key, key
+        )
+
+    charts_by_key = {chart.key: chart for chart in charts}
+    return _ENV.get_template("page.html").render(
+        **_context(data, charts),
+        mode="page",
+        chart_slot=slot,
+        specs_json=Markup(script_json(specs)),
+        vega_bundle=Markup(vega_bundle()) if charts else Markup(""),
+    )
+
+
+def render_email_html(data: WeekData, charts: list[NamedChart], cids: Mapping[str, str]) -> str:
+    """The email's HTML body: the same summary and tables, each chart an <img src="cid:...">."""
+    titles = {chart.key: chart.title for chart in charts}
+
+    def slot(key: str) -> Markup:
+        if key not in cids:
+            return Markup("")
+        return Markup(
+            '<p class="chart"><img src="cid:{}" alt="{}" style="max-width:100%;height:auto"></p>'
+        ).format(cids[key], titles[key])
+
+    chart_slot: Callable[[str], Markup] = slot
+    return _ENV.get_template("email.html").render(
+        **_context(data, charts), mode="email", chart_slot=chart_slot
+    )
+
+
+def render_email_text(data: WeekData) -> str:
+    """The plain-text alternative."""
+    return _ENV.get_template("email.txt").render(data=data, kpis=data.kpis, subject=subject(data))
+
+
+def _md(text: object) -> str:
+    """Text that markdown (and the HTML it may carry) shows literally."""
+    escaped = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for char in "\\`*_[]|#":
+        escaped = escaped.replace(char, "\\" + char)
+    return escaped
+
+
+def summary_markdown(data: WeekData, page_path: str) -> str:
+    """The week's summary as markdown, for the Prefect artifact."""
+    lines = [f"# {_md(subject(data))}", ""]
+    if not data.has_data:
+        lines.append(f"No data for week {data.week}.")
+        return "\n".join(lines) + "\n"
+    lines += ["| | this week | change |", "|---|---:|---:|"]
+    for kpi in data.kpis:
+        text, _ = change(kpi.value, kpi.previous, kpi.kind)
+        lines.append(f"| {kpi.label} | {format_value(kpi.value, kpi.kind)} | {text} |")
+    lines += [
+        "",
+        "| team | GPU-hours | util | waste GPU-hours | waste |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for team in data.teams[:10]:
+        lines.append(
+            f"| {_md(team['team'])} | {format_number(team['gpu_hours'])} "
+            f"| {format_value(team['avg_util_pct'], 'pct')} "
+            f"| {format_number(team['waste_gpu_hours'])} | {format_usd(team['waste_usd'])} |"
+        )
+    lines += ["", f"Report: {_md(page_path)}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,236 @@
+"""A tiny hand-made warehouse with the marts of CONTRACT section 7, for the report's tests.
+
+The numbers are chosen so that every headline figure can be computed by hand:
+
+week 2026-W46 (Mon 2026-11-09 .. Sun 2026-11-15, UTC), previous week 2026-W45.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import duckdb
+
+from gpufleet.config import Config, load_config
+
+WEEK = "2026-W46"
+PREVIOUS_WEEK = "2026-W45"
+MONDAY = dt.date(2026, 11, 9)
+EVIL_TEAM = "<script>alert(1)</script>"
+EVIL_USER = "</script><b>bob</b>"
+EVIL_HOST = "node-<1>"
+
+# Expected headline figures of WEEK (hand-computed from the rows below).
+GPU_HOURS = 574.0
+IDLE_GPU_HOURS = 134.0
+WASTE_GPU_HOURS = 60.0
+WASTE_USD = 1190.0
+ENERGY_KWH = 215.0
+MEAN_UTIL_PCT = 45.0  # (80% x 56 h + 10% x 56 h) / 112 h with a utilization
+GPUS_SEEN = 4
+COVERAGE_PCT = 100 * (4 * 168 - 12) / (4 * 168)
+THERMAL_EVENTS = 4
+THROTTLED_MINUTES = (600 + 300 + 120 + 60) / 60
+PREVIOUS_WASTE_USD = 1060.0
+PREVIOUS_GPU_HOURS = 360.0
+
+UTC = dt.UTC
+
+
+def _ts(day: dt.date, hour: int, minute: int = 0) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(hour, minute), tzinfo=UTC)
+
+
+MART_DDL = """
+create table team_daily (
+    day date, team varchar, gpu_hours double, busy_gpu_hours double, avg_util_pct double,
+    idle_gpu_hours double, waste_gpu_hours double, waste_usd double, energy_kwh double,
+    gpus bigint
+);
+create table team_weekly (
+    iso_week varchar, week_start date, team varchar, gpu_hours double, busy_gpu_hours double,
+    avg_util_pct double, idle_gpu_hours double, waste_gpu_hours double, waste_usd double,
+    energy_kwh double, gpus bigint
+);
+create table idle_episodes (
+    gpu_uuid varchar, host varchar, gpu_index usmallint, gpu_name varchar, team varchar,
+    "user" varchar, job_id varchar, attributed_by varchar, start_ts timestamptz,
+    end_ts timestamptz, idle_seconds double, samples bigint, is_waste boolean,
+    held_memory boolean, waste_usd double
+);
+create table thermal_events (
+    gpu_uuid varchar, host varchar, gpu_index usmallint, team varchar, start_ts timestamptz,
+    end_ts timestamptz, duration_s double, samples bigint, max_temp_gpu_c smallint,
+    min_sm_clock_mhz integer, reasons_mask ubigint, is_hw boolean
+);
+create table gpu_daily (
+    day date, gpu_uuid varchar, host varchar, gpu_name varchar, hours_observed double,
+    avg_util_pct double, idle_hours double, thermal_seconds double, energy_kwh double
+);
+create table host_daily (
+    day date, host varchar, gpus bigint, samples bigint, hours_observed double,
+    first_ts timestamptz, last_ts timestamptz
+);
+create table samples_attributed (
+    gpu_uuid varchar, ts timestamptz, host varchar, gpu_index usmallint, gpu_name varchar,
+    interval_s float, gpu_util_pct float, team varchar, "user" varchar, job_id varchar,
+    attributed_by varchar, is_idle boolean, energy_j double, day date, iso_week varchar
+);
+create table quarantined_files (path varchar, reason varchar, quarantined_at timestamptz);
+"""
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _team_weekly() -> list[tuple[object, ...]]:
+    w46, w45, w44 = MONDAY, MONDAY - dt.timedelta(weeks=1), MONDAY - dt.timedelta(weeks=2)
+    return [
+        # iso_week, week_start, team, gpu_h, busy_h, util%, idle_h, waste_h, waste$, kWh, gpus
+        (WEEK, w46, EVIL_TEAM, 100.0, 20.0, 20.0, 60.0, 50.0, 1150.0, 30.0, 2),
+        (WEEK, w46, "vision", 300.0, 240.0, 80.0, 20.0, 10.0, 40.0, 120.0, 4),
+        (WEEK, w46, "nlp", 150.0, 90.0, 60.0, 30.0, 0.0, 0.0, 60.0, 2),
+        (WEEK, w46, "(unallocated)", 24.0, 0.0, 0.0, 24.0, 0.0, 0.0, 5.0, 1),
+        (PREVIOUS_WEEK, w45, EVIL_TEAM, 80.0, 16.0, 20.0, 40.0, 30.0, 1000.0, 25.0, 2),
+        (PREVIOUS_WEEK, w45, "vision", 280.0, 210.0, 75.0, 30.0, 15.0, 60.0, 110.0, 4),
+        ("2026-W44", w44, "vision", 250.0, 200.0, 80.0, 20.0, 8.0, 30.0, 100.0, 4),
+    ]
+
+
+def _samples() -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for offset in range(7):
+        day = MONDAY + dt.timedelta(days=offset)
+        for hour in range(9, 17):
+            ts = _ts(day, hour)
+            rows.append(
+                ("gpu-v1", ts, "node-a", 0, H100, 3600.0, 80.0, "vision", "alice", "42",
+                 "allocation", False, 2.5e6, day, WEEK)
+            )  # fmt: skip
+            rows.append(
+                ("gpu-x1", ts, EVIL_HOST, 3, H100, 3600.0, 10.0, EVIL_TEAM, EVIL_USER, "j1",
+                 "process", False, 1.0e6, day, WEEK)
+            )  # fmt: skip
+        rows.append(
+            ("gpu-n1", _ts(day, 12), "node-b", 1, H100, 3600.0, None, "nlp", None, None,
+             "host", None, None, day, WEEK)
+        )  # fmt: skip
+    last_week = MONDAY - dt.timedelta(days=3)
+    rows.append(
+        ("gpu-v1", _ts(last_week, 10), "node-a", 0, H100, 3600.0, 50.0, "vision", "alice",
+         "41", "allocation", False, 2.0e6, last_week, PREVIOUS_WEEK)
+    )  # fmt: skip
+    return rows
+
+
+def _episodes() -> list[tuple[object, ...]]:
+    tue, wed = MONDAY + dt.timedelta(days=1), MONDAY + dt.timedelta(days=2)
+    return [
+        # the most expensive: 10 h on the evil team's GPU
+        ("gpu-x1", EVIL_HOST, 3, H100, EVIL_TEAM, EVIL_USER, "j1", "process",
+         _ts(tue, 10), _ts(tue, 20), 36000.0, 3600, True, True, 1150.0),
+        ("gpu-v1", "node-a", 0, H100, "vision", "alice", "42", "allocation",
+         _ts(wed, 0), _ts(wed, 8), 28800.0, 2880, True, False, 40.0),
+        # not waste: never listed
+        ("gpu-v1", "node-a", 0, H100, "vision", "alice", "42", "allocation",
+         _ts(wed, 9), _ts(wed, 9, 20), 1200.0, 120, False, False, 0.0),
+        # last week: not listed
+        ("gpu-v1", "node-a", 0, H100, "vision", "carol", "40", "allocation",
+         _ts(MONDAY - dt.timedelta(days=2), 0), _ts(MONDAY - dt.timedelta(days=2), 9),
+         32400.0, 3240, True, False, 45.0),
+    ]  # fmt: skip
+
+
+def _thermal() -> list[tuple[object, ...]]:
+    thu = MONDAY + dt.timedelta(days=3)
+    return [
+        ("gpu-v1", "node-a", 0, "vision", _ts(thu, 14), _ts(thu, 14, 10), 600.0, 60, 91, 1200,
+         0x40, True),
+        ("gpu-v1", "node-a", 0, "vision", _ts(thu, 15), _ts(thu, 15, 5), 300.0, 30, 88, 1400,
+         0x20, False),
+        ("gpu-v2", "node-a", 1, "vision", _ts(thu, 16), _ts(thu, 16, 2), 120.0, 12, 86, 1500,
+         0x20, False),
+        ("gpu-x1", EVIL_HOST, 3, EVIL_TEAM, _ts(MONDAY, 3), _ts(MONDAY, 3, 1), 60.0, 6, 84,
+         1600, 0x20, False),
+        # previous week
+        ("gpu-v1", "node-a", 0, "vision", _ts(MONDAY - dt.timedelta(days=1), 3),
+         _ts(MONDAY - dt.timedelta(days=1), 4), 3600.0, 360, 95, 1000, 0x60, True),
+    ]  # fmt: skip
+
+
+def _gpu_daily() -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for offset in range(7):
+        day = MONDAY + dt.timedelta(days=offset)
+        for gpu, host in (("gpu-v1", "node-a"), ("gpu-v2", "node-a"), ("gpu-n1", "node-b"),
+                          ("gpu-x1", EVIL_HOST)):  # fmt: skip
+            hours = 12.0 if (gpu == "gpu-n1" and offset == 6) else 24.0
+            rows.append((day, gpu, host, H100, hours, 50.0, 2.0, 0.0, 10.0))
+    for offset in range(7):
+        day = MONDAY - dt.timedelta(days=7 - offset)
+        for gpu in ("gpu-v1", "gpu-v2", "gpu-x1"):
+            rows.append((day, gpu, "node-a", H100, 24.0, 50.0, 2.0, 0.0, 10.0))
+    return rows
+
+
+def _host_daily() -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for offset in range(7):
+        day = MONDAY + dt.timedelta(days=offset)
+        rows.append((day, "node-a", 2, 17280, 48.0, _ts(day, 0, 0), _ts(day, 23, 59)))
+        rows.append((day, EVIL_HOST, 1, 8640, 24.0, _ts(day, 0, 0), _ts(day, 23, 59)))
+        if offset < 6:  # node-b goes silent on Sunday
+            rows.append((day, "node-b", 1, 8640, 24.0, _ts(day, 0, 0), _ts(day, 23, 59)))
+    return rows
+
+
+def make_warehouse(data_dir: Path, *, with_rows: bool = True) -> Path:
+    """Write `<data_dir>/warehouse.duckdb` with the mart tables (and rows unless told not)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "warehouse.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(MART_DDL)
+        if with_rows:
+            inserts: dict[str, list[tuple[object, ...]]] = {
+                "team_weekly": _team_weekly(),
+                "samples_attributed": _samples(),
+                "idle_episodes": _episodes(),
+                "thermal_events": _thermal(),
+                "gpu_daily": _gpu_daily(),
+                "host_daily": _host_daily(),
+                "quarantined_files": [
+                    (
+                        "raw/samples/date=2026-11-10/host=node-b/broken.parquet",
+                        "not a Parquet file",
+                        _ts(MONDAY + dt.timedelta(days=1), 6),
+                    ),
+                ],
+                "team_daily": [
+                    (MONDAY, "vision", 40.0, 32.0, 80.0, 3.0, 1.0, 4.0, 16.0, 4),
+                ],
+            }
+            for table, rows in inserts.items():
+                marks = ", ".join("?" for _ in rows[0])
+                con.executemany(f"insert into {table} values ({marks})", rows)
+    finally:
+        con.close()
+    return path
+
+
+def write_config(data_dir: Path, extra: str = "") -> Path:
+    """A gpufleet.toml in the data directory (UTC), with `extra` TOML appended."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "gpufleet.toml"
+    path.write_text(
+        f'timezone = "UTC"\ndata_dir = "{data_dir}"\n{extra}',
+        encoding="utf-8",
+    )
+    return path
+
+
+def fixture_config(data_dir: Path, extra: str = "") -> tuple[Config, Path]:
+    """The hand-made warehouse in `data_dir` and its configuration (and config file)."""
+    make_warehouse(data_dir)
+    path = write_config(data_dir, extra)
+    return load_config(config_path=path), path

@@ -1,0 +1,431 @@
+"""The weekly report: what it reads from the marts, the page it writes, and its safety rules."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gpufleet.cli import main
+from gpufleet.config import load_config
+from gpufleet.errors import GpufleetError
+from reports import charts as report_charts
+from reports.data import load_week
+from reports.render import change, format_duration, format_value, script_json
+from reports.weekly import write_report
+from tests import report_fixtures as fx
+
+
+class _PageParser(HTMLParser):
+    """Collects the attributes of every tag, the scripts' text, and the KPI cards' text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.attributes: list[tuple[str, str, str]] = []
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self.kpis: dict[str, list[str]] = {}
+        self.table_cells: list[str] = []
+        self._script: dict[str, str | None] | None = None
+        self._kpi: str | None = None
+        self._kpi_depth = 0
+        self._in_td = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            self.attributes.append((tag, name, value or ""))
+        found = dict(attrs)
+        if tag == "script":
+            self._script = found
+        if tag == "td":
+            self._in_td = True
+            self.table_cells.append("")
+        if self._kpi is not None and tag == "div":
+            self._kpi_depth += 1
+        elif found.get("data-kpi"):
+            self._kpi = found["data-kpi"]
+            self._kpi_depth = 1
+            self.kpis[self._kpi or ""] = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._in_td = False
+        if self._kpi is not None and tag == "div":
+            self._kpi_depth -= 1
+            if self._kpi_depth == 0:
+                self._kpi = None
+
+    def handle_data(self, data: str) -> None:
+        if self._script is not None:
+            self.scripts.append((self._script, data))
+            self._script = None
+        if self._kpi is not None and data.strip():
+            self.kpis[self._kpi].append(data.strip())
+        if self._in_td:
+            self.table_cells[-1] += data
+
+
+def parse(html: str) -> _PageParser:
+    parser = _PageParser()
+    parser.feed(html)
+    return parser
+
+
+@pytest.fixture
+def report(tmp_path: Path):
+    config, _ = fx.fixture_config(tmp_path / "data")
+    files = write_report(config, fx.WEEK)
+    return config, files, files.page_path.read_text(encoding="utf-8")
+
+
+# --- what is read from the marts --------------------------------------------------------
+
+
+def test_week_totals_are_the_marts_sums(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, fx.WEEK)
+    totals = data.totals
+    assert totals.gpu_hours == pytest.approx(fx.GPU_HOURS)
+    assert totals.idle_gpu_hours == pytest.approx(fx.IDLE_GPU_HOURS)
+    assert totals.waste_gpu_hours == pytest.approx(fx.WASTE_GPU_HOURS)
+    assert totals.waste_usd == pytest.approx(fx.WASTE_USD)
+    assert totals.energy_kwh == pytest.approx(fx.ENERGY_KWH)
+    assert totals.avg_util_pct == pytest.approx(fx.MEAN_UTIL_PCT)
+    assert totals.gpus_seen == fx.GPUS_SEEN
+    assert totals.coverage_pct == pytest.approx(fx.COVERAGE_PCT)
+    assert totals.thermal_events == fx.THERMAL_EVENTS
+    assert totals.throttled_minutes == pytest.approx(fx.THROTTLED_MINUTES)
+    assert data.previous.waste_usd == pytest.approx(fx.PREVIOUS_WASTE_USD)
+    assert data.previous.gpu_hours == pytest.approx(fx.PREVIOUS_GPU_HOURS)
+
+
+def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    teams = load_week(config, fx.WEEK).teams
+    assert [t["team"] for t in teams[:2]] == [fx.EVIL_TEAM, "vision"]
+    assert [t["waste_usd"] for t in teams] == sorted((t["waste_usd"] for t in teams), reverse=True)
+    assert teams[0]["prev_waste_usd"] == pytest.approx(1000.0)
+    nlp = next(t for t in teams if t["team"] == "nlp")
+    assert nlp["prev_gpu_hours"] is None  # no row last week
+
+
+def test_episodes_are_this_weeks_waste_most_expensive_first(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    episodes = load_week(config, fx.WEEK).episodes
+    assert [(e["team"], e["waste_usd"]) for e in episodes] == [
+        (fx.EVIL_TEAM, 1150.0),
+        ("vision", 40.0),
+    ]
+    assert episodes[0]["user"] == fx.EVIL_USER
+    assert episodes[0]["host"] == fx.EVIL_HOST
+
+
+def test_thermal_hottest_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, fx.WEEK)
+    assert len(data.thermal_events) == fx.THERMAL_EVENTS
+    hottest = data.hottest_gpus[0]
+    assert (hottest["gpu_uuid"], hottest["max_temp_gpu_c"], hottest["events"]) == ("gpu-v1", 91, 2)
+    assert hottest["throttled_minutes"] == pytest.approx(15.0)
+    problems = {h["host"]: h["problems"] for h in data.hosts_with_problems}
+    assert list(problems) == ["node-b"]
+    assert "silent at the end of the week" in problems["node-b"]
+    assert "1 day without data" in problems["node-b"]
+    assert data.quarantined_total == 1
+
+
+def test_heatmap_hours_are_local_hours(tmp_path: Path) -> None:
+    config, config_path = fx.fixture_config(tmp_path)
+    utc = {r["hour"] for r in load_week(config, fx.WEEK).heatmap if r["team"] == "vision"}
+    assert utc == set(range(9, 17))
+    tokyo = tmp_path / "tokyo.toml"
+    tokyo.write_text(config_path.read_text().replace('"UTC"', '"Asia/Tokyo"'))
+    rows = load_week(load_config(config_path=tokyo), fx.WEEK).heatmap
+    hours = {r["hour"] for r in rows if r["team"] == "vision"}
+    assert hours == {(h + 9) % 24 for h in range(9, 17)}  # 09:00 UTC is 18:00 in Tokyo
+
+
+def test_missing_warehouse_is_a_clear_error(tmp_path: Path) -> None:
+    fx.write_config(tmp_path)
+    config = load_config(config_path=tmp_path / "gpufleet.toml")
+    with pytest.raises(GpufleetError, match=r"warehouse\.duckdb: no warehouse.*gpufleet ingest"):
+        write_report(config, fx.WEEK)
+    assert not (tmp_path / "reports").exists()
+
+
+def test_warehouse_without_marts_says_to_build(tmp_path: Path) -> None:
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb")) as con:
+        con.execute("create table samples(x int)")
+    config = load_config(config_path=fx.write_config(tmp_path))
+    with pytest.raises(GpufleetError, match=r"has no team_daily, .*run 'gpufleet build'"):
+        write_report(config, fx.WEEK)
+
+
+def test_report_leaves_the_warehouse_untouched_and_reads_beside_a_reader(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    before = hashlib.sha256(config.warehouse_path.read_bytes()).hexdigest()
+    other_reader = duckdb.connect(str(config.warehouse_path), read_only=True)
+    try:
+        write_report(config, fx.WEEK)
+    finally:
+        other_reader.close()
+    assert hashlib.sha256(config.warehouse_path.read_bytes()).hexdigest() == before
+    assert not Path(str(config.warehouse_path) + ".wal").exists()
+
+
+# --- the page ---------------------------------------------------------------------------
+
+
+def test_page_shows_the_fleet_in_numbers_with_changes(report) -> None:
+    _, files, page = report
+    kpis = parse(page).kpis
+    assert kpis["waste_usd"][:3] == ["Idle waste", "$1,190", "+12%"]
+    assert kpis["gpu_hours"][:3] == ["GPU-hours", "574", "+59%"]
+    assert kpis["avg_util_pct"][:3] == ["Mean utilization", "45.0%", "-5.0 pts"]
+    assert kpis["gpus_seen"][:2] == ["GPUs seen", "4"]
+    assert kpis["thermal_events"][:3] == ["Thermal events", "4", "+300%"]
+    assert kpis["coverage_pct"][:3] == ["Data coverage", "98.2%", "-1.8 pts"]
+    assert set(kpis) == {
+        "gpus_seen",
+        "gpu_hours",
+        "avg_util_pct",
+        "idle_gpu_hours",
+        "waste_gpu_hours",
+        "waste_usd",
+        "energy_kwh",
+        "thermal_events",
+        "throttled_minutes",
+        "coverage_pct",
+    }
+    assert files.page_path == files.page_path.parent / "index.html"
+    assert files.page_path.parent.name == fx.WEEK
+
+
+def test_page_tables_show_episodes_thermal_and_data_quality(report) -> None:
+    _, _, page = report
+    cells = parse(page).table_cells
+    assert "j1" in cells and "10 h 00 min" in cells and fx.EVIL_USER in cells
+    assert "gpu-v1" in cells  # hottest GPU
+    assert any("silent at the end of the week" in cell for cell in cells)
+    assert "raw/samples/date=2026-11-10/host=node-b/broken.parquet" in cells
+
+
+def test_vega_is_inlined_once_and_every_chart_embedded(report) -> None:
+    _, _, page = report
+    scripts = parse(page).scripts
+    assert len(scripts) == 3  # the libraries, the specs, the code that embeds them
+    assert page.count("window.vegaEmbed=") == 1
+    bundle = scripts[0][1]
+    assert len(bundle) > 500_000 and "vegaEmbed" in bundle
+    specs_attrs, specs_text = scripts[1]
+    assert specs_attrs == {"type": "application/json", "id": "gpufleet-specs"}
+    specs = json.loads(specs_text)
+    assert list(specs) == [
+        "utilization",
+        "team-utilization",
+        "busy-idle",
+        "waste-trend",
+        "thermal-timeline",
+        "hottest-gpus",
+    ]
+    for key in specs:
+        assert f'id="chart-{key}"' in page
+    assert scripts[2][1].count("vegaEmbed(") == 1  # one call, made once per chart
+
+
+def test_page_names_no_external_address(report) -> None:
+    _, _, page = report
+    parser = parse(page)
+    for tag, name, value in parser.attributes:
+        if name in {"src", "href", "action", "data", "poster"}:
+            assert "://" not in value and not value.startswith("//"), (tag, name, value)
+    assert not any(tag in {"link", "img", "iframe"} for tag, _, _ in parser.attributes)
+    bundle = parser.scripts[0][1]
+    outside_the_libraries = page.replace(bundle, "")
+    assert not re.search(r"https?://", outside_the_libraries)
+    # the libraries mention addresses only as XML namespaces and the (disabled) editor link
+    for url in set(re.findall(r"https?://[^\s\"'`)]+", bundle)):
+        assert url.startswith(
+            ("http://www.w3.org/", "https://vega.github.io/", "https://github.com/")
+        ), url
+
+
+def test_names_are_escaped_in_the_page(report) -> None:
+    _, _, page = report
+    assert fx.EVIL_TEAM not in page
+    assert fx.EVIL_USER not in page
+    assert "<b>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "node-&lt;1&gt;" in page
+    parser = parse(page)
+    # nothing closes a script early: exactly our three scripts, the specs parse as JSON
+    assert page.count("</script>") == 3
+    specs = json.loads(parser.scripts[1][1])
+    assert fx.EVIL_TEAM in json.dumps(specs, ensure_ascii=False)
+    assert fx.EVIL_TEAM in parser.table_cells
+
+
+def test_script_json_cannot_close_a_script() -> None:
+    text = script_json({"team": "</script><script>alert(1)</script>", "x": "a&b\u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {"team": "</script><script>alert(1)</script>", "x": "a&b\u2028"}
+
+
+def test_week_without_data_renders_a_clear_page(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    files = write_report(config, "2026-W30")
+    page = files.page_path.read_text(encoding="utf-8")
+    assert not files.has_data
+    assert "No data for week 2026-W30" in page
+    assert "Weeks with data: 2026-W46, 2026-W45, 2026-W44" in page
+    assert "<script" not in page  # no charts, so no libraries either
+    assert files.subject == "gpufleet weekly report 2026-W30: no data"
+    assert files.email_path.is_file()
+
+
+# --- the charts, through their specs -----------------------------------------------------
+
+
+def _data(tmp_path: Path):
+    config, _ = fx.fixture_config(tmp_path)
+    return load_week(config, fx.WEEK)
+
+
+def _values(spec: dict) -> list[dict]:
+    """The rows a chart carries inline."""
+    return spec["data"]["values"]
+
+
+def _tooltips(spec: dict) -> list[str]:
+    encoding = spec.get("spec", spec).get("encoding", {})
+    return [t["field"] for t in encoding.get("tooltip", [])]
+
+
+def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
+    built = report_charts.build_charts(_data(tmp_path))
+    assert [c.key for c in built] == [
+        "utilization",
+        "team-utilization",
+        "busy-idle",
+        "waste-trend",
+        "thermal-timeline",
+        "hottest-gpus",
+    ]
+    for chart in built:
+        spec = chart.spec()
+        assert _values(spec), chart.key
+        assert "url" not in spec["data"], chart.key
+        assert _tooltips(spec), chart.key
+
+
+def test_busy_versus_idle_splits_each_teams_hours(tmp_path: Path) -> None:
+    spec = report_charts.busy_versus_idle(_data(tmp_path).teams).to_dict()
+    rows = _values(spec)
+    evil = {r["state"]: r["hours"] for r in rows if r["team"] == fx.EVIL_TEAM}
+    assert evil == {"in use": 40.0, "idle, under the waste threshold": 10.0, "idle waste": 50.0}
+    assert spec["mark"]["type"] == "bar"
+    assert spec["encoding"]["x"]["stack"] == "zero"
+
+
+def test_heatmap_spec_is_day_by_hour_utilization(tmp_path: Path) -> None:
+    heatmap = _data(tmp_path).heatmap
+    spec = report_charts.utilization_heatmap(heatmap).to_dict()
+    assert spec["mark"]["type"] == "rect"
+    assert spec["encoding"]["x"]["field"] == "hour"
+    assert spec["encoding"]["y"]["field"] == "day"
+    assert spec["encoding"]["color"]["scale"]["domain"] == [0, 100]
+    rows = _values(spec)
+    assert rows[0]["day"] == "2026-11-09 Mon"
+    teams = report_charts.team_heatmaps(heatmap).to_dict()
+    assert teams["facet"]["field"] == "team"
+
+
+def test_waste_trend_highlights_a_team_from_the_legend(tmp_path: Path) -> None:
+    spec = report_charts.waste_trend(_data(tmp_path).waste_trend).to_dict()
+    assert spec["params"][0]["bind"] == "legend"
+    weeks = {r["iso_week"] for r in _values(spec)}
+    assert weeks == {"2026-W44", "2026-W45", "2026-W46"}
+
+
+def test_thermal_timeline_spans_the_week_in_local_time(tmp_path: Path) -> None:
+    data = _data(tmp_path)
+    spec = report_charts.thermal_timeline(data.thermal_events, data).to_dict()
+    assert spec["encoding"]["x"]["scale"]["domain"] == [
+        "2026-11-09T00:00:00",
+        "2026-11-16T00:00:00",
+    ]
+    rows = _values(spec)
+    assert {r["kind"] for r in rows} == {"HW slowdown", "SW thermal slowdown"}
+    assert max(r["duration_min"] for r in rows) == pytest.approx(10.0)
+
+
+# --- formatting ---------------------------------------------------------------------------
+
+
+def test_formatting_and_changes() -> None:
+    assert format_value(1234.4, "usd") == "$1,234"
+    assert format_value(None, "pct") == "–"
+    assert change(45.0, 50.0, "pct") == ("-5.0 pts", -5.0)
+    assert change(1190.0, 1060.0, "usd")[0] == "+12%"
+    assert change(5.0, 0.0, "count")[0] == "new"
+    assert change(5.0, None, "count")[0] == "no data last week"
+    assert format_duration(36000) == "10 h 00 min"
+    assert format_duration(2700) == "45 min"
+
+
+# --- through the CLI and Prefect -----------------------------------------------------------
+
+
+def test_cli_report_writes_the_page_and_prints_the_paths(
+    tmp_path: Path, prefect_harness: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config_path = fx.fixture_config(tmp_path)
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK]) == 0
+    out = capsys.readouterr().out
+    page = tmp_path / "reports" / fx.WEEK / "index.html"
+    assert f"page:  {page}" in out
+    assert f"email: {page.parent / 'report.eml'}" in out
+    assert "$1,190 idle waste" in out
+    assert page.is_file()
+
+
+def test_cli_report_without_a_warehouse_fails_with_one_line(
+    tmp_path: Path, prefect_harness: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_path = fx.write_config(tmp_path)
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("gpufleet: error: ")
+    assert "no warehouse here" in err[-1]
+
+
+def test_report_flow_publishes_the_summary_artifact(tmp_path: Path, prefect_harness: None) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.report import ARTIFACT_KEY, report_flow
+
+    _, config_path = fx.fixture_config(tmp_path)
+    result = report_flow(data_dir=str(tmp_path), config_path=str(config_path), week=fx.WEEK)
+    assert result.page_path.is_file()
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[ARTIFACT_KEY]))
+        )
+    assert artifacts, "no artifact with the report's key"
+    latest = max(artifacts, key=lambda a: str(a.created))
+    assert latest.type == "markdown"
+    assert "gpufleet weekly report 2026-W46: $1,190 idle waste" in str(latest.data)
+    assert "&lt;script&gt;" in str(latest.data)  # the team name shows as text there too
+
+
+def test_report_flow_rejects_a_bad_week(tmp_path: Path, prefect_harness: None) -> None:
+    from flows.report import report_flow
+
+    _, config_path = fx.fixture_config(tmp_path)
+    with pytest.raises(GpufleetError, match="not an ISO week"):
+        report_flow(data_dir=str(tmp_path), config_path=str(config_path), week="2026-W60")
