@@ -20,7 +20,7 @@ buckets as (
 local_dates as (
     select
         bucket,
-        timezone(getvariable('timezone'), make_timestamp(bucket * 900000000)::timestamptz)::date
+        timezone(getvariable('timezone'), to_timestamp(bucket * 900))::date
             as day,
     from buckets
 ),

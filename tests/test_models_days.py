@@ -1,0 +1,256 @@
+"""CONTRACT sections 6 and 7: local days and ISO weeks, daily and weekly measures, docs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from flows.models import build_order, discover_models
+from tests.test_models_fixtures import Fleet
+
+UTC = dt.UTC
+
+
+def sample_every_minute(fleet: Fleet, first: dt.datetime, last: dt.datetime) -> None:
+    """One 60 s sample of GPU-A per minute from `first` to `last` (UTC, inclusive)."""
+    fleet.con.execute(
+        """
+        insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name, status,
+                             gpu_util_pct)
+        select ts, 60, 'node1', 0, 'GPU-A', 'NVIDIA H100 80GB HBM3', 'ok', 50
+        from generate_series(?::timestamptz, ?::timestamptz, interval 1 minute) as t(ts)
+        """,
+        [first, last],
+    )
+
+
+@pytest.mark.parametrize(
+    ("day", "hours"),
+    [(dt.date(2026, 3, 29), 23.0), (dt.date(2026, 10, 25), 25.0), (dt.date(2026, 3, 28), 24.0)],
+)
+def test_dst_days_have_23_and_25_hours_in_europe_berlin(day: dt.date, hours: float) -> None:
+    fleet = Fleet(timezone="Europe/Berlin")
+    # Sample the whole of March 27 .. 30 and October 24 .. 26 (UTC), minute by minute.
+    sample_every_minute(
+        fleet, dt.datetime(2026, 3, 27, tzinfo=UTC), dt.datetime(2026, 3, 31, tzinfo=UTC)
+    )
+    sample_every_minute(
+        fleet, dt.datetime(2026, 10, 23, tzinfo=UTC), dt.datetime(2026, 10, 27, tzinfo=UTC)
+    )
+    fleet.build()
+    # 2026-03-29 local = [03-28 23:00Z, 03-29 22:00Z): 23 h of 60 s samples = 1380 samples;
+    # 2026-10-25 local = [10-24 22:00Z, 10-25 23:00Z): 25 h = 1500 samples.
+    row = fleet.one("select hours_observed, samples from gpu_daily where day = ?", [day])
+    assert row["hours_observed"] == pytest.approx(hours)
+    assert row["samples"] == hours * 60
+    team = fleet.one("select gpu_hours from team_daily where day = ?", [day])
+    assert team["gpu_hours"] == pytest.approx(hours)
+
+
+def test_local_day_of_a_sample_at_local_midnight_is_the_new_day() -> None:
+    fleet = Fleet(timezone="Europe/Berlin")
+    # 2026-11-16 23:00Z is 2026-11-17 00:00 in Berlin (UTC+1); 22:59:50Z is still the 16th.
+    fleet.sample(dt.datetime(2026, 11, 16, 22, 59, 50, tzinfo=UTC))
+    fleet.sample(dt.datetime(2026, 11, 16, 23, 0, 0, tzinfo=UTC))
+    fleet.build()
+    days = fleet.rows("select day from samples_attributed order by ts")
+    assert [r["day"] for r in days] == [dt.date(2026, 11, 16), dt.date(2026, 11, 17)]
+
+
+def test_iso_week_uses_the_iso_year() -> None:
+    fleet = Fleet()
+    fleet.sample(dt.datetime(2027, 1, 1, 12, tzinfo=UTC))  # a Friday in ISO week 2026-W53
+    fleet.sample(dt.datetime(2027, 1, 4, 12, tzinfo=UTC))  # Monday of 2027-W01
+    fleet.build()
+    weeks = fleet.rows("select day, iso_week, week_start from samples_attributed order by ts")
+    assert weeks == [
+        {"day": dt.date(2027, 1, 1), "iso_week": "2026-W53", "week_start": dt.date(2026, 12, 28)},
+        {"day": dt.date(2027, 1, 4), "iso_week": "2027-W01", "week_start": dt.date(2027, 1, 4)},
+    ]
+
+
+def test_idle_episode_across_midnight_is_one_row_with_waste_split_by_day() -> None:
+    fleet = Fleet(min_minutes=30)
+    fleet.host_rule(1, "*", "infra")
+    fleet.price_rule(1, "*", 3.6)
+    # 180 idle samples of 10 s from 23:50:10 to 00:20:00: one 30-minute waste episode.
+    fleet.series(dt.datetime(2026, 11, 16, 23, 50, 10, tzinfo=UTC), 180, gpu_util_pct=0.0)
+    fleet.build()
+    episode = fleet.one("select start_ts, end_ts, idle_seconds, is_waste from idle_episodes")
+    assert episode == {
+        "start_ts": dt.datetime(2026, 11, 16, 23, 50, tzinfo=UTC),
+        "end_ts": dt.datetime(2026, 11, 17, 0, 20, tzinfo=UTC),
+        "idle_seconds": 1800.0,
+        "is_waste": True,
+    }
+    days = fleet.rows("select day, waste_gpu_hours, waste_usd from team_daily order by day")
+    # Nov 16: ts 23:50:10 .. 23:59:50 = 59 samples = 590 s; Nov 17: 00:00:00 .. 00:20:00 =
+    # 121 samples = 1210 s (a sample at midnight belongs to the new day).
+    assert [r["day"] for r in days] == [dt.date(2026, 11, 16), dt.date(2026, 11, 17)]
+    assert [r["waste_gpu_hours"] for r in days] == pytest.approx([590 / 3600, 1210 / 3600])
+    assert [r["waste_usd"] for r in days] == pytest.approx([0.59, 1.21])  # hours * 3.6
+
+
+def test_team_weekly_is_the_sum_of_team_daily() -> None:
+    fleet = Fleet(min_minutes=1)
+    fleet.host_rule(1, "node1", "infra")
+    fleet.price_rule(1, "*", 2.0)
+    fleet.user("alice", "ml")
+    # Sunday 2026-11-22 and Monday 2026-11-23 (another ISO week), two GPUs, mixed usage.
+    for day in (21, 22, 23):
+        start = dt.datetime(2026, 11, day, 12, tzinfo=UTC)
+        fleet.series(start, 12, gpu_uuid="GPU-A", gpu_util_pct=0.0, energy_mj=None, power_w=100)
+        fleet.series(
+            start,
+            6,
+            gpu_uuid="GPU-B",
+            host="node2",
+            gpu_util_pct=40.0,
+            processes=[{"pid": 1, "user": "alice", "used_mem_bytes": 1, "job_id": None}],
+        )
+    fleet.build()
+    measures = (
+        "gpu_hours",
+        "busy_gpu_hours",
+        "idle_gpu_hours",
+        "waste_gpu_hours",
+        "waste_usd",
+        "energy_kwh",
+        "measured_gpu_hours",
+    )
+    weekly = fleet.rows("select * from team_weekly order by iso_week, team")
+    assert [(w["iso_week"], w["week_start"], w["team"]) for w in weekly] == [
+        ("2026-W47", dt.date(2026, 11, 16), "infra"),
+        ("2026-W47", dt.date(2026, 11, 16), "ml"),
+        ("2026-W48", dt.date(2026, 11, 23), "infra"),
+        ("2026-W48", dt.date(2026, 11, 23), "ml"),
+    ]
+    for week in weekly:
+        daily = fleet.rows(
+            "select * from team_daily where team = ? and day between ? and ?",
+            [week["team"], week["week_start"], week["week_start"] + dt.timedelta(days=6)],
+        )
+        for measure in measures:
+            total = sum(d[measure] or 0.0 for d in daily)
+            assert (week[measure] or 0.0) == pytest.approx(total), (week["iso_week"], measure)
+    infra_w47 = weekly[0]
+    # GPU-A on Nov 21 and 22: 2 days * 12 samples * 10 s = 240 s; 100 W * 240 s = 24 kJ
+    assert infra_w47["gpu_hours"] == pytest.approx(240 / 3600)
+    assert infra_w47["waste_gpu_hours"] == pytest.approx(240 / 3600)  # 120 s >= 60 s each day
+    assert infra_w47["energy_kwh"] == pytest.approx(24_000 / 3.6e6)
+    assert infra_w47["gpus"] == 1
+    ml_w47 = weekly[1]
+    assert ml_w47["avg_util_pct"] == pytest.approx(40.0)
+    assert ml_w47["busy_gpu_hours"] == pytest.approx(0.4 * 120 / 3600)  # 2 days * 60 s * 40 %
+
+
+def test_host_daily() -> None:
+    fleet = Fleet()
+    start = dt.datetime(2026, 11, 16, 8, tzinfo=UTC)
+    fleet.series(start, 3, gpu_uuid="GPU-A", gpu_index=0)
+    fleet.series(start, 2, gpu_uuid="GPU-B", gpu_index=1)
+    fleet.build()
+    assert fleet.one("select * from host_daily") == {
+        "day": dt.date(2026, 11, 16),
+        "host": "node1",
+        "gpus": 2,
+        "samples": 5,
+        "hours_observed": pytest.approx(50 / 3600),
+        "first_ts": start,
+        "last_ts": start + dt.timedelta(seconds=20),
+    }
+
+
+def test_every_mart_and_every_mart_column_has_a_comment() -> None:
+    fleet = Fleet()
+    result = fleet.build()
+    marts = {
+        "samples_attributed",
+        "team_daily",
+        "team_weekly",
+        "idle_episodes",
+        "thermal_events",
+        "gpu_daily",
+        "host_daily",
+    }
+    assert set(result.mart_rows) == marts
+    tables = fleet.rows(
+        "select table_name, comment from duckdb_tables() where schema_name = 'main'"
+    )
+    commented = {t["table_name"] for t in tables if t["comment"]}
+    assert marts <= commented
+    columns = fleet.rows(
+        "select table_name, column_name, comment from duckdb_columns() "
+        "where schema_name = 'main' and table_name in (select unnest(?::varchar[]))",
+        [sorted(marts)],
+    )
+    assert columns
+    assert [c for c in columns if not c["comment"]] == []
+
+
+def test_empty_warehouse_builds_empty_marts_and_keeps_no_intermediate_tables() -> None:
+    fleet = Fleet()
+    result = fleet.build()
+    assert all(rows == 0 for rows in result.mart_rows.values())
+    assert "built" in str(result) and "team_daily" in str(result)
+    leftovers = fleet.rows(
+        "select table_name from duckdb_tables() where table_name like 'int_%' or "
+        "table_name like 'stg_%' union all select view_name from duckdb_views() "
+        "where view_name like 'int_%' or view_name like 'stg_%'"
+    )
+    assert leftovers == []
+
+
+def test_contract_columns_of_every_mart() -> None:
+    fleet = Fleet()
+    fleet.build()
+    contract = {
+        "samples_attributed": "gpu_uuid, ts, host, gpu_index, gpu_name, interval_s, "
+        "gpu_util_pct, team, user, job_id, attributed_by, is_idle, energy_j, day, iso_week",
+        "team_daily": "day, team, gpu_hours, busy_gpu_hours, avg_util_pct, idle_gpu_hours, "
+        "waste_gpu_hours, waste_usd, energy_kwh, gpus",
+        "team_weekly": "iso_week, week_start, team, gpu_hours, busy_gpu_hours, avg_util_pct, "
+        "idle_gpu_hours, waste_gpu_hours, waste_usd, energy_kwh, gpus",
+        "idle_episodes": "gpu_uuid, host, gpu_index, gpu_name, team, user, job_id, "
+        "attributed_by, start_ts, end_ts, idle_seconds, samples, is_waste, held_memory, "
+        "waste_usd",
+        "thermal_events": "gpu_uuid, host, gpu_index, team, start_ts, end_ts, duration_s, "
+        "samples, max_temp_gpu_c, min_sm_clock_mhz, reasons_mask, is_hw",
+        "gpu_daily": "day, gpu_uuid, host, gpu_name, hours_observed, avg_util_pct, idle_hours, "
+        "thermal_seconds, energy_kwh",
+        "host_daily": "day, host, gpus, samples, hours_observed, first_ts, last_ts",
+    }
+    for table, wanted in contract.items():
+        described = {r["column_name"]: r["column_type"] for r in fleet.rows(f"describe {table}")}
+        assert set(wanted.split(", ")) <= described.keys(), table
+        for column, kind in described.items():
+            if column.endswith("_ts") or column == "ts":
+                assert kind == "TIMESTAMP WITH TIME ZONE", (table, column)
+            if column in ("day", "week_start"):
+                assert kind == "DATE", (table, column)
+
+
+def test_models_run_after_the_models_they_read() -> None:
+    models = discover_models()
+    order = build_order(models)
+    assert set(order) == set(models)
+    for position, name in enumerate(order):
+        assert models[name].depends_on <= set(order[:position]), name
+    layers = [models[name].layer for name in order]
+    assert layers.index("intermediate") > max(
+        i for i, layer in enumerate(layers) if layer == "staging"
+    )
+    assert models["int_series_runs"].depends_on == {"int_samples_attributed"}
+    assert "int_series_runs" in models["samples_attributed"].depends_on
+
+
+def test_days_do_not_depend_on_the_session_time_zone() -> None:
+    fleet = Fleet(timezone="Asia/Kolkata")
+    fleet.con.execute("set TimeZone = 'America/New_York'")
+    # 18:29:50Z is 23:59:50 in Kolkata (UTC+5:30); 18:30:00Z is midnight of the next day.
+    fleet.sample(dt.datetime(2026, 11, 16, 18, 29, 50, tzinfo=UTC))
+    fleet.sample(dt.datetime(2026, 11, 16, 18, 30, 0, tzinfo=UTC))
+    fleet.build()
+    days = fleet.rows("select day from samples_attributed order by ts")
+    assert [r["day"] for r in days] == [dt.date(2026, 11, 16), dt.date(2026, 11, 17)]
