@@ -32,7 +32,12 @@ from collectors.nvml import (
 )
 from collectors.procinfo import ProcessInfo
 from collectors.spool import Spool, read_segment
-from collectors.writer import SampleWriteError, safe_host, write_sample_files
+from collectors.writer import (
+    SampleWriteError,
+    safe_host,
+    use_lean_memory_pool,
+    write_sample_files,
+)
 from gpufleet.errors import GpufleetError
 
 _MAX_REINIT_BACKOFF_S = 300.0
@@ -98,6 +103,7 @@ class Collector:
 
     def start(self) -> None:
         """Initialise NVML, find the GPUs and write any spool a previous run left behind."""
+        use_lean_memory_pool()
         init_nvml()
         self._started = True
         self._enumerate()

@@ -227,13 +227,12 @@ class FakeNvml:
             newer = [(ts, v) for ts, v in fake._buffer(handle.gpu, kind) if ts > last_ts]
             if not newer:
                 raise pynvml.NVMLError_NotFound()
-            samples = []
-            for ts, value in newer:
-                sample = pynvml.c_nvmlSample_t()
+            array = (pynvml.c_nvmlSample_t * len(newer))()
+            for sample, (ts, value) in zip(array, newer, strict=True):
                 sample.timeStamp = ts
                 sample.sampleValue.uiVal = value
-                samples.append(sample)
-            return (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, samples)
+            # Like pynvml: a list of views into one ctypes array.
+            return (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, array[0 : len(newer)])
 
         def nvmlDeviceGetUtilizationRates(handle: FakeHandle) -> Any:
             gpu = fake._gpu(handle, "nvmlDeviceGetUtilizationRates")

@@ -18,6 +18,7 @@ from collectors.nvml import (
     Nvml,
     init_nvml,
     list_gpus,
+    sample_pairs,
 )
 from collectors.procinfo import ProcessInfo
 from tests.fake_nvml import FakeNvml, ManualClock, fleet_scenario, gpu_scenario, install_fake
@@ -254,3 +255,28 @@ def test_nvml_errors_are_the_real_pynvml_classes(monkeypatch):
     with pytest.raises(pynvml.NVMLError_GpuIsLost) as info:
         pynvml.nvmlDeviceGetPowerUsage(handle)
     assert info.value.value == pynvml.NVML_ERROR_GPU_IS_LOST
+
+
+def test_sample_pairs_reads_pynvml_arrays_and_loose_samples_alike():
+    array = (pynvml.c_nvmlSample_t * 3)()
+    for sample, (ts, value) in zip(array, [(10, 5), (20, 250), (30, 0)], strict=True):
+        sample.timeStamp = ts
+        sample.sampleValue.uiVal = value
+    expected = [(10, 5.0), (20, 250.0), (30, 0.0)]
+    assert sample_pairs(array[0:3], pynvml.NVML_VALUE_TYPE_UNSIGNED_INT) == expected  # fast path
+    loose = [array[2], array[0], array[1]]  # not contiguous: read field by field
+    assert sorted(sample_pairs(loose, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)) == expected
+    doubles = (pynvml.c_nvmlSample_t * 1)()
+    doubles[0].timeStamp = 7
+    doubles[0].sampleValue.dVal = 12.5
+    assert sample_pairs(doubles[0:1], pynvml.NVML_VALUE_TYPE_DOUBLE) == [(7, 12.5)]
+    assert list(sample_pairs([], 1)) == []
+
+
+def test_out_of_range_samples_are_clamped(monkeypatch):
+    clock = ManualClock()
+    fake = install_fake(monkeypatch, fleet_scenario(1), clock_us=clock.us)
+    reader, [gpu] = open_gpus(fake)
+    t0 = clock.us()
+    fake.push_samples(0, GPU_SAMPLES, [(t0 + 1, 250), (t0 + 2, 50)])
+    assert read(reader, gpu).gpu_util_pct == pytest.approx(75.0)

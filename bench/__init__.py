@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench.run` (all) or `python -m bench.collector` (the collector)."""
