@@ -119,13 +119,17 @@ class Collector:
             if known is None:
                 self._gpus[state.uuid] = state
                 known = state
-            else:
-                known.index, known.handle, known.lost = state.index, state.handle, False
+            else:  # `lost` stays until a read succeeds
+                known.index, known.handle = state.index, state.handle
                 known.name = state.name or known.name
             self._reader.prime(known)
         seen = {state.uuid for state in found}
         for uuid, known in self._gpus.items():
             if uuid not in seen:
+                if not known.lost:
+                    self._say(
+                        "warning", f"GPU {known.index} ({uuid}) is lost: NVML lists it no more"
+                    )
                 known.handle, known.lost = None, True
 
     def _reinit(self) -> bool:
@@ -138,6 +142,7 @@ class Collector:
         except (GpufleetError, pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
             for gpu in self._gpus.values():
                 gpu.handle, gpu.lost = None, True
+            self._next_reinit = min(self._next_reinit, self._monotonic() + self.interval_s)
             self._say("warning", f"NVML re-initialisation failed ({exc}); retrying")
             return False
         return True
@@ -150,13 +155,9 @@ class Collector:
             raise RuntimeError("call start() before tick()")
         now = self._monotonic()
         if any(g.lost for g in self._gpus.values()) and now >= self._next_reinit:
-            recovered = self._reinit() and not any(g.lost for g in self._gpus.values())
-            self._reinit_backoff_s = (
-                self.interval_s
-                if recovered
-                else min(self._reinit_backoff_s * 2, _MAX_REINIT_BACKOFF_S)
-            )
+            self._reinit()
             self._next_reinit = now + self._reinit_backoff_s
+            self._reinit_backoff_s = min(self._reinit_backoff_s * 2, _MAX_REINIT_BACKOFF_S)
         ts_s = self._wall_clock()
         ts_us = int(ts_s * 1_000_000)
         interval_s = max(now - self._last_tick, 0.0)
@@ -182,10 +183,10 @@ class Collector:
             try:
                 sample = self._reader.read(gpu, ts_us=ts_us, interval_s=interval_s)
             except GpuLostError:
-                if not gpu.lost:
+                if not gpu.lost:  # newly lost: re-initialise at the next tick, then back off
                     self._say("warning", f"GPU {gpu.index} ({gpu.uuid}) is lost")
+                    self._next_reinit = min(self._next_reinit, self._monotonic())
                 gpu.lost = True
-                self._next_reinit = min(self._next_reinit, self._monotonic())
                 break
             except NvmlUninitializedError:
                 if attempt == 0 and self._reinit():
@@ -196,6 +197,8 @@ class Collector:
             if gpu.lost:
                 self._say("warning", f"GPU {gpu.index} ({gpu.uuid}) is back")
                 gpu.lost = False
+                if not any(g.lost for g in self._gpus.values()):
+                    self._reinit_backoff_s = self.interval_s
             return sample
         return self._reader.lost_sample(gpu, ts_us=ts_us, interval_s=interval_s)
 
@@ -223,11 +226,11 @@ class Collector:
 
     # -- Parquet ----------------------------------------------------------------------------
 
-    def flush(self) -> bool:
+    def flush(self, *, final: bool = False) -> bool:
         """Turn every spool segment into Parquet; True when nothing is left to write.
 
         On a full or unwritable disk: one clear error line, the spool is kept, and the write
-        is retried later (every min(flush, 60 s)).
+        is retried later (every min(flush, 60 s)), or at the next start when `final`.
         """
         self.spool.rotate()
         try:
@@ -243,10 +246,11 @@ class Collector:
                 message = str(exc)
             else:
                 message = f"cannot read or remove the spool: {exc.strerror or exc}"
+            retry = "at the next start" if final else f"in {self._flush_retry_s:g} s"
             self._say(
                 "error",
                 f"{message}; the spool in {self.spool.directory} is kept and the write is "
-                f"retried in {self._flush_retry_s:g} s",
+                f"retried {retry}",
             )
             self._flush_failing = True
             self._next_flush = self._monotonic() + self._flush_retry_s
@@ -259,7 +263,7 @@ class Collector:
 
     def close(self) -> bool:
         """Flush what is spooled and shut NVML down; True when everything was written."""
-        flushed = self.flush()
+        flushed = self.flush(final=True)
         if self._started:
             shutdown_nvml()
             self._started = False

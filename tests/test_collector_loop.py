@@ -70,6 +70,20 @@ def test_one_lost_gpu_gives_lost_rows_while_the_others_go_on(monkeypatch, tmp_pa
     assert "Traceback" not in messages
 
 
+def test_a_gpu_that_stays_lost_is_retried_with_backoff(monkeypatch, tmp_path, clocks):
+    mono, wall = clocks
+    scenario = fleet_scenario(2)
+    scenario["gpus"][0]["errors"] = {"nvmlDeviceGetPowerUsage": "ResetRequired"}
+    fake = install_fake(monkeypatch, scenario, clock_us=mono.us)
+    collector = make_collector(tmp_path, mono, wall)
+    collector.start()
+    statuses = [[r.status for r in tick(collector, mono, wall)] for _ in range(60)]
+    assert statuses == [["lost", "ok"]] * 60
+    # 10 minutes: re-initialised after 10, 20, 40, 80, 160, 300 s... not on every tick.
+    assert 3 <= fake.count("nvmlInit") - 1 <= 7
+    assert collector._stderr.getvalue().count("is lost") == 1
+
+
 def test_driver_reload_reinitialises_nvml_and_carries_on(monkeypatch, tmp_path, clocks):
     mono, wall = clocks
     fake = install_fake(monkeypatch, fleet_scenario(2), clock_us=mono.us)
