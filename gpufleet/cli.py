@@ -227,6 +227,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     # Everything below needs the pipeline extra.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Without PREFECT_API_URL a flow starts a temporary server; on a busy small host its
+    # start can take longer than Prefect's default 20 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     try:
         if command == "simulate":
             from flows.simulate import SimulationSpec, simulate_fleet
