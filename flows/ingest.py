@@ -43,13 +43,14 @@ import pyarrow as pa
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
-from prefect.states import State
+from prefect.states import Failed, State
 from prefect.tasks import Task
 
 from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
 from flows.refs import References, read_references, replace_references
 from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
 
 logger = logging.getLogger("gpufleet.ingest")
 
@@ -680,12 +681,6 @@ def _is_io_error(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> 
     return False
 
 
-@task(name="read-reference-files", cache_policy=NO_CACHE)
-def read_reference_files(config: Config) -> References:
-    """Read and validate ref/*.csv and raw/allocations/*.csv."""
-    return read_references(config)
-
-
 @task(
     name="find-sample-files",
     cache_policy=NO_CACHE,
@@ -721,8 +716,13 @@ def quarantine_files_task(config: Config, quarantined: tuple[QuarantinedFile, ..
 @flow(name="ingest", log_prints=False)
 def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> IngestResult:
     """Load new raw sample files, the reference files and the allocations."""
-    config = load_config(config_path=config_path, data_dir=data_dir)
-    references = read_reference_files(config)
+    try:
+        config = load_config(config_path=config_path, data_dir=data_dir)
+        # Plain call, not a task: a bad file must fail in one line, without a traceback.
+        references = read_references(config)
+    except GpufleetError as exc:
+        # Prefect raises `exc` to the caller and logs the one line, not a traceback.
+        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
     files = find_sample_files_task(config)
     result = load_warehouse_task(config, references, files)
     quarantine_files_task(config, result.quarantined)

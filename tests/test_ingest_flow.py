@@ -1,0 +1,56 @@
+"""The Prefect flow around the ingest functions (one test harness per session)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from flows.ingest import IngestResult, QuarantineWarning, ingest_flow
+from gpufleet.errors import GpufleetError
+from tests.test_ingest import DAY1, sample, write_samples
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def test_the_flow_loads_and_returns_a_printable_result(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    write_samples(data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10), sample(10)])
+    result = ingest_flow(data_dir=str(data_dir))
+    assert isinstance(result, IngestResult)
+    assert str(result).startswith(
+        "ingest: 1 files, 2 new samples, 1 duplicates skipped, 0 quarantined"
+    )
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from samples").fetchone() == (2,)
+    assert ingest_flow(data_dir=str(data_dir)).samples_loaded == 0
+
+
+def test_the_flow_warns_about_quarantined_files_through_its_logger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data_dir = tmp_path / "data"
+    write_samples(data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    (data_dir / DAY1 / "b.parquet").write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING), pytest.warns(QuarantineWarning):
+        result = ingest_flow(data_dir=str(data_dir))
+    assert result.files_loaded == 1
+    message = f"quarantined {DAY1}/b.parquet: cannot read Parquet"
+    from_run_logger = [
+        r for r in caplog.records if r.name.startswith("prefect") and message in r.getMessage()
+    ]
+    assert from_run_logger, [r.name for r in caplog.records]
+    assert (data_dir / "quarantine" / DAY1 / "b.parquet").is_file()
+
+
+def test_the_flow_fails_on_a_bad_reference_file_and_reads_a_config_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    (data_dir / "ref").mkdir(parents=True)
+    (data_dir / "ref" / "users.csv").write_text("user,team\nalice\n")
+    config = tmp_path / "gpufleet.toml"
+    config.write_text('timezone = "Europe/Berlin"\n')
+    with pytest.raises(GpufleetError, match=r"users\.csv: line 2: expected 2 fields"):
+        ingest_flow(data_dir=str(data_dir), config_path=str(config))
+    assert not (data_dir / "warehouse.duckdb").exists()
