@@ -102,8 +102,12 @@ def test_sigkill_loses_at_most_the_tick_in_progress_and_sigterm_flushes(tmp_path
 
     second = start_collector(scenario, data_dir)
     wait_for(lambda: any((data_dir / "raw" / "samples").rglob("*.parquet")))  # leftover first
-    wait_for(lambda: len(spooled_ticks(data_dir)) >= 5)
-    seen_before_term = spooled_ticks(data_dir)
+
+    def new_ticks() -> list[list[dict]]:
+        return [tick for tick in spooled_ticks(data_dir) if tick[0]["ts"] > killed_at_us]
+
+    wait_for(lambda: len(new_ticks()) >= 5)
+    seen_before_term = new_ticks()
     second.send_signal(signal.SIGTERM)
     _, stderr = second.communicate(timeout=20)
     assert second.returncode == 0, stderr
