@@ -24,17 +24,18 @@ import io
 import os
 import zoneinfo
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flows.simulate_rows import host_window, write_host_window
-from flows.simulate_scenario import Scenario, build_scenario
+from flows.simulate_scenario import HostPlan, Scenario, build_scenario
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.weeks import last_complete_week, week_monday
 
 Progress = Callable[[str], None]
+WORKERS = min(4, os.cpu_count() or 1)
 
 USERS_HEADER = ("user", "team")
 HOSTS_HEADER = ("host_glob", "team")
@@ -270,20 +271,21 @@ def _write_samples(
     samples_dir = data_dir / "raw" / "samples"
     days = _utc_days(start_us, end_us)
     files = rows = 0
-    # Parquet encoding releases the GIL: write one host's files while computing the next.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        pending: list[Future[int]] = []
+
+    def host_day(host: HostPlan, day_start: int, day_end: int, date: str) -> tuple[int, int]:
+        window = host_window(scenario, host, day_start, day_end, spec.flush_us)
+        if window is None:
+            return 0, 0
+        return write_host_window(samples_dir, host.name, date, window), window.table.num_rows
+
+    # numpy and Parquet encoding release the GIL: hosts are generated and written in threads.
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         for number, (day_start, day_end, date) in enumerate(days, start=1):
-            for host in scenario.hosts:
-                window = host_window(scenario, host, day_start, day_end, spec.flush_us)
-                if window is None:
-                    continue
-                rows += window.table.num_rows
-                pending.append(pool.submit(write_host_window, samples_dir, host.name, date, window))
-                while len(pending) > 2:
-                    files += pending.pop(0).result()
-            while pending:
-                files += pending.pop(0).result()
+            jobs = [pool.submit(host_day, h, day_start, day_end, date) for h in scenario.hosts]
+            for job in jobs:
+                written, count = job.result()
+                files += written
+                rows += count
             if progress:
                 progress(f"simulate: day {number}/{len(days)} ({date}) written, {files:,} files")
     return files, rows

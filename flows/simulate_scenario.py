@@ -537,7 +537,7 @@ class _Builder:
         interactive = [i for i, k in enumerate(kinds) if k == "interactive"]
         busy = mixed + training
         hot_rack = (busy[len(busy) // 2] if training else 0) // RACK_SIZE + 1
-        research_hosts = math.ceil(0.6 * len(owned))
+        research_hosts = max(1, round(0.6 * len(owned)))
         hosts: list[HostPlan] = []
         for i, kind in enumerate(kinds):
             owner = None
