@@ -12,7 +12,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -33,6 +32,7 @@ from collectors.nvml import (
 from collectors.procinfo import ProcessInfo
 from collectors.spool import Spool, read_segment
 from collectors.writer import (
+    InvalidSpoolError,
     SampleWriteError,
     safe_host,
     use_lean_memory_pool,
@@ -85,7 +85,7 @@ class Collector:
         self._last_tick = 0.0
         self._next_flush = 0.0
         self._flush_retry_s = min(self.flush_s, 60.0)
-        self._flush_failing = False
+        self._flush_failure = ""  # the last flush error, printed once while it lasts
         self._reinit_backoff_s = self.interval_s
         self._next_reinit = 0.0
         self._unspooled: list[tuple[list[dict[str, Any]], str, str]] = []
@@ -106,7 +106,10 @@ class Collector:
         use_lean_memory_pool()
         init_nvml()
         self._started = True
-        self._enumerate()
+        try:
+            self._enumerate()
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
+            raise GpufleetError(f"cannot list the GPUs through NVML: {exc}") from exc
         now = self._monotonic()
         self._last_tick = now
         self._next_flush = now + self.flush_s
@@ -205,6 +208,10 @@ class Collector:
     def _spool(self, records: list[dict[str, Any]], stamp: str, date_iso: str) -> None:
         self._unspooled.append((records, stamp, date_iso))
         del self._unspooled[:-_MAX_UNSPOOLED_TICKS]
+        self._drain_unspooled()
+
+    def _drain_unspooled(self) -> None:
+        """Append the ticks waiting in memory to the spool, oldest first, while it accepts."""
         while self._unspooled:
             records, stamp, date_iso = self._unspooled[0]
             if self.spool.segment_date not in (None, date_iso):
@@ -232,14 +239,24 @@ class Collector:
         On a full or unwritable disk: one clear error line, the spool is kept, and the write
         is retried later (every min(flush, 60 s)), or at the next start when `final`.
         """
+        self._drain_unspooled()
         self.spool.rotate()
         try:
             for segment in self.spool.closed_segments():
                 records = read_segment(segment)
-                if records:
-                    write_sample_files(
-                        records, samples_root=self.samples_root, host=self.host, stem=segment.stem
-                    )
+                try:
+                    if records:
+                        write_sample_files(
+                            records,
+                            samples_root=self.samples_root,
+                            host=self.host,
+                            stem=segment.stem,
+                        )
+                except InvalidSpoolError as exc:  # never retried forever: set aside, go on
+                    bad = segment.with_suffix(".bad")
+                    segment.rename(bad)
+                    self._say("warning", f"spool segment set aside as {bad}: {exc}")
+                    continue
                 segment.unlink()
         except (SampleWriteError, OSError) as exc:
             if isinstance(exc, SampleWriteError):
@@ -247,17 +264,18 @@ class Collector:
             else:
                 message = f"cannot read or remove the spool: {exc.strerror or exc}"
             retry = "at the next start" if final else f"in {self._flush_retry_s:g} s"
-            self._say(
-                "error",
-                f"{message}; the spool in {self.spool.directory} is kept and the write is "
-                f"retried {retry}",
-            )
-            self._flush_failing = True
+            if message != self._flush_failure or final:  # not the same line every minute
+                self._say(
+                    "error",
+                    f"{message}; the spool in {self.spool.directory} is kept and the write "
+                    f"is retried {retry}",
+                )
+            self._flush_failure = message
             self._next_flush = self._monotonic() + self._flush_retry_s
             return False
-        if self._flush_failing:
+        if self._flush_failure:
             self._say("warning", "sample files are being written again")
-        self._flush_failing = False
+        self._flush_failure = ""
         self._next_flush = self._monotonic() + self.flush_s
         return True
 
@@ -312,7 +330,7 @@ class StopFlag:
         self._reader.close()
         self._writer.close()
 
-    @contextmanager
+    @contextlib.contextmanager
     def on_signals(self, *signums: int) -> Iterator[StopFlag]:
         def handler(signum: int, frame: FrameType | None) -> None:
             self.set()

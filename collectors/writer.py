@@ -37,14 +37,21 @@ def utc_date(ts_us: int) -> str:
     return dt.datetime.fromtimestamp(ts_us / 1e6, tz=dt.UTC).date().isoformat()
 
 
+class InvalidSpoolError(GpufleetError):
+    """Spooled records that do not fit the sample schema (a hand-edited or foreign file)."""
+
+
 def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
     """The contract table of spooled records, sorted by (gpu_uuid, ts).
 
     Sorted in Python: a few thousand rows sort in a millisecond, and pyarrow's compute
     kernels would add about 10 MB to the collector's resident memory.
     """
-    ordered = sorted(records, key=lambda r: (r["gpu_uuid"], r["ts"]))
-    return pa.Table.from_pylist(ordered, schema=schema_with_metadata())
+    try:
+        ordered = sorted(records, key=lambda r: (r["gpu_uuid"], r["ts"]))
+        return pa.Table.from_pylist(ordered, schema=schema_with_metadata())
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
+        raise InvalidSpoolError(f"records do not fit the sample schema: {exc}") from exc
 
 
 def use_lean_memory_pool() -> None:
@@ -63,7 +70,11 @@ def write_sample_files(
     """
     by_date: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        by_date.setdefault(utc_date(record["ts"]), []).append(record)
+        try:
+            date_iso = utc_date(record["ts"])
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InvalidSpoolError(f"a record without a valid ts: {exc}") from exc
+        by_date.setdefault(date_iso, []).append(record)
     written: list[Path] = []
     for date_iso, rows in sorted(by_date.items()):
         directory = Path(partition_dir(str(samples_root), date_iso, safe_host(host)))

@@ -250,3 +250,39 @@ def test_spool_lines_round_trip_to_the_arrow_types(tmp_path):
     assert row["clock_event_mask"] == 2**63 + 0x40
     assert row["ts"] == dt.datetime(2026, 11, 18, 11, 6, 40, 123456, tzinfo=dt.UTC)
     assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+
+
+def test_a_spool_segment_that_does_not_fit_the_schema_is_set_aside(monkeypatch, tmp_path):
+    mono, wall = ManualClock(), ManualClock(MIDNIGHT + 3600)
+    install_fake(monkeypatch, fleet_scenario(1), clock_us=mono.us)
+    spool_dir = tmp_path / "raw" / ".spool" / "host=node-1"
+    spool_dir.mkdir(parents=True)
+    (spool_dir / "20261118T000000000000Z-0000.jsonl").write_text('[{"ts": "yesterday"}]\n')
+    collector = make_collector(tmp_path, mono, wall)
+    collector.start()  # neither a crash nor a retry loop
+    assert "set aside" in collector._stderr.getvalue()
+    assert [p.suffix for p in spool_dir.iterdir()] == [".bad"]
+    tick(collector, mono, wall)
+    assert collector.close()
+    assert len(sample_files(tmp_path)) == 1
+
+
+def test_ticks_held_in_memory_are_spooled_at_shutdown(monkeypatch, tmp_path):
+    mono, wall = ManualClock(), ManualClock(MIDNIGHT + 3600)
+    install_fake(monkeypatch, fleet_scenario(1), clock_us=mono.us)
+    collector = make_collector(tmp_path, mono, wall)
+    collector.start()
+    real_append = Spool.append
+    calls = {"n": 0}
+
+    def append_fails_once(self, records, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        return real_append(self, records, **kwargs)
+
+    monkeypatch.setattr(Spool, "append", append_fails_once)
+    tick(collector, mono, wall)  # refused: held in memory
+    assert collector.close()  # the shutdown spools it, then writes it
+    [path] = sample_files(tmp_path)
+    assert pq.read_table(path).num_rows == 1
