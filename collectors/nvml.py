@@ -239,8 +239,10 @@ def list_gpus() -> list[GpuState]:
 
 
 # c_nvmlSample_t is a u64 timestamp and an 8-byte c_nvmlValue_t union; struct codes by value
-# type (dVal, uiVal, ulVal, ullVal, sllVal, siVal, usVal), padded to the union's 8 bytes.
-_SAMPLE_FORMATS = ("<Qd", "<QI4x", "<QQ", "<QQ", "<Qq", "<Qi4x", "<QH6x")
+# type (dVal, uiVal, ulVal, ullVal, sllVal, siVal, usVal), padded to the union's 8 bytes,
+# in native byte order.
+_ULONG = "=QQ" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=QI4x"
+_SAMPLE_FORMATS = ("=Qd", "=QI4x", _ULONG, "=QQ", "=Qq", "=Qi4x", "=QH6x")
 
 
 def sample_pairs(samples: Sequence[Any], value_type: int) -> Iterable[tuple[int, float]]:
@@ -292,8 +294,8 @@ class GpuReader:
         for kind in (GPU_SAMPLES, MEMORY_SAMPLES):
             try:
                 newest = self._newest_sample_us(gpu, kind)
-            except GpuLostError:
-                return
+            except (GpuLostError, NvmlUninitializedError):
+                return  # the next read says so, and is handled there
             old = gpu.cursors_us.get(kind)
             if newest is not None and (old is None or newest < old):
                 gpu.cursors_us[kind] = newest

@@ -105,6 +105,20 @@ def test_driver_reload_reinitialises_nvml_and_carries_on(monkeypatch, tmp_path, 
     assert len(read_segment(segment)) == 6
 
 
+def test_gpus_are_keyed_by_uuid_when_the_index_order_changes(monkeypatch, tmp_path, clocks):
+    mono, wall = clocks
+    fake = install_fake(monkeypatch, fleet_scenario(2), clock_us=mono.us)
+    fake.gpus[1]["power_mw"] = 100_000
+    collector = make_collector(tmp_path, mono, wall)
+    collector.start()
+    first = {r.gpu_uuid: (r.gpu_index, r.power_w) for r in tick(collector, mono, wall)}
+    fake.gpus.reverse()  # a reload enumerates them the other way round
+    fake.reload_driver()
+    second = {r.gpu_uuid: (r.gpu_index, r.power_w) for r in tick(collector, mono, wall)}
+    assert {u: p for u, (_, p) in first.items()} == {u: p for u, (_, p) in second.items()}
+    assert {u: i for u, (i, _) in second.items()} == {u: 1 - i for u, (i, _) in first.items()}
+
+
 def test_nvml_missing_at_start_is_one_line_and_a_non_zero_exit(monkeypatch, tmp_path, capsys):
     install_fake(monkeypatch, fleet_scenario(1, library_missing=True))
     status = run_collector(data_dir=tmp_path, interval_s=1.0, flush_s=10.0, host="node-1")
