@@ -1,9 +1,15 @@
 -- Allocations cut into disjoint segments (start_ts, end_ts] per host and GPU index, each
 -- holding the allocation that wins there: among those covering it, the latest start_ts
 -- (ties: the later end, then the larger job_id). An open allocation runs to infinity.
--- Samples then find their allocation with one ASOF join (CONTRACT 6, rule 1).
+-- Each segment is listed once per UTC hour it overlaps within the samples' time range, so
+-- samples find their allocation with an equi-join on (host, gpu_index, hour) and a range
+-- check (CONTRACT 6, rule 1): no sort of the samples, unlike an ASOF join.
 with allocations as (
     select * from stg_allocations
+),
+
+local_days as (
+    select * from int_local_days
 ),
 
 users as (
@@ -70,16 +76,48 @@ covering as (
     group by all
 ),
 
+sample_hours as (
+    select
+        min(bucket) // 4 as first_hour,
+        max(bucket) // 4 as last_hour,
+    from local_days
+),
+
+segments_in_range as (
+    select
+        covering.*,
+        epoch_us(covering.start_ts) as start_us,
+        epoch_us(covering.end_ts) as end_us,
+        greatest(epoch_us(covering.start_ts) // 3600000000, sample_hours.first_hour)
+            as first_hour,
+        least(
+            coalesce(epoch_us(covering.end_ts) // 3600000000, sample_hours.last_hour),
+            sample_hours.last_hour
+        ) as last_hour,
+    from covering, sample_hours
+),
+
+segment_hours as (
+    select
+        segments_in_range.*,
+        hour.generate_series as hour,
+    from segments_in_range,
+        generate_series(segments_in_range.first_hour, segments_in_range.last_hour) as hour
+),
+
 final as (
     select
         host,
         gpu_index,
+        hour,
+        start_us,
+        end_us,
         start_ts,
         end_ts,
         winner.job_id as job_id,
         winner."user" as "user",
         winner.team as team,
-    from covering
+    from segment_hours
 )
 
 select * from final

@@ -29,17 +29,17 @@ local_days as (
 with_allocation as (
     select
         samples.*,
-        allocation_segments.start_ts is not null
-        and (allocation_segments.end_ts is null or samples.ts <= allocation_segments.end_ts)
-            as has_allocation,
+        allocation_segments.start_us is not null as has_allocation,
         allocation_segments.job_id as allocation_job_id,
         allocation_segments."user" as allocation_user,
         allocation_segments.team as allocation_team,
     from samples
-    asof left join allocation_segments
+    left join allocation_segments
         on allocation_segments.host = samples.host
         and allocation_segments.gpu_index = samples.gpu_index
-        and samples.ts > allocation_segments.start_ts
+        and allocation_segments.hour = samples.ts_us // 3600000000
+        and samples.ts_us > allocation_segments.start_us
+        and (allocation_segments.end_us is null or samples.ts_us <= allocation_segments.end_us)
 ),
 
 attributed as (

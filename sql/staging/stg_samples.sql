@@ -22,20 +22,22 @@ renamed as (
         sm_clock_mhz,
         clock_event_mask,
         coalesce(len(processes), 0) as process_count,
-        -- the process holding the most memory, ties to the lowest pid (CONTRACT 6, rule 2)
+        processes[1] as first_process,
+        -- of several processes, the one holding the most memory, ties to the lowest pid
+        -- (CONTRACT 6, rule 2): the maximum of (memory, -pid)
         case
-            when len(processes) > 0 then list_reduce(
-                processes,
-                lambda best, candidate: case
-                    when coalesce(candidate.used_mem_bytes, -1) > coalesce(best.used_mem_bytes, -1)
-                        then candidate
-                    when coalesce(candidate.used_mem_bytes, -1) = coalesce(best.used_mem_bytes, -1)
-                        and candidate.pid < best.pid
-                        then candidate
-                    else best
-                end
+            when len(processes) > 1 then list_max(
+                list_transform(
+                    processes,
+                    lambda process: {
+                        'used_mem_bytes': coalesce(process.used_mem_bytes, -1),
+                        'negated_pid': -(process.pid::bigint),
+                        'user': process."user",
+                        'job_id': process.job_id,
+                    }
+                )
             )
-        end as top_process,
+        end as top_of_many,
     from source
 ),
 
@@ -56,8 +58,12 @@ final as (
         sm_clock_mhz,
         clock_event_mask,
         process_count,
-        top_process."user" as top_process_user,
-        top_process.job_id as top_process_job_id,
+        case
+            when process_count = 1 then first_process."user" else top_of_many."user"
+        end as top_process_user,
+        case
+            when process_count = 1 then first_process.job_id else top_of_many.job_id
+        end as top_process_job_id,
     from renamed
 )
 
