@@ -453,7 +453,7 @@ class GpuReader:
         fresh = [pair for pair in sample_pairs(samples, value_type) if pair[0] > cursor]
         if not fresh:
             return None
-        gpu.cursors_us[kind] = max(timestamp_us for timestamp_us, _ in fresh)
+        gpu.cursors_us[kind] = max(fresh)[0]
         values = [value for _, value in fresh]
         if min(values) < 0.0 or max(values) > 100.0:
             values = [_clamp_pct(value) for value in values]
