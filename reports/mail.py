@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import smtplib
 import ssl
 from collections.abc import Sequence
@@ -44,8 +45,9 @@ def build_message(
     message["Date"] = formatdate(localtime=False)
     message["Message-ID"] = make_msgid(domain="gpufleet")
 
+    # Short Content-IDs that fit one header line: <key.random@gpufleet>.
     images = {
-        chart.key: (make_msgid(idstring=chart.key, domain="gpufleet"), chart) for chart in charts
+        chart.key: (f"<{chart.key}.{secrets.token_hex(6)}@gpufleet>", chart) for chart in charts
     }
     cids = {key: msgid[1:-1] for key, (msgid, _) in images.items()}
     message.set_content(render_email_text(data))

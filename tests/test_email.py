@@ -1,0 +1,320 @@
+"""The report email: its structure, and sending it to a real SMTP server on loopback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import re
+import socket
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
+
+from gpufleet.cli import main
+from reports.mail import read_message
+from reports.weekly import write_report
+from tests import report_fixtures as fx
+
+PASSWORD = "s3cret-Pa55"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Inbox:
+    """An aiosmtpd handler that keeps what arrived."""
+
+    envelopes: list[Envelope] = field(default_factory=list)
+    tls: list[bool] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
+        self.envelopes.append(envelope)
+        self.tls.append(session.ssl is not None)
+        return "250 Message accepted for delivery"
+
+    def message(self, index: int = -1) -> EmailMessage:
+        raw = self.envelopes[index].original_content or b""
+        parsed = BytesParser(policy=policy.default).parsebytes(raw)
+        assert isinstance(parsed, EmailMessage)
+        return parsed
+
+
+@dataclass
+class Authenticator:
+    """Accepts one login and remembers every attempt."""
+
+    attempts: list[tuple[str, str]] = field(default_factory=list)
+
+    def __call__(
+        self, server: Any, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+    ) -> AuthResult:
+        assert isinstance(auth_data, LoginPassword)
+        login, password = auth_data.login.decode(), auth_data.password.decode()
+        self.attempts.append((login, password))
+        return AuthResult(success=(login, password) == ("reporter", PASSWORD), handled=False)
+
+
+def check_report_message(message: EmailMessage, page: bytes) -> None:
+    """The structure every report email must have."""
+    assert message.get_content_type() == "multipart/mixed"
+    text = message.get_body(preferencelist=("plain",))
+    html = message.get_body(preferencelist=("html",))
+    assert text is not None and html is not None
+    assert "THE FLEET IN NUMBERS" in text.get_content()
+    html_text = html.get_content()
+    cids = re.findall(r'src="cid:([^"]+)"', html_text)
+    assert len(cids) == 6
+    images = {
+        str(part["Content-ID"]).strip().strip("<>"): part
+        for part in message.walk()
+        if part.get_content_type() == "image/png"
+    }
+    for cid in cids:
+        assert cid in images, f"cid:{cid} has no image"
+        assert images[cid].get_content()[:8] == b"\x89PNG\r\n\x1a\n"
+    attachments = [part for part in message.iter_attachments() if part.get_filename()]
+    assert [part.get_filename() for part in attachments] == ["index.html"]
+    assert attachments[0].get_content_type() == "text/html"
+    assert attachments[0].get_payload(decode=True) == page
+
+
+# --- the message ----------------------------------------------------------------------
+
+
+def test_report_eml_has_html_with_inline_charts_text_and_the_page(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    files = write_report(config, fx.WEEK)
+    message = read_message(files.email_path)
+    assert message["Subject"] == "gpufleet weekly report 2026-W46: $1,190 idle waste"
+    assert message["From"] == "gpufleet@localhost"
+    check_report_message(message, files.page_path.read_bytes())
+    html = message.get_body(preferencelist=("html",))
+    assert html is not None and "<script" not in html.get_content()
+    related = [p for p in message.walk() if p.get_content_type() == "multipart/related"]
+    assert len(related) == 1
+
+
+def test_names_are_escaped_in_the_email(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    message = read_message(write_report(config, fx.WEEK).email_path)
+    html = message.get_body(preferencelist=("html",))
+    text = message.get_body(preferencelist=("plain",))
+    assert html is not None and text is not None
+    body = html.get_content()
+    assert fx.EVIL_TEAM not in body and fx.EVIL_USER not in body and "<b>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "&lt;/script&gt;&lt;b&gt;bob&lt;/b&gt;" in body
+    assert fx.EVIL_TEAM in text.get_content()  # plain text shows the name as it is
+
+
+# --- sending ----------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _quiet_smtp_server(monkeypatch) -> None:
+    """Keep aiosmtpd's own logging (logger `mail.log`) out of the handlers that Prefect put on
+    the root logger: those may hold a stream an earlier test captured and closed."""
+    monkeypatch.setattr(logging.getLogger("mail.log"), "propagate", False)
+
+
+@pytest.fixture
+def inbox() -> Iterator[tuple[Inbox, int]]:
+    handler = Inbox()
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield handler, port
+    finally:
+        controller.stop()
+
+
+def smtp_config(tmp_path: Path, port: int, *, starttls: bool = False, username: str = "") -> Path:
+    extra = (
+        '[report]\nrecipients = ["ops@example.org", "finance@example.org"]\n'
+        'sender = "gpufleet@example.org"\n'
+        f'[smtp]\nhost = "127.0.0.1"\nport = {port}\n'
+        f'starttls = {"true" if starttls else "false"}\nusername = "{username}"\n'
+    )
+    fx.make_warehouse(tmp_path)
+    return fx.write_config(tmp_path, extra)
+
+
+def test_send_delivers_the_report_to_every_recipient(
+    tmp_path: Path, inbox: tuple[Inbox, int], prefect_harness: None, capsys
+) -> None:
+    handler, port = inbox
+    config_path = smtp_config(tmp_path, port)
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK, "--send"]) == 0
+    assert "sent to: ops@example.org, finance@example.org" in capsys.readouterr().out
+    assert len(handler.envelopes) == 1
+    envelope = handler.envelopes[0]
+    assert envelope.mail_from == "gpufleet@example.org"
+    assert envelope.rcpt_tos == ["ops@example.org", "finance@example.org"]
+    message = handler.message()
+    assert "2026-W46" in message["Subject"]
+    assert message["To"] == "ops@example.org, finance@example.org"
+    page = (tmp_path / "reports" / fx.WEEK / "index.html").read_bytes()
+    check_report_message(message, page)
+
+
+def test_unreachable_server_is_one_clear_error_and_the_files_stay(
+    tmp_path: Path, prefect_harness: None, capsys
+) -> None:
+    port = free_port()  # nothing listens there
+    config_path = smtp_config(tmp_path, port)
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK, "--send"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        f"gpufleet: error: cannot send the report through SMTP server 127.0.0.1:{port}: "
+    )
+    assert (tmp_path / "reports" / fx.WEEK / "index.html").is_file()
+    assert (tmp_path / "reports" / fx.WEEK / "report.eml").is_file()
+
+
+def test_send_without_recipients_says_so(tmp_path: Path, prefect_harness: None, capsys) -> None:
+    _, config_path = fx.fixture_config(tmp_path)
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK, "--send"]) == 1
+    assert "no recipients; set report.recipients" in capsys.readouterr().err
+    assert (tmp_path / "reports" / fx.WEEK / "report.eml").is_file()
+
+
+# --- STARTTLS and login -----------------------------------------------------------------
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost, and its key (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpufleet test SMTP")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "smtp-cert.pem", directory / "smtp-key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls_inbox(tmp_path: Path, monkeypatch) -> Iterator[tuple[Inbox, Authenticator, int]]:
+    """An SMTP server that requires STARTTLS before anything and a login before mail."""
+    cert, key = self_signed_certificate(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this certificate only
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    handler, authenticator, port = Inbox(), Authenticator(), free_port()
+    controller = Controller(
+        handler,
+        hostname="127.0.0.1",
+        port=port,
+        tls_context=context,
+        require_starttls=True,
+        authenticator=authenticator,
+        auth_required=True,
+        auth_require_tls=True,
+    )
+    controller.start()
+    try:
+        yield handler, authenticator, port
+    finally:
+        controller.stop()
+
+
+def test_starttls_and_login_with_the_password_from_the_environment(
+    tmp_path: Path,
+    tls_inbox: tuple[Inbox, Authenticator, int],
+    prefect_harness: None,
+    monkeypatch,
+    capsys,
+    caplog,
+) -> None:
+    handler, authenticator, port = tls_inbox
+    monkeypatch.setenv("GPUFLEET_SMTP_PASSWORD", PASSWORD)
+    config_path = smtp_config(tmp_path, port, starttls=True, username="reporter")
+    caplog.set_level(logging.DEBUG)
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK, "--send"]) == 0
+    assert authenticator.attempts == [("reporter", PASSWORD)]
+    assert handler.tls == [True]
+    assert handler.envelopes[0].rcpt_tos == ["ops@example.org", "finance@example.org"]
+    assert "2026-W46" in handler.message()["Subject"]
+    captured = capsys.readouterr()
+    assert PASSWORD not in captured.out + captured.err + caplog.text
+
+
+def test_a_refused_login_is_one_clear_error_without_the_password(
+    tmp_path: Path,
+    tls_inbox: tuple[Inbox, Authenticator, int],
+    prefect_harness: None,
+    monkeypatch,
+    capsys,
+    caplog,
+) -> None:
+    handler, authenticator, port = tls_inbox
+    monkeypatch.setenv("GPUFLEET_SMTP_PASSWORD", "wrong-" + PASSWORD)
+    config_path = smtp_config(tmp_path, port, starttls=True, username="reporter")
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK, "--send"]) == 1
+    # smtplib tries each mechanism the server offers (PLAIN, then LOGIN)
+    assert authenticator.attempts
+    assert set(authenticator.attempts) == {("reporter", "wrong-" + PASSWORD)}
+    assert handler.envelopes == []
+    err = capsys.readouterr().err
+    assert "refused the login of 'reporter'" in err.strip().splitlines()[-1]
+    assert PASSWORD not in err + caplog.text
+
+
+def test_starttls_checks_the_servers_certificate(
+    tmp_path: Path,
+    tls_inbox: tuple[Inbox, Authenticator, int],
+    prefect_harness: None,
+    monkeypatch,
+    capsys,
+) -> None:
+    handler, _, port = tls_inbox
+    other, _ = self_signed_certificate(tmp_path / "..")  # a certificate the server lacks
+    monkeypatch.setenv("SSL_CERT_FILE", str(other))
+    monkeypatch.setenv("GPUFLEET_SMTP_PASSWORD", PASSWORD)
+    config_path = smtp_config(tmp_path, port, starttls=True, username="reporter")
+    assert main(["--config", str(config_path), "report", "--week", fx.WEEK, "--send"]) == 1
+    assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
+    assert handler.envelopes == []
