@@ -69,7 +69,9 @@ def test_password_comes_only_from_environment(
     assert config.smtp.password == "s3cret"
     assert "s3cret" not in repr(config)
     write(tmp_path / "gpufleet.toml", '[smtp]\nusername = "u"\npassword = "inline"\n')
-    with pytest.raises(GpufleetError, match=r"line 3: unknown key 'smtp.password'.*GPUFLEET_SMTP_PASSWORD"):
+    with pytest.raises(
+        GpufleetError, match=r"line 3: unknown key 'smtp.password'.*GPUFLEET_SMTP_PASSWORD"
+    ):
         load_config(data_dir=tmp_path, environ={})
 
 
