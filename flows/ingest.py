@@ -198,6 +198,7 @@ _INTEGER_TYPES = frozenset(
 _FLOAT_TYPES = frozenset({"FLOAT", "DOUBLE"})
 _TZ_TIMESTAMP_TYPES = frozenset({"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"})
 _CONTRACT_TYPES = dict(SAMPLE_COLUMNS)
+_RESERVED_COLUMNS = ("file_index", "file_row_number")  # read_parquet's virtual columns
 
 
 def _accepts(target: str, source: str) -> bool:
@@ -219,6 +220,9 @@ def _accepts(target: str, source: str) -> bool:
 
 def schema_problem(columns: dict[str, str]) -> str | None:
     """Why a file with these top-level columns (name -> DuckDB type) cannot load, if so."""
+    for name in _RESERVED_COLUMNS:
+        if name in columns:
+            return f"column '{name}' is reserved for read_parquet's own use"
     for name in REQUIRED_SAMPLE_COLUMNS:
         if name not in columns:
             return f"missing required column '{name}'"
@@ -328,7 +332,8 @@ _STAGING_DDL = (
     + ", _problem varchar)"
 )
 
-# The batch's rows that are new: first of their (gpu_uuid, ts) in the batch and absent from
+# The batch's rows that are new: the first of their (gpu_uuid, ts) in the batch (by file,
+# then row; a hash aggregate over the keys, no sort of the wide rows) and absent from
 # `samples`, which is read only within the batch's time range (zone maps skip the rest).
 NEW_ROWS_SQL = f"""
 with
@@ -337,19 +342,19 @@ existing as (
     from samples
     where ts between $min_ts and $max_ts
 ),
-ranked as (
-    select
-        *,
-        row_number() over (partition by gpu_uuid, ts order by _file_index, _row) as _rank,
+first_rows as (
+    select arg_min(rowid, _file_index::bigint * 4294967296 + _row) as batch_rowid
     from _ingest_batch
+    group by gpu_uuid, ts
 ),
 final as (
     select {_QUOTED}
-    from ranked
-    where _rank = 1
+    from _ingest_batch as batch
+    where batch.rowid in (select batch_rowid from first_rows)
         and not exists (
-            select 1 from existing where existing.gpu_uuid = ranked.gpu_uuid
-                and existing.ts = ranked.ts
+            select 1
+            from existing
+            where existing.gpu_uuid = batch.gpu_uuid and existing.ts = batch.ts
         )
 )
 select * from final
@@ -450,12 +455,11 @@ def load_batch(
             None,
             None,
         )
-        before = _count_samples(con)
-        con.execute(
+        inserted = con.execute(
             f"insert into samples ({_QUOTED}) {NEW_ROWS_SQL}",
             {"min_ts": min_ts, "max_ts": max_ts},
-        )
-        outcome.rows_inserted = _count_samples(con) - before
+        ).fetchone()
+        outcome.rows_inserted = int(inserted[0]) if inserted else 0
     con.execute("drop table _ingest_batch")
     return outcome
 
@@ -469,27 +473,18 @@ def _stage_group(
     """Insert one schema group's rows into the staging table (all or nothing)."""
     paths = [str(config.data_dir / file.path) for _, file in members]
     indexes = [index for index, _ in members]
+    # `file_index` is read_parquet's 0-based position of the row's file in `paths`.
     con.execute(
         f"""
         insert into _ingest_batch
         select
-            $indexes[list_position($paths, src._ingest_source)] as _file_index,
+            list_extract($indexes::integer[], src.file_index::integer + 1) as _file_index,
             src.file_row_number as _row,
             {_staging_select(columns)}
-        from read_parquet(
-            $paths,
-            filename = '_ingest_source',
-            file_row_number = true,
-            hive_partitioning = false
-        ) as src
+        from read_parquet($paths, file_row_number = true, hive_partitioning = false) as src
         """,
         {"paths": paths, "indexes": indexes},
     )
-
-
-def _count_samples(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("select count(*) from samples").fetchone()
-    return int(row[0]) if row else 0
 
 
 def record_loaded(

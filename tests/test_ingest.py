@@ -267,6 +267,9 @@ def test_schema_problem_rules() -> None:
     assert schema_problem({**good, "mig_enabled": "INTEGER"}) is not None
     assert schema_problem({**good, "processes": "VARCHAR[]"}) is not None
     assert schema_problem({**good, "processes": 'STRUCT(pid BIGINT, "user" VARCHAR)[]'}) is None
+    assert schema_problem({**good, "file_row_number": "BIGINT"}) == (
+        "column 'file_row_number' is reserved for read_parquet's own use"
+    )
     without_uuid = {k: v for k, v in good.items() if k != "gpu_uuid"}
     assert schema_problem(without_uuid) == "missing required column 'gpu_uuid'"
 
