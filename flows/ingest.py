@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import pyarrow as pa
@@ -71,6 +71,13 @@ class SampleFile:
     path: str  # relative to the data directory, with '/' separators
     size_bytes: int
     mtime_ns: int
+
+
+class LoadedFile(NamedTuple):
+    file: SampleFile
+    row_count: int  # rows read from the file, duplicates included
+    min_ts: dt.datetime | None
+    max_ts: dt.datetime | None
 
 
 @dataclass(frozen=True)
@@ -393,7 +400,7 @@ def _staging_select(columns: dict[str, str]) -> str:
 class BatchOutcome:
     rows_read: int = 0
     rows_inserted: int = 0
-    loaded: list[tuple[SampleFile, int, Any, Any]] = field(default_factory=list)  # rows,min,max
+    loaded: list[LoadedFile] = field(default_factory=list)
     bad: dict[str, str] = field(default_factory=dict)  # path -> reason
 
 
@@ -447,7 +454,7 @@ def load_batch(
     for index, file in enumerate(batch):
         if file.path not in outcome.bad:
             rows, min_ts, max_ts = stats.get(index, (0, None, None))
-            outcome.loaded.append((file, rows, min_ts, max_ts))
+            outcome.loaded.append(LoadedFile(file, rows, min_ts, max_ts))
             outcome.rows_read += rows
 
     if outcome.rows_read:
@@ -489,19 +496,19 @@ def _stage_group(
 
 def record_loaded(
     con: duckdb.DuckDBPyConnection,
-    loaded: Sequence[tuple[SampleFile, int, Any, Any]],
+    loaded: Sequence[LoadedFile],
     loaded_at: dt.datetime,
 ) -> None:
     """Add the loaded files to `loaded_files` in one insert."""
     ts = pa.timestamp("us", tz="UTC")
     table = pa.table(
         {
-            "path": pa.array([f.path for f, *_ in loaded], pa.string()),
-            "size_bytes": pa.array([f.size_bytes for f, *_ in loaded], pa.int64()),
-            "mtime_ns": pa.array([f.mtime_ns for f, *_ in loaded], pa.int64()),
-            "row_count": pa.array([rows for _, rows, _, _ in loaded], pa.int64()),
-            "min_ts": pa.array([lo for _, _, lo, _ in loaded], ts),
-            "max_ts": pa.array([hi for _, _, _, hi in loaded], ts),
+            "path": pa.array([item.file.path for item in loaded], pa.string()),
+            "size_bytes": pa.array([item.file.size_bytes for item in loaded], pa.int64()),
+            "mtime_ns": pa.array([item.file.mtime_ns for item in loaded], pa.int64()),
+            "row_count": pa.array([item.row_count for item in loaded], pa.int64()),
+            "min_ts": pa.array([item.min_ts for item in loaded], ts),
+            "max_ts": pa.array([item.max_ts for item in loaded], ts),
             "loaded_at": pa.array([loaded_at] * len(loaded), ts),
         }
     )
