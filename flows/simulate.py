@@ -155,7 +155,8 @@ class SimulationSummary:
     def __str__(self) -> str:
         span = f"{self.start.isoformat()} to {self.end.isoformat()}"
         lines = [
-            f"simulated {self.gpus:,} GPUs on {self.hosts:,} hosts for {self.days:g} days "
+            f"simulated {self.gpus:,} GPUs on {self.hosts:,} hosts for {self.days:g} "
+            f"day{'' if self.days == 1 else 's'} "
             f"({span}): {self.rows:,} samples in {self.files:,} files "
             f"under {self.data_dir / 'raw' / 'samples'}"
         ]
@@ -219,6 +220,8 @@ def simulate_window(
             raise ValueError(f"{name} must be a timezone-aware datetime, got {moment}")
     if end <= start:
         raise ValueError(f"end ({end}) must be after start ({start})")
+    if start < spec.start:
+        raise ValueError(f"the window must not begin before the spec's start ({spec.start})")
     scenario = scenario_for(spec)
     files, rows = _write_samples(scenario, spec, data_dir, _micros(start), _micros(end), progress)
     return SimulationSummary(

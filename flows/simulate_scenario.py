@@ -37,44 +37,12 @@ EXTERNAL_USER = "ext-jmorales"  # an external collaborator with Slurm allocation
 ROGUE_UNMAPPED_USER = "tmpuser07"  # runs processes with no allocation
 SERVICE_USER = "svc-infer"  # the inference service account (its allocations name a team)
 
-_SURNAMES = (
-    "chen",
-    "kumar",
-    "garcia",
-    "smith",
-    "nguyen",
-    "mueller",
-    "rossi",
-    "tanaka",
-    "silva",
-    "kowalski",
-    "novak",
-    "haddad",
-    "okafor",
-    "larsen",
-    "dubois",
-    "yilmaz",
-    "park",
-    "ivanova",
-    "fischer",
-    "moreau",
-    "santos",
-    "ahmed",
-    "berg",
-    "costa",
-    "weber",
-    "sato",
-    "lopez",
-    "meyer",
-    "khan",
-    "jensen",
-    "romano",
-    "schmidt",
-    "wang",
-    "ali",
-    "olsen",
-    "reyes",
+_SURNAME_TEXT = (
+    "chen kumar garcia smith nguyen mueller rossi tanaka silva kowalski novak haddad "
+    "okafor larsen dubois yilmaz park ivanova fischer moreau santos ahmed berg costa "
+    "weber sato lopez meyer khan jensen romano schmidt wang ali olsen reyes"
 )
+_SURNAMES = tuple(_SURNAME_TEXT.split())
 _INITIALS = "abcdefghijklmnoprstvwy"
 
 
@@ -278,10 +246,14 @@ class Scenario:
     interval_us: int
     span_start_s: int
     span_end_s: int
+    _by_host: dict[int, list[GpuPlan]] = field(default_factory=dict, repr=False)
 
     def host_gpus(self, host: HostPlan) -> list[GpuPlan]:
         """The host's GPUs in uuid order."""
-        return [g for g in self.gpus if g.host.index == host.index]
+        if not self._by_host:
+            for gpu in self.gpus:
+                self._by_host.setdefault(gpu.host.index, []).append(gpu)
+        return self._by_host[host.index]
 
 
 # --- per-tick noise ---------------------------------------------------------------------
@@ -877,7 +849,7 @@ class _Builder:
         end_s: int,
         model: GpuModel,
     ) -> list[tuple[int, State]]:
-        t = points[0][0] + int(rng.exponential(40 * 60))
+        t = points[0][0] + int(rng.exponential(60 * 60))
         while t < end_s:
             length = int(rng.uniform(2, 15) * 60)
             hardware = bool(rng.random() < 0.15)
@@ -887,7 +859,7 @@ class _Builder:
                 min(t + length, end_s),
                 functools.partial(_throttled, model=model, hardware=hardware),
             )
-            t += length + int(rng.exponential(40 * 60)) + 60
+            t += length + int(rng.exponential(60 * 60)) + 60
         return points
 
 
