@@ -7,10 +7,21 @@ week 2026-W46 (Mon 2026-11-09 .. Sun 2026-11-15, UTC), previous week 2026-W45.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
 from pathlib import Path
+from typing import Any
 
 import duckdb
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope, Session
 
 from gpufleet.config import Config, load_config
 
@@ -234,3 +245,50 @@ def fixture_config(data_dir: Path, extra: str = "") -> tuple[Config, Path]:
     make_warehouse(data_dir)
     path = write_config(data_dir, extra)
     return load_config(config_path=path), path
+
+
+# --- a real SMTP server on loopback ----------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Inbox:
+    """An aiosmtpd handler that keeps what arrived."""
+
+    envelopes: list[Envelope] = field(default_factory=list)
+    tls: list[bool] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
+        self.envelopes.append(envelope)
+        self.tls.append(session.ssl is not None)
+        return "250 Message accepted for delivery"
+
+    def message(self, index: int = -1) -> EmailMessage:
+        raw = self.envelopes[index].original_content or b""
+        parsed = BytesParser(policy=policy.default).parsebytes(raw)
+        assert isinstance(parsed, EmailMessage)
+        return parsed
+
+
+@contextlib.contextmanager
+def smtp_inbox(**controller_options: Any) -> Iterator[tuple[Inbox, int]]:
+    """An aiosmtpd server on 127.0.0.1 and a free port, with its inbox.
+
+    aiosmtpd's own logging (logger `mail.log`) is kept out of the root logger's handlers,
+    which Prefect may have bound to a stream that an earlier test captured and closed.
+    """
+    server_log = logging.getLogger("mail.log")
+    propagate, server_log.propagate = server_log.propagate, False
+    handler, port = Inbox(), free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port, **controller_options)
+    controller.start()
+    try:
+        yield handler, port
+    finally:
+        controller.stop()
+        server_log.propagate = propagate

@@ -6,51 +6,23 @@ import datetime as dt
 import ipaddress
 import logging
 import re
-import socket
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from email import policy
 from email.message import EmailMessage
-from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
 from gpufleet.cli import main
 from reports.mail import read_message
 from reports.weekly import write_report
 from tests import report_fixtures as fx
+from tests.report_fixtures import Inbox, free_port, smtp_inbox
 
 PASSWORD = "s3cret-Pa55"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Inbox:
-    """An aiosmtpd handler that keeps what arrived."""
-
-    envelopes: list[Envelope] = field(default_factory=list)
-    tls: list[bool] = field(default_factory=list)
-
-    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
-        self.envelopes.append(envelope)
-        self.tls.append(session.ssl is not None)
-        return "250 Message accepted for delivery"
-
-    def message(self, index: int = -1) -> EmailMessage:
-        raw = self.envelopes[index].original_content or b""
-        parsed = BytesParser(policy=policy.default).parsebytes(raw)
-        assert isinstance(parsed, EmailMessage)
-        return parsed
 
 
 @dataclass
@@ -124,23 +96,10 @@ def test_names_are_escaped_in_the_email(tmp_path: Path) -> None:
 # --- sending ----------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _quiet_smtp_server(monkeypatch) -> None:
-    """Keep aiosmtpd's own logging (logger `mail.log`) out of the handlers that Prefect put on
-    the root logger: those may hold a stream an earlier test captured and closed."""
-    monkeypatch.setattr(logging.getLogger("mail.log"), "propagate", False)
-
-
 @pytest.fixture
 def inbox() -> Iterator[tuple[Inbox, int]]:
-    handler = Inbox()
-    port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield handler, port
-    finally:
-        controller.stop()
+    with smtp_inbox() as running:
+        yield running
 
 
 def smtp_config(tmp_path: Path, port: int, *, starttls: bool = False, username: str = "") -> Path:
@@ -243,22 +202,15 @@ def tls_inbox(tmp_path: Path, monkeypatch) -> Iterator[tuple[Inbox, Authenticato
     context.load_cert_chain(cert, key)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this certificate only
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    handler, authenticator, port = Inbox(), Authenticator(), free_port()
-    controller = Controller(
-        handler,
-        hostname="127.0.0.1",
-        port=port,
+    authenticator = Authenticator()
+    with smtp_inbox(
         tls_context=context,
         require_starttls=True,
         authenticator=authenticator,
         auth_required=True,
         auth_require_tls=True,
-    )
-    controller.start()
-    try:
+    ) as (handler, port):
         yield handler, authenticator, port
-    finally:
-        controller.stop()
 
 
 def test_starttls_and_login_with_the_password_from_the_environment(

@@ -1,0 +1,81 @@
+"""`gpufleet serve`: the Prefect deployments and their schedules, served from this process.
+
+- `ingest-and-build/every-15-minutes`: load new raw files every 15 minutes, and rebuild the
+  models when that ingest loaded something (one run at a time);
+- `weekly-report/monday-0700`: the last complete week's report, emailed, every Monday at
+  07:00 in the configured time zone.
+
+Runs are executed by this process (Prefect's `serve`), against the Prefect API that
+$PREFECT_API_URL names (a `prefect server start`), or a temporary local one without it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, cast
+
+from prefect import flow
+from prefect import serve as prefect_serve
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+from prefect.schedules import Cron, Interval
+
+from flows.build import build_flow
+from flows.ingest import ingest_flow
+from flows.report import report_flow
+from gpufleet.config import Config
+
+INGEST_EVERY = dt.timedelta(minutes=15)
+REPORT_CRON = "0 7 * * 1"  # Monday 07:00
+INGEST_DEPLOYMENT = "every-15-minutes"
+REPORT_DEPLOYMENT = "monday-0700"
+
+
+@flow(name="ingest-and-build", log_prints=False)
+def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
+    """Load new raw files; rebuild the models when the ingest loaded something."""
+    ingested = ingest_flow(data_dir=data_dir, config_path=config_path)
+    if not ingested.loaded_anything:
+        return f"{ingested}\nbuild: skipped, no new samples"
+    built = build_flow(data_dir=data_dir, config_path=config_path)
+    return f"{ingested}\n{built}"
+
+
+def _location(config: Config) -> dict[str, Any]:
+    """The parameters that point a run at this data directory and config file."""
+    return {
+        "data_dir": str(config.data_dir.resolve()),
+        "config_path": str(config.source.resolve()) if config.source else None,
+    }
+
+
+def build_deployments(config: Config) -> list[RunnerDeployment]:
+    """The deployments `gpufleet serve` runs, with their schedules and parameters."""
+    ingest = ingest_and_build.to_deployment(
+        name=INGEST_DEPLOYMENT,
+        schedule=Interval(INGEST_EVERY, timezone=config.timezone),
+        parameters=_location(config),
+        concurrency_limit=1,
+        description="Load new raw files every 15 minutes; rebuild the models when any loaded.",
+        tags=["gpufleet"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    report = report_flow.to_deployment(
+        name=REPORT_DEPLOYMENT,
+        schedule=Cron(REPORT_CRON, timezone=config.timezone),
+        parameters={**_location(config), "week": None, "send": True},
+        concurrency_limit=1,
+        description=(
+            f"Email the last complete week's report every Monday at 07:00 ({config.timezone})."
+        ),
+        tags=["gpufleet"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    built = [ingest, report]
+    assert all(isinstance(deployment, RunnerDeployment) for deployment in built)
+    return cast(list[RunnerDeployment], built)
+
+
+def serve(config: Config) -> int:
+    """Register the deployments and run their scheduled runs until interrupted."""
+    prefect_serve(*build_deployments(config))
+    return 0
