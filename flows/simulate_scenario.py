@@ -180,7 +180,7 @@ class _Job:
     user: str
     team_field: str
     allocated: bool
-    serial: int
+    serial: int = -1  # order of creation, set by _Builder._add
     job_id: str | None = None
     extra_kernel: bool = False
 
@@ -577,8 +577,9 @@ class _Builder:
         after = min(10 * 60, max(span // 80, 60))
         return [(events.reload_s - before, events.reload_s + after)]
 
-    def _add(self, **kwargs: object) -> None:
-        self.jobs.append(_Job(serial=len(self.jobs), **kwargs))  # type: ignore[arg-type]
+    def _add(self, job: _Job) -> None:
+        job.serial = len(self.jobs)
+        self.jobs.append(job)
 
     def plan_jobs(self, hosts: list[HostPlan], gpus: list[GpuPlan], events: Events) -> None:
         external_forced = False
@@ -644,15 +645,17 @@ class _Builder:
                 proc_end = proc_start + int((proc_end - proc_start) * rng.uniform(0.2, 0.8))
             kind = "owned" if owner else "train"
             self._add(
-                kind=kind,
-                gpus=stream,
-                start_s=start,
-                end_s=end,
-                proc_start_s=proc_start,
-                proc_end_s=max(proc_end, proc_start + 60),
-                user=user,
-                team_field=team_field,
-                allocated=True,
+                _Job(
+                    kind=kind,
+                    gpus=stream,
+                    start_s=start,
+                    end_s=end,
+                    proc_start_s=proc_start,
+                    proc_end_s=max(proc_end, proc_start + 60),
+                    user=user,
+                    team_field=team_field,
+                    allocated=True,
+                )
             )
 
     def _notebooks(
@@ -680,16 +683,18 @@ class _Builder:
                 user = _pick(rng, self.team_users[team])
                 team_field = team if rng.random() < 0.25 else ""
             self._add(
-                kind="notebook",
-                gpus=[gpu],
-                start_s=start,
-                end_s=end,
-                proc_start_s=start + int(rng.uniform(60, 300)),
-                proc_end_s=end - 30,
-                user=user,
-                team_field=team_field,
-                allocated=True,
-                extra_kernel=bool(rng.random() < 0.2),
+                _Job(
+                    kind="notebook",
+                    gpus=[gpu],
+                    start_s=start,
+                    end_s=end,
+                    proc_start_s=start + int(rng.uniform(60, 300)),
+                    proc_end_s=end - 30,
+                    user=user,
+                    team_field=team_field,
+                    allocated=True,
+                    extra_kernel=bool(rng.random() < 0.2),
+                )
             )
 
     def _rogue(
@@ -706,15 +711,17 @@ class _Builder:
         for i, (start, end) in enumerate(sessions):
             user = ROGUE_UNMAPPED_USER if i % 2 == 0 else mapped
             self._add(
-                kind="rogue",
-                gpus=[gpu],
-                start_s=start,
-                end_s=end,
-                proc_start_s=start,
-                proc_end_s=end,
-                user=user,
-                team_field="",
-                allocated=False,
+                _Job(
+                    kind="rogue",
+                    gpus=[gpu],
+                    start_s=start,
+                    end_s=end,
+                    proc_start_s=start,
+                    proc_end_s=end,
+                    user=user,
+                    team_field="",
+                    allocated=False,
+                )
             )
 
     def _inference(
@@ -726,15 +733,17 @@ class _Builder:
             runs = [(s, b0) for s, _ in runs] + [(b1, e) for _, e in runs]
         for start, end in runs:
             self._add(
-                kind="inference",
-                gpus=[gpu],
-                start_s=start,
-                end_s=end,
-                proc_start_s=start + 90,
-                proc_end_s=end - 30,
-                user=SERVICE_USER,
-                team_field="platform",
-                allocated=True,
+                _Job(
+                    kind="inference",
+                    gpus=[gpu],
+                    start_s=start,
+                    end_s=end,
+                    proc_start_s=start + 90,
+                    proc_end_s=end - 30,
+                    user=SERVICE_USER,
+                    team_field="platform",
+                    allocated=True,
+                )
             )
 
     def _dev(
@@ -749,15 +758,17 @@ class _Builder:
         for start, end in _sequence(rng, self.horizon_s, self.span_end_s, duration, gap, blackouts):
             team = _pick(rng, TEAMS)
             self._add(
-                kind="dev",
-                gpus=[gpu],
-                start_s=start,
-                end_s=end,
-                proc_start_s=start + int(rng.uniform(20, 90)),
-                proc_end_s=end - 20,
-                user=_pick(rng, self.team_users[team]),
-                team_field=team if rng.random() < 0.5 else "",
-                allocated=True,
+                _Job(
+                    kind="dev",
+                    gpus=[gpu],
+                    start_s=start,
+                    end_s=end,
+                    proc_start_s=start + int(rng.uniform(20, 90)),
+                    proc_end_s=end - 20,
+                    user=_pick(rng, self.team_users[team]),
+                    team_field=team if rng.random() < 0.5 else "",
+                    allocated=True,
+                )
             )
 
     # timelines
