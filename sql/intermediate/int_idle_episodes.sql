@@ -1,37 +1,33 @@
--- Idle runs aggregated to episodes (CONTRACT 6): start = first.ts - first.interval_s,
--- end = last.ts, idle_seconds = sum of interval_s; waste when long enough and attributed.
-with samples as (
-    select * from samples_attributed
+-- Idle episodes (CONTRACT 6): start = first.ts - first.interval_s, end = last.ts,
+-- idle_seconds = sum of interval_s; waste when it lasts at least idle.min_minutes and is
+-- attributed; user and job_id of its first sample; priced by the GPU's name.
+with episode_days as (
+    select * from int_idle_episode_days
 ),
 
 gpu_prices as (
     select * from int_gpu_prices
 ),
 
-idle_samples as (
-    select * from samples
-    where idle_episode_id is not null
-),
-
 episodes as (
     select
-        idle_episode_id as episode_id,
+        episode_id,
         any_value(gpu_uuid) as gpu_uuid,
-        arg_min_null(host, ts) as host,
-        arg_min_null(gpu_index, ts) as gpu_index,
-        arg_min_null(gpu_name, ts) as gpu_name,
+        arg_min(host, first_ts) as host,
+        arg_min(first_gpu_index, first_ts) as gpu_index,
+        any_value(gpu_name) as gpu_name,
         any_value(team) as team,
-        arg_min_null("user", ts) as "user",
-        arg_min_null(job_id, ts) as job_id,
+        arg_min(first_user, first_ts) as "user",
+        arg_min(first_job_id, first_ts) as job_id,
         any_value(attributed_by) as attributed_by,
-        min(ts) as first_ts,
-        arg_min(interval_s, ts) as first_interval_s,
-        max(ts) as end_ts,
-        sum(interval_s)::double as idle_seconds,
-        count(*) as samples,
-        bool_or(has_process) as held_memory,
-    from idle_samples
-    group by idle_episode_id
+        min(first_ts) as first_ts,
+        arg_min(first_interval_s, first_ts) as first_interval_s,
+        max(last_ts) as end_ts,
+        sum(idle_seconds) as idle_seconds,
+        sum(samples)::bigint as samples,
+        bool_or(held_memory) as held_memory,
+    from episode_days
+    group by episode_id
 ),
 
 final as (
@@ -55,8 +51,7 @@ final as (
         episodes.held_memory,
         coalesce(gpu_prices.usd_per_gpu_hour, 0.0) as usd_per_gpu_hour,
         case
-            when is_waste then episodes.idle_seconds / 3600 * coalesce(gpu_prices.usd_per_gpu_hour, 0.0)
-            else 0.0
+            when is_waste then episodes.idle_seconds / 3600 * usd_per_gpu_hour else 0.0
         end as waste_usd,
     from episodes
     left join gpu_prices on gpu_prices.gpu_name is not distinct from episodes.gpu_name

@@ -1,6 +1,7 @@
 -- materialized: temp_view
 -- Every sample with its attribution (CONTRACT 6: allocation, else process, else host, else
--- none), its local day and week, and whether it is idle or thermally throttled.
+-- none), whether it is idle or thermally throttled, and its series id and 15-minute bucket
+-- (the series model joins the uuid, GPU name and local day back after its windows).
 -- A view: it is read once, by the series model, so it is never held in memory whole.
 with samples as (
     select * from stg_samples
@@ -20,10 +21,6 @@ users as (
 
 host_teams as (
     select * from int_host_teams
-),
-
-local_days as (
-    select * from int_local_days
 ),
 
 with_allocation as (
@@ -73,13 +70,11 @@ attributed as (
 final as (
     select
         series_ids.series_id,
-        attributed.gpu_uuid,
         attributed.ts,
         attributed.ts_us,
         attributed.interval_s,
         attributed.host,
         attributed.gpu_index,
-        attributed.gpu_name,
         attributed.status,
         attributed.gpu_util_pct,
         attributed.team,
@@ -94,12 +89,9 @@ final as (
         attributed.sm_clock_mhz,
         attributed.power_w,
         attributed.energy_mj,
-        local_days.day,
-        local_days.iso_week,
-        local_days.week_start,
+        attributed.ts_us // 900000000 as local_day_bucket,
     from attributed
     inner join series_ids on series_ids.gpu_uuid = attributed.gpu_uuid
-    inner join local_days on local_days.bucket = attributed.ts_us // 900000000
 )
 
 select * from final

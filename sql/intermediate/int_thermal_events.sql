@@ -1,11 +1,11 @@
 -- Thermal runs aggregated to events (CONTRACT 6): same start/end/duration rule as idle
 -- episodes; the team of the first sample; the OR of the clock-event masks.
-with samples as (
-    select * from samples_attributed
+with series_runs as (
+    select * from int_series_runs
 ),
 
 thermal_samples as (
-    select * from samples
+    select * from series_runs
     where thermal_event_id is not null
 ),
 

@@ -1,11 +1,11 @@
--- Every sample with its attribution, energy, local day and week, and its idle episode and
--- thermal event if any.
-with series_runs as (
-    select * from int_series_runs
+-- Every sample with its attribution, energy, local day and week, and whether it starts an
+-- idle episode or a thermal event.
+with samples_sequenced as (
+    select * from int_samples_sequenced
 ),
 
 final as (
-    select * from series_runs
+    select * from samples_sequenced
 )
 
 select * from final

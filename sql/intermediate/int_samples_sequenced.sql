@@ -1,0 +1,107 @@
+-- materialized: temp_view
+-- The gaps of gaps-and-islands, once for idle episodes and thermal events alike. Per series
+-- (gpu_uuid ordered by ts), from each sample and the one before it: whether it is
+-- contiguous, its energy, and whether it starts an idle run (idle, and not continuing an
+-- idle run of the same team and attribution) or a thermal run (CONTRACT 6).
+-- int_series_runs numbers the runs (the islands).
+-- A view: samples_attributed materializes it once; per-sample temp tables would not fit
+-- in memory at fleet scale. The uuid, GPU name and local day are joined after the window,
+-- which then sorts integers instead of those strings.
+with samples as (
+    select * from int_samples_attributed
+),
+
+series_ids as (
+    select * from int_series_ids
+),
+
+local_days as (
+    select * from int_local_days
+),
+
+with_previous as (
+    select
+        *,
+        lag(ts_us) over series as previous_ts_us,
+        lag(energy_mj) over series as previous_energy_mj,
+        lag(is_idle) over series as previous_is_idle,
+        lag(team) over series as previous_team,
+        lag(attributed_by) over series as previous_attributed_by,
+        lag(is_thermal) over series as previous_is_thermal,
+    from samples
+    window series as (partition by series_id order by ts_us)
+),
+
+deduplicated as (
+    -- a repeated (gpu_uuid, ts) counts once
+    select * from with_previous
+    where previous_ts_us is distinct from ts_us
+),
+
+with_contiguity as (
+    select
+        *,
+        coalesce(
+            ts_us - previous_ts_us <= getvariable('max_gap_factor') * interval_s * 1000000,
+            false
+        ) as is_contiguous,
+    from deduplicated
+),
+
+with_run_starts as (
+    select
+        *,
+        case
+            when is_contiguous
+                and energy_mj is not null
+                and previous_energy_mj is not null
+                and energy_mj >= previous_energy_mj
+                then (energy_mj - previous_energy_mj) / 1000.0
+            else power_w::double * interval_s
+        end as energy_j,
+        coalesce(is_idle, false)
+        and not coalesce(
+            is_contiguous
+            and previous_is_idle
+            and team = previous_team
+            and attributed_by = previous_attributed_by,
+            false
+        ) as is_idle_run_start,
+        is_thermal and not coalesce(is_contiguous and previous_is_thermal, false)
+            as is_thermal_run_start,
+    from with_contiguity
+),
+
+final as (
+    select
+        series_ids.gpu_uuid,
+        with_run_starts.ts,
+        with_run_starts.host,
+        with_run_starts.gpu_index,
+        series_ids.gpu_name,
+        with_run_starts.interval_s,
+        with_run_starts.status,
+        with_run_starts.gpu_util_pct,
+        with_run_starts.team,
+        with_run_starts."user",
+        with_run_starts.job_id,
+        with_run_starts.attributed_by,
+        with_run_starts.is_idle,
+        with_run_starts.energy_j,
+        local_days.day,
+        local_days.iso_week,
+        local_days.week_start,
+        with_run_starts.has_process,
+        with_run_starts.is_contiguous,
+        with_run_starts.is_thermal,
+        with_run_starts.clock_event_mask,
+        with_run_starts.temp_gpu_c,
+        with_run_starts.sm_clock_mhz,
+        with_run_starts.is_idle_run_start as starts_idle_episode,
+        with_run_starts.is_thermal_run_start as starts_thermal_event,
+    from with_run_starts
+    inner join series_ids on series_ids.series_id = with_run_starts.series_id
+    inner join local_days on local_days.bucket = with_run_starts.local_day_bucket
+)
+
+select * from final
