@@ -101,9 +101,12 @@ class IngestResult:
     price_rules: int = 0
     allocations: int = 0
 
+    references_changed: bool = False  # a reference or allocation row differs from before
+
     @property
     def loaded_anything(self) -> bool:
-        return self.samples_loaded > 0
+        """Whether the models' inputs changed: new samples or different reference rows."""
+        return self.samples_loaded > 0 or self.references_changed
 
     def __str__(self) -> str:
         line = (
@@ -622,7 +625,7 @@ def load_warehouse(
     """One write transaction: new samples, loaded/quarantined files, reference tables."""
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         result = load_samples(con, config, files, progress=progress)
-        replace_references(con, references)
+        references_changed = replace_references(con, references)
     return IngestResult(
         files_loaded=result.files_loaded,
         samples_loaded=result.samples_loaded,
@@ -633,6 +636,7 @@ def load_warehouse(
         host_rules=len(references.hosts),
         price_rules=len(references.prices),
         allocations=len(references.allocations),
+        references_changed=references_changed,
     )
 
 

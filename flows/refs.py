@@ -329,8 +329,8 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
 
 def _replace_table(
     con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]]
-) -> None:
-    """Replace every row of `table` with `rows` in one set-based insert through Arrow."""
+) -> bool:
+    """Replace every row of `table` with `rows` (one insert through Arrow); True if changed."""
     schema = _ARROW_SCHEMAS[table]
     arrays = [
         pa.array([row[position] for row in rows], type=column.type)
@@ -338,17 +338,32 @@ def _replace_table(
     ]
     arrow = pa.Table.from_arrays(arrays, schema=schema)
     names = ", ".join(f'"{name}"' for name in schema.names)
-    con.execute(f"delete from {table}")
     con.register("_ref_rows", arrow)
     try:
-        con.execute(f"insert into {table} ({names}) select {names} from _ref_rows")
+        difference = con.execute(
+            f"""
+            select count(*) from (
+                (select {names} from {table} except all select {names} from _ref_rows)
+                union all
+                (select {names} from _ref_rows except all select {names} from {table})
+            )
+            """
+        ).fetchall()  # fetched to the end: DuckDB refuses to unregister under an open result
+        changed = bool(difference[0][0])
+        if changed:
+            con.execute(f"delete from {table}")
+            con.execute(f"insert into {table} ({names}) select {names} from _ref_rows")
     finally:
         con.unregister("_ref_rows")
+    return changed
 
 
-def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> None:
-    """Replace ref_users, ref_hosts, ref_prices and allocations with `references`."""
-    _replace_table(con, "ref_users", references.users)
-    _replace_table(con, "ref_hosts", references.hosts)
-    _replace_table(con, "ref_prices", references.prices)
-    _replace_table(con, "allocations", references.allocations)
+def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+    """Replace ref_users, ref_hosts, ref_prices and allocations; True if any row changed."""
+    changed = [
+        _replace_table(con, "ref_users", references.users),
+        _replace_table(con, "ref_hosts", references.hosts),
+        _replace_table(con, "ref_prices", references.prices),
+        _replace_table(con, "allocations", references.allocations),
+    ]
+    return any(changed)

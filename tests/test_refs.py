@@ -75,11 +75,14 @@ def test_reference_files_become_tables(config: Config) -> None:
 
 
 def test_each_ingest_replaces_the_reference_tables(config: Config) -> None:
-    ingest(config)
+    first = ingest(config)
+    assert first.references_changed and first.loaded_anything
+    unchanged = ingest(config)
+    assert not unchanged.references_changed and not unchanged.loaded_anything
     write(config, "ref/users.csv", "team,user\nnlp,carol\n")  # columns in any order
     (config.data_dir / "ref/prices.csv").unlink()
     write(config, "raw/allocations/_draft.csv", "garbage, ignored: starts with _")
-    ingest(config)
+    assert ingest(config).loaded_anything
     assert rows(config, 'select "user", team from ref_users') == [("carol", "nlp")]
     assert rows(config, "select count(*) from ref_prices") == [(0,)]
     assert rows(config, "select count(*) from allocations") == [(2,)]
