@@ -111,8 +111,19 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
 
 def _remove_quietly(*paths: Path) -> None:
     for path in paths:
+        if path.is_dir() and not path.is_symlink():  # DuckDB's spill directory `<db>.tmp`
+            shutil.rmtree(path, ignore_errors=True)
+            continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def _keep_permissions(source: Path, target: Path) -> None:
+    """Give the new warehouse file the old one's mode (and group, where allowed)."""
+    stat = source.stat()
+    os.chmod(target, stat.st_mode & 0o7777)
+    with contextlib.suppress(OSError):
+        os.chown(target, -1, stat.st_gid)
 
 
 def _remove_stale_temps(directory: Path, warehouse_name: str) -> None:
@@ -153,6 +164,7 @@ def write_transaction(
             f"{_TEMP_PREFIX}{warehouse.name}.{os.getpid()}.{secrets.token_hex(4)}{_TEMP_SUFFIX}"
         )
         temp_wal = temp.with_name(temp.name + ".wal")
+        temp_spill = temp.with_name(temp.name + ".tmp")
         old_wal = warehouse.with_name(warehouse.name + ".wal")
         published = False
         try:
@@ -174,14 +186,16 @@ def write_transaction(
                     _open.pop(warehouse, None)
                 connection.close()
             _fsync_path(temp)
+            if warehouse.exists():
+                _keep_permissions(warehouse, temp)
             # The copy holds what the WAL held; the old WAL must not be replayed on top of it.
-            _remove_quietly(old_wal, temp_wal)
+            _remove_quietly(old_wal, temp_wal, temp_spill)
             os.replace(temp, warehouse)
             published = True
             _fsync_path(warehouse.parent, directory=True)
         finally:
             if not published:
-                _remove_quietly(temp, temp_wal)
+                _remove_quietly(temp, temp_wal, temp_spill)
 
 
 def connect_read_only(config: Config) -> duckdb.DuckDBPyConnection:

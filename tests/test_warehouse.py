@@ -119,9 +119,22 @@ def test_stale_copies_of_a_killed_writer_are_removed(config: Config) -> None:
     config.data_dir.mkdir(parents=True)
     stale = config.data_dir / ".warehouse.duckdb.123.abcd.tmp"
     stale.write_bytes(b"half a database")
+    spill = config.data_dir / ".warehouse.duckdb.123.abcd.tmp.tmp"  # DuckDB's spill directory
+    spill.mkdir()
+    (spill / "duckdb_temp_storage-0.tmp").write_bytes(b"spilled")
     with write_transaction(config):
         pass
     assert not stale.exists()
+    assert not spill.exists()
+
+
+def test_the_published_file_keeps_the_warehouse_permissions(config: Config) -> None:
+    with write_transaction(config):
+        pass
+    config.warehouse_path.chmod(0o640)
+    with write_transaction(config) as con:
+        con.execute("create table t (x integer)")
+    assert config.warehouse_path.stat().st_mode & 0o777 == 0o640
 
 
 def test_connect_read_only_without_a_warehouse_says_what_to_do(config: Config) -> None:
