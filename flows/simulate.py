@@ -155,8 +155,8 @@ class SimulationSummary:
     def __str__(self) -> str:
         span = f"{self.start.isoformat()} to {self.end.isoformat()}"
         lines = [
-            f"simulated {self.gpus:,} GPUs on {self.hosts:,} hosts for {self.days:g} "
-            f"day{'' if self.days == 1 else 's'} "
+            f"simulated {self.gpus:,} GPUs on {self.hosts:,} hosts for "
+            f"{_duration_text(self.end - self.start)} "
             f"({span}): {self.rows:,} samples in {self.files:,} files "
             f"under {self.data_dir / 'raw' / 'samples'}"
         ]
@@ -166,6 +166,15 @@ class SimulationSummary:
                 + ", ".join(str(p.relative_to(self.data_dir)) for p in self.reference_files)
             )
         return "\n".join(lines)
+
+
+def _duration_text(span: dt.timedelta) -> str:
+    seconds = span.total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size or unit == "minute":
+            count = round(seconds / size, 2)
+            return f"{count:g} {unit}{'' if count == 1 else 's'}"
+    raise AssertionError("unreachable")
 
 
 def scenario_for(spec: SimulationSpec) -> Scenario:
@@ -209,11 +218,14 @@ def simulate_window(
     start: dt.datetime,
     end: dt.datetime,
     progress: Progress | None = None,
+    scenario: Scenario | None = None,
 ) -> SimulationSummary:
     """Write only the sample files with ts in [start, end) of the spec's scenario.
 
     The window may lie after the span: what runs at the span's end goes on running (the
     allocations still open), and counters continue where the span's files left them.
+    Pass `scenario=scenario_for(spec)` to reuse one drawn before (it takes seconds for a
+    thousand GPUs).
     """
     for name, moment in (("start", start), ("end", end)):
         if moment.tzinfo is None:
@@ -222,7 +234,7 @@ def simulate_window(
         raise ValueError(f"end ({end}) must be after start ({start})")
     if start < spec.start:
         raise ValueError(f"the window must not begin before the spec's start ({spec.start})")
-    scenario = scenario_for(spec)
+    scenario = scenario or scenario_for(spec)
     files, rows = _write_samples(scenario, spec, data_dir, _micros(start), _micros(end), progress)
     return SimulationSummary(
         files=files,
@@ -236,13 +248,21 @@ def simulate_window(
 
 
 def simulate_next_flush(
-    spec: SimulationSpec, *, data_dir: Path, flushes: int = 1, progress: Progress | None = None
+    spec: SimulationSpec,
+    *,
+    data_dir: Path,
+    flushes: int = 1,
+    progress: Progress | None = None,
+    scenario: Scenario | None = None,
 ) -> SimulationSummary:
-    """Append `flushes` more flush periods of every host right after the spec's end."""
+    """Append `flushes` more flush periods of every host right after the spec's end: one
+    new file per host per flush, as the collectors would write next."""
     if flushes < 1:
         raise ValueError(f"flushes must be at least 1, got {flushes}")
     end = spec.end + dt.timedelta(seconds=spec.flush_s * flushes)
-    return simulate_window(spec, data_dir=data_dir, start=spec.end, end=end, progress=progress)
+    return simulate_window(
+        spec, data_dir=data_dir, start=spec.end, end=end, progress=progress, scenario=scenario
+    )
 
 
 def _micros(moment: dt.datetime) -> int:

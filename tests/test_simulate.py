@@ -366,7 +366,8 @@ def test_same_seed_same_files_other_seed_other_data(tmp_path: Path, fleet: Path)
 
 
 def test_next_flush_continues_every_host_after_the_end(tmp_path: Path, fleet: Path) -> None:
-    summary = simulate_next_flush(SPEC, data_dir=tmp_path)
+    summary = simulate_next_flush(SPEC, data_dir=tmp_path, scenario=scenario_for(SPEC))
+    assert "16 GPUs on 2 hosts for 10 minutes" in str(summary)
     files = _sample_files(tmp_path)
     assert summary.files == len(files) == 2
     assert summary.rows == 16 * 60
