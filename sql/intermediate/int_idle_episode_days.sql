@@ -5,7 +5,7 @@ with series_runs as (
     select * from int_series_runs
 ),
 
-idle_samples as (
+idle_pieces as (
     select * from series_runs
     where idle_episode_id is not null
 ),
@@ -15,21 +15,22 @@ final as (
         idle_episode_id as episode_id,
         day,
         host,
-        gpu_uuid,
-        gpu_name,
-        team,
-        attributed_by,
-        arg_min_null(gpu_index, ts) as first_gpu_index,
-        arg_min_null("user", ts) as first_user,
-        arg_min_null(job_id, ts) as first_job_id,
-        min(ts) as first_ts,
-        arg_min(interval_s, ts) as first_interval_s,
-        max(ts) as last_ts,
-        sum(interval_s)::double as idle_seconds,
-        count(*) as samples,
+        any_value(gpu_uuid) as gpu_uuid,
+        any_value(gpu_name) as gpu_name,
+        -- constant within an idle episode
+        any_value(first_team) as team,
+        any_value(first_attributed_by) as attributed_by,
+        arg_min(first_gpu_index, first_ts) as first_gpu_index,
+        arg_min(first_user, first_ts) as first_user,
+        arg_min(first_job_id, first_ts) as first_job_id,
+        min(first_ts) as first_ts,
+        arg_min(first_interval_s, first_ts) as first_interval_s,
+        max(last_ts) as last_ts,
+        sum(seconds) as idle_seconds,
+        sum(samples)::bigint as samples,
         bool_or(has_process) as held_memory,
-    from idle_samples
-    group by all
+    from idle_pieces
+    group by idle_episode_id, day, host
 )
 
 select * from final
