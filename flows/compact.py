@@ -126,7 +126,7 @@ def _compact_one(
                 select
                     *,
                     row_number() over (partition by gpu_uuid, ts) as _rank,
-                from read_parquet($sources, union_by_name = true)
+                from read_parquet($sources, union_by_name = true, hive_partitioning = false)
             )
             where _rank = 1
             order by gpu_uuid, ts

@@ -23,7 +23,7 @@ def sample_rows(start: dt.datetime, ticks: int, uuids: tuple[str, ...]) -> pa.Ta
         {
             "ts": start + dt.timedelta(seconds=10 * (tick + 1)),
             "interval_s": 10.0,
-            "host": "node-1",
+            "host": "node 1",
             "gpu_index": index,
             "gpu_uuid": uuid,
             "status": "ok",
@@ -97,6 +97,8 @@ def test_completed_day_becomes_one_sorted_file(
     assert keys == sorted(keys)
     assert pq.read_metadata(directory / files[0]).row_group(0).column(0).compression == "ZSTD"
     assert table.schema.metadata[b"gpufleet.schema_version"] == b"1"
+    assert table.column_names == SAMPLE_SCHEMA.names  # no `date` column from the folder name
+    assert set(table["host"].to_pylist()) == {"node 1"}  # the file's host, not the folder's
     for name in ("ts", "gpu_index", "interval_s", "gpu_util_pct"):
         assert table.schema.field(name).type == SAMPLE_SCHEMA.field(name).type
     loaded = con.execute("select path, row_count from loaded_files").fetchall()
