@@ -257,3 +257,19 @@ def test_days_do_not_depend_on_the_session_time_zone() -> None:
     fleet.build()
     days = fleet.rows("select day from samples_attributed order by ts")
     assert [r["day"] for r in days] == [dt.date(2026, 11, 16), dt.date(2026, 11, 17)]
+
+
+def test_a_stray_far_future_timestamp_stays_cheap_and_attributed() -> None:
+    fleet = Fleet()
+    start = dt.datetime(2026, 11, 16, 8, tzinfo=UTC)
+    fleet.allocation(job_id="j", user="alice", team="ml", start_ts=start, end_ts=None)
+    fleet.sample(start + dt.timedelta(seconds=10))
+    fleet.sample(dt.datetime(2090, 1, 1, tzinfo=UTC))  # a collector clock gone wrong
+    result = fleet.build()
+    # Buckets and allocation hours are listed only where samples are, not for 64 years.
+    assert result.seconds < 30
+    rows = fleet.rows("select day, attributed_by, team from samples_attributed order by ts")
+    assert rows == [
+        {"day": dt.date(2026, 11, 16), "attributed_by": "allocation", "team": "ml"},
+        {"day": dt.date(2090, 1, 1), "attributed_by": "allocation", "team": "ml"},
+    ]

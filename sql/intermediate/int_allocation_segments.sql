@@ -1,7 +1,7 @@
 -- Allocations cut into disjoint segments (start_ts, end_ts] per host and GPU index, each
 -- holding the allocation that wins there: among those covering it, the latest start_ts
 -- (ties: the later end, then the larger job_id). An open allocation runs to infinity.
--- Each segment is listed once per UTC hour it overlaps within the samples' time range, so
+-- Each segment is listed once per UTC hour it overlaps that has samples, so
 -- samples find their allocation with an equi-join on (host, gpu_index, hour) and a range
 -- check (CONTRACT 6, rule 1): no sort of the samples, unlike an ASOF join.
 with allocations as (
@@ -77,32 +77,28 @@ covering as (
 ),
 
 sample_hours as (
-    select
-        min(bucket) // 4 as first_hour,
-        max(bucket) // 4 as last_hour,
+    select distinct bucket // 4 as hour,
     from local_days
 ),
 
-segments_in_range as (
+segments_in_us as (
     select
         covering.*,
         epoch_us(covering.start_ts) as start_us,
         epoch_us(covering.end_ts) as end_us,
-        greatest(epoch_us(covering.start_ts) // 3600000000, sample_hours.first_hour)
-            as first_hour,
-        least(
-            coalesce(epoch_us(covering.end_ts) // 3600000000, sample_hours.last_hour),
-            sample_hours.last_hour
-        ) as last_hour,
-    from covering, sample_hours
+        epoch_us(covering.start_ts) // 3600000000 as first_hour,
+        coalesce(epoch_us(covering.end_ts) // 3600000000, 9223372036854775807) as last_hour,
+    from covering
 ),
 
 segment_hours as (
     select
-        segments_in_range.*,
-        hour.generate_series as hour,
-    from segments_in_range,
-        generate_series(segments_in_range.first_hour, segments_in_range.last_hour) as hour
+        segments_in_us.*,
+        sample_hours.hour,
+    from segments_in_us
+    inner join sample_hours
+        on sample_hours.hour >= segments_in_us.first_hour
+        and sample_hours.hour <= segments_in_us.last_hour
 ),
 
 final as (
