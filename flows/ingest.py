@@ -13,7 +13,9 @@ The work, in order:
    types without loss; load the rest in batches (one `read_parquet` per batch and
    schema, no Python loop over rows), deduplicate on (gpu_uuid, ts) within the batch and
    against the samples already loaded in the batch's time range only, insert sorted by
-   (ts, gpu_uuid), record the files in `loaded_files`; replace the reference tables.
+   (ts, gpu_uuid), record the files in `loaded_files`; replace the reference tables;
+   compact every fully loaded host-day before today (UTC) into one sorted file
+   (`flows.compact`).
 4. After the publish, move quarantined files to `<data_dir>/quarantine/<their relative
    path>` (a UTC time stamp is added to the name if that is taken) and warn about each.
 
@@ -46,6 +48,7 @@ from prefect.client.schemas.objects import TaskRun
 from prefect.states import Failed, State
 from prefect.tasks import Task
 
+from flows.compact import CompactionResult, compact_completed_days
 from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
 from flows.refs import References, read_references, replace_references
 from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, write_transaction
@@ -102,6 +105,7 @@ class IngestResult:
     allocations: int = 0
 
     references_changed: bool = False  # a reference or allocation row differs from before
+    compaction: CompactionResult | None = None
 
     @property
     def loaded_anything(self) -> bool:
@@ -116,7 +120,10 @@ class IngestResult:
             f"refs: {self.users:,} users, {self.host_rules:,} host rules, "
             f"{self.price_rules:,} price rules, {self.allocations:,} allocations"
         )
-        return "\n".join([line, *(f"  quarantined {q.path}: {q.reason}" for q in self.quarantined)])
+        lines = [line, *(f"  quarantined {q.path}: {q.reason}" for q in self.quarantined)]
+        if self.compaction is not None and self.compaction.partitions:
+            lines.append(str(self.compaction))
+        return "\n".join(lines)
 
 
 # --- finding files ---------------------------------------------------------------------
@@ -621,11 +628,14 @@ def load_warehouse(
     *,
     progress: Log | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    compact: bool = True,
 ) -> IngestResult:
-    """One write transaction: new samples, loaded/quarantined files, reference tables."""
+    """One write transaction: new samples, loaded/quarantined files, reference tables,
+    and the compaction of completed host-days."""
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         result = load_samples(con, config, files, progress=progress)
         references_changed = replace_references(con, references)
+        compaction = compact_completed_days(con, config, progress=progress) if compact else None
     return IngestResult(
         files_loaded=result.files_loaded,
         samples_loaded=result.samples_loaded,
@@ -637,6 +647,7 @@ def load_warehouse(
         price_rules=len(references.prices),
         allocations=len(references.allocations),
         references_changed=references_changed,
+        compaction=compaction,
     )
 
 
@@ -662,12 +673,18 @@ def ingest(
     *,
     progress: Log | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    compact: bool = True,
 ) -> IngestResult:
-    """The whole ingest without Prefect: validate refs, load, publish, quarantine."""
+    """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine."""
     references = read_references(config)
     files = find_sample_files(config)
     result = load_warehouse(
-        config, references, files, progress=progress, lock_timeout_s=lock_timeout_s
+        config,
+        references,
+        files,
+        progress=progress,
+        lock_timeout_s=lock_timeout_s,
+        compact=compact,
     )
     move_to_quarantine(config, result.quarantined)
     return result

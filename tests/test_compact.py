@@ -142,3 +142,33 @@ def test_late_file_after_compaction_is_merged_next_time(
     assert [p.name for p in directory.iterdir()] == [f"compacted-{DAY}.parquet"]
     assert pq.read_table(directory / f"compacted-{DAY}.parquet").num_rows == 18
     assert con.execute("select sum(row_count) from loaded_files").fetchone() == (18,)
+
+
+def test_ingest_compacts_loaded_days_and_never_reloads_them(tmp_path: Path) -> None:
+    from flows.ingest import ingest
+
+    config = Config(data_dir=tmp_path)
+    con = duckdb.connect()
+    ensure_raw_tables(con)
+    for part in range(4):
+        start = midnight(DAY) + dt.timedelta(minutes=10 * part)
+        write_and_record(
+            config,
+            con,
+            DAY,
+            f"f{part}.parquet",
+            sample_rows(start, 60, ("GPU-a", "GPU-b")),
+            record=False,
+        )
+
+    first = ingest(config)
+    second = ingest(config)
+
+    assert first.samples_loaded == 4 * 60 * 2
+    assert first.compaction is not None and first.compaction.files_replaced == 4
+    directory = config.samples_dir / f"date={DAY}" / "host=node-1"
+    assert [p.name for p in directory.iterdir()] == [f"compacted-{DAY}.parquet"]
+    assert second.files_loaded == 0 and second.samples_loaded == 0
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as warehouse:
+        assert warehouse.execute("select count(*) from samples").fetchone() == (480,)
+        assert warehouse.execute("select count(*) from loaded_files").fetchone() == (1,)

@@ -95,8 +95,12 @@ def config(tmp_path: Path) -> Config:
 
 
 def run_ingest(config: Config) -> IngestResult:
-    """`ingest` with quarantine warnings allowed (tests that expect one use pytest.warns)."""
-    return ingest(config)
+    """`ingest` with quarantine warnings allowed (tests that expect one use pytest.warns).
+
+    Compaction is off: these tests look at the raw files as written; tests/test_compact.py
+    covers what compaction does to them.
+    """
+    return ingest(config, compact=False)
 
 
 # --- loading and deduplication ---------------------------------------------------------
@@ -280,7 +284,7 @@ def test_schema_problem_rules() -> None:
 def _expect_quarantine(config: Config, relative: str, reason: str) -> IngestResult:
     """Ingest, expecting exactly `relative` quarantined with a reason matching `reason`."""
     with pytest.warns(QuarantineWarning) as caught:
-        result = ingest(config)
+        result = ingest(config, compact=False)
     assert [q.path for q in result.quarantined] == [relative]
     assert re.search(reason, result.quarantined[0].reason), result.quarantined[0].reason
     messages = [str(w.message) for w in caught]
@@ -393,7 +397,7 @@ def test_a_name_taken_in_quarantine_gets_a_time_stamp(config: Config) -> None:
     write_samples(config.data_dir, f"{DAY1}/ok.parquet", [sample(0)])
     (config.data_dir / relative).write_bytes(b"garbage")
     with pytest.warns(QuarantineWarning):
-        result = ingest(config)
+        result = ingest(config, compact=False)
     moved_to = result.quarantined[0].moved_to
     assert re.fullmatch(rf"quarantine/{DAY1}/bad\.\d{{8}}T\d{{12}}Z\.parquet", moved_to)
     assert (config.data_dir / moved_to).read_bytes() == b"garbage"
@@ -438,7 +442,7 @@ def test_progress_is_reported_per_batch(config: Config) -> None:
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
     write_samples(config.data_dir, f"{DAY2}/a.parquet", [sample(0, day=T0 + dt.timedelta(1))])
     messages: list[str] = []
-    result = ingest(config, progress=messages.append)
+    result = ingest(config, progress=messages.append, compact=False)
     assert result.batches == 2
     assert messages == [
         "ingest: 2 new files in 2 batches",
