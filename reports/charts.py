@@ -179,7 +179,7 @@ def waste_trend(trend: Sequence[Row]) -> alt.TopLevelMixin:
             ],
         )
         .add_params(pick)
-        .properties(width=WIDTH - 220, height=240)
+        .properties(width=alt.Step(64), height=240)
     )
 
 

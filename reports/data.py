@@ -37,7 +37,7 @@ TOP_EPISODES = 15
 TOP_GPUS = 10
 MAX_THERMAL_EVENTS = 3000  # the timeline's cap; the counts cover every event
 SILENT_AFTER = dt.timedelta(hours=1)  # a host whose last sample is older than this went silent
-GAP_COVERAGE_PCT = 98.0  # a host observed for less of the fleet's span than this has gaps
+GAP_COVERAGE_PCT = 99.0  # a host-day observed for less of its span than this has gaps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,15 +102,24 @@ class WeekData:
         return [host for host in self.hosts if host["problems"]]
 
     @property
+    def previous_has_data(self) -> bool:
+        return self.previous.gpu_hours > 0 or self.previous.gpus_seen > 0
+
+    @property
     def kpis(self) -> list[Kpi]:
+        """The headline numbers; last week's are None when that week has no data at all."""
         now, before = self.totals, self.previous
+
+        def last(value: float | None) -> float | None:
+            return value if self.previous_has_data else None
+
         return [
             Kpi(
                 key="gpus_seen",
                 label="GPUs seen",
                 kind="count",
                 value=now.gpus_seen,
-                previous=before.gpus_seen,
+                previous=last(before.gpus_seen),
                 lower_is_better=None,
             ),
             Kpi(
@@ -118,7 +127,7 @@ class WeekData:
                 label="GPU-hours",
                 kind="hours",
                 value=now.gpu_hours,
-                previous=before.gpu_hours,
+                previous=last(before.gpu_hours),
                 lower_is_better=None,
             ),
             Kpi(
@@ -126,7 +135,7 @@ class WeekData:
                 label="Mean utilization",
                 kind="pct",
                 value=now.avg_util_pct,
-                previous=before.avg_util_pct,
+                previous=last(before.avg_util_pct),
                 lower_is_better=False,
             ),
             Kpi(
@@ -134,7 +143,7 @@ class WeekData:
                 label="Idle GPU-hours",
                 kind="hours",
                 value=now.idle_gpu_hours,
-                previous=before.idle_gpu_hours,
+                previous=last(before.idle_gpu_hours),
                 lower_is_better=True,
             ),
             Kpi(
@@ -142,7 +151,7 @@ class WeekData:
                 label="Waste GPU-hours",
                 kind="hours",
                 value=now.waste_gpu_hours,
-                previous=before.waste_gpu_hours,
+                previous=last(before.waste_gpu_hours),
                 lower_is_better=True,
             ),
             Kpi(
@@ -150,7 +159,7 @@ class WeekData:
                 label="Idle waste",
                 kind="usd",
                 value=now.waste_usd,
-                previous=before.waste_usd,
+                previous=last(before.waste_usd),
                 lower_is_better=True,
             ),
             Kpi(
@@ -158,7 +167,7 @@ class WeekData:
                 label="Energy",
                 kind="kwh",
                 value=now.energy_kwh,
-                previous=before.energy_kwh,
+                previous=last(before.energy_kwh),
                 lower_is_better=None,
             ),
             Kpi(
@@ -166,7 +175,7 @@ class WeekData:
                 label="Thermal events",
                 kind="count",
                 value=now.thermal_events,
-                previous=before.thermal_events,
+                previous=last(before.thermal_events),
                 lower_is_better=True,
             ),
             Kpi(
@@ -174,7 +183,7 @@ class WeekData:
                 label="Throttled minutes",
                 kind="minutes",
                 value=now.throttled_minutes,
-                previous=before.throttled_minutes,
+                previous=last(before.throttled_minutes),
                 lower_is_better=True,
             ),
             Kpi(
@@ -182,7 +191,7 @@ class WeekData:
                 label="Data coverage",
                 kind="pct",
                 value=now.coverage_pct,
-                previous=before.coverage_pct,
+                previous=last(before.coverage_pct),
                 lower_is_better=False,
             ),
         ]
@@ -432,51 +441,73 @@ def _hottest_gpus(
     )
 
 
-def _hosts(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> list[Row]:
-    """Each host's week from host_daily, with the problems a reader should look at."""
-    hosts = _rows(
+def _host_days(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> list[Row]:
+    return _rows(
         con,
         """
-        select
-            host,
-            max(gpus) as gpus,
-            count(distinct day) as days_reporting,
-            sum(samples) as samples,
-            sum(hours_observed) as hours_observed,
-            min(first_ts) as first_ts,
-            max(last_ts) as last_ts
+        select day, host, gpus, samples, hours_observed, first_ts, last_ts
         from host_daily
         where day >= ? and day < ?
-        group by host
-        order by host
+        order by host, day
         """,
         [start.date(), end.date()],
     )
-    if not hosts:
+
+
+def _day_coverage_pct(day: Row) -> float | None:
+    """Observed GPU-hours over the host's GPUs x the day's span from first to last sample.
+
+    A gap inside the day, or a GPU that stopped reporting, lowers it below 100%."""
+    span_hours = _hours(day["first_ts"], day["last_ts"])
+    gpus = int(day["gpus"] or 0)
+    if not gpus or span_hours <= 0:
+        return None
+    return min(100.0, 100 * _float(day["hours_observed"]) / (gpus * span_hours))
+
+
+def _hosts(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> list[Row]:
+    """Each host's week from host_daily, with the problems a reader should look at."""
+    days = _host_days(con, start, end)
+    if not days:
         return []
-    fleet_days = max(int(host["days_reporting"]) for host in hosts)
-    fleet_first = min(host["first_ts"] for host in hosts)
-    fleet_last = max(host["last_ts"] for host in hosts)
-    for host in hosts:
+    fleet_days = len({day["day"] for day in days})
+    fleet_first = min(day["first_ts"] for day in days)
+    fleet_last = max(day["last_ts"] for day in days)
+    by_host: dict[str, list[Row]] = {}
+    for day in days:
+        by_host.setdefault(str(day["host"]), []).append(day)
+    hosts: list[Row] = []
+    for name, host_days in by_host.items():
+        coverages = [
+            (c, day["day"]) for day in host_days if (c := _day_coverage_pct(day)) is not None
+        ]
+        host: Row = {
+            "host": name,
+            "gpus": max(int(day["gpus"] or 0) for day in host_days),
+            "days_reporting": len(host_days),
+            "samples": sum(int(day["samples"] or 0) for day in host_days),
+            "hours_observed": sum(_float(day["hours_observed"]) for day in host_days),
+            "first_ts": min(day["first_ts"] for day in host_days),
+            "last_ts": max(day["last_ts"] for day in host_days),
+            "coverage_pct": min((c for c, _ in coverages), default=None),
+        }
         problems: list[str] = []
-        span_hours = _hours(host["first_ts"], host["last_ts"])
-        gpus = int(host["gpus"] or 0)
-        coverage = (
-            min(100.0, 100 * _float(host["hours_observed"]) / (gpus * span_hours))
-            if gpus and span_hours > 0
-            else None
-        )
-        host["coverage_pct"] = coverage
         if fleet_last - host["last_ts"] > SILENT_AFTER:
             problems.append("silent at the end of the week")
         if host["first_ts"] - fleet_first > SILENT_AFTER:
             problems.append("no data at the start of the week")
-        missing = fleet_days - int(host["days_reporting"])
+        missing = fleet_days - len(host_days)
         if missing > 0:
             problems.append(f"{missing} day{'s' if missing > 1 else ''} without data")
-        if coverage is not None and coverage < GAP_COVERAGE_PCT:
-            problems.append(f"gaps: {coverage:.1f}% of its time observed")
+        gappy = [(c, day) for c, day in coverages if c < GAP_COVERAGE_PCT]
+        if gappy:
+            worst, worst_day = min(gappy, key=lambda item: item[0])
+            problems.append(
+                f"gaps on {len(gappy)} day{'s' if len(gappy) > 1 else ''}"
+                f" (lowest: {worst:.1f}% observed on {worst_day:%a %d %b})"
+            )
         host["problems"] = problems
+        hosts.append(host)
     hosts.sort(key=lambda h: (not h["problems"], h["coverage_pct"] or 0.0, h["host"]))
     return hosts
 

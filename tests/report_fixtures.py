@@ -188,7 +188,9 @@ def _host_daily() -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
     for offset in range(7):
         day = MONDAY + dt.timedelta(days=offset)
-        rows.append((day, "node-a", 2, 17280, 48.0, _ts(day, 0, 0), _ts(day, 23, 59)))
+        # node-a misses 1.5 hours of both GPUs on Wednesday: a gap
+        hours = 45.0 if offset == 2 else 48.0
+        rows.append((day, "node-a", 2, 17280, hours, _ts(day, 0, 0), _ts(day, 23, 59)))
         rows.append((day, EVIL_HOST, 1, 8640, 24.0, _ts(day, 0, 0), _ts(day, 23, 59)))
         if offset < 6:  # node-b goes silent on Sunday
             rows.append((day, "node-b", 1, 8640, 24.0, _ts(day, 0, 0), _ts(day, 23, 59)))

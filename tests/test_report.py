@@ -103,6 +103,15 @@ def test_week_totals_are_the_marts_sums(tmp_path: Path) -> None:
     assert data.previous.gpu_hours == pytest.approx(fx.PREVIOUS_GPU_HOURS)
 
 
+def test_a_previous_week_without_data_is_not_compared(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, "2026-W44")  # 2026-W43 has no rows at all
+    assert data.has_data and not data.previous_has_data
+    assert all(kpi.previous is None for kpi in data.kpis)
+    page = write_report(config, "2026-W44").page_path.read_text(encoding="utf-8")
+    assert parse(page).kpis["waste_usd"][:3] == ["Idle waste", "$30", "no data for 2026-W43"]
+
+
 def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
     teams = load_week(config, fx.WEEK).teams
@@ -132,9 +141,10 @@ def test_thermal_hottest_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
     assert (hottest["gpu_uuid"], hottest["max_temp_gpu_c"], hottest["events"]) == ("gpu-v1", 91, 2)
     assert hottest["throttled_minutes"] == pytest.approx(15.0)
     problems = {h["host"]: h["problems"] for h in data.hosts_with_problems}
-    assert list(problems) == ["node-b"]
-    assert "silent at the end of the week" in problems["node-b"]
-    assert "1 day without data" in problems["node-b"]
+    assert sorted(problems) == ["node-a", "node-b"]  # node-<1> reported all week
+    assert problems["node-b"] == ["silent at the end of the week", "1 day without data"]
+    # 45 of 2 x 23.98 GPU-hours observed on Wednesday
+    assert problems["node-a"] == ["gaps on 1 day (lowest: 93.8% observed on Wed 11 Nov)"]
     assert data.quarantined_total == 1
 
 

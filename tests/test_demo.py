@@ -1,0 +1,89 @@
+"""`gpufleet demo`, and with it the whole pipeline: simulate -> ingest -> build -> report.
+
+A small fleet (16 GPUs, 2 days of the last complete week) goes through the real simulator,
+ingest, SQL models and report; the page is then opened in headless Chromium.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from flows.demo import run_demo
+from gpufleet.cli import main
+from gpufleet.config import load_config
+from gpufleet.weeks import last_complete_week
+from reports.data import load_week
+from reports.mail import read_message
+from tests.test_browser import BlackHoleProxy, rendered_dom
+
+pytestmark = pytest.mark.slow
+
+GPUS = 16
+DAYS = 2
+
+
+def test_demo_runs_the_whole_pipeline_and_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    config = load_config(data_dir=data_dir, environ={})
+    week = last_complete_week(config.timezone)
+    messages: list[str] = []
+
+    assert run_demo(config, gpus=GPUS, days=DAYS, progress=messages.append) == 0
+    out = capsys.readouterr().out.splitlines()
+    page = (data_dir / "reports" / week / "index.html").resolve()
+    email = page.parent / "report.eml"
+    assert out == [f"report page:  {page}", f"report email: {email}"]
+    assert page.is_file() and email.is_file()
+    steps = [m.split("] ", 1)[1] for m in messages if m.startswith("[")]
+    assert steps[0].startswith(f"simulating {GPUS} GPUs for {DAYS} days of {week}")
+    assert any(step.startswith("ingest: ") for step in steps)
+    assert any(step.startswith("built ") for step in steps)
+    assert steps[-1].startswith(f"done: gpufleet weekly report {week}: $")
+
+    first = load_week(config, week)
+    assert first.totals.gpus_seen == GPUS
+    # 16 GPUs x 48 hours, less the simulated collector gap (at most 1.5 hours of one host)
+    assert GPUS * 48 - 8 * 1.5 - 0.1 <= first.totals.gpu_hours <= GPUS * 48 + 0.1
+    assert first.totals.waste_usd > 0 and first.totals.thermal_events > 0
+    assert first.episodes and first.teams and first.heatmap
+    assert read_message(email)["Subject"].startswith(f"gpufleet weekly report {week}: $")
+
+    # again, over the same data directory: the same numbers, nothing loaded twice
+    messages.clear()
+    assert run_demo(config, gpus=GPUS, days=DAYS, progress=messages.append) == 0
+    second = load_week(config, week)
+    assert asdict(second.totals) == pytest.approx(asdict(first.totals))
+    assert [t["team"] for t in second.teams] == [t["team"] for t in first.teams]
+    assert [t["waste_usd"] for t in second.teams] == pytest.approx(
+        [t["waste_usd"] for t in first.teams]
+    )
+    assert any(" 0 new samples" in m for m in messages), messages
+
+    # and the page of real data renders in the browser
+    proxy = BlackHoleProxy()
+    try:
+        _, parsed = rendered_dom(page, proxy, tmp_path / "profile")
+    finally:
+        proxy.close()
+    assert parsed.body.get("data-charts") == "rendered", parsed.body
+    assert parsed.body.get("data-charts-rendered") == parsed.body.get("data-charts-expected")
+    assert all(int(attrs.get("data-marks") or 0) > 0 for attrs in parsed.charts.values())
+
+
+def test_demo_command_prints_where_the_report_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    assert main(["--data-dir", str(data_dir), "demo", "--gpus", "8"]) == 0
+    captured = capsys.readouterr()
+    week = last_complete_week("UTC")
+    page = (data_dir / "reports" / week / "index.html").resolve()
+    assert f"report page:  {page}" in captured.out
+    assert f"report email: {page.parent / 'report.eml'}" in captured.out
+    assert "simulating 8 GPUs for 7 days" in captured.err  # progress goes to stderr
+    assert page.is_file()
