@@ -1,0 +1,283 @@
+"""The fleet-scale benchmark: the whole pipeline at 1,000 GPUs (issue: fleet-scale performance).
+
+Each step runs in a fresh child process (`python -m bench.step ...`) so that its wall time
+and peak RSS are its own, the way a scheduled deployment runs it, but without the Prefect
+server start-up that a served deployment does not pay either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gpufleet.weeks import last_complete_week, previous_week, week_monday
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    name: str
+    target: str
+    values: tuple[float, ...]
+    unit: str
+    passed: bool | None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def row(self) -> str:
+        low, high = min(self.values), max(self.values)
+        verdict = {True: "met", False: "**missed**", None: ""}[self.passed]
+        spread = f"{low:,.2f} / {high:,.2f}" if len(self.values) > 1 else ""
+        return (
+            f"| {self.name} | {self.median:,.2f} {self.unit} | {spread} | "
+            f"{len(self.values)} | {self.target} | {verdict} |"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    wall_s: float
+    max_rss_mb: float
+    output: dict[str, Any]
+
+
+def run_step(args: Sequence[str], *, log: Callable[[str], None]) -> StepResult:
+    """Run `python -m bench.step ARGS` in a child process; its wall time and peak RSS."""
+    command = [sys.executable, "-m", "bench.step", *args]
+    log("  $ " + " ".join(command[2:]))
+    started = time.perf_counter()
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"bench step {' '.join(args)} failed ({completed.returncode}):\n"
+            f"{completed.stderr[-4000:]}"
+        )
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    output = json.loads(lines[-1]) if lines else {}
+    return StepResult(
+        wall_s=float(output.get("seconds", wall)),
+        max_rss_mb=float(output.get("max_rss_mb", 0.0)),
+        output=output,
+    )
+
+
+def bare_scan_seconds(files_glob: str) -> float:
+    """Read every column the models use from the raw files: the floor for an ingest."""
+    con = duckdb.connect()
+    started = time.perf_counter()
+    con.execute(
+        """
+        select count(*), sum(epoch_us(ts)), sum(interval_s), count(distinct gpu_uuid),
+            sum(gpu_util_pct), sum(mem_used_bytes), sum(power_w), sum(energy_mj),
+            sum(temp_gpu_c), sum(sm_clock_mhz), bit_or(clock_event_mask),
+            sum(len(processes)), count(host), count(status), count(gpu_name)
+        from read_parquet(?, union_by_name = true, hive_partitioning = false)
+        """,
+        [files_glob],
+    ).fetchall()
+    return time.perf_counter() - started
+
+
+def directory_bytes(path: Path, suffix: str = "") -> int:
+    return sum(
+        entry.stat().st_size
+        for entry in path.rglob(f"*{suffix}")
+        if entry.is_file() and not entry.name.startswith(".")
+    )
+
+
+def machine_description() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {memory_gb:.0f} GB RAM, Python "
+        f"{sys.version.split()[0]}, DuckDB {duckdb.__version__}"
+    )
+
+
+@dataclasses.dataclass
+class PipelineBench:
+    work: Path
+    gpus: int = 1000
+    days: int = 7
+    repeat: int = 3
+    history_weeks: int = 4
+    log: Callable[[str], None] = print
+    figures: list[Figure] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def week(self) -> str:
+        # The week before the last complete one, so that every day of it is completed.
+        return previous_week(last_complete_week("UTC"))
+
+    def data_dir(self, name: str) -> Path:
+        return self.work / name
+
+    def step(self, *args: str) -> StepResult:
+        return run_step(list(args), log=self.log)
+
+    def add(
+        self, name: str, target: str, values: Sequence[float], unit: str, limit: float | None = None
+    ) -> Figure:
+        figure = Figure(
+            name,
+            target,
+            tuple(values),
+            unit,
+            None if limit is None else statistics.median(values) <= limit,
+        )
+        self.figures.append(figure)
+        self.log(f"  {name}: {figure.median:,.2f} {unit}")
+        return figure
+
+    def simulate(self, data_dir: Path, *, start: dt.date, days: int, flush_s: float) -> float:
+        return self.step(
+            "simulate",
+            "--data-dir",
+            str(data_dir),
+            "--gpus",
+            str(self.gpus),
+            "--start",
+            start.isoformat(),
+            "--days",
+            str(days),
+            "--flush",
+            f"{flush_s:g}",
+        ).wall_s
+
+    def run(self) -> None:
+        week = self.week()
+        monday = week_monday(week)
+        raw_dir = self.data_dir("raw-week")
+        self.log(f"pipeline bench: {self.gpus} GPUs x {self.days} days ({week}) in {self.work}")
+
+        if not (raw_dir / "raw" / "samples").is_dir():
+            self.log("simulating the week as collectors write it (10-minute files)")
+            seconds = self.simulate(raw_dir, start=monday, days=self.days, flush_s=600)
+            self.notes.append(f"simulating the week took {seconds:,.0f} s")
+        samples_glob = str(raw_dir / "raw" / "samples" / "**" / "*.parquet")
+        files = sum(1 for _ in (raw_dir / "raw" / "samples").rglob("*.parquet"))
+        counted = (
+            duckdb.connect()
+            .execute("select count(*) from read_parquet(?)", [samples_glob])
+            .fetchone()
+        )
+        rows = int(counted[0]) if counted else 0
+        self.notes.append(f"{rows:,} samples in {files:,} raw files")
+        raw_bytes = directory_bytes(raw_dir / "raw" / "samples", ".parquet")
+
+        # 1. Backfill against the floor of a bare scan, measured alternately in the same run.
+        self.log("1. backfill ingest vs bare scan")
+        scans: list[float] = []
+        ingests: list[float] = []
+        loaded = self.data_dir("loaded")
+        for attempt in range(self.repeat):
+            scans.append(bare_scan_seconds(samples_glob))
+            shutil.rmtree(loaded, ignore_errors=True)
+            loaded.mkdir(parents=True)
+            os.symlink(raw_dir / "raw", loaded / "raw")
+            result = self.step("ingest", "--data-dir", str(loaded), "--no-compact")
+            ingests.append(result.wall_s)
+            self.log(f"  run {attempt + 1}: scan {scans[-1]:.1f} s, ingest {ingests[-1]:.1f} s")
+        self.add("bare DuckDB scan of the raw week", "(floor)", scans, "s")
+        self.add("backfill ingest of the week", "", ingests, "s")
+        ratios = [i / s for i, s in zip(ingests, scans, strict=True)]
+        self.add("backfill ingest / bare scan", "<= 1.5x", ratios, "x", limit=1.5)
+
+        # 2. Full build.
+        self.log("2. full build")
+        builds = [
+            self.step("build", "--data-dir", str(loaded), "--full") for _ in range(self.repeat)
+        ]
+        self.add("full build of the week", "<= 60 s", [b.wall_s for b in builds], "s", limit=60)
+        self.add(
+            "full build peak RSS", "<= 2048 MB", [b.max_rss_mb for b in builds], "MB", limit=2048
+        )
+
+        # 4. Storage (before compaction changes the lake).
+        warehouse_bytes = (loaded / "warehouse.duckdb").stat().st_size
+        self.add("raw collector files", "", [raw_bytes / rows], "bytes/sample")
+        self.add(
+            "warehouse", "<= 8 bytes/sample", [warehouse_bytes / rows], "bytes/sample", limit=8
+        )
+
+        # 5. Report.
+        self.log("5. weekly report")
+        reports = [
+            self.step("report", "--data-dir", str(loaded), "--week", week)
+            for _ in range(self.repeat)
+        ]
+        self.add("weekly report", "<= 10 s", [r.wall_s for r in reports], "s", limit=10)
+
+        # 3. Steady state, on its own copy of the lake (compaction rewrites files).
+        self.log("3. steady-state cycle (one flush from every host, ingest + build)")
+        steady = self.data_dir("steady")
+        shutil.rmtree(steady, ignore_errors=True)
+        shutil.copytree(raw_dir / "raw", steady / "raw")
+        self.step("ingest", "--data-dir", str(steady))  # loads and compacts the week
+        self.step("build", "--data-dir", str(steady), "--full")
+        compacted = directory_bytes(steady / "raw" / "samples", ".parquet")
+        self.add("compacted lake", "", [compacted / rows], "bytes/sample")
+        week_end = dt.datetime.combine(
+            monday + dt.timedelta(days=self.days), dt.time(), tzinfo=dt.UTC
+        )
+        one_week = self.cycles(steady, week_end)
+        self.add("steady cycle, 1-week history", "", one_week, "s")
+
+        earlier = monday - dt.timedelta(weeks=self.history_weeks - 1)
+        self.log(f"   adding {self.history_weeks - 1} earlier weeks (daily files) for history")
+        self.simulate(steady, start=earlier, days=7 * (self.history_weeks - 1), flush_s=86400)
+        self.step("ingest", "--data-dir", str(steady))
+        self.step("build", "--data-dir", str(steady), "--full")
+        four_weeks = self.cycles(steady, week_end + dt.timedelta(minutes=10 * self.repeat))
+        self.add(
+            f"steady cycle, {self.history_weeks}-week history", "<= 10 s", four_weeks, "s", limit=10
+        )
+        ratio = statistics.median(four_weeks) / statistics.median(one_week)
+        self.add(f"{self.history_weeks}-week / 1-week cycle", "<= 1.5x", [ratio], "x", limit=1.5)
+
+    def cycles(self, data_dir: Path, start: dt.datetime) -> list[float]:
+        """Time `repeat` cycles, each one new 10-minute flush from every host."""
+        seconds: list[float] = []
+        for number in range(self.repeat):
+            flush_start = start + dt.timedelta(minutes=10 * number)
+            self.step(
+                "flush",
+                "--data-dir",
+                str(data_dir),
+                "--gpus",
+                str(self.gpus),
+                "--start",
+                week_monday(self.week()).isoformat(),
+                "--days",
+                str(self.days),
+                "--at",
+                flush_start.isoformat(),
+            )
+            result = self.step("cycle", "--data-dir", str(data_dir))
+            seconds.append(result.wall_s)
+            self.log(f"  cycle {number + 1}: {result.wall_s:.2f} s {result.output}")
+        return seconds

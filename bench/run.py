@@ -1,0 +1,110 @@
+"""`make bench`: measure gpufleet and write bench/results.md.
+
+python -m bench.run                     # collector + the 1,000-GPU pipeline
+python -m bench.run --suite collector   # the collector alone (seconds)
+python -m bench.run --gpus 128 --repeat 1   # a quick pipeline run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+from bench.pipeline import Figure, PipelineBench, machine_description
+
+RESULTS = Path(__file__).resolve().parent / "results.md"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def collector_figures() -> list[Figure]:
+    from bench.collector import run_collector_bench
+
+    result = run_collector_bench()
+    return [
+        Figure(
+            "collector CPU per tick, 8 GPUs (fake NVML)",
+            "<= 2 ms",
+            (float(result["cpu_ms_per_tick"]),),
+            "ms",
+            float(result["cpu_ms_per_tick"]) <= 2.0,
+        ),
+        Figure(
+            "collector peak RSS",
+            "<= 80 MB",
+            (float(result["max_rss_mb"]),),
+            "MB",
+            float(result["max_rss_mb"]) <= 80.0,
+        ),
+        Figure("collector files", "", (float(result["bytes_per_sample"]),), "bytes/sample", None),
+    ]
+
+
+def write_results(figures: list[Figure], notes: list[str], title: str) -> None:
+    lines = [
+        "# Benchmark results",
+        "",
+        f"{title}, measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on "
+        f"{machine_description()}.",
+        "",
+        "| figure | median | min / max | runs | target | |",
+        "|---|---|---|---|---|---|",
+        *(figure.row() for figure in figures),
+        "",
+        *(f"- {note}" for note in notes),
+        "",
+    ]
+    RESULTS.write_text("\n".join(lines))
+    log(f"wrote {RESULTS}")
+    print("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--suite", choices=("all", "collector", "pipeline"), default="all")
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--history-weeks", type=int, default=4)
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(__file__).resolve().parent / "work",
+        help="scratch directory (kept between runs: the simulated week is reused)",
+    )
+    args = parser.parse_args(argv)
+
+    figures: list[Figure] = []
+    notes: list[str] = []
+    if args.suite in ("all", "collector"):
+        log("collector bench (8 GPUs on the fake NVML)")
+        figures += collector_figures()
+    if args.suite in ("all", "pipeline"):
+        bench = PipelineBench(
+            work=args.work,
+            gpus=args.gpus,
+            days=args.days,
+            repeat=args.repeat,
+            history_weeks=args.history_weeks,
+            log=log,
+        )
+        bench.run()
+        figures += bench.figures
+        notes += bench.notes
+    title = (
+        f"{args.gpus} GPUs x {args.days} days at 10 s" if args.suite != "collector" else "Collector"
+    )
+    write_results(figures, notes, title)
+    return 0 if all(figure.passed is not False for figure in figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

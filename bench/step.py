@@ -1,0 +1,134 @@
+"""One measured step of the pipeline benchmark, run as its own process by bench.pipeline.
+
+Prints one JSON line: {"seconds": wall time of the step, "max_rss_mb": peak RSS, ...}.
+The steps call the same plain functions the flows call, without a Prefect server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.config import Config, load_config
+
+
+def _config(data_dir: str) -> Config:
+    return load_config(data_dir=data_dir, environ={})
+
+
+def _spec(config: Config, gpus: int, start: dt.date, days: int, flush_s: float) -> Any:
+    from flows.simulate import SimulationSpec
+
+    return SimulationSpec.from_cli(
+        config=config,
+        gpus=gpus,
+        gpus_per_host=8,
+        week=None,
+        start=start,
+        days=days,
+        interval_s=10.0,
+        flush_s=flush_s,
+        seed=7,
+    )
+
+
+def step_simulate(args: argparse.Namespace) -> dict[str, Any]:
+    from flows.simulate import simulate_fleet
+
+    config = _config(args.data_dir)
+    spec = _spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, args.flush)
+    summary = simulate_fleet(spec, data_dir=config.data_dir, progress=lambda _: None)
+    return {"summary": str(summary)}
+
+
+def step_flush(args: argparse.Namespace) -> dict[str, Any]:
+    """Write the 10-minute flush that starts at --at for every host of the week that
+    starts at --start, as its collectors would write next (not timed)."""
+    from flows.simulate import simulate_window
+
+    config = _config(args.data_dir)
+    at = dt.datetime.fromisoformat(args.at)
+    spec = _spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, 600.0)
+    simulate_window(spec, data_dir=config.data_dir, start=at, end=at + dt.timedelta(minutes=10))
+    return {}
+
+
+def step_ingest(args: argparse.Namespace) -> dict[str, Any]:
+    from flows.ingest import ingest
+
+    result = ingest(_config(args.data_dir), compact=not args.no_compact)
+    return {"files": result.files_loaded, "samples": result.samples_loaded}
+
+
+def step_build(args: argparse.Namespace) -> dict[str, Any]:
+    from flows.build import build
+
+    config = _config(args.data_dir)
+    result = build(config)
+    return {"models": len(result.models)}
+
+
+def step_cycle(args: argparse.Namespace) -> dict[str, Any]:
+    """What the 15-minute deployment does: ingest, then build when something was loaded."""
+    from flows.build import build
+    from flows.ingest import ingest
+
+    config = _config(args.data_dir)
+    started = time.perf_counter()
+    ingested = ingest(config)
+    ingest_s = time.perf_counter() - started
+    if ingested.loaded_anything:
+        build(config)
+    return {
+        "samples": ingested.samples_loaded,
+        "ingest_s": round(ingest_s, 2),
+        "build_s": round(time.perf_counter() - started - ingest_s, 2),
+    }
+
+
+def step_report(args: argparse.Namespace) -> dict[str, Any]:
+    from reports.weekly import write_report
+
+    files = write_report(_config(args.data_dir), args.week)
+    return {"page_bytes": Path(files.page_path).stat().st_size}
+
+
+STEPS = {
+    "simulate": step_simulate,
+    "flush": step_flush,
+    "ingest": step_ingest,
+    "build": step_build,
+    "cycle": step_cycle,
+    "report": step_report,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.step")
+    parser.add_argument("step", choices=sorted(STEPS))
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--start")
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--flush", type=float, default=600.0)
+    parser.add_argument("--at")
+    parser.add_argument("--week")
+    parser.add_argument("--no-compact", action="store_true")
+    parser.add_argument("--full", action="store_true")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    output = STEPS[args.step](args)
+    output["seconds"] = round(time.perf_counter() - started, 3)
+    output["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print(json.dumps(output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
