@@ -158,3 +158,41 @@ def test_serve_registers_the_schedules_and_runs_the_report(
         assert len(inbox.envelopes) == 1  # the deployment sends (send=True)
         assert inbox.envelopes[0].rcpt_tos == ["ops@example.org"]
         assert "2026-W46" in inbox.message()["Subject"]
+
+
+def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    import duckdb
+
+    from flows.serve import ingest_and_build
+    from flows.simulate import SimulationSpec, simulate_fleet
+
+    config_path = fx.write_config(tmp_path)
+    config = load_config(config_path=config_path)
+    arguments = {"data_dir": str(tmp_path), "config_path": str(config_path)}
+
+    nothing = ingest_and_build(**arguments)
+    assert "0 new samples" in nothing and nothing.endswith("build: skipped, no new samples")
+
+    spec = SimulationSpec.from_cli(
+        config=config,
+        gpus=8,
+        gpus_per_host=8,
+        week=fx.WEEK,
+        start=None,
+        days=1,
+        interval_s=10.0,
+        flush_s=600.0,
+        seed=3,
+    )
+    simulated = simulate_fleet(spec, data_dir=tmp_path)
+    loaded = ingest_and_build(**arguments)
+    assert simulated.rows > 0 and f" {simulated.rows:,} new samples" in loaded
+    assert "\nbuilt " in loaded
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        row = con.execute("select sum(gpus) from team_weekly where iso_week = ?", [fx.WEEK])
+        assert (row.fetchone() or [0])[0] >= 8
+
+    again = ingest_and_build(**arguments)
+    assert again.endswith("build: skipped, no new samples")
