@@ -176,11 +176,12 @@ def test_a_late_file_for_an_earlier_day_is_loaded(config: Config) -> None:
     assert count(config) == 3
 
 
-def test_rows_are_inserted_in_time_order(config: Config) -> None:
+def test_rows_are_inserted_in_series_order(config: Config) -> None:
+    """Sorted by (gpu_uuid, ts): each series' values sit together and compress well."""
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(30), sample(0, gpu="GPU-b")])
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(20), sample(0)])
     run_ingest(config)
-    rows = query(config, "select ts, gpu_uuid from samples order by rowid")
+    rows = query(config, "select gpu_uuid, ts from samples order by rowid")
     assert rows == sorted(rows)
 
 
