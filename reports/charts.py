@@ -114,7 +114,7 @@ def team_heatmaps(heatmap: Sequence[Row]) -> alt.TopLevelMixin:
     )
 
 
-BUSY_STATES = ("in use", "idle, under the waste threshold", "idle waste")
+BUSY_STATES = ("in use", "idle, not counted as waste", "idle waste")
 
 
 def busy_versus_idle(teams: Sequence[Row]) -> alt.TopLevelMixin:

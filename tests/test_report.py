@@ -336,7 +336,7 @@ def test_busy_versus_idle_splits_each_teams_hours(tmp_path: Path) -> None:
     spec = report_charts.busy_versus_idle(_data(tmp_path).teams).to_dict()
     rows = _values(spec)
     evil = {r["state"]: r["hours"] for r in rows if r["team"] == fx.EVIL_TEAM}
-    assert evil == {"in use": 40.0, "idle, under the waste threshold": 10.0, "idle waste": 50.0}
+    assert evil == {"in use": 40.0, "idle, not counted as waste": 10.0, "idle waste": 50.0}
     assert spec["mark"]["type"] == "bar"
     assert spec["encoding"]["x"]["stack"] == "zero"
 
