@@ -62,7 +62,9 @@ def test_demo_runs_the_whole_pipeline_and_again(
     assert [t["waste_usd"] for t in second.teams] == pytest.approx(
         [t["waste_usd"] for t in first.teams]
     )
+    assert any("not simulating them again" in m for m in messages), messages
     assert any(" 0 new samples" in m for m in messages), messages
+    assert second.quarantined_total == 0  # no file was rewritten under ingest's feet
 
     # and the page of real data renders in the browser
     proxy = BlackHoleProxy()
