@@ -12,6 +12,14 @@ local_days as (
     select * from int_local_days
 ),
 
+hosts as (
+    select * from int_hosts
+),
+
+teams as (
+    select * from int_teams
+),
+
 users as (
     select * from stg_users
 ),
@@ -103,17 +111,20 @@ segment_hours as (
 
 final as (
     select
-        host,
-        gpu_index,
-        hour,
-        start_us,
-        end_us,
-        start_ts,
-        end_ts,
-        winner.job_id as job_id,
-        winner."user" as "user",
-        winner.team as team,
+        hosts.host_id,
+        segment_hours.gpu_index,
+        segment_hours.hour,
+        segment_hours.start_us,
+        segment_hours.end_us,
+        segment_hours.start_ts,
+        segment_hours.end_ts,
+        segment_hours.winner.job_id as job_id,
+        segment_hours.winner."user" as "user",
+        teams.team_id,
     from segment_hours
+    -- allocations on hosts without samples have nothing to attribute
+    inner join hosts on hosts.host = segment_hours.host
+    inner join teams on teams.team = segment_hours.winner.team
 )
 
 select * from final

@@ -1,7 +1,7 @@
 -- The price of every GPU model seen in the samples: the first prices.csv glob that matches
 -- `gpu_name`, in file order; no match (or no name) costs 0.
-with samples as (
-    select * from stg_samples
+with series_ids as (
+    select * from int_series_ids
 ),
 
 price_rules as (
@@ -10,7 +10,7 @@ price_rules as (
 
 gpu_names as (
     select distinct gpu_name,
-    from samples
+    from series_ids
 ),
 
 matches as (

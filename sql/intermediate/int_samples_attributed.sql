@@ -1,7 +1,8 @@
 -- materialized: temp_view
 -- Every sample with its attribution (CONTRACT 6: allocation, else process, else host, else
--- none), whether it is idle or thermally throttled, and its series id and 15-minute bucket
--- (the series model joins the uuid, GPU name and local day back after its windows).
+-- none) and whether it is idle or thermally throttled. Names the series window would have
+-- to sort are carried as small integers (series, host, team, attribution code); the
+-- sequencing model turns them back into names after its window.
 -- A view: it is read once, by the series model, so it is never held in memory whole.
 with samples as (
     select * from stg_samples
@@ -11,49 +12,67 @@ series_ids as (
     select * from int_series_ids
 ),
 
+hosts as (
+    select * from int_hosts
+),
+
+teams as (
+    select * from int_teams
+),
+
+user_teams as (
+    select * from int_user_teams
+),
+
 allocation_segments as (
     select * from int_allocation_segments
 ),
 
-users as (
-    select * from stg_users
-),
-
-host_teams as (
-    select * from int_host_teams
+with_host as (
+    select
+        samples.*,
+        hosts.host_id,
+        hosts.team_id as host_team_id,
+    from samples
+    inner join hosts on hosts.host = samples.host
 ),
 
 with_allocation as (
     select
-        samples.*,
+        with_host.*,
         allocation_segments.start_us is not null as has_allocation,
         allocation_segments.job_id as allocation_job_id,
         allocation_segments."user" as allocation_user,
-        allocation_segments.team as allocation_team,
-    from samples
+        allocation_segments.team_id as allocation_team_id,
+    from with_host
     left join allocation_segments
-        on allocation_segments.host = samples.host
-        and allocation_segments.gpu_index = samples.gpu_index
-        and allocation_segments.hour = samples.ts_us // 3600000000
-        and samples.ts_us > allocation_segments.start_us
-        and (allocation_segments.end_us is null or samples.ts_us <= allocation_segments.end_us)
+        on allocation_segments.host_id = with_host.host_id
+        and allocation_segments.gpu_index = with_host.gpu_index
+        and allocation_segments.hour = with_host.ts_us // 3600000000
+        and with_host.ts_us > allocation_segments.start_us
+        and (allocation_segments.end_us is null or with_host.ts_us <= allocation_segments.end_us)
 ),
 
 attributed as (
     select
         with_allocation.*,
+        -- 1 allocation, 2 process, 3 host, 4 none
         case
-            when has_allocation then 'allocation'
-            when process_count > 0 then 'process'
-            when host_teams.team is not null then 'host'
-            else 'none'
-        end as attributed_by,
+            when has_allocation then 1
+            when process_count > 0 then 2
+            when host_team_id is not null then 3
+            else 4
+        end::utinyint as attribution_code,
         case
-            when has_allocation then allocation_team
-            when process_count > 0 then coalesce(users.team, '(unmapped)')
-            when host_teams.team is not null then host_teams.team
-            else '(unallocated)'
-        end as team,
+            when has_allocation then allocation_team_id
+            when process_count > 0
+                then coalesce(
+                    user_teams.team_id,
+                    (select team_id from teams where team = '(unmapped)')
+                )
+            when host_team_id is not null then host_team_id
+            else (select team_id from teams where team = '(unallocated)')
+        end as team_id,
         case
             when has_allocation then allocation_user
             when process_count > 0 then top_process_user
@@ -63,24 +82,22 @@ attributed as (
             when process_count > 0 then top_process_job_id
         end as job_id,
     from with_allocation
-    left join users on users."user" = with_allocation.top_process_user
-    left join host_teams on host_teams.host = with_allocation.host
+    left join user_teams on user_teams."user" = with_allocation.top_process_user
 ),
 
 final as (
     select
         series_ids.series_id,
         attributed.ts,
-        attributed.ts_us,
         attributed.interval_s,
-        attributed.host,
+        attributed.host_id,
         attributed.gpu_index,
         attributed.status,
         attributed.gpu_util_pct,
-        attributed.team,
+        attributed.team_id,
         attributed."user",
         attributed.job_id,
-        attributed.attributed_by,
+        attributed.attribution_code,
         attributed.gpu_util_pct < getvariable('idle_threshold_pct') as is_idle,
         attributed.process_count > 0 as has_process,
         coalesce(attributed.clock_event_mask & 96 != 0, false) as is_thermal,
@@ -89,7 +106,6 @@ final as (
         attributed.sm_clock_mhz,
         attributed.power_w,
         attributed.energy_mj,
-        attributed.ts_us // 900000000 as local_day_bucket,
     from attributed
     inner join series_ids on series_ids.gpu_uuid = attributed.gpu_uuid
 )

@@ -5,8 +5,8 @@
 -- idle run of the same team and attribution) or a thermal run (CONTRACT 6).
 -- int_series_runs numbers the runs (the islands).
 -- A view: samples_attributed materializes it once; per-sample temp tables would not fit
--- in memory at fleet scale. The uuid, GPU name and local day are joined after the window,
--- which then sorts integers instead of those strings.
+-- in memory at fleet scale. The uuid, GPU name, host, team, attribution and local day are
+-- turned back into names after the window, which then sorts integers instead of strings.
 with samples as (
     select * from int_samples_attributed
 ),
@@ -19,30 +19,40 @@ local_days as (
     select * from int_local_days
 ),
 
+hosts as (
+    select * from int_hosts
+),
+
+teams as (
+    select * from int_teams
+),
+
 with_previous as (
     select
         *,
-        lag(ts_us) over series as previous_ts_us,
+        lag(ts) over series as previous_ts,
         lag(energy_mj) over series as previous_energy_mj,
         lag(is_idle) over series as previous_is_idle,
-        lag(team) over series as previous_team,
-        lag(attributed_by) over series as previous_attributed_by,
+        lag(team_id) over series as previous_team_id,
+        lag(attribution_code) over series as previous_attribution_code,
         lag(is_thermal) over series as previous_is_thermal,
     from samples
-    window series as (partition by series_id order by ts_us)
+    window series as (partition by series_id order by ts)
 ),
 
 deduplicated as (
     -- a repeated (gpu_uuid, ts) counts once
     select * from with_previous
-    where previous_ts_us is distinct from ts_us
+    where previous_ts is distinct from ts
 ),
 
 with_contiguity as (
     select
         *,
+        epoch_us(ts) as ts_us,
         coalesce(
-            ts_us - previous_ts_us <= getvariable('max_gap_factor') * interval_s * 1000000,
+            epoch_us(ts) - epoch_us(previous_ts)
+            <= getvariable('max_gap_factor') * interval_s * 1000000,
             false
         ) as is_contiguous,
     from deduplicated
@@ -63,8 +73,8 @@ with_run_starts as (
         and not coalesce(
             is_contiguous
             and previous_is_idle
-            and team = previous_team
-            and attributed_by = previous_attributed_by,
+            and team_id = previous_team_id
+            and attribution_code = previous_attribution_code,
             false
         ) as is_idle_run_start,
         is_thermal and not coalesce(is_contiguous and previous_is_thermal, false)
@@ -76,16 +86,21 @@ final as (
     select
         series_ids.gpu_uuid,
         with_run_starts.ts,
-        with_run_starts.host,
+        hosts.host,
         with_run_starts.gpu_index,
         series_ids.gpu_name,
         with_run_starts.interval_s,
         with_run_starts.status,
         with_run_starts.gpu_util_pct,
-        with_run_starts.team,
+        teams.team,
         with_run_starts."user",
         with_run_starts.job_id,
-        with_run_starts.attributed_by,
+        case with_run_starts.attribution_code
+            when 1 then 'allocation'
+            when 2 then 'process'
+            when 3 then 'host'
+            else 'none'
+        end as attributed_by,
         with_run_starts.is_idle,
         with_run_starts.energy_j,
         local_days.day,
@@ -101,7 +116,9 @@ final as (
         with_run_starts.is_thermal_run_start as starts_thermal_event,
     from with_run_starts
     inner join series_ids on series_ids.series_id = with_run_starts.series_id
-    inner join local_days on local_days.bucket = with_run_starts.local_day_bucket
+    inner join hosts on hosts.host_id = with_run_starts.host_id
+    inner join teams on teams.team_id = with_run_starts.team_id
+    inner join local_days on local_days.bucket = with_run_starts.ts_us // 900000000
 )
 
 select * from final
