@@ -128,6 +128,7 @@ class PipelineBench:
     log: Callable[[str], None] = print
     figures: list[Figure] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    on_figure: Callable[[], None] = lambda: None  # called after each figure (partial results)
 
     def week(self) -> str:
         # The week before the last complete one, so that every day of it is completed.
@@ -150,6 +151,7 @@ class PipelineBench:
             None if limit is None else statistics.median(values) <= limit,
         )
         self.figures.append(figure)
+        self.on_figure()
         self.log(f"  {name}: {figure.median:,.2f} {unit}")
         return figure
 
@@ -173,6 +175,10 @@ class PipelineBench:
         monday = week_monday(week)
         raw_dir = self.data_dir("raw-week")
         self.log(f"pipeline bench: {self.gpus} GPUs x {self.days} days ({week}) in {self.work}")
+        self.notes.append(
+            "every build is a full rebuild (no incremental build yet), so a steady cycle "
+            "rebuilds the whole history"
+        )
 
         if not (raw_dir / "raw" / "samples").is_dir():
             self.log("simulating the week as collectors write it (10-minute files)")

@@ -44,7 +44,9 @@ def collector_figures() -> list[Figure]:
     ]
 
 
-def write_results(figures: list[Figure], notes: list[str], title: str) -> None:
+def write_results(
+    figures: list[Figure], notes: list[str], title: str, *, quiet: bool = False
+) -> None:
     lines = [
         "# Benchmark results",
         "",
@@ -59,8 +61,9 @@ def write_results(figures: list[Figure], notes: list[str], title: str) -> None:
         "",
     ]
     RESULTS.write_text("\n".join(lines))
-    log(f"wrote {RESULTS}")
-    print("\n".join(lines))
+    if not quiet:
+        log(f"wrote {RESULTS}")
+        print("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             repeat=args.repeat,
             history_weeks=args.history_weeks,
             log=log,
+        )
+        done = list(figures)
+        title = f"{args.gpus} GPUs x {args.days} days at 10 s"
+        bench.on_figure = lambda: write_results(
+            done + bench.figures, [*bench.notes, "(run in progress)"], title, quiet=True
         )
         bench.run()
         figures += bench.figures
