@@ -32,10 +32,10 @@ REPORT_DEPLOYMENT = "monday-0700"
 
 @flow(name="ingest-and-build", log_prints=False)
 def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
-    """Load new raw files; rebuild the models when the ingest loaded something."""
+    """Load new raw files; rebuild the models when the ingest loaded anything (samples, refs)."""
     ingested = ingest_flow(data_dir=data_dir, config_path=config_path)
     if not ingested.loaded_anything:
-        return f"{ingested}\nbuild: skipped, no new samples"
+        return f"{ingested}\nbuild: skipped, nothing new was loaded"
     built = build_flow(data_dir=data_dir, config_path=config_path)
     return f"{ingested}\n{built}"
 

@@ -173,7 +173,7 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
     arguments = {"data_dir": str(tmp_path), "config_path": str(config_path)}
 
     nothing = ingest_and_build(**arguments)
-    assert "0 new samples" in nothing and nothing.endswith("build: skipped, no new samples")
+    assert "0 new samples" in nothing and nothing.endswith("build: skipped, nothing new was loaded")
 
     spec = SimulationSpec.from_cli(
         config=config,
@@ -195,4 +195,4 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
         assert (row.fetchone() or [0])[0] >= 8
 
     again = ingest_and_build(**arguments)
-    assert again.endswith("build: skipped, no new samples")
+    assert again.endswith("build: skipped, nothing new was loaded")
