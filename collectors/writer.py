@@ -79,12 +79,13 @@ def write_sample_files(
     for date_iso, rows in sorted(by_date.items()):
         directory = Path(partition_dir(str(samples_root), date_iso, safe_host(host)))
         target = directory / f"{stem}.parquet"
-        _write_atomically(records_to_table(rows), target)
+        write_table_atomically(records_to_table(rows), target)
         written.append(target)
     return written
 
 
-def _write_atomically(table: pa.Table, target: Path) -> None:
+def write_table_atomically(table: pa.Table, target: Path) -> None:
+    """Write `table` as zstd Parquet under a temporary `.` name, fsync, rename into place."""
     temporary = target.with_name(f".{target.name}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -17,18 +17,24 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
+import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
-from collectors.schema import SCHEMA_VERSION
+from collectors.schema import SAMPLE_SCHEMA, file_metadata
+from collectors.writer import write_table_atomically
+from flows.raw_tables import SAMPLE_COLUMNS
 from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
 
 COMPACTED_PREFIX = "compacted-"
+logger = logging.getLogger("gpufleet.compact")
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -68,13 +74,16 @@ def _exchange(a: Path, b: Path) -> None:
     os.rename(parked, b)
 
 
-def _candidates(con: duckdb.DuckDBPyConnection, config: Config, today: dt.date) -> list[_Partition]:
-    """Host-days before `today` (UTC) whose loaded files are more than one, or not compacted."""
+def _candidates(
+    con: duckdb.DuckDBPyConnection, config: Config, today: dt.date, exclude: set[str]
+) -> list[_Partition]:
+    """Host-days before `today` (UTC) whose loaded files are more than one, or not compacted,
+    and all still exactly as they were loaded (same names, sizes and mtimes)."""
     rows = con.execute(
         """
         select
             regexp_extract(path, '^(.*)/[^/]+$', 1) as directory,
-            list(path order by path) as files,
+            list((path, size_bytes, mtime_ns) order by path) as files,
         from loaded_files
         where path like 'raw/samples/date=%/host=%/%'
         group by directory
@@ -89,28 +98,88 @@ def _candidates(con: duckdb.DuckDBPyConnection, config: Config, today: dt.date) 
             day = dt.date.fromisoformat(day_part)
         except ValueError:
             continue
-        if day >= today:
-            continue
         absolute = config.data_dir / directory
-        present = (
-            {
-                f"{directory}/{entry.name}"
-                for entry in os.scandir(absolute)
-                if entry.is_file() and not entry.name.startswith((".", "_"))
-            }
-            if absolute.is_dir()
-            else set()
-        )
-        # Only when every visible file there is loaded: a late file waits for the next ingest.
-        if present and present == set(files):
-            partitions.append(_Partition(absolute, day, tuple(files)))
+        if day >= today or not absolute.is_dir():
+            continue
+        loaded = {path: (size, mtime) for path, size, mtime in files}
+        present = {
+            f"{directory}/{entry.name}": (entry.stat().st_size, entry.stat().st_mtime_ns)
+            for entry in os.scandir(absolute)
+            if entry.is_file() and not entry.name.startswith((".", "_"))
+        }
+        # Only when every visible file there is loaded and unchanged since: a late file
+        # waits for the next ingest, a changed one for its quarantine.
+        if present == loaded and not exclude & loaded.keys():
+            partitions.append(_Partition(absolute, day, tuple(sorted(loaded))))
     return partitions
+
+
+def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
+    """The contract's columns cast to the contract's types (NULL where no file has one),
+    then any extra columns of newer collectors as they are."""
+    probe = con.execute(
+        "select * from read_parquet($sources, union_by_name = true, hive_partitioning = false)"
+        " limit 0",
+        {"sources": sources},
+    )
+    present = [column[0] for column in probe.description or ()]
+    contract = {name for name, _ in SAMPLE_COLUMNS}
+    items = [
+        f'cast("{name}" as {kind}) as "{name}"'
+        if name in present
+        else f'cast(null as {kind}) as "{name}"'
+        for name, kind in SAMPLE_COLUMNS
+    ]
+    items += [f'"{name}"' for name in present if name not in contract]
+    return ", ".join(items)
+
+
+def _collector_versions(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
+    rows = con.execute(
+        """
+        select distinct decode(value)
+        from parquet_kv_metadata($sources)
+        where decode(key) = 'gpufleet.collector_version'
+        order by 1
+        """,
+        {"sources": sources},
+    ).fetchall()
+    return ",".join(str(row[0]) for row in rows) or "unknown"
+
+
+def _write_compacted(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
+    """One file of the sources' samples, each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts),
+    in the contract's schema (types and nullability) plus any extra columns, zstd."""
+    table: pa.Table = con.sql(
+        f"""
+        select * exclude (_rank)
+        from (
+            select
+                {_select_list(con, sources)},
+                row_number() over (partition by gpu_uuid, ts) as _rank,
+            from read_parquet($sources, union_by_name = true, hive_partitioning = false)
+        )
+        where _rank = 1
+        order by gpu_uuid, ts
+        """,
+        params={"sources": sources},
+    ).to_arrow_table()
+    extras = [field for field in table.schema if field.name not in SAMPLE_SCHEMA.names]
+    schema = pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
+        {
+            **file_metadata(),
+            b"gpufleet.collector_version": _collector_versions(con, sources).encode(),
+            b"gpufleet.compacted_from": str(len(sources)).encode(),
+        }
+    )
+    write_table_atomically(table.cast(schema), target)
 
 
 def _compact_one(
     con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition
-) -> tuple[int, int]:
-    """Rebuild one partition as a single file, swap it in; returns (bytes before, after)."""
+) -> tuple[int, int] | None:
+    """Rebuild one partition as a single file and swap it in; (bytes before, after), or
+    None when its files could not be read (they stay as they are, with a warning)."""
     directory = partition.directory
     staging = directory.with_name(f".{directory.name}.compacting")
     shutil.rmtree(staging, ignore_errors=True)
@@ -118,30 +187,14 @@ def _compact_one(
     target_name = f"{COMPACTED_PREFIX}{partition.day.isoformat()}.parquet"
     sources = [str(config.data_dir / path) for path in partition.files]
     before = sum(os.path.getsize(path) for path in sources)
-    con.execute(
-        f"""
-        copy (
-            select * exclude (_rank)
-            from (
-                select
-                    *,
-                    row_number() over (partition by gpu_uuid, ts) as _rank,
-                from read_parquet($sources, union_by_name = true, hive_partitioning = false)
-            )
-            where _rank = 1
-            order by gpu_uuid, ts
-        ) to '{_sql_path(staging / target_name)}' (
-            format parquet,
-            compression zstd,
-            row_group_size 122880,
-            kv_metadata {{
-                'gpufleet.schema_version': '{SCHEMA_VERSION}',
-                'gpufleet.compacted_from': '{len(sources)}'
-            }}
-        )
-        """,
-        {"sources": sources},
-    )
+    try:
+        _write_compacted(con, sources, staging / target_name)
+    except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        relative = directory.relative_to(config.data_dir).as_posix()
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        logger.warning("compact: left %s as it is: %s", relative, first_line)
+        return None
     _exchange(directory, staging)
     # `staging` now holds the originals; a file that arrived meanwhile goes back to the lake.
     for entry in os.scandir(staging):
@@ -187,27 +240,28 @@ def _record(
     )
 
 
-def _sql_path(path: Path) -> str:
-    """A path as a SQL string literal body (COPY ... TO takes no parameter)."""
-    return str(path).replace("'", "''")
-
-
 def compact_completed_days(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     *,
     today: dt.date | None = None,
+    exclude: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> CompactionResult:
-    """Compact every fully loaded host-day before `today` (UTC) inside a write transaction."""
+    """Compact every fully loaded host-day before `today` (UTC) inside a write transaction.
+
+    Host-days holding a path of `exclude` (files this ingest set aside) are left alone.
+    """
     day = today or dt.datetime.now(dt.UTC).date()
-    partitions = _candidates(con, config, day)
-    before_total = after_total = replaced = 0
+    partitions = _candidates(con, config, day, set(exclude))
+    compacted = before_total = after_total = replaced = 0
     for number, partition in enumerate(partitions, start=1):
-        before, after = _compact_one(con, config, partition)
-        before_total += before
-        after_total += after
-        replaced += len(partition.files)
+        outcome = _compact_one(con, config, partition)
+        if outcome is not None:
+            compacted += 1
+            before_total += outcome[0]
+            after_total += outcome[1]
+            replaced += len(partition.files)
         if progress and (number % 50 == 0 or number == len(partitions)):
             progress(f"compact: {number}/{len(partitions)} host-days")
-    return CompactionResult(len(partitions), replaced, before_total, after_total)
+    return CompactionResult(compacted, replaced, before_total, after_total)

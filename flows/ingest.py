@@ -637,7 +637,16 @@ def load_warehouse(
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         result = load_samples(con, config, files, progress=progress)
         references_changed = replace_references(con, references)
-        compaction = compact_completed_days(con, config, progress=progress) if compact else None
+        compaction = (
+            compact_completed_days(
+                con,
+                config,
+                exclude=[item.path for item in result.quarantined],
+                progress=progress,
+            )
+            if compact
+            else None
+        )
     return IngestResult(
         files_loaded=result.files_loaded,
         samples_loaded=result.samples_loaded,

@@ -172,3 +172,73 @@ def test_ingest_compacts_loaded_days_and_never_reloads_them(tmp_path: Path) -> N
     with duckdb.connect(str(config.warehouse_path), read_only=True) as warehouse:
         assert warehouse.execute("select count(*) from samples").fetchone() == (480,)
         assert warehouse.execute("select count(*) from loaded_files").fetchone() == (1,)
+
+
+def test_a_loaded_file_gone_bad_is_quarantined_and_ingest_goes_on(tmp_path: Path) -> None:
+    """A past day's file overwritten after its load must not make ingest fail (review)."""
+    from flows.ingest import ingest
+
+    config = Config(data_dir=tmp_path)
+    con = duckdb.connect()
+    ensure_raw_tables(con)
+    for name in ("a.parquet", "b.parquet"):
+        write_and_record(
+            config,
+            con,
+            DAY,
+            name,
+            sample_rows(midnight(DAY), 6, (f"GPU-{name[0]}",)),
+            record=False,
+        )
+    other = DAY - dt.timedelta(days=1)
+    write_and_record(
+        config, con, other, "c.parquet", sample_rows(midnight(other), 6, ("GPU-c",)), record=False
+    )
+    ingest(config, compact=False)
+    bad = config.samples_dir / f"date={DAY}" / "host=node-1" / "b.parquet"
+    bad.write_bytes(b"not parquet any more")
+
+    with pytest.warns(UserWarning, match="changed after load"):
+        result = ingest(config)
+
+    assert [item.path for item in result.quarantined] == [bad.relative_to(tmp_path).as_posix()]
+    assert result.compaction is not None and result.compaction.partitions == 1  # `other` only
+    assert (config.quarantine_dir / bad.relative_to(tmp_path)).read_bytes().startswith(b"not")
+    assert (config.samples_dir / f"date={DAY}" / "host=node-1" / "a.parquet").exists()
+    assert (
+        config.samples_dir / f"date={other}" / "host=node-1" / f"compacted-{other}.parquet"
+    ).exists()
+
+
+def test_compacted_file_has_the_contract_types_whatever_the_sources(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    config, con = lake
+    table = sample_rows(midnight(DAY), 6, ("GPU-a",))
+    older = table.drop_columns(["gpu_name", "processes"]).set_column(
+        table.schema.get_field_index("ts") - 0,
+        pa.field("ts", pa.timestamp("ns", tz="UTC"), nullable=False),
+        table["ts"].cast(pa.timestamp("ns", tz="UTC")),
+    )
+    mask_index = older.schema.get_field_index("clock_event_mask")
+    older = older.set_column(
+        mask_index,
+        pa.field("clock_event_mask", pa.int64()),
+        older["clock_event_mask"].cast(pa.int64()),
+    )
+    newer = sample_rows(midnight(DAY) + dt.timedelta(minutes=1), 6, ("GPU-a",))
+    newer = newer.append_column("fan_speed_pct", pa.array([40.0] * newer.num_rows, pa.float32()))
+    write_and_record(config, con, DAY, "older.parquet", older)
+    write_and_record(config, con, DAY, "newer.parquet", newer)
+
+    compact_completed_days(con, config, today=DAY + dt.timedelta(days=1))
+
+    path = config.samples_dir / f"date={DAY}" / "host=node-1" / f"compacted-{DAY}.parquet"
+    schema = pq.read_schema(path)
+    for field in SAMPLE_SCHEMA:
+        assert schema.field(field.name).type == field.type, field.name
+        assert schema.field(field.name).nullable or not field.nullable, field.name
+    assert schema.field("gpu_name").nullable
+    assert schema.names[-1] == "fan_speed_pct"
+    assert schema.metadata[b"gpufleet.collector_version"] == b"0.1.0"
+    assert pq.read_table(path).num_rows == 12
