@@ -205,6 +205,9 @@ def build_models(
             apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
             row = con.execute(f"select count(*) from {name}").fetchone()
             mart_rows[name] = int(row[0]) if row else 0
+        # The tables ingest writes that users query too (samples, quarantined_files).
+        for name in sorted(docs.keys() - set(marts)):
+            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
     finally:
         for name in reversed(order):
             if models[name].materialized != "table":

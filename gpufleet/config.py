@@ -103,15 +103,21 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
 
 
 def _line_of(text: str, section: str | None, key: str) -> int | None:
-    """The 1-based line where `key` is set inside `[section]` of a TOML text, if found."""
+    """The 1-based line where `key` is set inside `[section]` of a TOML text (or as a
+    dotted `section.key` at the top), or where the table `[key]` opens, if found."""
     current: str | None = None
+    dotted = f"{section}.{key}" if section else None
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         header = re.match(r"^\[\s*([^\]]+?)\s*\]", stripped)
         if header:
             current = header.group(1)
+            if section is None and current == key:
+                return number
             continue
         if current == section and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            return number
+        if current is None and dotted and re.match(rf"^{re.escape(dotted)}\s*=", stripped):
             return number
     return None
 
@@ -173,10 +179,12 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
         where = _where(path, text, section, key) if path else "configuration"
         return GpufleetError(f"{where}: {problem}")
 
-    try:
-        zoneinfo.ZoneInfo(config.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise fail(None, "timezone", f"unknown time zone '{config.timezone}'") from exc
+    # The canonical IANA names only: aliases such as 'posix/Europe/Berlin' or 'localtime'
+    # load in zoneinfo but not in DuckDB's ICU, where the models convert days.
+    if config.timezone != "UTC" and (
+        config.timezone == "localtime" or config.timezone not in zoneinfo.available_timezones()
+    ):
+        raise fail(None, "timezone", f"unknown time zone '{config.timezone}'")
     if not 0 < config.idle.threshold_pct <= 100:
         raise fail("idle", "threshold_pct", "'idle.threshold_pct' must be in (0, 100]")
     if config.idle.min_minutes < 0:

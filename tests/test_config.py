@@ -86,6 +86,10 @@ def test_password_comes_only_from_environment(
         ("[colour]\nred = 1\n", r"unknown section \[colour\]"),
         ("\n\n[series]\ngap = 3\n", r"line 4: unknown key 'series.gap'"),
         ('[report]\nrecipients = "a@b"\n', r"line 2: 'report.recipients' must be a list"),
+        ("\n[idel]\nthreshold_pct = 1\n", r"line 2: unknown section \[idel\]"),
+        ("idle.threshold_pct = 0\n", r"line 1: 'idle.threshold_pct' must be in"),
+        ('timezone = "posix/Europe/Berlin"\n', r"line 1: unknown time zone"),
+        ('timezone = "localtime"\n', r"line 1: unknown time zone 'localtime'"),
     ],
 )
 def test_bad_file_is_one_line_naming_file_and_line(
