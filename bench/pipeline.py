@@ -207,6 +207,7 @@ class PipelineBench:
             shutil.rmtree(loaded, ignore_errors=True)
             loaded.mkdir(parents=True)
             os.symlink(raw_dir / "raw", loaded / "raw")
+            os.symlink(raw_dir / "ref", loaded / "ref")
             result = self.step("ingest", "--data-dir", str(loaded), "--no-compact")
             ingests.append(result.wall_s)
             self.log(f"  run {attempt + 1}: scan {scans[-1]:.1f} s, ingest {ingests[-1]:.1f} s")
@@ -245,6 +246,7 @@ class PipelineBench:
         steady = self.data_dir("steady")
         shutil.rmtree(steady, ignore_errors=True)
         shutil.copytree(raw_dir / "raw", steady / "raw")
+        shutil.copytree(raw_dir / "ref", steady / "ref")
         self.step("ingest", "--data-dir", str(steady))  # loads and compacts the week
         self.step("build", "--data-dir", str(steady), "--full")
         compacted = directory_bytes(steady / "raw" / "samples", ".parquet")

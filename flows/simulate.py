@@ -314,9 +314,28 @@ def _write_samples(
     return files, rows
 
 
+SIMULATED_MARKER = ".simulated"  # in ref/: these reference files are simulate's own
+
+
+def check_reference_files_are_simulated(data_dir: Path) -> None:
+    """Refuse to overwrite reference files that `simulate` did not write (real ones)."""
+    ref_dir = data_dir / "ref"
+    if (ref_dir / SIMULATED_MARKER).exists():
+        return
+    for name in ("users.csv", "hosts.csv", "prices.csv"):
+        if (ref_dir / name).exists():
+            raise GpufleetError(
+                f"{ref_dir / name}: exists and was not written by 'gpufleet simulate'; "
+                "refusing to overwrite real reference data (simulate into another --data-dir)"
+            )
+
+
 def write_reference_files(scenario: Scenario, spec: SimulationSpec, data_dir: Path) -> list[Path]:
     """ref/users.csv, ref/hosts.csv, ref/prices.csv and raw/allocations/slurm-<date>.csv."""
     ref_dir = data_dir / "ref"
+    check_reference_files_are_simulated(data_dir)
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    (ref_dir / SIMULATED_MARKER).touch()
     written = [
         _write_csv(ref_dir / "users.csv", USERS_HEADER, scenario.users),
         _write_csv(ref_dir / "hosts.csv", HOSTS_HEADER, scenario.host_rules),

@@ -439,3 +439,23 @@ def test_scenario_sizes_scale_with_the_fleet() -> None:
     assert host_kinds(2) == ["mixed", "owned"]
     assert sorted(set(gpu_roles("mixed", 8))) == ["notebook", "rogue", "spare", "train"]
     assert gpu_roles("owned", 8).count("owned_idle") == 2
+
+
+def test_simulate_refuses_to_overwrite_real_reference_files(tmp_path: Path) -> None:
+    real = tmp_path / "ref" / "users.csv"
+    real.parent.mkdir(parents=True)
+    real.write_text("user,team\nalice,vision\n")
+    spec = SimulationSpec(
+        gpus=8,
+        start=dt.datetime(2026, 11, 16, tzinfo=dt.UTC),
+        end=dt.datetime(2026, 11, 16, 0, 20, tzinfo=dt.UTC),
+    )
+    with pytest.raises(GpufleetError, match="not written by 'gpufleet simulate'"):
+        simulate_fleet(spec, data_dir=tmp_path)
+    assert real.read_text() == "user,team\nalice,vision\n"
+    assert not (tmp_path / "raw").exists()
+
+    fresh = tmp_path / "fresh"
+    simulate_fleet(spec, data_dir=fresh)
+    simulate_fleet(spec, data_dir=fresh)  # simulate may rewrite its own reference files
+    assert (fresh / "ref" / "users.csv").read_text().startswith("user,team\n")
