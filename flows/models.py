@@ -3,7 +3,8 @@
 Each model is one `.sql` file holding one `select`; the file name is the model's name. The
 runner orders the models by the model names each file reads (`from x`, `join x`), sets the
 configuration as DuckDB variables (`getvariable('idle_threshold_pct')` in SQL), creates each
-model and documents the marts with `COMMENT ON` from `sql/marts/_docs.toml`.
+model and documents the marts with `COMMENT ON` from `sql/marts/_docs.toml`. Macros the
+models share (`glob_to_like`) are defined in `sql/_macros.sql`, run before the models.
 
 Materialization: staging models are temp views, intermediate models temp tables, marts
 tables in the warehouse; a file may override that with a first-line comment
@@ -28,6 +29,7 @@ from gpufleet.config import Config
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
+MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 BUILD_MEMORY_LIMIT = "1536MB"
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZATIONS = ("temp_view", "temp_table", "table")
@@ -192,6 +194,7 @@ def build_models(
     docs = load_docs(sql_dir)
     ensure_raw_tables(con)
     set_variables(con, config)
+    con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
     # A CTAS need not keep row order; that saves memory on the large per-sample models.
     con.execute("set preserve_insertion_order = false")
     # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);

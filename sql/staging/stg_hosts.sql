@@ -1,5 +1,6 @@
 -- materialized: temp_view
--- hosts.csv rules with the glob (`*`, `?`) translated to a LIKE pattern escaped with '\'.
+-- hosts.csv rules with the glob (`*`, `?`)
+-- translated to a LIKE pattern escaped with '\' (glob_to_like in sql/_macros.sql).
 with source as (
     select * from ref_hosts
 ),
@@ -8,15 +9,7 @@ final as (
     select
         rule_order,
         host_glob,
-        replace(
-            replace(
-                replace(replace(replace(host_glob, '\', '\\'), '%', '\%'), '_', '\_'),
-                '*',
-                '%'
-            ),
-            '?',
-            '_'
-        ) as host_like,
+        glob_to_like(host_glob) as host_like,
         team,
     from source
 )

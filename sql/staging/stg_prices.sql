@@ -1,5 +1,6 @@
 -- materialized: temp_view
--- prices.csv rules with the glob (`*`, `?`) translated to a LIKE pattern escaped with '\'.
+-- prices.csv rules with the glob (`*`, `?`)
+-- translated to a LIKE pattern escaped with '\' (glob_to_like in sql/_macros.sql).
 with source as (
     select * from ref_prices
 ),
@@ -8,15 +9,7 @@ final as (
     select
         rule_order,
         gpu_glob,
-        replace(
-            replace(
-                replace(replace(replace(gpu_glob, '\', '\\'), '%', '\%'), '_', '\_'),
-                '*',
-                '%'
-            ),
-            '?',
-            '_'
-        ) as gpu_like,
+        glob_to_like(gpu_glob) as gpu_like,
         usd_per_gpu_hour,
     from source
 )
