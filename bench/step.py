@@ -70,8 +70,8 @@ def step_build(args: argparse.Namespace) -> dict[str, Any]:
     from flows.build import build
 
     config = _config(args.data_dir)
-    result = build(config)
-    return {"models": len(result.models)}
+    result = build(config, full=args.full)
+    return {"models": len(result.models), "mode": result.mode, "reason": result.reason}
 
 
 def step_cycle(args: argparse.Namespace) -> dict[str, Any]:

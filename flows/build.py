@@ -1,32 +1,131 @@
-"""The `build` flow: (re)build every SQL model in one published warehouse transaction."""
+"""The `build` flow: bring the marts up to date in one published warehouse transaction.
+
+A build is incremental when it can be (only the days new samples touch are recomputed, see
+`flows/incremental.py`) and full otherwise: the first build, `--full`, or a change in the
+SQL, the configuration or the reference data.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.models import BuildResult, build_models
+from flows.incremental import (
+    build_incrementally,
+    ensure_state_tables,
+    fingerprint,
+    read_state,
+    record_full_build,
+    samples_rowid_top,
+)
+from flows.models import (
+    SQL_DIR,
+    build_all_models,
+    build_order,
+    count_mart_rows,
+    discover_models,
+    model_variables,
+    prepare,
+)
 from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.config import Config, load_config
 
 
-def build(config: Config, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> BuildResult:
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """What a build did: full, incremental or nothing; rows per mart; wall time."""
+
+    mode: str  # "full", "incremental" or "up to date"
+    reason: str
+    models: tuple[str, ...]
+    mart_rows: Mapping[str, int]
+    seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"{self.mode} build ({self.reason}): {self.seconds:.1f} s; marts:"]
+        width = max((len(name) for name in self.mart_rows), default=0)
+        lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
+        return "\n".join(lines)
+
+
+def build_models(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    *,
+    full: bool = False,
+    sql_dir: Path = SQL_DIR,
+) -> BuildResult:
+    """Update the marts on `con`: incrementally when the last build allows, else in full."""
+    started = time.perf_counter()
+    models = discover_models(sql_dir)
+    order = build_order(models)
+    prepare(con, config, sql_dir=sql_dir)
+    ensure_state_tables(con)
+    sql_files = [path for path in sql_dir.rglob("*") if path.suffix in (".sql", ".toml")]
+    digest = fingerprint(con, model_variables(config), sql_files)
+    state = read_state(con)
+    top = samples_rowid_top(con)
+    if full:
+        mode, reason = "full", "asked for"
+    elif state is None:
+        mode, reason = "full", "first build"
+    elif state.fingerprint != digest:
+        mode, reason = "full", "the SQL, the configuration or the reference data changed"
+    elif top < state.samples_rowid:
+        mode, reason = "full", "samples were removed since the last build"
+    elif top == state.samples_rowid:
+        mode, reason = "up to date", "no new samples"
+    else:
+        outcome = build_incrementally(
+            con, config, models, order, after=state.samples_rowid, top=top
+        )
+        if outcome is None:
+            mode, reason = "full", "a GPU's name changed or a mart has no incremental plan"
+        else:
+            mode = "incremental"
+            reason = (
+                f"{outcome.new_samples:,} new samples of {outcome.series:,} GPUs, "
+                f"{outcome.days} local days recomputed"
+            )
+    if mode == "full":
+        build_all_models(con, models, order, sql_dir)
+        record_full_build(con, top=top, digest=digest)
+    return BuildResult(
+        mode=mode,
+        reason=reason,
+        models=tuple(order),
+        mart_rows=count_mart_rows(con, models, order),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def build(
+    config: Config, *, full: bool = False, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> BuildResult:
     """Build the models on a private copy of the warehouse and publish it (no Prefect)."""
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
-        return build_models(con, config)
+        return build_models(con, config, full=full)
 
 
 @task(name="build-models", cache_policy=NO_CACHE)
-def build_models_task(config: Config) -> BuildResult:
+def build_models_task(config: Config, full: bool = False) -> BuildResult:
     """Run sql/ (staging, intermediate, marts) into the warehouse."""
-    return build(config)
+    return build(config, full=full)
 
 
 @flow(name="build", log_prints=False)
-def build_flow(data_dir: str = "data", config_path: str | None = None) -> BuildResult:
-    """Rebuild the marts from the warehouse's raw tables."""
+def build_flow(
+    data_dir: str = "data", config_path: str | None = None, full: bool = False
+) -> BuildResult:
+    """Bring the marts up to date with the warehouse's raw tables (incrementally if possible)."""
     config = load_config(config_path=config_path, data_dir=data_dir)
-    return build_models_task(config)
+    return build_models_task(config, full)
 
 
 if __name__ == "__main__":

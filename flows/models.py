@@ -6,6 +6,9 @@ configuration as DuckDB variables (`getvariable('idle_threshold_pct')` in SQL), 
 model and documents the marts with `COMMENT ON` from `sql/marts/_docs.toml`. Macros the
 models share (`glob_to_like`) are defined in `sql/_macros.sql`, run before the models.
 
+`flows/build.py` decides between a full build (`build_all_models`) and an incremental one
+(`flows/incremental.py`), which runs the same files on a slice (`render` with a remap).
+
 Materialization: staging models are temp views, intermediate models temp tables, marts
 tables in the warehouse; a file may override that with a first-line comment
 `-- materialized: temp_view` (or `temp_table`, `table`). Temp objects are dropped at the end,
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import re
-import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ _MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILIN
 _COMMENT_RE = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 _STRING_RE = re.compile(r"'(?:[^']|'')*'")
 _RELATION_RE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
+_READ_RE = re.compile(r"(\b(?:from|join)\s+)([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
 _CTE_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s+as\s*\(", re.IGNORECASE)
 
 
@@ -52,21 +55,6 @@ class Model:
     sql: str
     materialized: str
     depends_on: frozenset[str]
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildResult:
-    """What a build did: the models in the order they ran, rows per mart, wall time."""
-
-    models: tuple[str, ...]
-    mart_rows: Mapping[str, int]
-    seconds: float
-
-    def __str__(self) -> str:
-        lines = [f"built {len(self.models)} models in {self.seconds:.1f} s; marts:"]
-        width = max((len(name) for name in self.mart_rows), default=0)
-        lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
-        return "\n".join(lines)
 
 
 def _layer_of(path: Path, sql_dir: Path) -> str:
@@ -162,36 +150,51 @@ def apply_docs(
         con.execute(f'comment on column {table}."{column}" is {_quote(columns[column])}')
 
 
-def set_variables(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+def model_variables(config: Config) -> dict[str, float | str]:
     """The configuration the models read with getvariable()."""
-    variables: dict[str, float | str] = {
+    return {
         "idle_threshold_pct": float(config.idle.threshold_pct),
         "idle_min_minutes": float(config.idle.min_minutes),
         "max_gap_factor": float(config.series.max_gap_factor),
         "timezone": config.timezone,
     }
-    for name, value in variables.items():
+
+
+def set_variables(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    for name, value in model_variables(config).items():
         con.execute(f"set variable {name} = ?", [value])
 
 
-def _create(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+def render(model: Model, remap: Mapping[str, str] | None = None) -> str:
+    """The model's select, reading `remap[name]` wherever it reads relation `name`."""
+    if not remap:
+        return model.sql
+    code = _STRING_RE.sub("''", _COMMENT_RE.sub(" ", model.sql))
+    ctes = {name.lower() for name in _CTE_RE.findall(code)}
+    remap = {name: other for name, other in remap.items() if name not in ctes}
+
+    def swap(match: re.Match[str]) -> str:
+        return match.group(1) + remap.get(match.group(2).lower(), match.group(2))
+
+    return _READ_RE.sub(swap, model.sql)
+
+
+def create_model(
+    con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str] | None = None
+) -> None:
     kind = {"temp_view": "temp view", "temp_table": "temp table", "table": "table"}
-    con.execute(f"create or replace {kind[model.materialized]} {model.name} as\n{model.sql}")
+    con.execute(
+        f"create or replace {kind[model.materialized]} {model.name} as\n{render(model, remap)}"
+    )
 
 
-def _drop(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
     kind = "view" if model.materialized == "temp_view" else "table"
     con.execute(f"drop {kind} if exists temp.{model.name}")
 
 
-def build_models(
-    con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR
-) -> BuildResult:
-    """(Re)build every model on `con`; the marts end up as documented tables."""
-    started = time.perf_counter()
-    models = discover_models(sql_dir)
-    order = build_order(models)
-    docs = load_docs(sql_dir)
+def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR) -> None:
+    """The raw tables, the configuration variables, the macros and the build's settings."""
     ensure_raw_tables(con)
     set_variables(con, config)
     con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
@@ -200,27 +203,37 @@ def build_models(
     # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);
     # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
     con.execute("set memory_limit = ?", [BUILD_MEMORY_LIMIT])
+
+
+def build_all_models(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str], sql_dir: Path
+) -> None:
+    """A full build: every model from scratch; the marts end up as documented tables."""
+    docs = load_docs(sql_dir)
+    marts = [name for name in order if models[name].layer == "marts"]
+    undocumented = sorted(set(marts) - docs.keys())
+    if undocumented:
+        raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
     try:
         for name in order:
-            _create(con, models[name])
-        marts = [name for name in order if models[name].layer == "marts"]
-        undocumented = sorted(set(marts) - docs.keys())
-        if undocumented:
-            raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
-        mart_rows: dict[str, int] = {}
+            create_model(con, models[name])
         for name in marts:
             apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
-            row = con.execute(f"select count(*) from {name}").fetchone()
-            mart_rows[name] = int(row[0]) if row else 0
         # The tables ingest writes that users query too (samples, quarantined_files).
         for name in sorted(docs.keys() - set(marts)):
             apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
     finally:
         for name in reversed(order):
             if models[name].materialized != "table":
-                _drop(con, models[name])
-    return BuildResult(
-        models=tuple(order),
-        mart_rows=mart_rows,
-        seconds=time.perf_counter() - started,
-    )
+                drop_model(con, models[name])
+
+
+def count_mart_rows(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str]
+) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in order:
+        if models[name].layer == "marts":
+            row = con.execute(f"select count(*) from {name}").fetchone()
+            counts[name] = int(row[0]) if row else 0
+    return counts

@@ -168,10 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
             "and change nothing."
         ),
     )
-    commands.add_parser(
+    build = commands.add_parser(
         "build",
         help="(re)build every model in sql/",
-        description="Run the SQL models (staging, intermediate, marts) into the warehouse.",
+        description=(
+            "Run the SQL models (staging, intermediate, marts) into the warehouse. Only the "
+            "local days that new samples touch are recomputed; the first build, and any "
+            "build after the SQL, the configuration or the reference data changed, rebuilds "
+            "everything."
+        ),
+    )
+    build.add_argument(
+        "--full",
+        action="store_true",
+        help="rebuild every model from all samples, even when an incremental build would do",
     )
     report = commands.add_parser(
         "report",
@@ -257,7 +267,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
         if command == "build":
             from flows.build import build_flow
 
-            print(build_flow(data_dir=str(config.data_dir), config_path=_source(config)))
+            print(
+                build_flow(
+                    data_dir=str(config.data_dir), config_path=_source(config), full=args.full
+                )
+            )
             return 0
         if command == "report":
             from flows.report import report_flow

@@ -174,6 +174,7 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "thermal_events",
         "gpu_daily",
         "host_daily",
+        "gpu_team_daily",  # the daily marts' building block
     }
     assert set(result.mart_rows) == marts
     tables = fleet.rows(
@@ -194,7 +195,7 @@ def test_empty_warehouse_builds_empty_marts_and_keeps_no_intermediate_tables() -
     fleet = Fleet()
     result = fleet.build()
     assert all(rows == 0 for rows in result.mart_rows.values())
-    assert "built" in str(result) and "team_daily" in str(result)
+    assert "full build" in str(result) and "team_daily" in str(result)
     leftovers = fleet.rows(
         "select table_name from duckdb_tables() where table_name like 'int_%' or "
         "table_name like 'stg_%' union all select view_name from duckdb_views() "

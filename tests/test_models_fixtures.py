@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from flows.models import BuildResult, build_models
+from flows.build import BuildResult, build_models
 from flows.raw_tables import SAMPLE_COLUMNS, ensure_raw_tables
 from gpufleet.config import Config, IdleConfig, SeriesConfig
 

@@ -189,7 +189,7 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
     simulated = simulate_fleet(spec, data_dir=tmp_path)
     loaded = ingest_and_build(**arguments)
     assert simulated.rows > 0 and f" {simulated.rows:,} new samples" in loaded
-    assert "\nbuilt " in loaded
+    assert "\nfull build (first build)" in loaded
     with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
         row = con.execute("select sum(gpus) from team_weekly where iso_week = ?", [fx.WEEK])
         assert (row.fetchone() or [0])[0] >= 8

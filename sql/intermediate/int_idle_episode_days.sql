@@ -12,7 +12,7 @@ idle_pieces as (
 
 final as (
     select
-        idle_episode_id as episode_id,
+        idle_episode_id as run_id,
         day,
         host,
         any_value(gpu_uuid) as gpu_uuid,

@@ -1,5 +1,6 @@
 -- Thermal runs summed to events (CONTRACT 6): same start/end/duration rule as idle
--- episodes; the team of the first sample; the OR of the clock-event masks.
+-- episodes; the team of the first sample; the OR of the clock-event masks. The id comes from
+-- the GPU and the first sample's time, so a full and an incremental build agree on it.
 with series_runs as (
     select * from int_series_runs
 ),
@@ -11,7 +12,7 @@ thermal_pieces as (
 
 events as (
     select
-        thermal_event_id as event_id,
+        thermal_event_id as run_id,
         any_value(gpu_uuid) as gpu_uuid,
         any_value(gpu_name) as gpu_name,
         arg_min(host, first_ts) as host,
@@ -31,7 +32,7 @@ events as (
 
 final as (
     select
-        event_id,
+        (hash(gpu_uuid, first_ts) >> 1)::bigint as event_id,
         gpu_uuid,
         host,
         gpu_index,

@@ -1,6 +1,6 @@
 -- Per local day and GPU: hours observed, utilization, idle and throttled time, energy.
-with gpu_team_daily as (
-    select * from int_gpu_team_daily
+with gpu_team_rows as (
+    select * from gpu_team_daily
 ),
 
 gpu_sums as (
@@ -17,7 +17,7 @@ gpu_sums as (
         sum(waste_s) as waste_s,
         sum(thermal_s) as thermal_s,
         sum(energy_j) as energy_j,
-    from gpu_team_daily
+    from gpu_team_rows
     group by day, gpu_uuid
 ),
 

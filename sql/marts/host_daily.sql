@@ -1,7 +1,7 @@
 -- Per local day and host: how many GPUs reported, how much, and from when to when
 -- (spotting hosts whose collector stopped).
-with gpu_team_daily as (
-    select * from int_gpu_team_daily
+with gpu_team_rows as (
+    select * from gpu_team_daily
 ),
 
 host_sums as (
@@ -13,7 +13,7 @@ host_sums as (
         sum(observed_s) as observed_s,
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
-    from gpu_team_daily
+    from gpu_team_rows
     group by day, host
 ),
 

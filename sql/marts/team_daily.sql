@@ -1,6 +1,6 @@
 -- GPU usage, idle time, waste and energy per local day and team (CONTRACT 7).
-with gpu_team_daily as (
-    select * from int_gpu_team_daily
+with gpu_team_rows as (
+    select * from gpu_team_daily
 ),
 
 team_sums as (
@@ -15,7 +15,7 @@ team_sums as (
         sum(waste_usd) as waste_usd,
         sum(energy_j) as energy_j,
         count(distinct gpu_uuid) as gpus,
-    from gpu_team_daily
+    from gpu_team_rows
     group by day, team
 ),
 

@@ -1,8 +1,8 @@
 -- The team_daily measures per ISO week (of the local dates) and team: sums of the same
 -- samples, so each figure equals the sum of the team's daily figures; gpus is distinct
 -- over the week.
-with gpu_team_daily as (
-    select * from int_gpu_team_daily
+with gpu_team_rows as (
+    select * from gpu_team_daily
 ),
 
 team_sums as (
@@ -18,7 +18,7 @@ team_sums as (
         sum(waste_usd) as waste_usd,
         sum(energy_j) as energy_j,
         count(distinct gpu_uuid) as gpus,
-    from gpu_team_daily
+    from gpu_team_rows
     group by iso_week, week_start, team
 ),
 

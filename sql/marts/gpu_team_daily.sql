@@ -1,5 +1,7 @@
 -- Per local day, team, GPU and host: the sample sums every daily and weekly mart adds up,
--- with the hours of samples in waste episodes (each sample's hours on its own day).
+-- with the hours of samples in waste episodes (each sample's hours on its own day). A table:
+-- an incremental build replaces only the rows of the days it recomputes, then re-adds the
+-- daily and weekly marts of those days from here.
 with samples as (
     select * from samples_attributed
 ),
@@ -44,7 +46,7 @@ waste_sums as (
         sum(episode_days.idle_seconds) as waste_s,
         sum(episode_days.idle_seconds / 3600 * idle_episodes.usd_per_gpu_hour) as waste_usd,
     from episode_days
-    inner join idle_episodes on idle_episodes.episode_id = episode_days.episode_id
+    inner join idle_episodes on idle_episodes.run_id = episode_days.run_id
     where idle_episodes.is_waste
     group by all
 ),

@@ -1,0 +1,248 @@
+"""The incremental build equals a full one on the same data (CONTRACT 6 and 7, issue 5).
+
+A small fleet's samples arrive chunk by chunk, as collector flushes do (one GPU's chunk
+late, one GPU joining midway); the warehouse is built after every chunk. Its marts must
+then equal those of one full build of all the samples: idle episodes and thermal events
+that cross local midnight included, ids included.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import duckdb
+import pytest
+
+from flows.build import build_models
+from flows.incremental import read_state
+from tests.test_models_fixtures import Fleet
+
+START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
+SAMPLES_PER_GPU = 6 * 60 * 24 * 2  # two days at 10 s
+CHUNK_S = 5 * 3600
+MARTS = (
+    "samples_attributed",
+    "idle_episodes",
+    "thermal_events",
+    "gpu_team_daily",
+    "team_daily",
+    "team_weekly",
+    "gpu_daily",
+    "host_daily",
+)
+
+# Six GPUs on three hosts; the patterns change in blocks of hours so that idle episodes,
+# thermal events and team changes cross local midnight (Kolkata: UTC+05:30) and chunks.
+SOURCE_SQL = f"""
+create table source as
+with ticks as (
+    select g, k, timestamptz '{START.isoformat()}' + to_seconds(10 * k) as ts
+    from range(6) as gs(g), range({SAMPLES_PER_GPU}) as ks(k)
+),
+shaped as (
+    select
+        *,
+        hash(g, (k + 777 * g) // 1500) % 3 = 0 as idle_block,
+        (k + 113 * g) % 5000 < 1800 as hot,
+        ['alice', 'bob', 'carol', 'nobody', null][(1 + hash(g, k // 2100) % 5)::bigint] as owner,
+        (k + 31 * g) % 4000 between 100 and 130 as in_gap,
+    from ticks
+)
+select
+    ts,
+    10.0::float as interval_s,
+    'node-' || ['a1', 'a1', 'b1', 'b1', 'c1', 'c1'][(g + 1)::bigint] as host,
+    (g % 2)::usmallint as gpu_index,
+    'GPU-' || g as gpu_uuid,
+    case when g < 4 then 'NVIDIA H100 80GB HBM3' else 'NVIDIA A100-SXM4-80GB' end as gpu_name,
+    case when g = 5 and k % 997 = 0 then 'lost' else 'ok' end as status,
+    case
+        when g = 5 and k % 997 = 0 then null
+        when idle_block then (hash(k, g) % 40) / 10.0
+        else 20 + hash(g, k) % 80
+    end::float as gpu_util_pct,
+    (100 + hash(k, g, 1) % 500)::float as power_w,
+    -- a counter with a driver reload (reset) for GPU 2 halfway
+    case when g = 3 then null
+        else (case when g = 2 and k > {SAMPLES_PER_GPU // 2} then k - {SAMPLES_PER_GPU // 2}
+            else k end) * 3000000 + g
+    end::bigint as energy_mj,
+    (50 + hash(g, k, 2) % 40)::smallint as temp_gpu_c,
+    (1200 + hash(g, k, 3) % 600)::integer as sm_clock_mhz,
+    case
+        when hot then [32, 64, 96, 68][(1 + (k // 600) % 4)::bigint]
+        when k % 50 = 0 then 4
+        else 0
+    end::ubigint as clock_event_mask,
+    case
+        when owner is null then []
+        else [{{'pid': 100 + g, 'user': owner, 'used_mem_bytes': 1000, 'job_id': 'j' || g}}]
+    end as processes,
+from shaped
+where not in_gap
+    -- GPU 4 joins late
+    and not (g = 4 and k < {SAMPLES_PER_GPU // 3})
+"""
+
+
+def _arrive(con: duckdb.DuckDBPyConnection, start_s: int, end_s: int, where: str) -> None:
+    con.execute(
+        f"""
+        insert into samples by name
+        select * from source
+        where ts >= timestamptz '{START.isoformat()}' + to_seconds({start_s})
+            and ts < timestamptz '{START.isoformat()}' + to_seconds({end_s})
+            and {where}
+        order by gpu_uuid, ts
+        """
+    )
+
+
+def _references(fleet: Fleet) -> None:
+    fleet.user("alice", "ml")
+    fleet.user("bob", "cv")
+    fleet.user("carol", "ml")
+    fleet.host_rule(1, "node-c*", "infra")
+    fleet.price_rule(1, "*H100*", 2.5)
+    fleet.price_rule(2, "*", 1.0)
+    fleet.allocation(
+        job_id="slurm-7",
+        user="dave",
+        team="research",
+        start_ts=START + dt.timedelta(hours=20),
+        end_ts=START + dt.timedelta(hours=31),
+        host="node-b1",
+        gpu_index=1,
+    )
+    fleet.allocation(
+        job_id="slurm-8",
+        user="erin",
+        team=None,
+        start_ts=START + dt.timedelta(hours=40),
+        end_ts=None,
+        host="node-a1",
+        gpu_index=0,
+    )
+
+
+def _fleet() -> Fleet:
+    fleet = Fleet(timezone="Asia/Kolkata", threshold_pct=5.0, min_minutes=30.0)
+    fleet.con.execute(SOURCE_SQL)
+    _references(fleet)
+    return fleet
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, 6)
+    return value
+
+
+def _mart(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[Any, ...]]:
+    rows = con.execute(f"select * from {name} order by all").fetchall()
+    return [tuple(_normal(value) for value in row) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def built() -> tuple[Fleet, Fleet, list[str]]:
+    """The same fleet built chunk by chunk, and built once in full."""
+    incremental = _fleet()
+    total_s = SAMPLES_PER_GPU * 10
+    modes = []
+    for start_s in range(0, total_s, CHUNK_S):
+        # GPU 1's third chunk arrives two chunks late
+        held_back = start_s == 2 * CHUNK_S
+        _arrive(
+            incremental.con,
+            start_s,
+            start_s + CHUNK_S,
+            "gpu_uuid <> 'GPU-1'" if held_back else "true",
+        )
+        if start_s == 4 * CHUNK_S:
+            _arrive(incremental.con, 2 * CHUNK_S, 3 * CHUNK_S, "gpu_uuid = 'GPU-1'")
+        modes.append(build_models(incremental.con, incremental.config).mode)
+    full = _fleet()
+    _arrive(full.con, 0, total_s, "true")
+    assert build_models(full.con, full.config).mode == "full"
+    return incremental, full, modes
+
+
+def test_later_builds_are_incremental(built: tuple[Fleet, Fleet, list[str]]) -> None:
+    _, _, modes = built
+    assert modes[0] == "full"
+    assert set(modes[1:]) == {"incremental"}
+
+
+@pytest.mark.parametrize("mart", MARTS)
+def test_incremental_build_equals_full_build(
+    built: tuple[Fleet, Fleet, list[str]], mart: str
+) -> None:
+    incremental, full, _ = built
+    expected = _mart(full.con, mart)
+    assert expected, f"{mart} is empty: the data does not exercise it"
+    assert _mart(incremental.con, mart) == expected
+
+
+def test_data_has_runs_across_midnight_and_chunks(built: tuple[Fleet, Fleet, list[str]]) -> None:
+    """The comparison means something only if runs cross local midnight (and chunks)."""
+    _, full, _ = built
+    for table in ("idle_episodes", "thermal_events"):
+        crossing = full.con.execute(
+            f"""
+            select count(*) from {table}
+            where timezone('Asia/Kolkata', start_ts)::date
+                < timezone('Asia/Kolkata', end_ts)::date
+            """
+        ).fetchone()
+        assert crossing is not None and crossing[0] > 0, table
+    waste = full.con.execute("select count(*) from idle_episodes where is_waste").fetchone()
+    assert waste is not None and waste[0] > 0
+
+
+def test_nothing_new_is_up_to_date_and_reference_change_is_full() -> None:
+    fleet = _fleet()
+    _arrive(fleet.con, 0, CHUNK_S, "true")
+    assert build_models(fleet.con, fleet.config).mode == "full"
+    assert build_models(fleet.con, fleet.config).mode == "up to date"
+    _arrive(fleet.con, CHUNK_S, 2 * CHUNK_S, "true")
+    assert build_models(fleet.con, fleet.config).mode == "incremental"
+    fleet.user("dave", "research")
+    result = build_models(fleet.con, fleet.config)
+    assert result.mode == "full"
+    assert "reference" in result.reason
+    assert build_models(fleet.con, fleet.config, full=True).mode == "full"
+    state = read_state(fleet.con)
+    top = fleet.con.execute("select max(rowid) from samples").fetchone()
+    assert state is not None and top is not None and state.samples_rowid == top[0]
+
+
+def test_a_larger_gpu_name_means_a_full_build() -> None:
+    """A series' name is the max over its samples; a new larger one renames old rows."""
+    fleet = _fleet()
+    _arrive(fleet.con, 0, CHUNK_S, "gpu_uuid = 'GPU-0'")
+    build_models(fleet.con, fleet.config)
+    fleet.con.execute(
+        """
+        insert into samples by name
+        select * replace ('NVIDIA Z200' as gpu_name) from source
+        where gpu_uuid = 'GPU-0' and ts >= (select max(ts) from samples)
+        limit 10
+        """
+    )
+    result = build_models(fleet.con, fleet.config)
+    assert result.mode == "full"
+    names = fleet.con.execute("select distinct gpu_name from samples_attributed").fetchall()
+    assert names == [("NVIDIA Z200",)]
+
+
+def test_state_lives_outside_the_main_schema() -> None:
+    fleet = _fleet()
+    _arrive(fleet.con, 0, CHUNK_S, "true")
+    build_models(fleet.con, fleet.config)
+    schemas = fleet.con.execute(
+        "select distinct schema_name from duckdb_tables()"
+        " where table_name in ('watermark', 'series')"
+    ).fetchall()
+    assert schemas == [("build_state",)]
