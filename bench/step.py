@@ -76,19 +76,13 @@ def step_build(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_cycle(args: argparse.Namespace) -> dict[str, Any]:
     """What the 15-minute deployment does: ingest, then build when something was loaded."""
-    from flows.build import build
-    from flows.ingest import ingest
+    from flows.serve import ingest_then_build
 
-    config = _config(args.data_dir)
-    started = time.perf_counter()
-    ingested = ingest(config)
-    ingest_s = time.perf_counter() - started
-    if ingested.loaded_anything:
-        build(config)
+    ingested, built = ingest_then_build(_config(args.data_dir))
     return {
         "samples": ingested.samples_loaded,
-        "ingest_s": round(ingest_s, 2),
-        "build_s": round(time.perf_counter() - started - ingest_s, 2),
+        "build": built.mode if built else None,
+        "build_s": round(built.seconds, 2) if built else None,
     }
 
 

@@ -1,7 +1,8 @@
 """`gpufleet serve`: the Prefect deployments and their schedules, served from this process.
 
-- `ingest-and-build/every-15-minutes`: load new raw files every 15 minutes, and rebuild the
-  models when that ingest loaded something (one run at a time);
+- `ingest-and-build/every-15-minutes`: load new raw files every 15 minutes, and update the
+  models (incrementally) when that ingest loaded something, both in one warehouse
+  transaction, so the warehouse file is copied and published once per run;
 - `weekly-report/monday-0700`: the last complete week's report, emailed, every Monday at
   07:00 in the configured time zone.
 
@@ -18,11 +19,14 @@ from prefect import flow
 from prefect import serve as prefect_serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron, Interval
+from prefect.states import Failed
 
-from flows.build import build_flow
-from flows.ingest import ingest_flow
+from flows.build import BuildResult, build
+from flows.ingest import IngestResult, ingest
 from flows.report import report_flow
-from gpufleet.config import Config
+from flows.warehouse import write_transaction
+from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
 
 INGEST_EVERY = dt.timedelta(minutes=15)
 REPORT_CRON = "0 7 * * 1"  # Monday 07:00
@@ -30,14 +34,24 @@ INGEST_DEPLOYMENT = "every-15-minutes"
 REPORT_DEPLOYMENT = "monday-0700"
 
 
+def ingest_then_build(config: Config) -> tuple[IngestResult, BuildResult | None]:
+    """Ingest, then build when anything was loaded, in one published warehouse transaction."""
+    with write_transaction(config):
+        ingested = ingest(config)
+        built = build(config) if ingested.loaded_anything else None
+    return ingested, built
+
+
 @flow(name="ingest-and-build", log_prints=False)
 def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
-    """Load new raw files; rebuild the models when the ingest loaded anything (samples, refs)."""
-    ingested = ingest_flow(data_dir=data_dir, config_path=config_path)
-    if not ingested.loaded_anything:
-        return f"{ingested}\nbuild: skipped, nothing new was loaded"
-    built = build_flow(data_dir=data_dir, config_path=config_path)
-    return f"{ingested}\n{built}"
+    """Load new raw files; update the models when the ingest loaded anything (samples, refs)."""
+    try:
+        config = load_config(config_path=config_path, data_dir=data_dir)
+        ingested, built = ingest_then_build(config)
+    except GpufleetError as exc:
+        # Prefect raises `exc` to the caller and logs the one line, not a traceback.
+        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
+    return f"{ingested}\n{built if built else 'build: skipped, nothing new was loaded'}"
 
 
 def _location(config: Config) -> dict[str, Any]:
