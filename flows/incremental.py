@@ -10,13 +10,17 @@ files on a slice of it, by reading other relations in their place (`render(model
    (its energy counter, idle and thermal state feed the first new row). Rows from `since_ts`
    on are replaced; earlier rows cannot change, since every per-sample value depends only on
    the sample itself and the one before it.
-3. Per series, `from_day` starts at the local day of `since_ts` and moves back while an idle
-   episode or thermal event crosses into it (a run crossing midnight must come out whole).
-   Everything of the series from `from_day` on (`samples_attributed` rows) is the window:
-   the episode, event and `gpu_team_daily` models run on it and replace the series' rows of
-   those days; as no run crosses `from_day`, they come out as a full build makes them.
-4. `team_daily`, `gpu_daily` and `host_daily` are summed again from `gpu_team_daily` for the
-   days whose rows changed, and `team_weekly` for their weeks.
+3. Per series, `from_day` is the local day of `since_ts`; the series' `samples_attributed`
+   rows from `from_day` on are the window. `run_pieces` (idle and thermal samples summed per
+   run, day and host) is recomputed on the window and replaces the series' pieces of those
+   days; a run already open where the window begins keeps the start of the series' last run
+   of its kind before it. The runs touched (those of the pieces replaced or added) are added
+   up again from all their pieces into `idle_episodes` and `thermal_events`, so an episode
+   that crosses midnight, or lasts a week, comes out whole without reading its old samples.
+4. `gpu_team_daily` is recomputed for the series' days from `from_day` on, and for the
+   earlier days of an episode that became waste (or stopped being waste) in this build;
+   `team_daily`, `gpu_daily` and `host_daily` are summed again from it for the days whose
+   rows changed, and `team_weekly` for their weeks.
 
 A fingerprint of the SQL, the configuration and the reference tables is kept with the
 watermark; when it changes, or a series' GPU name would change, the next build is a full
@@ -50,11 +54,14 @@ create table if not exists build_state.series (
 
 # How the incremental build replaces each mart's rows; any other mart means a full build.
 PER_SAMPLE_MART = "samples_attributed"
-PER_SERIES_MARTS = {"idle_episodes": "end_ts", "thermal_events": "end_ts", "gpu_team_daily": "day"}
+PIECES_MART = "run_pieces"
+RUN_MARTS = ("idle_episodes", "thermal_events")
+GPU_DAY_MART = "gpu_team_daily"
 PER_DAY_MARTS = ("team_daily", "gpu_daily", "host_daily")
 PER_WEEK_MARTS = ("team_weekly",)
+# int_thermal_events reads the touched thermal runs' pieces, the rest the idle runs'.
+REMAP_OVERRIDES = {"int_thermal_events": {PIECES_MART: "_inc_thermal_pieces"}}
 REFERENCE_TABLES = ("ref_users", "ref_hosts", "ref_prices", "allocations")
-MAX_DAY_STEPS = 400  # a run this many days long is rebuilt in full instead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,126 +227,199 @@ def _replace_sample_rows(
     )
 
 
-def _settle_from_days(con: duckdb.DuckDBPyConnection) -> None:
-    """_inc_cut: per series, the first local day to recompute, where no run crosses midnight.
+def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]) -> bool:
+    """run_pieces from each series' from_day on; False if an open run's start is unknown.
 
-    A run crosses into from_day when the series' first sample on or after it continues an idle
-    or thermal run. Then from_day moves back one day, or to the first day of an episode or
-    event already known to cross it, and the series is checked again.
+    A run open where the window begins gets the start of the series' last run of that kind
+    before from_day (the run of the sample just before the window). The runs touched are
+    those of the pieces replaced and of the new ones.
     """
     con.execute(
-        """
-        create or replace temp table _inc_cut as
+        f"""
+        create or replace temp table _inc_carry as
         select
-            gpu_uuid,
-            timezone(getvariable('timezone'), since_ts)::date as from_day,
-            false as settled,
-        from _inc_series
+            pieces.gpu_uuid,
+            arg_max(pieces.idle_run_start_ts, pieces.last_ts)
+                filter (where pieces.idle_run_start_ts is not null) as idle_run_start_ts,
+            arg_max(pieces.thermal_run_start_ts, pieces.last_ts)
+                filter (where pieces.thermal_run_start_ts is not null) as thermal_run_start_ts,
+        from {model.name} as pieces
+        inner join _inc_cut
+            on _inc_cut.gpu_uuid = pieces.gpu_uuid and pieces.day < _inc_cut.from_day
+        group by pieces.gpu_uuid;
+        create or replace temp table _inc_pieces as
+        {render(model, remap)};
         """
     )
-    for _ in range(MAX_DAY_STEPS):
-        con.execute(
-            """
-            create or replace temp table _inc_step as
-            with open_cuts as (
-                select * from _inc_cut where not settled
-            ),
-            first_samples as (
-                select
-                    open_cuts.gpu_uuid,
-                    arg_min(
-                        coalesce(
-                            (rows.is_idle and not rows.starts_idle_episode)
-                            or (rows.is_thermal and not rows.starts_thermal_event),
-                            false
-                        ),
-                        rows.ts
-                    ) as continues_run,
-                from samples_attributed as rows
-                inner join open_cuts
-                    on open_cuts.gpu_uuid = rows.gpu_uuid and rows.day >= open_cuts.from_day
-                where rows.day >= (select min(from_day) from open_cuts)
-                group by open_cuts.gpu_uuid
-            ),
-            runs as (
-                select gpu_uuid, start_ts, end_ts, from idle_episodes
-                union all
-                select gpu_uuid, start_ts, end_ts, from thermal_events
-            ),
-            known_crossings as (
-                select
-                    open_cuts.gpu_uuid,
-                    min(timezone(getvariable('timezone'), runs.start_ts)::date) as first_day,
-                from runs
-                inner join open_cuts on open_cuts.gpu_uuid = runs.gpu_uuid
-                where timezone(getvariable('timezone'), runs.start_ts)::date < open_cuts.from_day
-                    and timezone(getvariable('timezone'), runs.end_ts)::date
-                        >= open_cuts.from_day
-                group by open_cuts.gpu_uuid
-            )
-            select
-                open_cuts.gpu_uuid,
-                coalesce(first_samples.continues_run, false) as continues_run,
-                least(open_cuts.from_day - 1, known_crossings.first_day) as earlier_day,
-            from open_cuts
-            left join first_samples on first_samples.gpu_uuid = open_cuts.gpu_uuid
-            left join known_crossings on known_crossings.gpu_uuid = open_cuts.gpu_uuid
-            """
-        )
-        con.execute(
-            """
-            update _inc_cut
-            set
-                from_day = case when _inc_step.continues_run
-                    then _inc_step.earlier_day else _inc_cut.from_day end,
-                settled = not _inc_step.continues_run
-            from _inc_step
-            where _inc_step.gpu_uuid = _inc_cut.gpu_uuid
-            """
-        )
-        row = con.execute("select count(*) from _inc_cut where not settled").fetchone()
-        if not row or not row[0]:
-            return
-    raise RuntimeError(f"a run spans more than {MAX_DAY_STEPS} days")
-
-
-def _replace_series_rows(
-    con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str], *, time_column: str
-) -> None:
-    """A per-series mart: the series' rows on and after from_day."""
-    day = (
-        "day"
-        if time_column == "day"
-        else f"timezone(getvariable('timezone'), {model.name}.{time_column})::date"
-    )
-    if model.name == "gpu_team_daily":
+    for kind in ("idle", "thermal"):
         con.execute(
             f"""
-            insert into _inc_days
-            select distinct {model.name}.day
-            from {model.name}
-            inner join _inc_cut on _inc_cut.gpu_uuid = {model.name}.gpu_uuid
-            where {model.name}.day >= _inc_cut.from_day
+            update _inc_pieces
+            set {kind}_run_start_ts = _inc_carry.{kind}_run_start_ts
+            from _inc_carry
+            where _inc_carry.gpu_uuid = _inc_pieces.gpu_uuid
+                and _inc_pieces.{kind}_run_start_ts = '-infinity'::timestamptz
+            """
+        )
+    unknown = con.execute(
+        """
+        select count(*) from _inc_pieces
+        where idle_run_start_ts = '-infinity'::timestamptz
+            or thermal_run_start_ts = '-infinity'::timestamptz
+        """
+    ).fetchone()
+    if unknown and unknown[0]:
+        return False
+    for kind in ("idle", "thermal"):
+        con.execute(
+            f"""
+            create or replace temp table _inc_touched_{kind} as
+            select distinct
+                gpu_uuid,
+                run_start_ts,
+                (hash(gpu_uuid, run_start_ts) >> 1)::bigint as run_id,
+            from (
+                select pieces.gpu_uuid, pieces.{kind}_run_start_ts as run_start_ts,
+                from {model.name} as pieces
+                inner join _inc_cut
+                    on _inc_cut.gpu_uuid = pieces.gpu_uuid and pieces.day >= _inc_cut.from_day
+                union all
+                select gpu_uuid, {kind}_run_start_ts, from _inc_pieces
+            )
+            where run_start_ts is not null
             """
         )
     con.execute(
         f"""
         delete from {model.name} using _inc_cut
-        where {model.name}.gpu_uuid = _inc_cut.gpu_uuid
-            and {day} >= _inc_cut.from_day
+        where {model.name}.gpu_uuid = _inc_cut.gpu_uuid and {model.name}.day >= _inc_cut.from_day
+        """
+    )
+    con.execute(f"insert into {model.name} by name select * from _inc_pieces")
+    for kind in ("idle", "thermal"):
+        con.execute(
+            f"""
+            create or replace temp view _inc_{kind}_pieces as
+            select pieces.*,
+            from {model.name} as pieces
+            semi join _inc_touched_{kind}
+                on _inc_touched_{kind}.gpu_uuid = pieces.gpu_uuid
+                and _inc_touched_{kind}.run_start_ts = pieces.{kind}_run_start_ts
+            """
+        )
+    return True
+
+
+def _replace_runs(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]) -> None:
+    """idle_episodes or thermal_events: the touched runs, added up from all their pieces."""
+    kind, id_column = (
+        ("idle", "episode_id") if model.name == "idle_episodes" else ("thermal", "event_id")
+    )
+    if kind == "idle":
+        con.execute(
+            f"""
+            create or replace temp table _inc_old_waste as
+            select runs.gpu_uuid, runs.{id_column} as run_id, runs.is_waste,
+            from {model.name} as runs
+            semi join _inc_touched_idle
+                on _inc_touched_idle.gpu_uuid = runs.gpu_uuid
+                and _inc_touched_idle.run_id = runs.{id_column}
+            """
+        )
+    con.execute(
+        f"""
+        delete from {model.name} using _inc_touched_{kind}
+        where {model.name}.gpu_uuid = _inc_touched_{kind}.gpu_uuid
+            and {model.name}.{id_column} = _inc_touched_{kind}.run_id
         """
     )
     con.execute(f"insert into {model.name} by name\n{render(model, remap)}")
-    if model.name == "gpu_team_daily":
+
+
+def _replace_gpu_days(
+    con: duckdb.DuckDBPyConnection,
+    model: Model,
+    models: Mapping[str, Model],
+    remap: Mapping[str, str],
+) -> None:
+    """gpu_team_daily: each series' days from from_day on, and the earlier days of episodes
+    that became waste (or stopped being waste) in this build."""
+    con.execute(
+        f"""
+        create or replace temp table _inc_extra_days as
+        select distinct pieces.gpu_uuid, pieces.day,
+        from {PIECES_MART} as pieces
+        inner join _inc_touched_idle
+            on _inc_touched_idle.gpu_uuid = pieces.gpu_uuid
+            and _inc_touched_idle.run_start_ts = pieces.idle_run_start_ts
+        inner join _inc_cut on _inc_cut.gpu_uuid = pieces.gpu_uuid
+        left join _inc_old_waste
+            on _inc_old_waste.gpu_uuid = _inc_touched_idle.gpu_uuid
+            and _inc_old_waste.run_id = _inc_touched_idle.run_id
+        left join idle_episodes
+            on idle_episodes.gpu_uuid = _inc_touched_idle.gpu_uuid
+            and idle_episodes.episode_id = _inc_touched_idle.run_id
+        where pieces.day < _inc_cut.from_day
+            and coalesce(_inc_old_waste.is_waste, false)
+                <> coalesce(idle_episodes.is_waste, false)
+        """
+    )
+    for source, view in (
+        (PER_SAMPLE_MART, "_inc_gpu_day_samples"),
+        (PIECES_MART, "_inc_gpu_day_pieces"),
+    ):
         con.execute(
-            """
-            insert into _inc_days
-            select distinct gpu_team_daily.day
-            from gpu_team_daily
-            inner join _inc_cut on _inc_cut.gpu_uuid = gpu_team_daily.gpu_uuid
-            where gpu_team_daily.day >= _inc_cut.from_day
+            f"""
+            create or replace temp view {view} as
+            select rows.*,
+            from {source} as rows
+            inner join _inc_cut
+                on _inc_cut.gpu_uuid = rows.gpu_uuid and rows.day >= _inc_cut.from_day
+            where rows.day >= (select min(from_day) from _inc_cut)
+            union all by name
+            select rows.*,
+            from {source} as rows
+            inner join _inc_extra_days
+                on _inc_extra_days.gpu_uuid = rows.gpu_uuid and _inc_extra_days.day = rows.day
             """
         )
+    episode_days = models["int_idle_episode_days"]
+    con.execute(
+        "create or replace temp table _inc_gpu_day_episode_days as\n"
+        + render(episode_days, {PIECES_MART: "_inc_gpu_day_pieces"})
+    )
+    in_scope = f"""
+        from {model.name}
+        where exists (
+            select 1 from _inc_cut
+            where _inc_cut.gpu_uuid = {model.name}.gpu_uuid
+                and {model.name}.day >= _inc_cut.from_day
+        ) or exists (
+            select 1 from _inc_extra_days
+            where _inc_extra_days.gpu_uuid = {model.name}.gpu_uuid
+                and _inc_extra_days.day = {model.name}.day
+        )
+    """
+    con.execute(f"insert into _inc_days select distinct day {in_scope}")
+    con.execute(f"delete {in_scope}")
+    sql = render(
+        model,
+        {
+            **remap,
+            PER_SAMPLE_MART: "_inc_gpu_day_samples",
+            "int_idle_episode_days": "_inc_gpu_day_episode_days",
+        },
+    )
+    con.execute(f"insert into {model.name} by name\n{sql}")
+    con.execute(f"insert into _inc_days select distinct day {in_scope}")
+    con.execute(
+        """
+        create or replace temp table _inc_day_set as
+        select distinct day from _inc_days;
+        create or replace temp table _inc_weeks as
+        select distinct strftime(day, '%G-W%V') as iso_week from _inc_days;
+        """
+    )
 
 
 def _replace_period_rows(
@@ -372,8 +452,8 @@ def build_incrementally(
 ) -> IncrementalOutcome | None:
     """Bring the marts up to rowid `top` of samples; None when only a full build can."""
     marts = {name for name in order if models[name].layer == "marts"}
-    known = {PER_SAMPLE_MART, *PER_SERIES_MARTS, *PER_DAY_MARTS, *PER_WEEK_MARTS}
-    if marts != known:
+    known = {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART}
+    if marts != known | set(PER_DAY_MARTS) | set(PER_WEEK_MARTS):
         return None
     _select_new_samples(con, config, after=after, top=top)
     if _names_would_change(con):
@@ -385,34 +465,37 @@ def build_incrementally(
         for name in order:
             model = models[name]
             if model.layer != "marts":
-                create_model(con, model, remap)
+                create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
                 created.append(model)
                 if name == "int_series_ids":
                     _keep_series_names(con)
             elif name == PER_SAMPLE_MART:
                 _replace_sample_rows(con, model, remap)
-                _settle_from_days(con)
                 con.execute(
                     f"""
+                    create or replace temp table _inc_cut as
+                    select
+                        gpu_uuid,
+                        timezone(getvariable('timezone'), since_ts)::date as from_day,
+                    from _inc_series;
                     create or replace temp view _inc_window as
                     select rows.*,
                     from {PER_SAMPLE_MART} as rows
                     inner join _inc_cut
                         on _inc_cut.gpu_uuid = rows.gpu_uuid and rows.day >= _inc_cut.from_day
-                    where rows.day >= (select min(from_day) from _inc_cut)
+                    where rows.day >= (select min(from_day) from _inc_cut);
                     """
                 )
                 remap = {**remap, PER_SAMPLE_MART: "_inc_window"}
-            elif name in PER_SERIES_MARTS:
-                _replace_series_rows(con, model, remap, time_column=PER_SERIES_MARTS[name])
-                con.execute(
-                    """
-                    create or replace temp table _inc_day_set as
-                    select distinct day from _inc_days;
-                    create or replace temp table _inc_weeks as
-                    select distinct strftime(day, '%G-W%V') as iso_week from _inc_days;
-                    """
-                )
+            elif name == PIECES_MART:
+                if not _replace_pieces(con, model, remap):
+                    return None
+                # The runs' models read the pieces of the touched runs only.
+                remap = {**remap, PIECES_MART: "_inc_idle_pieces"}
+            elif name in RUN_MARTS:
+                _replace_runs(con, model, remap)
+            elif name == GPU_DAY_MART:
+                _replace_gpu_days(con, model, models, remap)
             else:
                 _replace_period_rows(con, model, remap, per_week=name in PER_WEEK_MARTS)
         totals = con.execute(
@@ -438,11 +521,35 @@ def build_incrementally(
     finally:
         for model in reversed(created):
             drop_model(con, model)
-        for view in ("_inc_window", "_inc_gpu_team_daily"):
+        for view in _TEMP_VIEWS:
             con.execute(f"drop view if exists temp.{view}")
-        for table in ("_inc_series", "_inc_samples", "_inc_attributed", "_inc_cut", "_inc_step"):
-            con.execute(f"drop table if exists temp.{table}")
-        for table in ("_inc_days", "_inc_day_set", "_inc_weeks"):
+        for table in _TEMP_TABLES:
             con.execute(f"drop table if exists temp.{table}")
     assert totals is not None
     return IncrementalOutcome(series=totals[0], new_samples=int(totals[1]), days=totals[2])
+
+
+_TEMP_VIEWS = (
+    "_inc_window",
+    "_inc_idle_pieces",
+    "_inc_thermal_pieces",
+    "_inc_gpu_day_samples",
+    "_inc_gpu_day_pieces",
+    "_inc_gpu_team_daily",
+)
+_TEMP_TABLES = (
+    "_inc_series",
+    "_inc_samples",
+    "_inc_attributed",
+    "_inc_cut",
+    "_inc_carry",
+    "_inc_pieces",
+    "_inc_touched_idle",
+    "_inc_touched_thermal",
+    "_inc_old_waste",
+    "_inc_extra_days",
+    "_inc_gpu_day_episode_days",
+    "_inc_days",
+    "_inc_day_set",
+    "_inc_weeks",
+)

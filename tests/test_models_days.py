@@ -175,6 +175,7 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "gpu_daily",
         "host_daily",
         "gpu_team_daily",  # the daily marts' building block
+        "run_pieces",  # the episodes' and events' building block
     }
     assert set(result.mart_rows) == marts
     tables = fleet.rows(
@@ -245,9 +246,9 @@ def test_models_run_after_the_models_they_read() -> None:
     )
     # the series window runs once, materialized by samples_attributed; runs build on that
     assert "int_samples_sequenced" in models["samples_attributed"].depends_on
-    assert "samples_attributed" in models["int_series_runs"].depends_on
-    assert "int_series_runs" in models["int_idle_episode_days"].depends_on
-    assert "int_series_runs" in models["int_thermal_events"].depends_on
+    assert "samples_attributed" in models["run_pieces"].depends_on
+    assert "run_pieces" in models["int_idle_episode_days"].depends_on
+    assert "run_pieces" in models["int_thermal_events"].depends_on
 
 
 def test_days_do_not_depend_on_the_session_time_zone() -> None:

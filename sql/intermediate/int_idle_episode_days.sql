@@ -1,21 +1,23 @@
 -- Each idle episode's samples summed per local day and host: the pieces its waste hours are
 -- counted in (an episode crossing midnight puts each sample's hours on its own day), and
--- from which int_idle_episodes adds up the whole episode.
-with series_runs as (
-    select * from int_series_runs
+-- from which int_idle_episodes adds up the whole episode. An episode is one GPU's idle run,
+-- keyed by the time of its first sample; episode_id is the hash of the two.
+with all_pieces as (
+    select * from run_pieces
 ),
 
 idle_pieces as (
-    select * from series_runs
-    where idle_episode_id is not null
+    select * from all_pieces
+    where idle_run_start_ts is not null
 ),
 
 final as (
     select
-        idle_episode_id as run_id,
+        gpu_uuid,
+        idle_run_start_ts as run_start_ts,
+        (hash(gpu_uuid, idle_run_start_ts) >> 1)::bigint as episode_id,
         day,
         host,
-        any_value(gpu_uuid) as gpu_uuid,
         any_value(gpu_name) as gpu_name,
         -- constant within an idle episode
         any_value(first_team) as team,
@@ -30,7 +32,7 @@ final as (
         sum(samples)::bigint as samples,
         bool_or(has_process) as held_memory,
     from idle_pieces
-    group by idle_episode_id, day, host
+    group by gpu_uuid, idle_run_start_ts, day, host
 )
 
 select * from final

@@ -1,7 +1,8 @@
 -- Idle episodes (CONTRACT 6): start = first.ts - first.interval_s, end = last.ts,
 -- idle_seconds = sum of interval_s; waste when it lasts at least idle.min_minutes and is
 -- attributed; user and job_id of its first sample; priced by the GPU's name. The id comes
--- from the GPU and the first sample's time, so a full and an incremental build agree on it.
+-- from the GPU and the first sample's time (int_idle_episode_days), so a full and an
+-- incremental build agree on it.
 with episode_days as (
     select * from int_idle_episode_days
 ),
@@ -12,8 +13,8 @@ gpu_prices as (
 
 episodes as (
     select
-        run_id,
-        any_value(gpu_uuid) as gpu_uuid,
+        episode_id,
+        gpu_uuid,
         arg_min(host, first_ts) as host,
         arg_min(first_gpu_index, first_ts) as gpu_index,
         any_value(gpu_name) as gpu_name,
@@ -28,13 +29,12 @@ episodes as (
         sum(samples)::bigint as samples,
         bool_or(held_memory) as held_memory,
     from episode_days
-    group by run_id
+    group by episode_id, gpu_uuid
 ),
 
 final as (
     select
-        episodes.run_id,
-        (hash(episodes.gpu_uuid, episodes.first_ts) >> 1)::bigint as episode_id,
+        episodes.episode_id,
         episodes.gpu_uuid,
         episodes.host,
         episodes.gpu_index,

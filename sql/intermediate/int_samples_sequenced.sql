@@ -3,7 +3,7 @@
 -- (gpu_uuid ordered by ts), from each sample and the one before it: whether it is
 -- contiguous, its energy, and whether it starts an idle run (idle, and not continuing an
 -- idle run of the same team and attribution) or a thermal run (CONTRACT 6).
--- int_series_runs numbers the runs (the islands).
+-- run_pieces keys the runs (the islands).
 -- A view: samples_attributed materializes it once; per-sample temp tables would not fit
 -- in memory at fleet scale. The uuid, GPU name, host, team, attribution and local day are
 -- turned back into names after the window, which then sorts integers instead of strings.

@@ -1,19 +1,19 @@
 -- Thermal runs summed to events (CONTRACT 6): same start/end/duration rule as idle
 -- episodes; the team of the first sample; the OR of the clock-event masks. The id comes from
 -- the GPU and the first sample's time, so a full and an incremental build agree on it.
-with series_runs as (
-    select * from int_series_runs
+with all_pieces as (
+    select * from run_pieces
 ),
 
 thermal_pieces as (
-    select * from series_runs
-    where thermal_event_id is not null
+    select * from all_pieces
+    where thermal_run_start_ts is not null
 ),
 
 events as (
     select
-        thermal_event_id as run_id,
-        any_value(gpu_uuid) as gpu_uuid,
+        gpu_uuid,
+        thermal_run_start_ts,
         any_value(gpu_name) as gpu_name,
         arg_min(host, first_ts) as host,
         arg_min(first_gpu_index, first_ts) as gpu_index,
@@ -27,7 +27,7 @@ events as (
         min(min_sm_clock_mhz) as min_sm_clock_mhz,
         bit_or(reasons_mask) as reasons_mask,
     from thermal_pieces
-    group by thermal_event_id
+    group by gpu_uuid, thermal_run_start_ts
 ),
 
 final as (

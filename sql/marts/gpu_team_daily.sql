@@ -10,8 +10,12 @@ episode_days as (
     select * from int_idle_episode_days
 ),
 
-idle_episodes as (
-    select * from int_idle_episodes
+episodes as (
+    select * from idle_episodes
+),
+
+gpu_prices as (
+    select * from int_gpu_prices
 ),
 
 sample_sums as (
@@ -44,10 +48,15 @@ waste_sums as (
         episode_days.gpu_uuid,
         episode_days.host,
         sum(episode_days.idle_seconds) as waste_s,
-        sum(episode_days.idle_seconds / 3600 * idle_episodes.usd_per_gpu_hour) as waste_usd,
+        sum(
+            episode_days.idle_seconds / 3600 * coalesce(gpu_prices.usd_per_gpu_hour, 0.0)
+        ) as waste_usd,
     from episode_days
-    inner join idle_episodes on idle_episodes.run_id = episode_days.run_id
-    where idle_episodes.is_waste
+    inner join episodes
+        on episodes.gpu_uuid = episode_days.gpu_uuid
+        and episodes.episode_id = episode_days.episode_id
+    left join gpu_prices on gpu_prices.gpu_name is not distinct from episode_days.gpu_name
+    where episodes.is_waste
     group by all
 ),
 

@@ -1,12 +1,14 @@
 -- The islands of gaps-and-islands, for idle episodes and thermal events together: the idle
--- and thermal samples numbered into runs, summed into pieces. A run is the samples from one
--- that starts it (int_samples_sequenced) up to the next start of the same kind, so its
--- number is the running count of starts; only idle and thermal samples need numbering, so
--- the window sorts only them.
+-- and thermal samples keyed by the run they belong to, summed into pieces. A run is the
+-- samples from one that starts it (see samples_attributed) up to the next start of the same
+-- kind, so its key is the time of the latest start at or before the sample; only idle and
+-- thermal samples need a key, so the window sorts only them.
 -- A piece is the samples of one idle run and one thermal run (either may be null) on one
 -- local day and host; every measure below adds up over pieces, so int_idle_episode_days
--- and int_thermal_events regroup this small table instead of the samples.
--- Ids: the series in the high 32 bits, the run's number within the series below.
+-- and int_thermal_events regroup this small table instead of the samples. A table: an
+-- incremental build replaces a GPU's pieces from the first day with new samples on, and
+-- re-adds only the runs those pieces belong to. A run already open before the samples read
+-- begin gets the key '-infinity' here; the incremental build puts the run's start in.
 with samples as (
     select * from samples_attributed
 ),
@@ -40,33 +42,31 @@ run_samples as (
     where samples.is_idle or samples.is_thermal
 ),
 
-numbered as (
+keyed as (
     select
         *,
-        sum(starts_idle_episode::integer) over series as idle_run_number,
-        sum(starts_thermal_event::integer) over series as thermal_run_number,
+        case
+            when is_idle then coalesce(
+                max(case when starts_idle_episode then ts end) over series,
+                '-infinity'::timestamptz
+            )
+        end as idle_run_start_ts,
+        case
+            when is_thermal then coalesce(
+                max(case when starts_thermal_event then ts end) over series,
+                '-infinity'::timestamptz
+            )
+        end as thermal_run_start_ts,
     from run_samples
     window series as (
         partition by series_id order by ts rows between unbounded preceding and current row
     )
 ),
 
-with_run_ids as (
-    select
-        *,
-        case
-            when is_idle then (series_id << 32) + idle_run_number::bigint
-        end as idle_episode_id,
-        case
-            when is_thermal then (series_id << 32) + thermal_run_number::bigint
-        end as thermal_event_id,
-    from numbered
-),
-
 pieces as (
     select
-        idle_episode_id,
-        thermal_event_id,
+        idle_run_start_ts,
+        thermal_run_start_ts,
         series_id,
         day,
         host,
@@ -84,15 +84,15 @@ pieces as (
         max(temp_gpu_c) as max_temp_gpu_c,
         min(sm_clock_mhz) as min_sm_clock_mhz,
         bit_or(clock_event_mask) as reasons_mask,
-    from with_run_ids
-    group by idle_episode_id, thermal_event_id, series_id, day, host
+    from keyed
+    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, host
 ),
 
 final as (
     select
-        pieces.*,
         series_ids.gpu_uuid,
         series_ids.gpu_name,
+        pieces.* exclude (series_id),
     from pieces
     inner join series_ids on series_ids.series_id = pieces.series_id
 )
