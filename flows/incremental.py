@@ -37,6 +37,7 @@ from pathlib import Path
 import duckdb
 
 from flows.models import Model, create_model, drop_model, render
+from flows.warehouse import GENERATION_DDL, current_generation
 from gpufleet.config import Config
 
 STATE_DDL = """
@@ -82,6 +83,7 @@ class IncrementalOutcome:
 
 
 def ensure_state_tables(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(GENERATION_DDL)
     con.execute(STATE_DDL)
 
 
@@ -119,6 +121,8 @@ def record_full_build(con: duckdb.DuckDBPyConnection, *, top: int, digest: str) 
     """After a full build: the watermark, fingerprint and every series' GPU name."""
     con.execute("delete from build_state.watermark")
     con.execute("insert into build_state.watermark values (?, ?, now())", [top, digest])
+    # The other warehouse slot cannot replay a full build; it is copied afresh instead.
+    con.execute("insert into build_state.full_builds values (?)", [current_generation(con)])
     con.execute("delete from build_state.series")
     con.execute(
         "insert into build_state.series select gpu_uuid, max(gpu_name) from samples group by 1"
@@ -215,6 +219,11 @@ def _replace_sample_rows(
             and {model.name}.ts >= _inc_series.since_ts
             and {model.name}.ts >= (select min(since_ts) from _inc_series)
         """
+    )
+    # What the other warehouse slot replays to catch up (flows/warehouse.py).
+    con.execute(
+        "insert into build_state.replaced_rows select ?, gpu_uuid, since_ts from _inc_series",
+        [current_generation(con)],
     )
     con.execute(
         f"""

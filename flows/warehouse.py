@@ -2,21 +2,30 @@
 
 A DuckDB connection opened read-only in another process holds a lock that makes every
 read-write open of the same file fail, and users keep such connections open for hours.
-So a writer never opens `warehouse.duckdb` read-write. `write_transaction` instead:
+So a writer never opens the file readers open. The warehouse lives in two files, slots
+`.warehouse.duckdb.slot-a` and `-b`; `warehouse.duckdb` is a hard link to the one last
+published. `write_transaction`:
 
 1. takes an exclusive `flock` on `<data_dir>/.warehouse.lock` (writers queue there,
    waiting up to `lock_timeout_s` before failing with a clear message);
-2. copies `warehouse.duckdb` to a hidden temporary file in the same directory
-   (`.warehouse.duckdb.<pid>.<random>.tmp`), or creates a new database there;
-3. hands a read-write connection on the copy to the caller (raw tables ensured);
-4. on success: CHECKPOINT, close, fsync the file, `os.replace` it over
-   `warehouse.duckdb` and fsync the directory, an atomic publish;
-5. on an exception: closes and deletes the copy; `warehouse.duckdb` is untouched.
+2. opens the other slot (the warehouse as of the publish before) read-write and catches
+   it up with the published one (`_catch_up`: the rows `samples` gained, the
+   `samples_attributed` rows incremental builds replaced, the small tables whole). When
+   it cannot (a reader still holds that file, in this process or another; a full build
+   since; no such slot yet), it copies `warehouse.duckdb` to a hidden temporary file, or
+   creates a new database there, as before the slots;
+3. hands a read-write connection on it to the caller (raw tables ensured), after
+   counting the publish in `build_state.generation`;
+4. on success: CHECKPOINT, close, fsync, then links `warehouse.duckdb` to it (a new link
+   renamed over the old: an atomic publish) and fsyncs the directory;
+5. on an exception: the published warehouse is untouched; a slot written in place is
+   marked `.dirty` and never trusted again (the next writer copies).
 
-A reader that opened the old file keeps reading that snapshot (its open file
-descriptor still points at the replaced inode); a connection opened after the publish
-sees the new one. Nested `write_transaction` calls on the same warehouse in the same
-thread join the outer one, so `ingest` and `build` can publish together.
+A reader that opened the old file keeps reading that snapshot (its open file descriptor
+still points at the old inode, which no writer opens while it is held); a connection
+opened after the publish sees the new one. Nested `write_transaction` calls on the same
+warehouse in the same thread join the outer one, so `ingest` and `build` can publish
+together.
 """
 
 from __future__ import annotations
@@ -132,11 +141,210 @@ def _remove_stale_temps(directory: Path, warehouse_name: str) -> None:
         _remove_quietly(stale)
 
 
+GENERATION_DDL = """
+create schema if not exists build_state;
+create table if not exists build_state.generation (value bigint not null);
+insert into build_state.generation select 0 where not exists (from build_state.generation);
+-- samples_attributed rows an incremental build replaced: (series, from since_ts on)
+create table if not exists build_state.replaced_rows (
+    generation bigint not null, gpu_uuid varchar not null, since_ts timestamptz not null
+);
+create table if not exists build_state.full_builds (generation bigint not null);
+"""
+_LOG_KEPT = 16  # generations of replaced_rows kept: a slot further behind is copied afresh
+_APPEND_ONLY = "samples"  # rows are only ever appended, so rowids are a load order
+_LOGGED = "samples_attributed"  # replaced per series from a time on, as replaced_rows says
+_WHOLE_TABLE_LIMIT = 20_000_000  # a larger table is not copied row by row: the file is
+
+
+def current_generation(con: duckdb.DuckDBPyConnection) -> int:
+    """The number of the publish this connection's changes will be (or were) part of."""
+    row = con.execute("select value from build_state.generation").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _slot_paths(warehouse: Path) -> tuple[Path, Path]:
+    return (
+        warehouse.with_name(f".{warehouse.name}.slot-a"),
+        warehouse.with_name(f".{warehouse.name}.slot-b"),
+    )
+
+
+def _dirty_marker(slot: Path) -> Path:
+    return slot.with_name(slot.name + ".dirty")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except FileNotFoundError:
+        return False
+
+
+def _open_in_this_process(path: Path) -> bool:
+    """Whether this process holds `path` open (a DuckDB reader in this process, say)."""
+    try:
+        target = path.stat()
+    except FileNotFoundError:
+        return False
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            st = os.stat(f"/proc/self/fd/{fd}")
+            if (st.st_ino, st.st_dev) == (target.st_ino, target.st_dev):
+                return True
+    return False
+
+
+def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[str]]:
+    rows = con.execute(
+        """
+        select schema_name || '.' || table_name,
+            list(column_name || ' ' || data_type order by column_index),
+        from duckdb_columns()
+        where database_name = ? and schema_name in ('main', 'build_state') and not internal
+        group by all
+        """,
+        [database],
+    ).fetchall()
+    return {name: columns for name, columns in rows}
+
+
+def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
+    """Bring the slot open on `con` up to the published warehouse; False if it cannot.
+
+    The slot is the warehouse as it was one publish (or a few) ago. `samples` only grows,
+    so its missing rows are those past its row count; `samples_attributed` rows are
+    replaced per series from a time on, which `build_state.replaced_rows` logs for each
+    publish; every other table is small and copied whole. A full build since, a different
+    schema, or a slot too far behind means copying the file instead.
+    """
+    own = con.execute("select current_database()").fetchone()
+    assert own is not None
+    con.execute("attach ? as _published (read_only)", [str(published)])
+    try:
+        tables = _columns(con, "_published")
+        if _columns(con, own[0]) != tables:
+            return False
+        behind = current_generation(con)
+        row = con.execute("select value from _published.build_state.generation").fetchone()
+        ahead = int(row[0]) if row else 0
+        if ahead == behind:
+            return True
+        if not behind < ahead <= behind + _LOG_KEPT:
+            return False
+        full = con.execute(
+            "select count(*) from _published.build_state.full_builds where generation > ?",
+            [behind],
+        ).fetchone()
+        if full and full[0]:
+            return False
+        for name in tables:
+            if name == f"main.{_APPEND_ONLY}":
+                con.execute(
+                    f"""
+                    insert into {name}
+                    select * from _published.{name}
+                    where rowid >= (select count(*) from {name})
+                    """
+                )
+                counts = con.execute(
+                    f"select (select count(*) from {name}), "
+                    f"(select count(*) from _published.{name})"
+                ).fetchone()
+                if not counts or counts[0] != counts[1]:
+                    return False
+            elif name == f"main.{_LOGGED}":
+                _replay_replaced_rows(con, name, behind)
+            else:
+                size = con.execute(f"select count(*) from _published.{name}").fetchone()
+                if size and size[0] > _WHOLE_TABLE_LIMIT:
+                    return False
+                con.execute(f"delete from {name}")
+                con.execute(f"insert into {name} select * from _published.{name}")
+        return True
+    finally:
+        con.execute("detach _published")
+
+
+def _replay_replaced_rows(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
+    con.execute(
+        """
+        create or replace temp table _sync_since as
+        select gpu_uuid, min(since_ts) as since_ts,
+        from _published.build_state.replaced_rows
+        where generation > ?
+        group by gpu_uuid
+        """,
+        [behind],
+    )
+    con.execute(
+        f"""
+        delete from {name} using _sync_since
+        where {name}.gpu_uuid = _sync_since.gpu_uuid
+            and {name}.ts >= _sync_since.since_ts
+            and {name}.ts >= (select min(since_ts) from _sync_since)
+        """
+    )
+    con.execute(
+        f"""
+        insert into {name}
+        select rows.*,
+        from _published.{name} as rows
+        inner join _sync_since
+            on _sync_since.gpu_uuid = rows.gpu_uuid and rows.ts >= _sync_since.since_ts
+        where rows.ts >= (select min(since_ts) from _sync_since)
+        """
+    )
+    con.execute("drop table temp._sync_since")
+
+
+def _link_over(source: Path, target: Path) -> None:
+    """Make `target` a hard link to `source`, atomically (a temp link renamed over it)."""
+    link = target.with_name(f"{_TEMP_PREFIX}{target.name}.{os.getpid()}.link{_TEMP_SUFFIX}")
+    _remove_quietly(link)
+    os.link(source, link)
+    os.replace(link, target)
+
+
+def _open_slot_in_place(warehouse: Path) -> tuple[Path, duckdb.DuckDBPyConnection] | None:
+    """The stale slot, opened read-write and caught up, when no reader holds it."""
+    slots = _slot_paths(warehouse)
+    if _same_file(warehouse, slots[0]):
+        target = slots[1]
+    elif _same_file(warehouse, slots[1]):
+        target = slots[0]
+    else:  # a warehouse from before the slots, or one replaced by hand
+        _link_over(warehouse, slots[0])
+        return None
+    if (
+        not target.exists()
+        or _dirty_marker(target).exists()
+        or target.with_name(target.name + ".wal").exists()
+        or _open_in_this_process(target)
+    ):
+        return None
+    try:
+        connection = duckdb.connect(str(target))
+    except duckdb.IOException:  # a reader in another process still has it open
+        return None
+    _dirty_marker(target).touch()
+    try:
+        ensure_raw_tables(connection)
+        connection.execute(GENERATION_DDL)
+        if _catch_up(connection, warehouse):
+            return target, connection
+    except BaseException:
+        connection.close()
+        raise
+    connection.close()
+    return None
+
+
 @contextlib.contextmanager
 def write_transaction(
     config: Config, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-write connection on a private copy of the warehouse, published on success.
+    """A read-write connection on a private version of the warehouse, published on success.
 
     Everything done through the connection becomes visible to new readers at once when
     the block exits normally; if it raises, the warehouse is left exactly as it was.
@@ -160,42 +368,66 @@ def write_transaction(
 
     with _writer_lock(warehouse.parent / LOCK_FILE_NAME, lock_timeout_s):
         _remove_stale_temps(warehouse.parent, warehouse.name)
-        temp = warehouse.with_name(
-            f"{_TEMP_PREFIX}{warehouse.name}.{os.getpid()}.{secrets.token_hex(4)}{_TEMP_SUFFIX}"
-        )
-        temp_wal = temp.with_name(temp.name + ".wal")
-        temp_spill = temp.with_name(temp.name + ".tmp")
+        opened = _open_slot_in_place(warehouse) if warehouse.exists() else None
+        in_place = opened is not None
+        if opened is not None:
+            work, connection = opened
+        else:
+            work = warehouse.with_name(
+                f"{_TEMP_PREFIX}{warehouse.name}.{os.getpid()}.{secrets.token_hex(4)}{_TEMP_SUFFIX}"
+            )
+        work_wal = work.with_name(work.name + ".wal")
+        work_spill = work.with_name(work.name + ".tmp")
         old_wal = warehouse.with_name(warehouse.name + ".wal")
         published = False
         try:
-            if warehouse.exists():
-                _copy_file(warehouse, temp)
-                if old_wal.exists():
-                    # Left by a read-write session that did not checkpoint: replayed on open.
-                    _copy_file(old_wal, temp_wal)
-            connection = duckdb.connect(str(temp))
+            if not in_place:
+                if warehouse.exists():
+                    _copy_file(warehouse, work)
+                    if old_wal.exists():
+                        # Left by a read-write session that did not checkpoint: replayed on open.
+                        _copy_file(old_wal, work_wal)
+                connection = duckdb.connect(str(work))
+                ensure_raw_tables(connection)
+                connection.execute(GENERATION_DDL)
             entry = _OpenTransaction(connection, threading.get_ident(), 1)
             with _open_guard:
                 _open[warehouse] = entry
             try:
-                ensure_raw_tables(connection)
+                connection.execute("update build_state.generation set value = value + 1")
+                connection.execute(
+                    "delete from build_state.replaced_rows where generation < ?",
+                    [current_generation(connection) - _LOG_KEPT],
+                )
                 yield connection
                 connection.execute("checkpoint")
             finally:
                 with _open_guard:
                     _open.pop(warehouse, None)
                 connection.close()
-            _fsync_path(temp)
+            _fsync_path(work)
             if warehouse.exists():
-                _keep_permissions(warehouse, temp)
-            # The copy holds what the WAL held; the old WAL must not be replayed on top of it.
-            _remove_quietly(old_wal, temp_wal, temp_spill)
-            os.replace(temp, warehouse)
+                _keep_permissions(warehouse, work)
+            # The new version holds what the WAL held; the old WAL must not be replayed on it.
+            _remove_quietly(old_wal, work_wal, work_spill)
+            if in_place:
+                _link_over(work, warehouse)
+            else:
+                slots = _slot_paths(warehouse)
+                target = slots[1] if _same_file(warehouse, slots[0]) else slots[0]
+                _dirty_marker(target).touch()
+                os.replace(work, target)
+                _link_over(target, warehouse)
+                work = target
             published = True
             _fsync_path(warehouse.parent, directory=True)
+            _remove_quietly(_dirty_marker(work))
         finally:
             if not published:
-                _remove_quietly(temp, temp_wal, temp_spill)
+                if in_place:
+                    _remove_quietly(work_wal, work_spill)  # the slot stays marked dirty
+                else:
+                    _remove_quietly(work, work_wal, work_spill)
 
 
 def connect_read_only(config: Config) -> duckdb.DuckDBPyConnection:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -17,6 +19,7 @@ import pytest
 
 from flows.build import build_models
 from flows.incremental import read_state
+from flows.warehouse import connect_read_only, write_transaction
 from tests.test_models_fixtures import Fleet
 
 START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
@@ -100,37 +103,27 @@ def _arrive(con: duckdb.DuckDBPyConnection, start_s: int, end_s: int, where: str
     )
 
 
-def _references(fleet: Fleet) -> None:
-    fleet.user("alice", "ml")
-    fleet.user("bob", "cv")
-    fleet.user("carol", "ml")
-    fleet.host_rule(1, "node-c*", "infra")
-    fleet.price_rule(1, "*H100*", 2.5)
-    fleet.price_rule(2, "*", 1.0)
-    fleet.allocation(
-        job_id="slurm-7",
-        user="dave",
-        team="research",
-        start_ts=START + dt.timedelta(hours=20),
-        end_ts=START + dt.timedelta(hours=31),
-        host="node-b1",
-        gpu_index=1,
-    )
-    fleet.allocation(
-        job_id="slurm-8",
-        user="erin",
-        team=None,
-        start_ts=START + dt.timedelta(hours=40),
-        end_ts=None,
-        host="node-a1",
-        gpu_index=0,
+def _references(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        f"""
+        insert into ref_users values ('alice', 'ml'), ('bob', 'cv'), ('carol', 'ml');
+        insert into ref_hosts values (1, 'node-c*', 'infra');
+        insert into ref_prices values (1, '*H100*', 2.5), (2, '*', 1.0);
+        insert into allocations values
+            ('slurm-7', 'dave', 'research', 'node-b1', 1,
+             timestamptz '{START.isoformat()}' + interval 20 hours,
+             timestamptz '{START.isoformat()}' + interval 31 hours, 'raw/allocations/a.csv'),
+            ('slurm-8', 'erin', null, 'node-a1', 0,
+             timestamptz '{START.isoformat()}' + interval 40 hours, null,
+             'raw/allocations/a.csv');
+        """
     )
 
 
 def _fleet() -> Fleet:
     fleet = Fleet(timezone="Asia/Kolkata", threshold_pct=5.0, min_minutes=30.0)
     fleet.con.execute(SOURCE_SQL)
-    _references(fleet)
+    _references(fleet.con)
     return fleet
 
 
@@ -279,3 +272,26 @@ def test_an_episode_that_becomes_waste_after_midnight_counts_on_the_day_before()
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
     day_one = incremental.one("select waste_gpu_hours from team_daily where day = '2026-11-16'")
     assert day_one["waste_gpu_hours"] == pytest.approx(59 * 10 / 3600)  # 23:50:10 .. 23:59:50
+
+
+def test_builds_through_the_warehouse_slots_equal_a_full_build(
+    built: tuple[Fleet, Fleet, list[str]], tmp_path: Path
+) -> None:
+    """Published builds alternate between two warehouse files, each caught up with the
+    other's last publish instead of copied; the marts still equal a full build."""
+    _, full, _ = built
+    config = replace(full.config, data_dir=tmp_path)
+    with write_transaction(config) as con:
+        con.execute(SOURCE_SQL)
+        _references(con)
+    inodes = []
+    for start_s in range(0, SAMPLES_PER_GPU * 10, CHUNK_S):
+        with write_transaction(config) as con:
+            _arrive(con, start_s, start_s + CHUNK_S, "true")
+            build_models(con, config)
+        inodes.append(config.warehouse_path.stat().st_ino)
+    assert len(set(inodes)) == 2, "each publish after the first two reuses a file in place"
+    assert inodes[2:] == inodes[:-2]
+    with connect_read_only(config) as con:
+        for mart in MARTS:
+            assert _mart(con, mart) == _mart(full.con, mart), mart

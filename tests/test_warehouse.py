@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -147,3 +149,106 @@ def test_read_only_connection_cannot_write(config: Config) -> None:
         pass
     with connect_read_only(config) as con, pytest.raises(duckdb.Error):
         con.execute("create table t (x integer)")
+
+
+def _values(config: Config) -> list[int]:
+    with connect_read_only(config) as con:
+        return [row[0] for row in con.execute("select x from t order by x").fetchall()]
+
+
+def test_writes_alternate_between_two_files_each_caught_up_in_place(config: Config) -> None:
+    """No copy per write: the file the last-but-one publish wrote is brought up to date."""
+    inodes = []
+    for x in range(1, 6):
+        with write_transaction(config) as con:
+            if x == 1:
+                con.execute("create table t (x integer)")
+            con.execute("insert into t values (?)", [x])
+            con.execute(
+                "insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, status) "
+                "values (to_timestamp(?), 10, 'h', 0, 'GPU-1', 'ok')",
+                [x],
+            )
+        inodes.append(config.warehouse_path.stat().st_ino)
+        assert _values(config) == list(range(1, x + 1))
+    assert inodes[2:] == inodes[:-2] and inodes[0] != inodes[1]
+    with connect_read_only(config) as con:
+        assert con.execute("select count(*) from samples").fetchone() == (5,)
+        assert con.execute("select value from build_state.generation").fetchone() == (5,)
+    assert _leftovers(config) == []
+    assert not list(config.data_dir.glob("*.dirty"))
+
+
+def test_a_reader_in_this_process_on_the_older_file_makes_the_writer_copy(
+    config: Config,
+) -> None:
+    for x in (1, 2):
+        with write_transaction(config) as con:
+            con.execute("create table if not exists t (x integer)")
+            con.execute("insert into t values (?)", [x])
+    reader = connect_read_only(config)  # the file of write 2
+    held = config.warehouse_path.stat().st_ino
+    try:
+        with write_transaction(config) as con:
+            con.execute("insert into t values (3)")  # in place, into write 1's file
+        with write_transaction(config) as con:
+            con.execute("insert into t values (4)")  # write 2's file is held: a copy
+        assert config.warehouse_path.stat().st_ino != held
+        assert reader.execute("select count(*) from t").fetchone() == (2,)
+    finally:
+        reader.close()
+    assert _values(config) == [1, 2, 3, 4]
+
+
+def test_a_reader_in_another_process_on_the_older_file_makes_the_writer_copy(
+    config: Config,
+) -> None:
+    for x in (1, 2):
+        with write_transaction(config) as con:
+            con.execute("create table if not exists t (x integer)")
+            con.execute("insert into t values (?)", [x])
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time\n"
+            "con = duckdb.connect(sys.argv[1], read_only=True)\n"
+            "print(con.execute('select count(*) from t').fetchone()[0], flush=True)\n"
+            "sys.stdin.readline()\n"
+            "print(con.execute('select count(*) from t').fetchone()[0], flush=True)\n",
+            str(config.warehouse_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdin is not None
+        assert reader.stdout.readline().strip() == "2"
+        held = config.warehouse_path.stat().st_ino
+        with write_transaction(config) as con:
+            con.execute("insert into t values (3)")
+        with write_transaction(config) as con:
+            con.execute("insert into t values (4)")  # the reader's file is locked: a copy
+        assert config.warehouse_path.stat().st_ino != held
+        reader.stdin.write("\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().strip() == "2"
+    finally:
+        reader.stdin.close() if reader.stdin else None
+        reader.wait(timeout=30)
+    assert _values(config) == [1, 2, 3, 4]
+
+
+def test_a_failed_in_place_write_leaves_the_published_warehouse_alone(config: Config) -> None:
+    for x in (1, 2):
+        with write_transaction(config) as con:
+            con.execute("create table if not exists t (x integer)")
+            con.execute("insert into t values (?)", [x])
+    with pytest.raises(RuntimeError), write_transaction(config) as con:
+        con.execute("insert into t values (99)")
+        raise RuntimeError("boom")
+    assert _values(config) == [1, 2]
+    with write_transaction(config) as con:  # the half-written file is not trusted again
+        con.execute("insert into t values (3)")
+    assert _values(config) == [1, 2, 3]
