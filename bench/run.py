@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--heavy-repeat",
+        type=int,
+        help="runs of the backfill ingest and the full build (default: --repeat)",
+    )
     parser.add_argument("--history-weeks", type=int, default=4)
     parser.add_argument(
         "--work",
@@ -96,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus=args.gpus,
             days=args.days,
             repeat=args.repeat,
+            heavy_repeat=args.heavy_repeat,
             history_weeks=args.history_weeks,
             log=log,
         )
