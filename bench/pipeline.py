@@ -180,7 +180,9 @@ class PipelineBench:
         self.log(f"pipeline bench: {self.gpus} GPUs x {self.days} days ({week}) in {self.work}")
         self.notes.append(
             "a steady cycle is what the 15-minute deployment runs: ingest, then an incremental "
-            "build (only the local days the new samples touch), in one warehouse transaction"
+            "build (only the local days the new samples touch), in one warehouse transaction; "
+            "its ingest takes the flush's (simulated) day for today, so it does not compact "
+            "that day's files, as a live deployment would not until the day is over"
         )
 
         if not (raw_dir / "raw" / "samples").is_dir():

@@ -78,7 +78,13 @@ def step_cycle(args: argparse.Namespace) -> dict[str, Any]:
     """What the 15-minute deployment does: ingest, then build when something was loaded."""
     from flows.serve import ingest_then_build
 
-    ingested, built = ingest_then_build(_config(args.data_dir))
+    config = _config(args.data_dir)
+    # The simulated flush is "now": its day is today, not a completed day to compact.
+    days = [
+        p.name.removeprefix("date=") for p in (config.data_dir / "raw" / "samples").glob("date=*")
+    ]
+    today = dt.date.fromisoformat(max(days)) if days else None
+    ingested, built = ingest_then_build(config, today=today)
     return {
         "samples": ingested.samples_loaded,
         "build": built.mode if built else None,

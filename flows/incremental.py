@@ -207,6 +207,19 @@ def _keep_series_names(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _log_replaced(con: duckdb.DuckDBPyConnection, table: str, key: str, keys_sql: str) -> None:
+    """Log which rows of `table` this build replaced, for the other warehouse slot to
+    replace the same way when it catches up (flows/warehouse.py, REPLAY_KEYS)."""
+    con.execute(
+        f"""
+        insert into build_state.replaced by name
+        select ? as generation, ? as table_name, ? as key, keys.*,
+        from ({keys_sql}) as keys
+        """,
+        [current_generation(con), table, key],
+    )
+
+
 def _replace_sample_rows(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
 ) -> None:
@@ -220,11 +233,7 @@ def _replace_sample_rows(
             and {model.name}.ts >= (select min(since_ts) from _inc_series)
         """
     )
-    # What the other warehouse slot replays to catch up (flows/warehouse.py).
-    con.execute(
-        "insert into build_state.replaced_rows select ?, gpu_uuid, since_ts from _inc_series",
-        [current_generation(con)],
-    )
+    _log_replaced(con, model.name, "gpu_since_ts", "select gpu_uuid, since_ts from _inc_series")
     con.execute(
         f"""
         insert into {model.name} by name
@@ -305,6 +314,7 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
         """
     )
     con.execute(f"insert into {model.name} by name select * from _inc_pieces")
+    _log_replaced(con, model.name, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
     for kind in ("idle", "thermal"):
         con.execute(
             f"""
@@ -343,6 +353,12 @@ def _replace_runs(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[s
         """
     )
     con.execute(f"insert into {model.name} by name\n{render(model, remap)}")
+    _log_replaced(
+        con,
+        model.name,
+        "gpu_episode" if kind == "idle" else "gpu_event",
+        f"select gpu_uuid, run_id from _inc_touched_{kind}",
+    )
 
 
 def _replace_gpu_days(
@@ -421,6 +437,8 @@ def _replace_gpu_days(
     )
     con.execute(f"insert into {model.name} by name\n{sql}")
     con.execute(f"insert into _inc_days select distinct day {in_scope}")
+    _log_replaced(con, model.name, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
+    _log_replaced(con, model.name, "gpu_day", "select gpu_uuid, day from _inc_extra_days")
     con.execute(
         """
         create or replace temp table _inc_day_set as
@@ -448,6 +466,7 @@ def _replace_period_rows(
         f"insert into {model.name} by name\n"
         f"{render(model, {**remap, 'gpu_team_daily': '_inc_gpu_team_daily'})}"
     )
+    _log_replaced(con, model.name, key, f"select {key} from {periods}")
 
 
 def build_incrementally(

@@ -631,9 +631,10 @@ def load_warehouse(
     progress: Log | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     compact: bool = True,
+    today: dt.date | None = None,
 ) -> IngestResult:
     """One write transaction: new samples, loaded/quarantined files, reference tables,
-    and the compaction of completed host-days."""
+    and the compaction of host-days before `today` (UTC; default: the real today)."""
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         result = load_samples(con, config, files, progress=progress)
         references_changed = replace_references(con, references)
@@ -643,6 +644,7 @@ def load_warehouse(
                 config,
                 exclude=[item.path for item in result.quarantined],
                 progress=progress,
+                today=today,
             )
             if compact
             else None
@@ -685,6 +687,7 @@ def ingest(
     progress: Log | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     compact: bool = True,
+    today: dt.date | None = None,
 ) -> IngestResult:
     """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine."""
     references = read_references(config)
@@ -696,6 +699,7 @@ def ingest(
         progress=progress,
         lock_timeout_s=lock_timeout_s,
         compact=compact,
+        today=today,
     )
     move_to_quarantine(config, result.quarantined)
     return result

@@ -34,10 +34,13 @@ INGEST_DEPLOYMENT = "every-15-minutes"
 REPORT_DEPLOYMENT = "monday-0700"
 
 
-def ingest_then_build(config: Config) -> tuple[IngestResult, BuildResult | None]:
-    """Ingest, then build when anything was loaded, in one published warehouse transaction."""
+def ingest_then_build(
+    config: Config, *, today: dt.date | None = None
+) -> tuple[IngestResult, BuildResult | None]:
+    """Ingest, then build when anything was loaded, in one published warehouse transaction
+    (`today`: the UTC day whose files are not compacted yet; default: the real today)."""
     with write_transaction(config):
-        ingested = ingest(config)
+        ingested = ingest(config, today=today)
         built = build(config) if ingested.loaded_anything else None
     return ingested, built
 

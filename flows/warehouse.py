@@ -145,16 +145,45 @@ GENERATION_DDL = """
 create schema if not exists build_state;
 create table if not exists build_state.generation (value bigint not null);
 insert into build_state.generation select 0 where not exists (from build_state.generation);
--- samples_attributed rows an incremental build replaced: (series, from since_ts on)
-create table if not exists build_state.replaced_rows (
-    generation bigint not null, gpu_uuid varchar not null, since_ts timestamptz not null
+-- The rows of a table that a publish replaced, by key (see REPLAY_KEYS); one key per row.
+create table if not exists build_state.replaced (
+    generation bigint not null,
+    table_name varchar not null,
+    key varchar not null,          -- a name in REPLAY_KEYS
+    gpu_uuid varchar,
+    since_ts timestamptz,
+    day date,
+    run_id bigint,
+    iso_week varchar
 );
 create table if not exists build_state.full_builds (generation bigint not null);
 """
-_LOG_KEPT = 16  # generations of replaced_rows kept: a slot further behind is copied afresh
+# How a logged key selects a table's rows ({t}: the table, {k}: the log row).
+REPLAY_KEYS = {
+    "gpu_since_ts": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.ts >= {k}.since_ts",
+    "gpu_from_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day >= {k}.day",
+    "gpu_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day = {k}.day",
+    "gpu_episode": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.episode_id = {k}.run_id",
+    "gpu_event": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.event_id = {k}.run_id",
+    "day": "{t}.day = {k}.day",
+    "iso_week": "{t}.iso_week = {k}.iso_week",
+}
+# Tables only ever changed by incremental builds (which log what they replace) or full
+# builds (after which the other slot is copied afresh); every other table is copied whole.
+LOGGED_TABLES = (
+    "samples_attributed",
+    "run_pieces",
+    "idle_episodes",
+    "thermal_events",
+    "gpu_team_daily",
+    "team_daily",
+    "gpu_daily",
+    "host_daily",
+    "team_weekly",
+)
+_LOG_KEPT = 16  # generations of the log kept: a slot further behind is copied afresh
 _APPEND_ONLY = "samples"  # rows are only ever appended, so rowids are a load order
-_LOGGED = "samples_attributed"  # replaced per series from a time on, as replaced_rows says
-_WHOLE_TABLE_LIMIT = 20_000_000  # a larger table is not copied row by row: the file is
+_WHOLE_TABLE_LIMIT = 5_000_000  # a larger table is not copied row by row: the file is
 
 
 def current_generation(con: duckdb.DuckDBPyConnection) -> int:
@@ -213,8 +242,8 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
     """Bring the slot open on `con` up to the published warehouse; False if it cannot.
 
     The slot is the warehouse as it was one publish (or a few) ago. `samples` only grows,
-    so its missing rows are those past its row count; `samples_attributed` rows are
-    replaced per series from a time on, which `build_state.replaced_rows` logs for each
+    so its missing rows are those past its row count; the marts' rows that incremental
+    builds replaced are replaced again, by the keys `build_state.replaced` logs for each
     publish; every other table is small and copied whole. A full build since, a different
     schema, or a slot too far behind means copying the file instead.
     """
@@ -253,8 +282,8 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
                 ).fetchone()
                 if not counts or counts[0] != counts[1]:
                     return False
-            elif name == f"main.{_LOGGED}":
-                _replay_replaced_rows(con, name, behind)
+            elif name.removeprefix("main.") in LOGGED_TABLES:
+                _replay(con, name, behind)
             else:
                 size = con.execute(f"select count(*) from _published.{name}").fetchone()
                 if size and size[0] > _WHOLE_TABLE_LIMIT:
@@ -266,36 +295,32 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
         con.execute("detach _published")
 
 
-def _replay_replaced_rows(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
+def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
+    """Replace the table's rows the publishes since `behind` replaced, key by key."""
+    table = name.removeprefix("main.")
     con.execute(
         """
-        create or replace temp table _sync_since as
-        select gpu_uuid, min(since_ts) as since_ts,
-        from _published.build_state.replaced_rows
-        where generation > ?
-        group by gpu_uuid
+        create or replace temp table _sync_keys as
+        select distinct key, gpu_uuid, since_ts, day, run_id, iso_week,
+        from _published.build_state.replaced
+        where generation > ? and table_name = ?
         """,
-        [behind],
+        [behind, table],
     )
-    con.execute(
-        f"""
-        delete from {name} using _sync_since
-        where {name}.gpu_uuid = _sync_since.gpu_uuid
-            and {name}.ts >= _sync_since.since_ts
-            and {name}.ts >= (select min(since_ts) from _sync_since)
-        """
-    )
-    con.execute(
-        f"""
-        insert into {name}
-        select rows.*,
-        from _published.{name} as rows
-        inner join _sync_since
-            on _sync_since.gpu_uuid = rows.gpu_uuid and rows.ts >= _sync_since.since_ts
-        where rows.ts >= (select min(since_ts) from _sync_since)
-        """
-    )
-    con.execute("drop table temp._sync_since")
+    kinds = [row[0] for row in con.execute("select distinct key from _sync_keys").fetchall()]
+    for kind in kinds:
+        match = REPLAY_KEYS[kind].format(t="rows", k="keys")
+        keys = f"(select * from _sync_keys where key = '{kind}') as keys"
+        con.execute(f"delete from {name} as rows using {keys} where {match}")
+        con.execute(
+            f"""
+            insert into {name}
+            select distinct on (rows.rowid) rows.* exclude (rowid),
+            from (select *, rowid from _published.{name}) as rows
+            inner join {keys} on {match}
+            """
+        )
+    con.execute("drop table temp._sync_keys")
 
 
 def _link_over(source: Path, target: Path) -> None:
@@ -396,7 +421,7 @@ def write_transaction(
             try:
                 connection.execute("update build_state.generation set value = value + 1")
                 connection.execute(
-                    "delete from build_state.replaced_rows where generation < ?",
+                    "delete from build_state.replaced where generation < ?",
                     [current_generation(connection) - _LOG_KEPT],
                 )
                 yield connection

@@ -241,37 +241,49 @@ def test_state_lives_outside_the_main_schema() -> None:
     assert schemas == [("build_state",)]
 
 
-def test_an_episode_that_becomes_waste_after_midnight_counts_on_the_day_before() -> None:
+def test_an_episode_that_becomes_waste_after_midnight_counts_on_the_day_before(
+    tmp_path: Path,
+) -> None:
     """Idle from 23:50 to 00:40 (UTC): waste only once it lasts 30 minutes, which the build
-    after midnight learns; its 10 minutes before midnight must then count on the first day."""
+    after midnight learns; its 10 minutes before midnight must then count on the first day,
+    also in the other warehouse slot once it has caught up."""
     midnight = dt.datetime(2026, 11, 17, tzinfo=dt.UTC)
-
-    def fleet_with(parts: list[tuple[dt.datetime, int]], build_each: bool) -> Fleet:
-        fleet = Fleet(timezone="UTC", threshold_pct=5.0, min_minutes=30.0)
-        fleet.user("alice", "ml")
-        fleet.price_rule(1, "*", 2.0)
-        for start, count in parts:
-            fleet.series(
-                start,
-                count,
-                gpu_util_pct=1.0,
-                processes=[{"pid": 1, "user": "alice", "used_mem_bytes": 1, "job_id": "j"}],
-            )
-            if build_each:
-                assert build_models(fleet.con, fleet.config).mode in ("full", "incremental")
-        if not build_each:
-            build_models(fleet.con, fleet.config)
-        return fleet
-
     before = midnight - dt.timedelta(minutes=10)
-    first = (before + dt.timedelta(seconds=10), 90)  # 23:50:10 .. 00:05:00
-    second = (before + dt.timedelta(seconds=910), 210)  # 00:05:10 .. 00:40:00
-    incremental = fleet_with([first, second], build_each=True)
-    full = fleet_with([first, second], build_each=False)
-    for mart in ("idle_episodes", "gpu_team_daily", "team_daily", "team_weekly"):
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
-    day_one = incremental.one("select waste_gpu_hours from team_daily where day = '2026-11-16'")
-    assert day_one["waste_gpu_hours"] == pytest.approx(59 * 10 / 3600)  # 23:50:10 .. 23:59:50
+    parts = [
+        (before + dt.timedelta(seconds=10), 90),  # 23:50:10 .. 00:05:00
+        (before + dt.timedelta(seconds=910), 210),  # 00:05:10 .. 00:40:00
+    ]
+
+    def add(fleet: Fleet, part: tuple[dt.datetime, int], *, first: bool) -> None:
+        if first:
+            fleet.user("alice", "ml")
+            fleet.price_rule(1, "*", 2.0)
+        process = {"pid": 1, "user": "alice", "used_mem_bytes": 1, "job_id": "j"}
+        fleet.series(part[0], part[1], gpu_util_pct=1.0, processes=[process])
+
+    full = Fleet(timezone="UTC", threshold_pct=5.0, min_minutes=30.0)
+    for number, part in enumerate(parts):
+        add(full, part, first=number == 0)
+    build_models(full.con, full.config)
+
+    # Each build publishes one slot; the last, empty write catches the first slot up.
+    slotted = Fleet(timezone="UTC", threshold_pct=5.0, min_minutes=30.0)
+    config = replace(slotted.config, data_dir=tmp_path)
+    for number, part in enumerate(parts):
+        with write_transaction(config) as con:
+            slotted.con = con
+            add(slotted, part, first=number == 0)
+            build_models(con, config)
+    with write_transaction(config):
+        pass
+    with connect_read_only(config) as con:
+        for mart in ("idle_episodes", "gpu_team_daily", "team_daily", "team_weekly"):
+            assert _mart(con, mart) == _mart(full.con, mart), mart
+        day_one = con.execute(
+            "select waste_gpu_hours from team_daily where day = '2026-11-16'"
+        ).fetchone()
+    assert day_one is not None
+    assert day_one[0] == pytest.approx(59 * 10 / 3600)  # 23:50:10 .. 23:59:50
 
 
 def test_builds_through_the_warehouse_slots_equal_a_full_build(
