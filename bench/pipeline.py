@@ -266,7 +266,7 @@ class PipelineBench:
         self.simulate(steady, start=earlier, days=7 * (self.history_weeks - 1), flush_s=86400)
         self.step("ingest", "--data-dir", str(steady))
         self.step("build", "--data-dir", str(steady), "--full")
-        four_weeks = self.cycles(steady, week_end + dt.timedelta(minutes=10 * self.repeat))
+        four_weeks = self.cycles(steady, week_end + dt.timedelta(minutes=10 * (self.repeat + 1)))
         self.add(
             f"steady cycle, {self.history_weeks}-week history", "<= 10 s", four_weeks, "s", limit=10
         )
@@ -274,10 +274,12 @@ class PipelineBench:
         self.add(f"{self.history_weeks}-week / 1-week cycle", "<= 1.5x", [ratio], "x", limit=1.5)
 
     def cycles(self, data_dir: Path, start: dt.datetime) -> list[float]:
-        """Time `repeat` cycles, each one new 10-minute flush from every host."""
+        """Time `repeat` cycles, each one new 10-minute flush from every host, after one
+        untimed cycle: the first write after a full build copies the warehouse file (the
+        other slot cannot replay a full build), every later one catches up in place."""
         seconds: list[float] = []
-        for number in range(self.repeat):
-            flush_start = start + dt.timedelta(minutes=10 * number)
+        for number in range(-1, self.repeat):
+            flush_start = start + dt.timedelta(minutes=10 * (number + 1))
             self.step(
                 "flush",
                 "--data-dir",
@@ -292,6 +294,9 @@ class PipelineBench:
                 flush_start.isoformat(),
             )
             result = self.step("cycle", "--data-dir", str(data_dir))
+            if number < 0:
+                self.log(f"  untimed first cycle: {result.wall_s:.2f} s {result.output}")
+                continue
             seconds.append(result.wall_s)
             self.log(f"  cycle {number + 1}: {result.wall_s:.2f} s {result.output}")
         return seconds

@@ -35,6 +35,14 @@ MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 BUILD_MEMORY_LIMIT = "1536MB"
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZATIONS = ("temp_view", "temp_table", "table")
+# A full build of more samples than this builds the per-series models a slice of the
+# GPUs at a time (the window over 60 million samples does not fit in BUILD_MEMORY_LIMIT).
+FULL_BUILD_CHUNK_SAMPLES = 20_000_000
+# model: (the relation sliced, the staging view that reads it when it is a raw table)
+CHUNKED_MODELS = {
+    "samples_attributed": ("samples", "stg_samples"),
+    "run_pieces": ("samples_attributed", ""),
+}
 DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
 
 _MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILINE)
@@ -214,9 +222,14 @@ def build_all_models(
     undocumented = sorted(set(marts) - docs.keys())
     if undocumented:
         raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
+    row = con.execute("select count(*) from samples").fetchone()
+    chunks = max(1, -(-int(row[0] if row else 0) // FULL_BUILD_CHUNK_SAMPLES))
     try:
         for name in order:
-            create_model(con, models[name])
+            if chunks > 1 and name in CHUNKED_MODELS:
+                _create_in_chunks(con, models, name, chunks)
+            else:
+                create_model(con, models[name])
         for name in marts:
             apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
         # The tables ingest writes that users query too (samples, quarantined_files).
@@ -226,6 +239,34 @@ def build_all_models(
         for name in reversed(order):
             if models[name].materialized != "table":
                 drop_model(con, models[name])
+
+
+def _create_in_chunks(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], name: str, chunks: int
+) -> None:
+    """A per-series model, a slice of the GPUs at a time: its windows never cross series,
+    and a slice's window fits in the build's memory where the whole fleet's does not."""
+    model = models[name]
+    source, view = CHUNKED_MODELS[name]
+    con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
+    source_model = models.get(source)
+    try:
+        for chunk in range(chunks):
+            con.execute(
+                f"""
+                create or replace temp view _chunk as
+                select * from {source} where hash(gpu_uuid) % {chunks} = {chunk}
+                """
+            )
+            if source_model is None:  # a raw table: the staging view reads the slice
+                create_model(con, models[view], {source: "_chunk"})
+                con.execute(f"insert into {name} by name\n{model.sql}")
+            else:
+                con.execute(f"insert into {name} by name\n{render(model, {source: '_chunk'})}")
+    finally:
+        if source_model is None:
+            create_model(con, models[view])
+        con.execute("drop view if exists temp._chunk")
 
 
 def count_mart_rows(

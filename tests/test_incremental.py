@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from flows import models as models_module
 from flows.build import build_models
 from flows.incremental import read_state
 from flows.warehouse import connect_read_only, write_transaction
@@ -307,3 +308,20 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     with connect_read_only(config) as con:
         for mart in MARTS:
             assert _mart(con, mart) == _mart(full.con, mart), mart
+
+
+def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
+    built: tuple[Fleet, Fleet, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At fleet scale the per-series models are built a slice of the GPUs at a time."""
+    _, full, _ = built
+    monkeypatch.setattr(models_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices here
+    sliced = _fleet()
+    _arrive(sliced.con, 0, SAMPLES_PER_GPU * 10, "true")
+    assert build_models(sliced.con, sliced.config).mode == "full"
+    for mart in MARTS:
+        assert _mart(sliced.con, mart) == _mart(full.con, mart), mart
+    temps = sliced.con.execute(
+        "select count(*) from duckdb_views() where temporary and not internal"
+    ).fetchone()
+    assert temps == (0,)
