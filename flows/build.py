@@ -17,6 +17,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.incremental import (
+    allocations_changed,
     build_incrementally,
     ensure_state_tables,
     fingerprint,
@@ -76,11 +77,14 @@ def build_models(
     elif state is None:
         mode, reason = "full", "first build"
     elif state.fingerprint != digest:
-        mode, reason = "full", "the SQL, the configuration or the reference data changed"
+        mode, reason = (
+            "full",
+            "the SQL, the configuration or the reference data (users, hosts, prices) changed",
+        )
     elif top < state.samples_rowid:
         mode, reason = "full", "samples were removed since the last build"
-    elif top == state.samples_rowid:
-        mode, reason = "up to date", "no new samples"
+    elif top == state.samples_rowid and not allocations_changed(con):
+        mode, reason = "up to date", "no new samples or allocations"
     else:
         outcome = build_incrementally(
             con, config, models, order, after=state.samples_rowid, top=top
@@ -90,8 +94,9 @@ def build_models(
         else:
             mode = "incremental"
             reason = (
-                f"{outcome.new_samples:,} new samples of {outcome.series:,} GPUs, "
-                f"{outcome.days} local days recomputed"
+                f"{outcome.new_samples:,} new samples; {outcome.series:,} GPUs from their "
+                f"first new sample or changed allocation on, {outcome.days} local days "
+                "recomputed"
             )
     if mode == "full":
         build_all_models(con, models, order, sql_dir)

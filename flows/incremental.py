@@ -51,6 +51,8 @@ create table if not exists build_state.series (
     gpu_uuid varchar primary key,
     gpu_name varchar                 -- max(gpu_name) over the series' samples, as built
 );
+create table if not exists build_state.allocations_built as
+select job_id, "user", team, host, gpu_index, start_ts, end_ts from allocations limit 0;
 """
 
 # How the incremental build replaces each mart's rows; any other mart means a full build.
@@ -62,7 +64,8 @@ PER_DAY_MARTS = ("team_daily", "gpu_daily", "host_daily")
 PER_WEEK_MARTS = ("team_weekly",)
 # int_thermal_events reads the touched thermal runs' pieces, the rest the idle runs'.
 REMAP_OVERRIDES = {"int_thermal_events": {PIECES_MART: "_inc_thermal_pieces"}}
-REFERENCE_TABLES = ("ref_users", "ref_hosts", "ref_prices", "allocations")
+# Allocations are not here: a change in them recomputes the GPUs they cover, incrementally.
+REFERENCE_TABLES = ("ref_users", "ref_hosts", "ref_prices")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +124,7 @@ def record_full_build(con: duckdb.DuckDBPyConnection, *, top: int, digest: str) 
     """After a full build: the watermark, fingerprint and every series' GPU name."""
     con.execute("delete from build_state.watermark")
     con.execute("insert into build_state.watermark values (?, ?, now())", [top, digest])
+    record_allocations(con)
     # The other warehouse slot cannot replay a full build; it is copied afresh instead.
     con.execute("insert into build_state.full_builds values (?)", [current_generation(con)])
     con.execute("delete from build_state.series")
@@ -141,27 +145,93 @@ def _names_would_change(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(row and row[0])
 
 
+ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts'
+
+
+def allocations_changed(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the allocations differ from those the marts were built with."""
+    row = con.execute(
+        f"""
+        select count(*) from (
+            (select {ALLOCATION_COLUMNS} from allocations
+             except all select {ALLOCATION_COLUMNS} from build_state.allocations_built)
+            union all
+            (select {ALLOCATION_COLUMNS} from build_state.allocations_built
+             except all select {ALLOCATION_COLUMNS} from allocations)
+        )
+        """
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def record_allocations(con: duckdb.DuckDBPyConnection) -> None:
+    """The allocations the marts are now built with (the next build diffs against them)."""
+    con.execute("delete from build_state.allocations_built")
+    con.execute(
+        f"insert into build_state.allocations_built select {ALLOCATION_COLUMNS} from allocations"
+    )
+
+
 def _select_new_samples(
     con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int
 ) -> None:
-    """_inc_series (series with new samples) and _inc_samples (what stg_samples reads)."""
+    """_inc_series (series with new samples, or whose allocations changed) and _inc_samples
+    (what stg_samples reads).
+
+    A series' `since_ts` is its first new sample, or its first sample after the start of an
+    allocation added, removed or changed on its host and GPU index, whichever is earlier.
+    """
+    con.execute(
+        f"""
+        create or replace temp table _inc_allocation_changes as
+        (select {ALLOCATION_COLUMNS} from allocations
+         except all select {ALLOCATION_COLUMNS} from build_state.allocations_built)
+        union all
+        (select {ALLOCATION_COLUMNS} from build_state.allocations_built
+         except all select {ALLOCATION_COLUMNS} from allocations)
+        """
+    )
     con.execute(
         """
         create or replace temp table _inc_series as
+        with changes as (
+            select
+                gpu_uuid,
+                min(ts) as since_ts,
+                max(gpu_name) as gpu_name,
+                max(interval_s) as max_interval_s,
+                count(*) as new_samples,
+            from samples
+            where rowid > $after and rowid <= $top
+            group by gpu_uuid
+            union all
+            select
+                samples.gpu_uuid,
+                min(samples.ts),
+                null,
+                arg_min(samples.interval_s, samples.ts),
+                0,
+            from samples
+            inner join _inc_allocation_changes as allocation
+                on allocation.host = samples.host
+                and allocation.gpu_index = samples.gpu_index
+                and samples.ts > allocation.start_ts
+            where samples.ts > (select min(start_ts) from _inc_allocation_changes)
+            group by samples.gpu_uuid
+        )
         select
             gpu_uuid,
-            min(ts) as since_ts,
+            min(since_ts) as since_ts,
             max(gpu_name) as gpu_name,
             -- the sample before since_ts matters only while it can be contiguous
-            min(ts) - to_microseconds(
-                (? * max(interval_s)::double * 1000000)::bigint + 1
+            min(since_ts) - to_microseconds(
+                ($gap_factor * max(max_interval_s)::double * 1000000)::bigint + 1
             ) as context_ts,
-            count(*) as new_samples,
-        from samples
-        where rowid > ? and rowid <= ?
+            sum(new_samples)::bigint as new_samples,
+        from changes
         group by gpu_uuid
         """,
-        [config.series.max_gap_factor, after, top],
+        {"gap_factor": config.series.max_gap_factor, "after": after, "top": top},
     )
     con.execute(
         """
@@ -546,6 +616,7 @@ def build_incrementally(
             """
         )
         con.execute("update build_state.watermark set samples_rowid = ?, built_at = now()", [top])
+        record_allocations(con)
     finally:
         for model in reversed(created):
             drop_model(con, model)
@@ -566,6 +637,7 @@ _TEMP_VIEWS = (
     "_inc_gpu_team_daily",
 )
 _TEMP_TABLES = (
+    "_inc_allocation_changes",
     "_inc_series",
     "_inc_samples",
     "_inc_attributed",

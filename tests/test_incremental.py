@@ -325,3 +325,34 @@ def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
         "select count(*) from duckdb_views() where temporary and not internal"
     ).fetchone()
     assert temps == (0,)
+
+
+def test_changed_allocations_recompute_their_gpus_incrementally(
+    built: tuple[Fleet, Fleet, list[str]],
+) -> None:
+    """Slurm's allocations change all day (a job ends, one starts): the GPUs they cover are
+    recomputed from the allocation's start, not the whole warehouse."""
+    incremental, _, _ = built
+    changes = f"""
+        update allocations set end_ts = timestamptz '{START.isoformat()}' + interval 44 hours
+        where job_id = 'slurm-8';
+        insert into allocations values
+            ('slurm-9', 'frank', 'vision', 'node-c1', 1,
+             timestamptz '{START.isoformat()}' + interval 30 hours,
+             timestamptz '{START.isoformat()}' + interval 35 hours, 'raw/allocations/b.csv');
+        delete from allocations where job_id = 'slurm-7';
+    """
+    incremental.con.execute(changes)
+    result = build_models(incremental.con, incremental.config)
+    assert result.mode == "incremental", result.reason
+    assert build_models(incremental.con, incremental.config).mode == "up to date"
+    full = _fleet()
+    full.con.execute(changes)
+    _arrive(full.con, 0, SAMPLES_PER_GPU * 10, "true")
+    build_models(full.con, full.config)
+    teams = full.con.execute(
+        "select count(*) from samples_attributed where team = 'vision'"
+    ).fetchone()
+    assert teams is not None and teams[0] > 0
+    for mart in MARTS:
+        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
