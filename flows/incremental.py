@@ -60,6 +60,7 @@ PER_SAMPLE_MART = "samples_attributed"
 PIECES_MART = "run_pieces"
 RUN_MARTS = ("idle_episodes", "thermal_events")
 GPU_DAY_MART = "gpu_team_daily"
+GPU_HOUR_MART = "gpu_hourly"
 PER_DAY_MARTS = ("team_daily", "gpu_daily", "host_daily")
 PER_WEEK_MARTS = ("team_weekly",)
 # int_thermal_events reads the touched thermal runs' pieces, the rest the idle runs'.
@@ -519,6 +520,20 @@ def _replace_gpu_days(
     )
 
 
+def _replace_gpu_hours(
+    con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
+) -> None:
+    """gpu_hourly: each series' rows from from_day on, from the window."""
+    con.execute(
+        f"""
+        delete from {model.name} using _inc_cut
+        where {model.name}.gpu_uuid = _inc_cut.gpu_uuid and {model.name}.day >= _inc_cut.from_day
+        """
+    )
+    con.execute(f"insert into {model.name} by name\n{render(model, remap)}")
+    _log_replaced(con, model.name, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
+
+
 def _replace_period_rows(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str], *, per_week: bool
 ) -> None:
@@ -550,7 +565,7 @@ def build_incrementally(
 ) -> IncrementalOutcome | None:
     """Bring the marts up to rowid `top` of samples; None when only a full build can."""
     marts = {name for name in order if models[name].layer == "marts"}
-    known = {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART}
+    known = {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART, GPU_HOUR_MART}
     if marts != known | set(PER_DAY_MARTS) | set(PER_WEEK_MARTS):
         return None
     _select_new_samples(con, config, after=after, top=top)
@@ -594,6 +609,8 @@ def build_incrementally(
                 _replace_runs(con, model, remap)
             elif name == GPU_DAY_MART:
                 _replace_gpu_days(con, model, models, remap)
+            elif name == GPU_HOUR_MART:
+                _replace_gpu_hours(con, model, remap)
             else:
                 _replace_period_rows(con, model, remap, per_week=name in PER_WEEK_MARTS)
         totals = con.execute(

@@ -176,6 +176,7 @@ LOGGED_TABLES = (
     "idle_episodes",
     "thermal_events",
     "gpu_team_daily",
+    "gpu_hourly",
     "team_daily",
     "gpu_daily",
     "host_daily",

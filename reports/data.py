@@ -28,7 +28,7 @@ MART_TABLES = (
     "thermal_events",
     "gpu_daily",
     "host_daily",
-    "samples_attributed",
+    "gpu_hourly",
     "quarantined_files",
 )
 
@@ -271,14 +271,14 @@ def _fleet_totals(
         [first_day, next_monday],
     )
     # The fleet's mean utilization is utilization-weighted over samples, as avg_util_pct is
-    # per team; team rows cannot be averaged into it, so it is read at the sample grain.
+    # per team: the teams' busy and measured hours add up to it, their averages do not.
     util = _one(
         con,
         """
         select
-            sum(gpu_util_pct / 100 * interval_s) / 3600 as busy_hours,
-            sum(interval_s) filter (where gpu_util_pct is not null) / 3600 as util_hours
-        from samples_attributed
+            sum(busy_gpu_hours) as busy_hours,
+            sum(measured_gpu_hours) as util_hours
+        from team_daily
         where day >= ? and day < ?
         """,
         [first_day, next_monday],
@@ -345,26 +345,23 @@ def _teams(con: duckdb.DuckDBPyConnection, week: str) -> list[Row]:
     )
 
 
-def _heatmap(
-    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime, timezone: str
-) -> list[Row]:
+def _heatmap(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> list[Row]:
     return _rows(
         con,
         """
         select
             day,
-            hour(timezone(?, ts)) as hour,
+            hour,
             team,
-            sum(interval_s) / 3600 as gpu_hours,
-            coalesce(sum(gpu_util_pct / 100 * interval_s) / 3600, 0) as busy_gpu_hours,
-            coalesce(sum(interval_s) filter (where gpu_util_pct is not null) / 3600, 0)
-                as util_hours
-        from samples_attributed
+            sum(observed_s) / 3600 as gpu_hours,
+            sum(busy_s) / 3600 as busy_gpu_hours,
+            sum(utilization_s) / 3600 as util_hours
+        from gpu_hourly
         where day >= ? and day < ?
         group by all
         order by day, hour, team
         """,
-        [timezone, start.date(), end.date()],
+        [start.date(), end.date()],
     )
 
 
@@ -567,7 +564,7 @@ def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> W
             totals=totals,
             previous=previous,
             teams=_teams(con, week),
-            heatmap=_heatmap(con, start, end, config.timezone),
+            heatmap=_heatmap(con, start, end),
             waste_trend=_waste_trend(con, week),
             episodes=_localize(_episodes(con, start, end), ("start_ts", "end_ts"), tz),
             thermal_events=_localize(_thermal_events(con, start, end), ("start_ts", "end_ts"), tz),

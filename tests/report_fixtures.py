@@ -57,7 +57,7 @@ MART_DDL = """
 create table team_daily (
     day date, team varchar, gpu_hours double, busy_gpu_hours double, avg_util_pct double,
     idle_gpu_hours double, waste_gpu_hours double, waste_usd double, energy_kwh double,
-    gpus bigint
+    gpus bigint, measured_gpu_hours double
 );
 create table team_weekly (
     iso_week varchar, week_start date, team varchar, gpu_hours double, busy_gpu_hours double,
@@ -83,10 +83,9 @@ create table host_daily (
     day date, host varchar, gpus bigint, samples bigint, hours_observed double,
     first_ts timestamptz, last_ts timestamptz
 );
-create table samples_attributed (
-    gpu_uuid varchar, ts timestamptz, host varchar, gpu_index usmallint, gpu_name varchar,
-    interval_s float, gpu_util_pct float, team varchar, "user" varchar, job_id varchar,
-    attributed_by varchar, is_idle boolean, energy_j double, day date, iso_week varchar
+create table gpu_hourly (
+    day date, hour bigint, gpu_uuid varchar, team varchar, host varchar, samples bigint,
+    observed_s double, utilization_s double, busy_s double
 );
 create table quarantined_files (path varchar, reason varchar, quarantined_at timestamptz);
 """
@@ -106,6 +105,32 @@ def _team_weekly() -> list[tuple[object, ...]]:
         (PREVIOUS_WEEK, w45, "vision", 280.0, 210.0, 75.0, 30.0, 15.0, 60.0, 110.0, 4),
         ("2026-W44", w44, "vision", 250.0, 200.0, 80.0, 20.0, 8.0, 30.0, 100.0, 4),
     ]
+
+
+def _gpu_hourly() -> list[tuple[object, ...]]:
+    """The samples (one per hour) as gpu_hourly rows (hours in UTC, the fixture's zone)."""
+    rows: list[tuple[object, ...]] = []
+    for gpu, ts, host, _, _, interval, util, team, *_, day, _ in _samples():
+        assert isinstance(ts, dt.datetime) and isinstance(interval, float)
+        measured = interval if util is not None else 0.0
+        busy = float(util) / 100 * interval if isinstance(util, float) else 0.0
+        rows.append((day, ts.hour, gpu, team, host, 1, interval, measured, busy))
+    return rows
+
+
+def _team_daily() -> list[tuple[object, ...]]:
+    """The samples summed per day and team (the measures the report reads)."""
+    sums: dict[tuple[object, object], list[float]] = {}
+    for day, _, _, team, _, _, observed, measured, busy in _gpu_hourly():
+        total = sums.setdefault((day, team), [0.0, 0.0, 0.0])
+        total[0] += observed / 3600
+        total[1] += busy / 3600
+        total[2] += measured / 3600
+    return [
+        (day, team, hours, busy, 100 * busy / measured if measured else None, 0.0, 0.0, 0.0,
+         0.0, 1, measured)
+        for (day, team), (hours, busy, measured) in sums.items()
+    ]  # fmt: skip
 
 
 def _samples() -> list[tuple[object, ...]]:
@@ -207,7 +232,7 @@ def make_warehouse(data_dir: Path, *, with_rows: bool = True) -> Path:
         if with_rows:
             inserts: dict[str, list[tuple[object, ...]]] = {
                 "team_weekly": _team_weekly(),
-                "samples_attributed": _samples(),
+                "gpu_hourly": _gpu_hourly(),
                 "idle_episodes": _episodes(),
                 "thermal_events": _thermal(),
                 "gpu_daily": _gpu_daily(),
@@ -219,9 +244,7 @@ def make_warehouse(data_dir: Path, *, with_rows: bool = True) -> Path:
                         _ts(MONDAY + dt.timedelta(days=1), 6),
                     ),
                 ],
-                "team_daily": [
-                    (MONDAY, "vision", 40.0, 32.0, 80.0, 3.0, 1.0, 4.0, 16.0, 4),
-                ],
+                "team_daily": _team_daily(),
             }
             for table, rows in inserts.items():
                 marks = ", ".join("?" for _ in rows[0])

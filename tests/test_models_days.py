@@ -176,6 +176,7 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "host_daily",
         "gpu_team_daily",  # the daily marts' building block
         "run_pieces",  # the episodes' and events' building block
+        "gpu_hourly",  # the report's heatmaps
     }
     assert set(result.mart_rows) == marts
     tables = fleet.rows(
@@ -275,4 +276,25 @@ def test_a_stray_far_future_timestamp_stays_cheap_and_attributed() -> None:
     assert rows == [
         {"day": dt.date(2026, 11, 16), "attributed_by": "allocation", "team": "ml"},
         {"day": dt.date(2090, 1, 1), "attributed_by": "allocation", "team": "ml"},
+    ]
+
+
+def test_hours_are_local_hours_in_samples_and_gpu_hourly() -> None:
+    fleet = Fleet(timezone="Asia/Kolkata")
+    # 18:29:50Z is 23:59:50 in Kolkata (UTC+5:30); 18:30:00Z is 00:00 of the next day;
+    # 09:00:00Z is 14:30, in the local hour 14.
+    for ts in ("2026-11-16 18:29:50", "2026-11-16 18:30:00", "2026-11-16 09:00:00"):
+        fleet.sample(dt.datetime.fromisoformat(ts).replace(tzinfo=UTC))
+    fleet.build()
+    hours = fleet.rows("select day, hour from samples_attributed order by ts")
+    assert [(r["day"], r["hour"]) for r in hours] == [
+        (dt.date(2026, 11, 16), 14),
+        (dt.date(2026, 11, 16), 23),
+        (dt.date(2026, 11, 17), 0),
+    ]
+    hourly = fleet.rows("select day, hour, samples, observed_s from gpu_hourly order by all")
+    assert [(r["day"], r["hour"], r["samples"], r["observed_s"]) for r in hourly] == [
+        (dt.date(2026, 11, 16), 14, 1, 10.0),
+        (dt.date(2026, 11, 16), 23, 1, 10.0),
+        (dt.date(2026, 11, 17), 0, 1, 10.0),
     ]

@@ -1,5 +1,6 @@
--- The local day, ISO week and week start of every 15-minute UTC bucket that has samples.
--- Time zone offsets are whole quarter hours, so a bucket never straddles a local midnight;
+-- The local day, hour, ISO week and week start of every 15-minute UTC bucket that has
+-- samples.
+-- Time zone offsets are whole quarter hours, so a bucket never straddles a local hour;
 -- samples find their day by joining on `ts_us // 900000000` instead of converting each ts.
 with samples as (
     select * from stg_samples
@@ -14,8 +15,8 @@ buckets as (
 local_dates as (
     select
         bucket,
-        timezone(getvariable('timezone'), to_timestamp(bucket * 900))::date
-            as day,
+        timezone(getvariable('timezone'), to_timestamp(bucket * 900)) as local_time,
+        local_time::date as day,
     from buckets
 ),
 
@@ -23,6 +24,7 @@ final as (
     select
         bucket,
         day,
+        hour(local_time) as hour,
         strftime(day, '%G-W%V') as iso_week,
         day - (isodow(day) - 1)::integer as week_start,
     from local_dates

@@ -104,6 +104,7 @@ final as (
         with_run_starts.is_idle,
         with_run_starts.energy_j,
         local_days.day,
+        local_days.hour,
         local_days.iso_week,
         local_days.week_start,
         with_run_starts.has_process,
