@@ -109,6 +109,15 @@ STEPS = {
 }
 
 
+def peak_rss_kb() -> int:
+    """This process's peak RSS since exec (VmHWM). Not ru_maxrss: Linux carries that over
+    fork and exec, so a child would report its parent's peak (the bench's bare scan)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.step")
     parser.add_argument("step", choices=sorted(STEPS))
@@ -125,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     output = STEPS[args.step](args)
     output["seconds"] = round(time.perf_counter() - started, 3)
-    output["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    output["max_rss_mb"] = round(peak_rss_kb() / 1024, 1)
     print(json.dumps(output))
     return 0
 
