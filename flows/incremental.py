@@ -378,14 +378,7 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
             where run_start_ts is not null
             """
         )
-    con.execute(
-        f"""
-        delete from {model.name} using _inc_cut
-        where {model.name}.gpu_uuid = _inc_cut.gpu_uuid and {model.name}.day >= _inc_cut.from_day
-        """
-    )
-    con.execute(f"insert into {model.name} by name select * from _inc_pieces")
-    _log_replaced(con, model.name, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
+    _replace_from_days(con, model.name, "select * from _inc_pieces")
     for kind in ("idle", "thermal"):
         con.execute(
             f"""
@@ -524,14 +517,19 @@ def _replace_gpu_hours(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
 ) -> None:
     """gpu_hourly: each series' rows from from_day on, from the window."""
+    _replace_from_days(con, model.name, render(model, remap))
+
+
+def _replace_from_days(con: duckdb.DuckDBPyConnection, table: str, rows_sql: str) -> None:
+    """Replace each series' rows of `table` from its from_day on with `rows_sql`'s."""
     con.execute(
         f"""
-        delete from {model.name} using _inc_cut
-        where {model.name}.gpu_uuid = _inc_cut.gpu_uuid and {model.name}.day >= _inc_cut.from_day
+        delete from {table} using _inc_cut
+        where {table}.gpu_uuid = _inc_cut.gpu_uuid and {table}.day >= _inc_cut.from_day
         """
     )
-    con.execute(f"insert into {model.name} by name\n{render(model, remap)}")
-    _log_replaced(con, model.name, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
+    con.execute(f"insert into {table} by name\n{rows_sql}")
+    _log_replaced(con, table, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
 
 
 def _replace_period_rows(

@@ -156,6 +156,14 @@ def _values(config: Config) -> list[int]:
         return [row[0] for row in con.execute("select x from t order by x").fetchall()]
 
 
+def _write_twice(config: Config) -> None:
+    """Table t with 1, then 2: two publishes, so both slot files exist."""
+    for x in (1, 2):
+        with write_transaction(config) as con:
+            con.execute("create table if not exists t (x integer)")
+            con.execute("insert into t values (?)", [x])
+
+
 def test_writes_alternate_between_two_files_each_caught_up_in_place(config: Config) -> None:
     """No copy per write: the file the last-but-one publish wrote is brought up to date."""
     inodes = []
@@ -182,10 +190,7 @@ def test_writes_alternate_between_two_files_each_caught_up_in_place(config: Conf
 def test_a_reader_in_this_process_on_the_older_file_makes_the_writer_copy(
     config: Config,
 ) -> None:
-    for x in (1, 2):
-        with write_transaction(config) as con:
-            con.execute("create table if not exists t (x integer)")
-            con.execute("insert into t values (?)", [x])
+    _write_twice(config)
     reader = connect_read_only(config)  # the file of write 2
     held = config.warehouse_path.stat().st_ino
     try:
@@ -203,10 +208,7 @@ def test_a_reader_in_this_process_on_the_older_file_makes_the_writer_copy(
 def test_a_reader_in_another_process_on_the_older_file_makes_the_writer_copy(
     config: Config,
 ) -> None:
-    for x in (1, 2):
-        with write_transaction(config) as con:
-            con.execute("create table if not exists t (x integer)")
-            con.execute("insert into t values (?)", [x])
+    _write_twice(config)
     reader = subprocess.Popen(
         [
             sys.executable,
@@ -241,10 +243,7 @@ def test_a_reader_in_another_process_on_the_older_file_makes_the_writer_copy(
 
 
 def test_a_failed_in_place_write_leaves_the_published_warehouse_alone(config: Config) -> None:
-    for x in (1, 2):
-        with write_transaction(config) as con:
-            con.execute("create table if not exists t (x integer)")
-            con.execute("insert into t values (?)", [x])
+    _write_twice(config)
     with pytest.raises(RuntimeError), write_transaction(config) as con:
         con.execute("insert into t values (99)")
         raise RuntimeError("boom")
