@@ -184,7 +184,9 @@ LOGGED_TABLES = (
 )
 _LOG_KEPT = 16  # generations of the log kept: a slot further behind is copied afresh
 _APPEND_ONLY = "samples"  # rows are only ever appended, so rowids are a load order
-_WHOLE_TABLE_LIMIT = 5_000_000  # a larger table is not copied row by row: the file is
+# More rows than this (a table copied whole, or samples gained) are not copied row by row:
+# the file is (the catch-up runs before the build's memory cap, and row by row is slower).
+_WHOLE_TABLE_LIMIT = 5_000_000
 
 
 def current_generation(con: duckdb.DuckDBPyConnection) -> int:
@@ -270,6 +272,12 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
             return False
         for name in tables:
             if name == f"main.{_APPEND_ONLY}":
+                gained = con.execute(
+                    f"select (select count(*) from _published.{name}) "
+                    f"- (select count(*) from {name})"
+                ).fetchone()
+                if not gained or gained[0] > _WHOLE_TABLE_LIMIT:
+                    return False  # a backfill since: copying the file is cheaper
                 con.execute(
                     f"""
                     insert into {name}

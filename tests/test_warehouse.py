@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from flows import warehouse
 from flows.warehouse import connect_read_only, lock_path, write_transaction
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
@@ -251,3 +252,24 @@ def test_a_failed_in_place_write_leaves_the_published_warehouse_alone(config: Co
     with write_transaction(config) as con:  # the half-written file is not trusted again
         con.execute("insert into t values (3)")
     assert _values(config) == [1, 2, 3]
+
+
+def test_a_backfill_since_the_other_file_is_copied_not_replayed(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warehouse, "_WHOLE_TABLE_LIMIT", 3)
+    _write_twice(config)
+    before = config.warehouse_path.stat().st_ino
+    with write_transaction(config) as con:  # in place (nothing gained since)
+        con.execute(
+            "insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, status) "
+            "select to_timestamp(k), 10, 'h', 0, 'GPU-1', 'ok' from range(10) as r(k)"
+        )
+    after_backfill = config.warehouse_path.stat().st_ino
+    assert after_backfill != before
+    with write_transaction(config) as con:  # 10 samples behind: a copy, not in place
+        con.execute("insert into t values (3)")
+    assert config.warehouse_path.stat().st_ino not in (before, after_backfill)
+    assert _values(config) == [1, 2, 3]
+    with connect_read_only(config) as con:
+        assert con.execute("select count(*) from samples").fetchone() == (10,)
