@@ -348,7 +348,8 @@ def _open_slot_in_place(warehouse: Path) -> tuple[Path, duckdb.DuckDBPyConnectio
     elif _same_file(warehouse, slots[1]):
         target = slots[0]
     else:  # a warehouse from before the slots, or one replaced by hand
-        _link_over(warehouse, slots[0])
+        with contextlib.suppress(OSError):  # no hard links here: copy on every write
+            _link_over(warehouse, slots[0])
         return None
     if (
         not target.exists()
@@ -451,7 +452,10 @@ def write_transaction(
                 target = slots[1] if _same_file(warehouse, slots[0]) else slots[0]
                 _dirty_marker(target).touch()
                 os.replace(work, target)
-                _link_over(target, warehouse)
+                try:
+                    _link_over(target, warehouse)
+                except OSError:  # a file system without hard links: publish the file itself
+                    os.replace(target, warehouse)
                 work = target
             published = True
             _fsync_path(warehouse.parent, directory=True)

@@ -273,3 +273,21 @@ def test_a_backfill_since_the_other_file_is_copied_not_replayed(
     assert _values(config) == [1, 2, 3]
     with connect_read_only(config) as con:
         assert con.execute("select count(*) from samples").fetchone() == (10,)
+
+
+def test_without_hard_links_every_write_copies_and_publishes(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some file systems (FAT, some FUSE mounts) have no hard links: no slots, a copy each."""
+
+    def no_links(source: object, target: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    for x in (1, 2, 3):
+        with write_transaction(config) as con:
+            con.execute("create table if not exists t (x integer)")
+            con.execute("insert into t values (?)", [x])
+    assert _values(config) == [1, 2, 3]
+    assert not list(config.data_dir.glob(".warehouse.duckdb.slot-*"))
+    assert _leftovers(config) == []
