@@ -147,21 +147,19 @@ def _names_would_change(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts'
+# The allocations added, removed or changed since the marts were built (both directions).
+ALLOCATION_CHANGES_SQL = f"""
+(select {ALLOCATION_COLUMNS} from allocations
+ except all select {ALLOCATION_COLUMNS} from build_state.allocations_built)
+union all
+(select {ALLOCATION_COLUMNS} from build_state.allocations_built
+ except all select {ALLOCATION_COLUMNS} from allocations)
+"""
 
 
 def allocations_changed(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the allocations differ from those the marts were built with."""
-    row = con.execute(
-        f"""
-        select count(*) from (
-            (select {ALLOCATION_COLUMNS} from allocations
-             except all select {ALLOCATION_COLUMNS} from build_state.allocations_built)
-            union all
-            (select {ALLOCATION_COLUMNS} from build_state.allocations_built
-             except all select {ALLOCATION_COLUMNS} from allocations)
-        )
-        """
-    ).fetchone()
+    row = con.execute(f"select count(*) from ({ALLOCATION_CHANGES_SQL})").fetchone()
     return bool(row and row[0])
 
 
@@ -185,11 +183,7 @@ def _select_new_samples(
     con.execute(
         f"""
         create or replace temp table _inc_allocation_changes as
-        (select {ALLOCATION_COLUMNS} from allocations
-         except all select {ALLOCATION_COLUMNS} from build_state.allocations_built)
-        union all
-        (select {ALLOCATION_COLUMNS} from build_state.allocations_built
-         except all select {ALLOCATION_COLUMNS} from allocations)
+        {ALLOCATION_CHANGES_SQL}
         """
     )
     con.execute(
@@ -505,8 +499,6 @@ def _replace_gpu_days(
     _log_replaced(con, model.name, "gpu_day", "select gpu_uuid, day from _inc_extra_days")
     con.execute(
         """
-        create or replace temp table _inc_day_set as
-        select distinct day from _inc_days;
         create or replace temp table _inc_weeks as
         select distinct strftime(day, '%G-W%V') as iso_week from _inc_days;
         """
@@ -537,7 +529,7 @@ def _replace_period_rows(
 ) -> None:
     """A daily or weekly mart: every row of the days (weeks) whose gpu_team_daily changed."""
     key = "iso_week" if per_week else "day"
-    periods = "_inc_weeks" if per_week else "_inc_day_set"
+    periods = "_inc_weeks" if per_week else "_inc_days"
     con.execute(f"delete from {model.name} where {key} in (select {key} from {periods})")
     con.execute(
         f"""
@@ -665,6 +657,5 @@ _TEMP_TABLES = (
     "_inc_extra_days",
     "_inc_gpu_day_episode_days",
     "_inc_days",
-    "_inc_day_set",
     "_inc_weeks",
 )

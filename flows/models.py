@@ -72,11 +72,19 @@ def _layer_of(path: Path, sql_dir: Path) -> str:
     return layer
 
 
+def _code(sql: str) -> str:
+    """The query without comments and with empty string literals (names only remain)."""
+    return _STRING_RE.sub("''", _COMMENT_RE.sub(" ", sql))
+
+
+def _cte_names(code: str) -> set[str]:
+    return {name.lower() for name in _CTE_RE.findall(code)}
+
+
 def _relations_read(sql: str) -> set[str]:
     """Names after `from`/`join` in a query, minus its own CTE names."""
-    code = _STRING_RE.sub("''", _COMMENT_RE.sub(" ", sql))
-    ctes = {name.lower() for name in _CTE_RE.findall(code)}
-    return {name.lower() for name in _RELATION_RE.findall(code)} - ctes
+    code = _code(sql)
+    return {name.lower() for name in _RELATION_RE.findall(code)} - _cte_names(code)
 
 
 def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
@@ -177,8 +185,7 @@ def render(model: Model, remap: Mapping[str, str] | None = None) -> str:
     """The model's select, reading `remap[name]` wherever it reads relation `name`."""
     if not remap:
         return model.sql
-    code = _STRING_RE.sub("''", _COMMENT_RE.sub(" ", model.sql))
-    ctes = {name.lower() for name in _CTE_RE.findall(code)}
+    ctes = _cte_names(_code(model.sql))
     remap = {name: other for name, other in remap.items() if name not in ctes}
 
     def swap(match: re.Match[str]) -> str:
