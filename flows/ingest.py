@@ -12,7 +12,7 @@ The work, in order:
    quarantine files that cannot be read or whose columns cannot be cast to the contract
    types without loss; load the rest in batches (one `read_parquet` per batch and
    schema, no Python loop over rows), deduplicate on (gpu_uuid, ts) within the batch and
-   against the samples already loaded in the batch's time range only, insert sorted by
+   against the samples of the batch's GPUs already loaded in its time range, insert sorted by
    (gpu_uuid, ts) (a batch is at most one day, so zone maps on ts still skip the other
    days, and each series' values sit together and compress 2-3x better), record the
    files in `loaded_files`; replace the reference tables;
@@ -278,14 +278,30 @@ def _top_level_columns(rows: Iterable[tuple[Any, ...]]) -> dict[str, dict[str, s
 def _parquet_schemas(
     con: duckdb.DuckDBPyConnection, absolute_paths: list[str]
 ) -> dict[str, dict[str, str]]:
+    # One signature per file (its schema elements in order); each distinct one is parsed once.
     rows = con.execute(
         """
-        select file_name, name, num_children, duckdb_type
+        select
+            file_name,
+            string_agg(
+                concat_ws(chr(31), name, coalesce(num_children, 0), coalesce(duckdb_type, '')),
+                chr(30) order by column_id
+            ) as signature,
         from parquet_schema($files)
+        group by file_name
         """,
         {"files": absolute_paths},
     ).fetchall()
-    return _top_level_columns(rows)
+    parsed: dict[str, dict[str, str]] = {}
+    result: dict[str, dict[str, str]] = {}
+    for file, signature in rows:
+        columns = parsed.get(signature)
+        if columns is None:
+            elements = (element.split(chr(31)) for element in signature.split(chr(30)))
+            tree = [("", name, int(children), kind) for name, children, kind in elements]
+            columns = parsed[signature] = _top_level_columns(tree).get("", {})
+        result[file] = dict(columns)
+    return result
 
 
 def read_schemas(
@@ -353,13 +369,15 @@ _STAGING_DDL = (
 
 # The batch's rows that are new: the first of their (gpu_uuid, ts) in the batch (by file,
 # then row; a hash aggregate over the keys, no sort of the wide rows) and absent from
-# `samples`, which is read only within the batch's time range (zone maps skip the rest).
+# `samples`, which is read only within the batch's time range (zone maps skip the rest) and
+# only for the batch's GPUs (the anti-join's hash table holds those, not the whole day).
 NEW_ROWS_SQL = f"""
 with
 existing as (
     select gpu_uuid, ts
     from samples
     where ts between $min_ts and $max_ts
+        and gpu_uuid in (select gpu_uuid from _ingest_batch)
 ),
 first_rows as (
     select arg_min(rowid, _file_index::bigint * 4294967296 + _row) as batch_rowid
