@@ -37,7 +37,8 @@ LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZATIONS = ("temp_view", "temp_table", "table")
 # A full build of more samples than this builds the per-series models a slice of the
 # GPUs at a time (the window over 60 million samples does not fit in BUILD_MEMORY_LIMIT).
-FULL_BUILD_CHUNK_SAMPLES = 20_000_000
+# At 1,000 GPUs x 7 days, slices of 4 M samples took 122 s, of 2 M 137 s, of 8 M 142 s.
+FULL_BUILD_CHUNK_SAMPLES = 4_000_000
 # model: (the relation sliced, the staging view that reads it when it is a raw table)
 CHUNKED_MODELS = {
     "samples_attributed": ("samples", "stg_samples"),
@@ -257,14 +258,27 @@ def _create_in_chunks(
     source, view = CHUNKED_MODELS[name]
     con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
     source_model = models.get(source)
+    # Slices are ranges of gpu_uuid: both sources are stored sorted by it within each load
+    # or build, so zone maps skip most row groups (a hash of the uuid would read them all).
+    uuids = [
+        row[0] for row in con.execute("select distinct gpu_uuid from samples order by 1").fetchall()
+    ]
+    bounds = [
+        (uuids[len(uuids) * chunk // chunks], uuids[len(uuids) * (chunk + 1) // chunks - 1])
+        for chunk in range(chunks)
+        if len(uuids) * chunk // chunks < len(uuids) * (chunk + 1) // chunks
+    ]
+    con.execute(
+        f"""
+        create or replace temp view _chunk as
+        select * from {source}
+        where gpu_uuid between getvariable('chunk_first_uuid') and getvariable('chunk_last_uuid')
+        """
+    )
     try:
-        for chunk in range(chunks):
-            con.execute(
-                f"""
-                create or replace temp view _chunk as
-                select * from {source} where hash(gpu_uuid) % {chunks} = {chunk}
-                """
-            )
+        for first, last in bounds:
+            con.execute("set variable chunk_first_uuid = ?", [first])
+            con.execute("set variable chunk_last_uuid = ?", [last])
             if source_model is None:  # a raw table: the staging view reads the slice
                 create_model(con, models[view], {source: "_chunk"})
                 con.execute(f"insert into {name} by name\n{model.sql}")
@@ -274,6 +288,8 @@ def _create_in_chunks(
         if source_model is None:
             create_model(con, models[view])
         con.execute("drop view if exists temp._chunk")
+        con.execute("reset variable chunk_first_uuid")
+        con.execute("reset variable chunk_last_uuid")
 
 
 def count_mart_rows(
