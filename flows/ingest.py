@@ -11,7 +11,10 @@ The work, in order:
    after load"); read every new file's schema in bulk with `parquet_schema` and
    quarantine files that cannot be read or whose columns cannot be cast to the contract
    types without loss; load the rest in batches (one `read_parquet` per batch and
-   schema, no Python loop over rows), deduplicate on (gpu_uuid, ts) within the batch and
+   schema, no Python loop over rows). A batch of files with the contract's exact types,
+   no NULL in a required column and no repeated (gpu_uuid, ts) goes from the files
+   straight into `samples` once its keys are checked; any other is staged first, to
+   cast, find bad files and duplicates: deduplicate on (gpu_uuid, ts) within the batch and
    against the samples of the batch's GPUs already loaded in its time range, insert sorted by
    (gpu_uuid, ts) (a batch is at most one day, so zone maps on ts still skip the other
    days, and each series' values sit together and compress 2-3x better), record the
@@ -33,6 +36,7 @@ extra ones dropped). A required column that is missing or holds a NULL quarantin
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import shutil
@@ -434,13 +438,120 @@ class BatchOutcome:
     bad: dict[str, str] = field(default_factory=dict)  # path -> reason
 
 
+@functools.cache
+def _contract_type_names() -> dict[str, str]:
+    """Each sample column's contract type as `parquet_schema` spells it (DuckDB's name)."""
+    con = duckdb.connect()
+    names: dict[str, str] = {}
+    for name, kind in SAMPLE_COLUMNS:
+        row = con.execute(f"select typeof(null::{kind})").fetchone()
+        assert row is not None
+        names[name] = row[0]
+    return names
+
+
+def _uniform_contract_columns(
+    batch: Sequence[SampleFile], schemas: dict[str, dict[str, str]]
+) -> dict[str, str] | None:
+    """The batch's contract columns when every file has the same ones, of the contract's
+    exact types (nothing to cast); None otherwise."""
+    names = _contract_type_names()
+    first: dict[str, str] | None = None
+    for file in batch:
+        columns = {n: t for n, t in schemas[file.path].items() if n in _CONTRACT_TYPES}
+        if first is None:
+            if any(names[n] != t for n, t in columns.items()):
+                return None
+            first = columns
+        elif columns != first:
+            return None
+    return first
+
+
+_REQUIRED_NULL = " or ".join(f'"{name}" is null' for name in REQUIRED_SAMPLE_COLUMNS)
+
+
+def _load_uniform_batch(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    columns: dict[str, str],
+) -> BatchOutcome | None:
+    """The common case without a staging table: files of the contract's types, no NULL in a
+    required column, and no (gpu_uuid, ts) twice in the batch or already in `samples`. The
+    keys are read first; the rows then go from the files straight into `samples`, sorted.
+    None when the batch is not such a case (`load_batch` then stages it)."""
+    paths = [str(config.data_dir / file.path) for file in batch]
+    source = "read_parquet($paths, hive_partitioning = false)"
+    try:
+        con.execute(
+            f"""
+            create or replace temp table _ingest_keys as
+            select file_index::integer as _file_index, gpu_uuid, ts, {_REQUIRED_NULL} as _null,
+            from {source}
+            """,
+            {"paths": paths},
+        )
+    except duckdb.Error:
+        return None  # a file that does not read: staging finds which
+    try:
+        problems = con.execute(
+            """
+            with bounds as (select min(ts) as min_ts, max(ts) as max_ts from _ingest_keys),
+            existing as (
+                select gpu_uuid, ts from samples
+                where ts between (select min_ts from bounds) and (select max_ts from bounds)
+                    and gpu_uuid in (select gpu_uuid from _ingest_keys)
+            )
+            select
+                (select count(*) from _ingest_keys where _null)
+                + (select count(*) from (
+                    select 1 from _ingest_keys group by gpu_uuid, ts having count(*) > 1))
+                + (select count(*) from _ingest_keys semi join existing using (gpu_uuid, ts))
+            """
+        ).fetchone()
+        if problems is None or problems[0]:
+            return None
+        stats = {
+            index: (rows, min_ts, max_ts)
+            for index, rows, min_ts, max_ts in con.execute(
+                "select _file_index, count(*), min(ts), max(ts) from _ingest_keys group by all"
+            ).fetchall()
+        }
+    finally:
+        con.execute("drop table if exists _ingest_keys")
+    selects = ", ".join(
+        f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
+        for name, kind in SAMPLE_COLUMNS
+    )
+    inserted = con.execute(
+        f"insert into samples ({_QUOTED}) select {selects} from {source} as src "
+        "order by gpu_uuid, ts",
+        {"paths": paths},
+    ).fetchone()
+    outcome = BatchOutcome(rows_inserted=int(inserted[0]) if inserted else 0)
+    for index, file in enumerate(batch):
+        rows, min_ts, max_ts = stats.get(index, (0, None, None))
+        outcome.loaded.append(LoadedFile(file, rows, min_ts, max_ts))
+        outcome.rows_read += rows
+    return outcome
+
+
 def load_batch(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     batch: Sequence[SampleFile],
     schemas: dict[str, dict[str, str]],
 ) -> BatchOutcome:
-    """Stage one batch of files, set aside bad ones, insert the new rows into `samples`."""
+    """Insert one batch's new rows into `samples`: straight from the files in the common
+    case, else staged, with bad files set aside and duplicates dropped."""
+    columns = _uniform_contract_columns(batch, schemas)
+    if columns is not None:
+        outcome = _load_uniform_batch(con, config, batch, columns)
+        if outcome is not None:
+            logger.debug("ingest: %d files loaded straight from the files", len(batch))
+            return outcome
+    logger.debug("ingest: %d files staged", len(batch))
     outcome = BatchOutcome()
     con.execute(_STAGING_DDL)
     # Files of one schema go through one read_parquet; indexes keep the batch's file order.

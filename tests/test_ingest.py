@@ -185,6 +185,40 @@ def test_rows_are_inserted_in_series_order(config: Config) -> None:
     assert rows == sorted(rows)
 
 
+def test_files_loaded_straight_and_staged_give_the_same_rows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Collector files go from the files straight into `samples`; a batch with one file
+    whose utilization is float64 is staged (cast) instead. Same rows, same file records."""
+    straight, staged = Config(data_dir=tmp_path / "a"), Config(data_dir=tmp_path / "b")
+    first = [sample(0), sample(10, util=3.5), sample(0, gpu="GPU-b", util=None)]
+    second = [sample(20), sample(10, gpu="GPU-b")]
+    for target in (straight, staged):
+        write_samples(target.data_dir, f"{DAY1}/a.parquet", first)
+    write_samples(straight.data_dir, f"{DAY1}/b.parquet", second)
+    wide = pa.Table.from_pylist(second, schema=SAMPLE_SCHEMA)
+    index = wide.schema.get_field_index("gpu_util_pct")
+    wide = wide.set_column(index, "gpu_util_pct", wide.column("gpu_util_pct").cast(pa.float64()))
+    write_table(staged.data_dir, f"{DAY1}/b.parquet", wide)
+
+    paths = {}
+    for name, target in (("straight", straight), ("staged", staged)):
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="gpufleet.ingest"):
+            result = run_ingest(target)
+        assert (result.samples_loaded, result.duplicates_skipped) == (5, 0)
+        paths[name] = [r.message for r in caplog.records if r.levelno == logging.DEBUG]
+    assert paths == {
+        "straight": ["ingest: 2 files loaded straight from the files"],
+        "staged": ["ingest: 2 files staged"],
+    }
+    everything = "select * from samples order by gpu_uuid, ts"
+    files = "select path, row_count, min_ts, max_ts from loaded_files order by path"
+    assert query(straight, everything) == query(staged, everything)
+    assert query(straight, files) == query(staged, files)
+    assert len(query(straight, everything)) == 5
+
+
 def test_empty_file_is_recorded_with_no_rows(config: Config) -> None:
     write_samples(config.data_dir, f"{DAY1}/empty.parquet", [])
     result = run_ingest(config)
