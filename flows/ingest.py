@@ -527,11 +527,16 @@ def _load_uniform_batch(
         f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
         for name, kind in SAMPLE_COLUMNS
     )
-    inserted = con.execute(
-        f"insert into samples ({_QUOTED}) select {selects} from {source} as src "
-        "order by gpu_uuid, ts",
-        {"paths": paths},
-    ).fetchone()
+    try:
+        inserted = con.execute(
+            f"insert into samples ({_QUOTED}) select {selects} from {source} as src "
+            "order by gpu_uuid, ts",
+            {"paths": paths},
+        ).fetchone()
+    except duckdb.Error:
+        # A column past the keys does not read; the insert left nothing (it is one
+        # statement: the write transaction's connection autocommits), staging finds the file.
+        return None
     outcome = BatchOutcome(rows_inserted=int(inserted[0]) if inserted else 0)
     for index, file in enumerate(batch):
         rows, min_ts, max_ts = stats.get(index, (0, None, None))

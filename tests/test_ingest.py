@@ -360,6 +360,26 @@ def test_a_file_with_a_corrupt_body_is_quarantined(config: Config) -> None:
     assert result.samples_loaded == 1
 
 
+def test_a_file_whose_power_column_does_not_read_is_quarantined(config: Config) -> None:
+    """The keys (ts, gpu_uuid, required columns) read, a later column does not: the batch
+    falls back from loading straight from the files to staging, which finds the file."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    path = write_samples(
+        config.data_dir, f"{DAY1}/b.parquet", [sample(s) for s in range(10, 500, 10)]
+    )
+    chunk = pq.read_metadata(path).row_group(0).column(SAMPLE_SCHEMA.get_field_index("power_w"))
+    offsets = [chunk.data_page_offset]
+    if chunk.has_dictionary_page:
+        offsets.append(chunk.dictionary_page_offset)
+    start = min(offsets)
+    data = bytearray(path.read_bytes())
+    data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
+    path.write_bytes(bytes(data))
+    result = _expect_quarantine(config, f"{DAY1}/b.parquet", "cannot read Parquet")
+    assert result.samples_loaded == 1
+    assert query(config, "select ts from samples") == [(T0,)]
+
+
 def test_ts_as_string_is_quarantined(config: Config) -> None:
     table = pa.Table.from_pylist([sample(0)], schema=SAMPLE_SCHEMA)
     table = table.set_column(0, "ts", pa.array(["2026-11-16T09:00:00Z"]))
