@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from collectors.schema import SAMPLE_SCHEMA, file_metadata
 from collectors.writer import write_table_atomically
-from flows.raw_tables import SAMPLE_COLUMNS
+from flows.raw_tables import SAMPLE_COLUMNS, literal_path
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 
@@ -188,7 +188,7 @@ def _compact_one(
     sources = [str(config.data_dir / path) for path in partition.files]
     before = sum(os.path.getsize(path) for path in sources)
     try:
-        _write_compacted(con, sources, staging / target_name)
+        _write_compacted(con, [literal_path(path) for path in sources], staging / target_name)
     except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         relative = directory.relative_to(config.data_dir).as_posix()

@@ -55,7 +55,7 @@ from prefect.states import Failed, State
 from prefect.tasks import Task
 
 from flows.compact import CompactionResult, compact_completed_days
-from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
+from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, literal_path
 from flows.refs import References, read_references, replace_references
 from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.config import Config, load_config
@@ -286,26 +286,28 @@ def _parquet_schemas(
     con: duckdb.DuckDBPyConnection, absolute_paths: list[str]
 ) -> dict[str, dict[str, str]]:
     # One signature per file (its schema elements in order); each distinct one is parsed once.
+    # A list of structs, not joined text: column names come from the files, and may hold
+    # any character.
     rows = con.execute(
         """
         select
             file_name,
-            string_agg(
-                concat_ws(chr(31), name, coalesce(num_children, 0), coalesce(duckdb_type, '')),
-                chr(30) order by column_id
-            ) as signature,
+            list(
+                (name, coalesce(num_children, 0), coalesce(duckdb_type, ''))
+                order by column_id
+            ) as elements,
         from parquet_schema($files)
         group by file_name
         """,
-        {"files": absolute_paths},
+        {"files": [literal_path(path) for path in absolute_paths]},
     ).fetchall()
-    parsed: dict[str, dict[str, str]] = {}
+    parsed: dict[tuple[tuple[str, int, str], ...], dict[str, str]] = {}
     result: dict[str, dict[str, str]] = {}
-    for file, signature in rows:
+    for file, elements in rows:
+        signature = tuple((str(n), int(c), str(t)) for n, c, t in elements)
         columns = parsed.get(signature)
         if columns is None:
-            elements = (element.split(chr(31)) for element in signature.split(chr(30)))
-            tree = [("", name, int(children), kind) for name, children, kind in elements]
+            tree = [("", name, children, kind) for name, children, kind in signature]
             columns = parsed[signature] = _top_level_columns(tree).get("", {})
         result[file] = dict(columns)
     return result
@@ -331,8 +333,11 @@ def read_schemas(
             for path in absolute:
                 try:
                     found.update(_parquet_schemas(con, [path]))
+                except duckdb.OutOfMemoryException:
+                    raise  # the machine's problem, not the file's
                 except duckdb.Error as exc:
-                    reason = _one_line(exc).replace(path, absolute[path])
+                    reason = _one_line(exc).replace(literal_path(path), absolute[path])
+                    reason = reason.replace(path, absolute[path])
                     unreadable[absolute[path]] = f"cannot read Parquet: {reason}"
         for path, columns in found.items():
             schemas[absolute[path]] = columns
@@ -484,7 +489,7 @@ def _load_uniform_batch(
     required column, and no (gpu_uuid, ts) twice in the batch or already in `samples`. The
     keys are read first; the rows then go from the files straight into `samples`, sorted.
     None when the batch is not such a case (`load_batch` then stages it)."""
-    paths = [str(config.data_dir / file.path) for file in batch]
+    paths = [literal_path(str(config.data_dir / file.path)) for file in batch]
     source = "read_parquet($paths, hive_partitioning = false)"
     try:
         con.execute(
@@ -577,9 +582,13 @@ def load_batch(
             for member in members:
                 try:
                     _stage_group(con, config, [member], columns)
+                except duckdb.OutOfMemoryException:
+                    raise  # the machine's problem, not the file's
                 except duckdb.Error as exc:
                     path = member[1].path
-                    reason = _one_line(exc).replace(str(config.data_dir / path), path)
+                    full = str(config.data_dir / path)
+                    reason = _one_line(exc).replace(literal_path(full), path)
+                    reason = reason.replace(full, path)
                     outcome.bad[path] = f"cannot read Parquet: {reason}"
 
     for index, reason in con.execute(
@@ -627,7 +636,7 @@ def _stage_group(
     columns: dict[str, str],
 ) -> None:
     """Insert one schema group's rows into the staging table (all or nothing)."""
-    paths = [str(config.data_dir / file.path) for _, file in members]
+    paths = [literal_path(str(config.data_dir / file.path)) for _, file in members]
     indexes = [index for index, _ in members]
     # `file_index` is read_parquet's 0-based position of the row's file in `paths`.
     con.execute(

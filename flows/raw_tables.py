@@ -40,6 +40,19 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
 
 REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
 
+_GLOB_LITERALS = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
+
+
+def literal_path(path: str) -> str:
+    """`path` as a pattern that `read_parquet`/`parquet_schema` match only to that file.
+
+    They read every path as a glob; host and file names are the collectors' own, so a
+    `[`, `*` or `?` in one would otherwise match other files (`c[1].parquet` reads
+    `c1.parquet`). Each is put in a bracket class of its own.
+    """
+    return path.translate(_GLOB_LITERALS)
+
+
 RAW_TABLES_DDL = f"""
 create table if not exists samples (
     {

@@ -174,6 +174,27 @@ def test_ingest_compacts_loaded_days_and_never_reloads_them(tmp_path: Path) -> N
         assert warehouse.execute("select count(*) from loaded_files").fetchone() == (1,)
 
 
+def test_file_names_with_glob_characters_compact_as_themselves(tmp_path: Path) -> None:
+    """`f[1].parquet` is that file to the compaction, not a pattern matching `f1.parquet`."""
+    from flows.ingest import ingest
+
+    config = Config(data_dir=tmp_path)
+    con = duckdb.connect()
+    ensure_raw_tables(con)
+    for part, name in enumerate(("f1.parquet", "f[1].parquet")):
+        start = midnight(DAY) + dt.timedelta(minutes=10 * part)
+        table = sample_rows(start, 60, ("GPU-a",))
+        write_and_record(config, con, DAY, name, table, record=False)
+
+    result = ingest(config)
+
+    assert result.compaction is not None and result.compaction.files_replaced == 2
+    directory = config.samples_dir / f"date={DAY}" / "host=node-1"
+    compacted = pq.read_table(directory / f"compacted-{DAY}.parquet")
+    assert compacted.num_rows == 2 * 60
+    assert compacted["ts"].to_pylist() == sorted(set(compacted["ts"].to_pylist()))
+
+
 def test_a_loaded_file_gone_bad_is_quarantined_and_ingest_goes_on(tmp_path: Path) -> None:
     """A past day's file overwritten after its load must not make ingest fail (review)."""
     from flows.ingest import ingest

@@ -380,6 +380,37 @@ def test_a_file_whose_power_column_does_not_read_is_quarantined(config: Config) 
     assert query(config, "select ts from samples") == [(T0,)]
 
 
+def test_file_names_with_glob_characters_are_read_as_names(config: Config) -> None:
+    """read_parquet takes paths as globs: `a[1].parquet` would read `a1.parquet`."""
+    odd = DAY1
+    write_samples(config.data_dir, f"{odd}/a1.parquet", [sample(0)])
+    write_samples(config.data_dir, f"{odd}/a[1].parquet", [sample(10)])
+    write_samples(config.data_dir, f"{odd}/a*.parquet", [sample(20)])
+    result = run_ingest(config)
+    assert (result.samples_loaded, result.duplicates_skipped, result.quarantined) == (3, 0, ())
+    assert query(config, "select path, min_ts from loaded_files order by path") == [
+        (f"{odd}/a*.parquet", T0 + dt.timedelta(seconds=20)),
+        (f"{odd}/a1.parquet", T0),
+        (f"{odd}/a[1].parquet", T0 + dt.timedelta(seconds=10)),
+    ]
+
+
+def test_column_names_with_control_characters_are_read_as_names(config: Config) -> None:
+    """Column names come from the files: one that mimics the schema probe's own separators
+    neither crashes the ingest nor hides the real `ts` (text, so quarantined)."""
+    good = pa.Table.from_pylist([sample(0)], schema=SAMPLE_SCHEMA)
+    good = good.append_column("we\x1fird\x1e", pa.array([1]))
+    write_table(config.data_dir, f"{DAY1}/a.parquet", good)
+    spoof = pa.Table.from_pylist([sample(10)], schema=SAMPLE_SCHEMA).drop_columns(["ts"])
+    spoof = spoof.add_column(
+        0, "x\x1f0\x1fBIGINT\x1ets", pa.array([T0], pa.timestamp("us", tz="UTC"))
+    )
+    spoof = spoof.append_column("ts", pa.array(["2026-11-16 09:00:10+00"]))
+    write_table(config.data_dir, f"{DAY1}/b.parquet", spoof)
+    result = _expect_quarantine(config, f"{DAY1}/b.parquet", "column 'ts' is VARCHAR")
+    assert result.samples_loaded == 1
+
+
 def test_ts_as_string_is_quarantined(config: Config) -> None:
     table = pa.Table.from_pylist([sample(0)], schema=SAMPLE_SCHEMA)
     table = table.set_column(0, "ts", pa.array(["2026-11-16T09:00:00Z"]))
