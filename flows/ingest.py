@@ -336,12 +336,16 @@ def read_schemas(
                 except duckdb.OutOfMemoryException:
                     raise  # the machine's problem, not the file's
                 except duckdb.Error as exc:
-                    reason = _one_line(exc).replace(literal_path(path), absolute[path])
-                    reason = reason.replace(path, absolute[path])
-                    unreadable[absolute[path]] = f"cannot read Parquet: {reason}"
+                    unreadable[absolute[path]] = _unreadable(exc, path, absolute[path])
         for path, columns in found.items():
             schemas[absolute[path]] = columns
     return schemas, unreadable
+
+
+def _unreadable(exc: BaseException, full: str, relative: str) -> str:
+    """The quarantine reason for a file DuckDB could not read, naming it by `relative`."""
+    text = _one_line(exc).replace(literal_path(full), relative).replace(full, relative)
+    return f"cannot read Parquet: {text}"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -379,18 +383,22 @@ _STAGING_DDL = (
     + ", _problem varchar)"
 )
 
+# The keys in `samples` that rows of a batch (in table {batch}) could repeat: read only
+# within the batch's time range (zone maps skip the rest) and only for the batch's GPUs
+# (an anti-join's hash table holds those, not the whole day).
+EXISTING_KEYS_SQL = """
+select gpu_uuid, ts
+from samples
+where ts between $min_ts and $max_ts
+    and gpu_uuid in (select gpu_uuid from {batch})
+"""
+
 # The batch's rows that are new: the first of their (gpu_uuid, ts) in the batch (by file,
 # then row; a hash aggregate over the keys, no sort of the wide rows) and absent from
-# `samples`, which is read only within the batch's time range (zone maps skip the rest) and
-# only for the batch's GPUs (the anti-join's hash table holds those, not the whole day).
+# `samples`.
 NEW_ROWS_SQL = f"""
 with
-existing as (
-    select gpu_uuid, ts
-    from samples
-    where ts between $min_ts and $max_ts
-        and gpu_uuid in (select gpu_uuid from _ingest_batch)
-),
+existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_batch")}),
 first_rows as (
     select arg_min(rowid, _file_index::bigint * 4294967296 + _row) as batch_rowid
     from _ingest_batch
@@ -503,20 +511,20 @@ def _load_uniform_batch(
     except duckdb.Error:
         return None  # a file that does not read: staging finds which
     try:
+        min_ts, max_ts = con.execute("select min(ts), max(ts) from _ingest_keys").fetchone() or (
+            None,
+            None,
+        )
         problems = con.execute(
-            """
-            with bounds as (select min(ts) as min_ts, max(ts) as max_ts from _ingest_keys),
-            existing as (
-                select gpu_uuid, ts from samples
-                where ts between (select min_ts from bounds) and (select max_ts from bounds)
-                    and gpu_uuid in (select gpu_uuid from _ingest_keys)
-            )
+            f"""
+            with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
             select
                 (select count(*) from _ingest_keys where _null)
                 + (select count(*) from (
                     select 1 from _ingest_keys group by gpu_uuid, ts having count(*) > 1))
                 + (select count(*) from _ingest_keys semi join existing using (gpu_uuid, ts))
-            """
+            """,
+            {"min_ts": min_ts, "max_ts": max_ts},
         ).fetchone()
         if problems is None or problems[0]:
             return None
@@ -586,10 +594,7 @@ def load_batch(
                     raise  # the machine's problem, not the file's
                 except duckdb.Error as exc:
                     path = member[1].path
-                    full = str(config.data_dir / path)
-                    reason = _one_line(exc).replace(literal_path(full), path)
-                    reason = reason.replace(full, path)
-                    outcome.bad[path] = f"cannot read Parquet: {reason}"
+                    outcome.bad[path] = _unreadable(exc, str(config.data_dir / path), path)
 
     for index, reason in con.execute(
         "select _file_index, min(_problem) from _ingest_batch "
