@@ -98,17 +98,21 @@ def bare_scan_seconds(files_glob: str) -> float:
     return time.perf_counter() - started
 
 
-def batched_scan_seconds(samples_dir: Path) -> float:
-    """The same query over the batches ingest reads (one day, at most 2,000 files each):
-    a floor without the cost of one query over every file, which ingest does not pay."""
-    from flows.ingest import MAX_FILES_PER_BATCH
+def batched_scan_seconds(data_dir: Path) -> float:
+    """The same query over the batches ingest reads (`plan_batches`: one day, at most 2,000
+    files each): a floor without the cost of one query over every file, which ingest does
+    not pay."""
+    from flows.ingest import find_sample_files, plan_batches
+    from flows.raw_tables import literal_path
+    from gpufleet.config import Config
 
+    config = Config(data_dir=data_dir)
+    batches = plan_batches(find_sample_files(config))
     con = duckdb.connect()
     started = time.perf_counter()
-    for day in sorted(samples_dir.glob("date=*")):
-        files = sorted(str(path) for path in day.rglob("*.parquet"))
-        for start in range(0, len(files), MAX_FILES_PER_BATCH):
-            con.execute(BARE_SCAN_SQL, [files[start : start + MAX_FILES_PER_BATCH]]).fetchall()
+    for batch in batches:
+        paths = [literal_path(str(data_dir / file.path)) for file in batch]
+        con.execute(BARE_SCAN_SQL, [paths]).fetchall()
     return time.perf_counter() - started
 
 
@@ -224,7 +228,7 @@ class PipelineBench:
         batched: list[float] = []
         for attempt in range(self.heavy_repeat or self.repeat):
             scans.append(bare_scan_seconds(samples_glob))
-            batched.append(batched_scan_seconds(raw_dir / "raw" / "samples"))
+            batched.append(batched_scan_seconds(raw_dir))
             shutil.rmtree(loaded, ignore_errors=True)
             loaded.mkdir(parents=True)
             os.symlink(raw_dir / "raw", loaded / "raw")
