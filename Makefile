@@ -35,7 +35,8 @@ browser:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-## make bench: the benchmarks (collector cost; the 1,000-GPU pipeline with BENCH=full)
+## make bench: the benchmarks (the collector, then the 1,000-GPU pipeline: about an hour);
+## BENCH=collector or BENCH=pipeline runs one of them
 bench: $(STAMP)
 	$(PY) -m bench.run $(if $(BENCH),--suite $(BENCH),)
 

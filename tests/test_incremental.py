@@ -197,6 +197,44 @@ def test_data_has_runs_across_midnight_and_chunks(built: tuple[Fleet, Fleet, lis
     assert waste is not None and waste[0] > 0
 
 
+def _stored_runs(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """Stretches of samples_attributed, in stored (rowid) order, of one series with rising
+    ts; and how many series there are."""
+    row = con.execute(
+        """
+        select
+            count(*) filter (
+                where previous_uuid is distinct from gpu_uuid or ts < previous_ts
+            ),
+            count(distinct gpu_uuid),
+        from (
+            select
+                gpu_uuid,
+                ts,
+                lag(gpu_uuid) over (order by rowid) as previous_uuid,
+                lag(ts) over (order by rowid) as previous_ts,
+            from samples_attributed
+        )
+        """
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_samples_attributed_is_stored_in_series_and_time_order(
+    built: tuple[Fleet, Fleet, list[str]],
+) -> None:
+    """Stored in series and time order it takes half the bytes (10 per sample at fleet
+    scale, not 20), and the build sorts nothing for it: the rows leave the series window
+    in that order and keep it only while DuckDB's hash joins after the window build on the
+    small name tables (flows/models.prepare). Built the way DuckDB plans by itself, these
+    97,083 samples were stored in 75,000-93,000 stretches."""
+    _, full, _ = built
+    runs, series = _stored_runs(full.con)
+    assert series == 6
+    assert runs <= 4 * series  # a stretch can split where the build's two threads meet
+
+
 def test_nothing_new_is_up_to_date_and_reference_change_is_full() -> None:
     fleet = _fleet()
     _arrive(fleet.con, 0, CHUNK_S, "true")
@@ -323,6 +361,8 @@ def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
     assert build_models(sliced.con, sliced.config).mode == "full"
     for mart in MARTS:
         assert _mart(sliced.con, mart) == _mart(full.con, mart), mart
+    runs, series = _stored_runs(sliced.con)
+    assert runs <= 4 * series  # each slice's rows in series and time order, too
     temps = sliced.con.execute(
         "select count(*) from duckdb_views() where temporary and not internal"
     ).fetchone()
