@@ -317,41 +317,22 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
     before from_day (the run of the sample just before the window). The runs touched are
     those of the pieces replaced and of the new ones.
     """
-    con.execute(
-        f"""
-        create or replace temp table _inc_carry as
-        select
-            pieces.gpu_uuid,
-            arg_max(pieces.idle_run_start_ts, pieces.last_ts)
-                filter (where pieces.idle_run_start_ts is not null) as idle_run_start_ts,
-            arg_max(pieces.thermal_run_start_ts, pieces.last_ts)
-                filter (where pieces.thermal_run_start_ts is not null) as thermal_run_start_ts,
-        from {model.name} as pieces
-        inner join _inc_cut
-            on _inc_cut.gpu_uuid = pieces.gpu_uuid and pieces.day < _inc_cut.from_day
-        group by pieces.gpu_uuid;
-        create or replace temp table _inc_pieces as
-        {render(model, remap)};
-        """
-    )
-    for kind in ("idle", "thermal"):
-        con.execute(
-            f"""
-            update _inc_pieces
-            set {kind}_run_start_ts = _inc_carry.{kind}_run_start_ts
-            from _inc_carry
-            where _inc_carry.gpu_uuid = _inc_pieces.gpu_uuid
-                and _inc_pieces.{kind}_run_start_ts = '-infinity'::timestamptz
+    con.execute(f"create or replace temp table _inc_pieces as\n{render(model, remap)}")
+    # A run still open at from_day has a piece on the day before unless the series has no
+    # samples that day (a gap only a very long interval keeps contiguous): that day is read
+    # first, the whole history only if it leaves a run's start unknown.
+    for recent_only in (True, False):
+        _carry_run_starts(con, model.name, recent_only=recent_only)
+        unknown = con.execute(
             """
-        )
-    unknown = con.execute(
-        """
-        select count(*) from _inc_pieces
-        where idle_run_start_ts = '-infinity'::timestamptz
-            or thermal_run_start_ts = '-infinity'::timestamptz
-        """
-    ).fetchone()
-    if unknown and unknown[0]:
+            select count(*) from _inc_pieces
+            where idle_run_start_ts = '-infinity'::timestamptz
+                or thermal_run_start_ts = '-infinity'::timestamptz
+            """
+        ).fetchone()
+        if not (unknown and unknown[0]):
+            break
+    else:
         return False
     for kind in ("idle", "thermal"):
         con.execute(
@@ -385,6 +366,46 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
             """
         )
     return True
+
+
+def _carry_run_starts(con: duckdb.DuckDBPyConnection, table: str, *, recent_only: bool) -> None:
+    """Give the new pieces of a run open at from_day ('-infinity') the start of the series'
+    latest run of that kind before from_day, from the pieces of the day before from_day
+    only (`recent_only`) or of all days."""
+    days = (
+        """
+                and pieces.day >= _inc_cut.from_day - 1
+            where pieces.day >= (select min(from_day) from _inc_cut) - 1"""
+        if recent_only
+        else ""
+    )
+    con.execute(
+        f"""
+        create or replace temp table _inc_carry as
+        select
+            pieces.gpu_uuid,
+            arg_max(pieces.idle_run_start_ts, pieces.last_ts)
+                filter (where pieces.idle_run_start_ts is not null) as idle_run_start_ts,
+            arg_max(pieces.thermal_run_start_ts, pieces.last_ts)
+                filter (where pieces.thermal_run_start_ts is not null) as thermal_run_start_ts,
+        from {table} as pieces
+        inner join _inc_cut
+            on _inc_cut.gpu_uuid = pieces.gpu_uuid
+            and pieces.day < _inc_cut.from_day{days}
+        group by pieces.gpu_uuid
+        """
+    )
+    for kind in ("idle", "thermal"):
+        con.execute(
+            f"""
+            update _inc_pieces
+            set {kind}_run_start_ts = _inc_carry.{kind}_run_start_ts
+            from _inc_carry
+            where _inc_carry.gpu_uuid = _inc_pieces.gpu_uuid
+                and _inc_pieces.{kind}_run_start_ts = '-infinity'::timestamptz
+                and _inc_carry.{kind}_run_start_ts is not null
+            """
+        )
 
 
 def _replace_runs(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]) -> None:

@@ -398,3 +398,26 @@ def test_changed_allocations_recompute_their_gpus_incrementally(
     assert teams is not None and teams[0] > 0
     for mart in MARTS:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+
+
+def test_a_run_open_across_a_day_without_samples_keeps_its_start() -> None:
+    """A run still open at a build's first day normally has a piece on the day before,
+    which the build reads for the run's start; samples 30 h apart that count as contiguous
+    (interval 15 h) leave a day with none, and the build then reads further back."""
+    start = dt.datetime(2026, 11, 10, 1, 0, tzinfo=dt.UTC)
+    arrivals = [start + dt.timedelta(hours=30 * k) for k in range(5)]  # none on Nov 14
+    assert dt.date(2026, 11, 14) not in {ts.date() for ts in arrivals}
+    incremental, full = Fleet(), Fleet()
+    modes = []
+    for ts in arrivals:
+        for fleet in (incremental, full):
+            fleet.sample(ts, interval_s=54_000.0, gpu_util_pct=0.0)
+        modes.append(build_models(incremental.con, incremental.config).mode)
+    assert modes == ["full"] + ["incremental"] * 4
+    assert build_models(full.con, full.config, full=True).mode == "full"
+    episodes = _mart(incremental.con, "idle_episodes")
+    assert episodes == _mart(full.con, "idle_episodes")
+    one = incremental.con.execute("select samples, idle_seconds from idle_episodes").fetchall()
+    assert one == [(5, 5 * 54_000.0)]  # one episode of all five samples
+    for mart in ("run_pieces", "gpu_team_daily", "team_daily"):
+        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
