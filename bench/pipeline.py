@@ -209,7 +209,9 @@ class PipelineBench:
             "a steady cycle is what the 15-minute deployment runs: ingest, then an incremental "
             "build (only the local days the new samples touch), in one warehouse transaction; "
             "its ingest takes the flush's (simulated) day for today, so it does not compact "
-            "that day's files, as a live deployment would not until the day is over"
+            "that day's files, as a live deployment would not until the day is over; the "
+            "cycles are timed from 23:00 of a day whose earlier flushes were loaded first "
+            "(a cycle recomputes the days its samples touch: the end of a day is its slowest)"
         )
 
         if not (raw_dir / "raw" / "samples").is_dir():
@@ -300,7 +302,7 @@ class PipelineBench:
         week_end = dt.datetime.combine(
             monday + dt.timedelta(days=self.days), dt.time(), tzinfo=dt.UTC
         )
-        one_week = self.cycles(steady, week_end)
+        one_week, next_start = self.cycles(steady, week_end)
         self.add("steady cycle, 1-week history", "", one_week, "s")
 
         earlier = monday - dt.timedelta(weeks=self.history_weeks - 1)
@@ -308,20 +310,27 @@ class PipelineBench:
         self.simulate(steady, start=earlier, days=7 * (self.history_weeks - 1), flush_s=86400)
         self.step("ingest", "--data-dir", str(steady))
         self.step("build", "--data-dir", str(steady), "--full")
-        four_weeks = self.cycles(steady, week_end + dt.timedelta(minutes=10 * (self.repeat + 1)))
+        four_weeks, _ = self.cycles(steady, next_start)
         self.add(
             f"steady cycle, {self.history_weeks}-week history", "<= 10 s", four_weeks, "s", limit=10
         )
         ratio = statistics.median(four_weeks) / statistics.median(one_week)
         self.add(f"{self.history_weeks}-week / 1-week cycle", "<= 1.5x", [ratio], "x", limit=1.5)
 
-    def cycles(self, data_dir: Path, start: dt.datetime) -> list[float]:
-        """Time `repeat` cycles, each one new 10-minute flush from every host, after one
-        untimed cycle: the first write after a full build copies the warehouse file (the
-        other slot cannot replay a full build), every later one catches up in place."""
+    def cycles(self, data_dir: Path, start: dt.datetime) -> tuple[list[float], dt.datetime]:
+        """Time `repeat` cycles, each one new 10-minute flush from every host, from 23:00 of
+        the day `start` falls in (UTC, the bench's timezone): a cycle recomputes the local
+        days its samples touch, so it costs the most at the end of a day. The flushes from
+        `start` to 23:00 are loaded first, untimed, and one more untimed cycle follows: the
+        first write after a full build copies the warehouse file, the next catches the other
+        slot up with that large load; every later one catches up in place. Returns the
+        times and where the next flush starts."""
+        late = start.replace(hour=23, minute=0, second=0, microsecond=0)
+        if late <= start:
+            late += dt.timedelta(days=1)
         seconds: list[float] = []
-        for number in range(-1, self.repeat):
-            flush_start = start + dt.timedelta(minutes=10 * (number + 1))
+        for number in range(-2, self.repeat):
+            flush_start = late + dt.timedelta(minutes=10 * (number + 1))
             self.step(
                 "flush",
                 "--data-dir",
@@ -332,13 +341,17 @@ class PipelineBench:
                 week_monday(self.week()).isoformat(),
                 "--days",
                 str(self.days),
-                "--at",
-                flush_start.isoformat(),
+                *(
+                    ("--at", start.isoformat())
+                    if number == -2
+                    else ("--at", flush_start.isoformat())
+                ),
+                *(("--until", late.isoformat()) if number == -2 else ()),
             )
             result = self.step("cycle", "--data-dir", str(data_dir))
             if number < 0:
-                self.log(f"  untimed first cycle: {result.wall_s:.2f} s {result.output}")
+                self.log(f"  untimed cycle: {result.wall_s:.2f} s {result.output}")
                 continue
             seconds.append(result.wall_s)
             self.log(f"  cycle {number + 1}: {result.wall_s:.2f} s {result.output}")
-        return seconds
+        return seconds, late + dt.timedelta(minutes=10 * (self.repeat + 1))

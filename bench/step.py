@@ -49,13 +49,15 @@ def step_simulate(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_flush(args: argparse.Namespace) -> dict[str, Any]:
     """Write the 10-minute flush that starts at --at for every host of the week that
-    starts at --start, as its collectors would write next (not timed)."""
+    starts at --start, as its collectors would write next (not timed); with --until, every
+    flush from --at to then."""
     from flows.simulate import simulate_window
 
     config = _config(args.data_dir)
     at = dt.datetime.fromisoformat(args.at)
+    until = dt.datetime.fromisoformat(args.until) if args.until else at + dt.timedelta(minutes=10)
     spec = _spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, 600.0)
-    simulate_window(spec, data_dir=config.data_dir, start=at, end=at + dt.timedelta(minutes=10))
+    simulate_window(spec, data_dir=config.data_dir, start=at, end=until)
     return {}
 
 
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--flush", type=float, default=600.0)
     parser.add_argument("--at")
+    parser.add_argument("--until")
     parser.add_argument("--week")
     parser.add_argument("--no-compact", action="store_true")
     parser.add_argument("--full", action="store_true")
