@@ -330,7 +330,10 @@ class PipelineBench:
             late += dt.timedelta(days=1)
         seconds: list[float] = []
         for number in range(-2, self.repeat):
-            flush_start = late + dt.timedelta(minutes=10 * (number + 1))
+            if number == -2:  # the day's earlier flushes, all at once
+                window = ("--at", start.isoformat(), "--until", late.isoformat())
+            else:
+                window = ("--at", (late + dt.timedelta(minutes=10 * (number + 1))).isoformat())
             self.step(
                 "flush",
                 "--data-dir",
@@ -341,12 +344,7 @@ class PipelineBench:
                 week_monday(self.week()).isoformat(),
                 "--days",
                 str(self.days),
-                *(
-                    ("--at", start.isoformat())
-                    if number == -2
-                    else ("--at", flush_start.isoformat())
-                ),
-                *(("--until", late.isoformat()) if number == -2 else ()),
+                *window,
             )
             result = self.step("cycle", "--data-dir", str(data_dir))
             if number < 0:
