@@ -371,7 +371,8 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
 def _carry_run_starts(con: duckdb.DuckDBPyConnection, table: str, *, recent_only: bool) -> None:
     """Give the new pieces of a run open at from_day ('-infinity') the start of the series'
     latest run of that kind before from_day, from the pieces of the day before from_day
-    only (`recent_only`) or of all days."""
+    only (`recent_only`) or of all days. The second bound on the day is the first's
+    lowest value as a constant, which lets the zone maps skip older row groups."""
     days = (
         """
                 and pieces.day >= _inc_cut.from_day - 1
@@ -403,6 +404,7 @@ def _carry_run_starts(con: duckdb.DuckDBPyConnection, table: str, *, recent_only
             from _inc_carry
             where _inc_carry.gpu_uuid = _inc_pieces.gpu_uuid
                 and _inc_pieces.{kind}_run_start_ts = '-infinity'::timestamptz
+                -- a pass sets only the starts it found (the next pass looks further back)
                 and _inc_carry.{kind}_run_start_ts is not null
             """
         )

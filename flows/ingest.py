@@ -511,10 +511,8 @@ def _load_uniform_batch(
     except duckdb.Error:
         return None  # a file that does not read: staging finds which
     try:
-        min_ts, max_ts = con.execute("select min(ts), max(ts) from _ingest_keys").fetchone() or (
-            None,
-            None,
-        )
+        bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchone()
+        min_ts, max_ts = bounds if bounds else (None, None)
         problems = con.execute(
             f"""
             with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
