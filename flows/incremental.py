@@ -10,17 +10,20 @@ files on a slice of it, by reading other relations in their place (`render(model
    (its energy counter, idle and thermal state feed the first new row). Rows from `since_ts`
    on are replaced; earlier rows cannot change, since every per-sample value depends only on
    the sample itself and the one before it.
-3. Per series, `from_day` is the local day of `since_ts`; the series' `samples_attributed`
-   rows from `from_day` on are the window. `run_pieces` (idle and thermal samples summed per
-   run, day and host) is recomputed on the window and replaces the series' pieces of those
-   days; a run already open where the window begins keeps the start of the series' last run
-   of its kind before it. The runs touched (those of the pieces replaced or added) are added
-   up again from all their pieces into `idle_episodes` and `thermal_events`, so an episode
-   that crosses midnight, or lasts a week, comes out whole without reading its old samples.
-4. `gpu_team_daily` is recomputed for the series' days from `from_day` on, and for the
-   earlier days of an episode that became waste (or stopped being waste) in this build;
-   `team_daily`, `gpu_daily` and `host_daily` are summed again from it for the days whose
-   rows changed, and `team_weekly` for their weeks.
+3. Per series, the cut is the local hour (`from_day`, `from_hour`) of `since_ts`; the
+   series' `samples_attributed` rows from the cut on are the window, so a cycle reads at
+   most an hour of old samples per series, whatever the time of day. `run_pieces` (idle and
+   thermal samples summed per run, local hour and host) and `gpu_hourly` are recomputed on
+   the window and replace the series' rows from the cut on; a run already open where the
+   window begins keeps the start of the series' last run of its kind before it. The runs
+   touched (those of the pieces replaced or added) are added up again from all their pieces
+   into `idle_episodes` and `thermal_events`, so an episode that crosses midnight, or lasts
+   a week, comes out whole without reading its old samples.
+4. `gpu_team_daily` is recomputed for the series' days from `from_day` on (from their hours
+   in `gpu_hourly` and pieces in `run_pieces`, not from samples), and for the earlier days
+   of an episode that became waste (or stopped being waste) in this build; `team_daily`,
+   `gpu_daily` and `host_daily` are summed again from it for the days whose rows changed,
+   and `team_weekly` for their weeks.
 
 A fingerprint of the SQL, the configuration and the reference tables is kept with the
 watermark; when it changes, or a series' GPU name would change, the next build is a full
@@ -272,6 +275,18 @@ def _keep_series_names(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _from_cut(rows: str) -> str:
+    """SQL: the row `rows` (with day and hour) is at or after its series' cut (_inc_cut).
+
+    Local (day, hour) never decreases as time goes on (a repeated hour when clocks go back
+    is one hour here too), so the rows from the cut on are a suffix of the series in time.
+    """
+    return (
+        f"({rows}.day > _inc_cut.from_day"
+        f" or ({rows}.day = _inc_cut.from_day and {rows}.hour >= _inc_cut.from_hour))"
+    )
+
+
 def _log_replaced(con: duckdb.DuckDBPyConnection, table: str, key: str, keys_sql: str) -> None:
     """Log which rows of `table` this build replaced, for the other warehouse slot to
     replace the same way when it catches up (flows/warehouse.py, REPLAY_KEYS)."""
@@ -311,16 +326,16 @@ def _replace_sample_rows(
 
 
 def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]) -> bool:
-    """run_pieces from each series' from_day on; False if an open run's start is unknown.
+    """run_pieces from each series' cut on; False if an open run's start is unknown.
 
     A run open where the window begins gets the start of the series' last run of that kind
-    before from_day (the run of the sample just before the window). The runs touched are
+    before the cut (the run of the sample just before the window). The runs touched are
     those of the pieces replaced and of the new ones.
     """
     con.execute(f"create or replace temp table _inc_pieces as\n{render(model, remap)}")
-    # A run still open at from_day has a piece on the day before unless the series has no
-    # samples that day (a gap only a very long interval keeps contiguous): that day is read
-    # first, the whole history only if it leaves a run's start unknown.
+    # A run still open at the cut has a piece that day or the day before unless the series
+    # has no samples in them (a gap only a very long interval keeps contiguous): those days
+    # are read first, the whole history only if they leave a run's start unknown.
     for recent_only in (True, False):
         _carry_run_starts(con, model.name, recent_only=recent_only)
         unknown = con.execute(
@@ -346,14 +361,15 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
                 select pieces.gpu_uuid, pieces.{kind}_run_start_ts as run_start_ts,
                 from {model.name} as pieces
                 inner join _inc_cut
-                    on _inc_cut.gpu_uuid = pieces.gpu_uuid and pieces.day >= _inc_cut.from_day
+                    on _inc_cut.gpu_uuid = pieces.gpu_uuid and {_from_cut("pieces")}
+                where pieces.day >= (select min(from_day) from _inc_cut)
                 union all
                 select gpu_uuid, {kind}_run_start_ts, from _inc_pieces
             )
             where run_start_ts is not null
             """
         )
-    _replace_from_days(con, model.name, "select * from _inc_pieces")
+    _replace_from_cut(con, model.name, "select * from _inc_pieces")
     for kind in ("idle", "thermal"):
         con.execute(
             f"""
@@ -369,9 +385,9 @@ def _replace_pieces(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping
 
 
 def _carry_run_starts(con: duckdb.DuckDBPyConnection, table: str, *, recent_only: bool) -> None:
-    """Give the new pieces of a run open at from_day ('-infinity') the start of the series'
-    latest run of that kind before from_day, from the pieces of the day before from_day
-    only (`recent_only`) or of all days. The second bound on the day is the first's
+    """Give the new pieces of a run open at the cut ('-infinity') the start of the series'
+    latest run of that kind before the cut, from the pieces of the cut's day and the day
+    before only (`recent_only`) or of all days. The second bound on the day is the first's
     lowest value as a constant, which lets the zone maps skip older row groups."""
     days = (
         """
@@ -392,7 +408,7 @@ def _carry_run_starts(con: duckdb.DuckDBPyConnection, table: str, *, recent_only
         from {table} as pieces
         inner join _inc_cut
             on _inc_cut.gpu_uuid = pieces.gpu_uuid
-            and pieces.day < _inc_cut.from_day{days}
+            and not {_from_cut("pieces")}{days}
         group by pieces.gpu_uuid
         """
     )
@@ -471,7 +487,7 @@ def _replace_gpu_days(
         """
     )
     for source, view in (
-        (PER_SAMPLE_MART, "_inc_gpu_day_samples"),
+        (GPU_HOUR_MART, "_inc_gpu_day_hours"),
         (PIECES_MART, "_inc_gpu_day_pieces"),
     ):
         con.execute(
@@ -512,7 +528,7 @@ def _replace_gpu_days(
         model,
         {
             **remap,
-            PER_SAMPLE_MART: "_inc_gpu_day_samples",
+            GPU_HOUR_MART: "_inc_gpu_day_hours",
             "int_idle_episode_days": "_inc_gpu_day_episode_days",
         },
     )
@@ -531,20 +547,26 @@ def _replace_gpu_days(
 def _replace_gpu_hours(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
 ) -> None:
-    """gpu_hourly: each series' rows from from_day on, from the window."""
-    _replace_from_days(con, model.name, render(model, remap))
+    """gpu_hourly: each series' rows from its cut on, from the window."""
+    _replace_from_cut(con, model.name, render(model, remap))
 
 
-def _replace_from_days(con: duckdb.DuckDBPyConnection, table: str, rows_sql: str) -> None:
-    """Replace each series' rows of `table` from its from_day on with `rows_sql`'s."""
+def _replace_from_cut(con: duckdb.DuckDBPyConnection, table: str, rows_sql: str) -> None:
+    """Replace each series' rows of `table` from its cut on with `rows_sql`'s."""
     con.execute(
         f"""
         delete from {table} using _inc_cut
-        where {table}.gpu_uuid = _inc_cut.gpu_uuid and {table}.day >= _inc_cut.from_day
+        where {table}.gpu_uuid = _inc_cut.gpu_uuid and {_from_cut(table)}
+            and {table}.day >= (select min(from_day) from _inc_cut)
         """
     )
     con.execute(f"insert into {table} by name\n{rows_sql}")
-    _log_replaced(con, table, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
+    _log_replaced(
+        con,
+        table,
+        "gpu_from_hour",
+        "select gpu_uuid, from_day as day, from_hour as hour from _inc_cut",
+    )
 
 
 def _replace_period_rows(
@@ -600,15 +622,16 @@ def build_incrementally(
                 con.execute(
                     f"""
                     create or replace temp table _inc_cut as
-                    select
-                        gpu_uuid,
-                        timezone(getvariable('timezone'), since_ts)::date as from_day,
-                    from _inc_series;
+                    select gpu_uuid, local_ts::date as from_day, hour(local_ts) as from_hour,
+                    from (
+                        select gpu_uuid, timezone(getvariable('timezone'), since_ts) as local_ts,
+                        from _inc_series
+                    );
                     create or replace temp view _inc_window as
                     select rows.*,
                     from {PER_SAMPLE_MART} as rows
                     inner join _inc_cut
-                        on _inc_cut.gpu_uuid = rows.gpu_uuid and rows.day >= _inc_cut.from_day
+                        on _inc_cut.gpu_uuid = rows.gpu_uuid and {_from_cut("rows")}
                     where rows.day >= (select min(from_day) from _inc_cut);
                     """
                 )
@@ -662,7 +685,7 @@ _TEMP_VIEWS = (
     "_inc_window",
     "_inc_idle_pieces",
     "_inc_thermal_pieces",
-    "_inc_gpu_day_samples",
+    "_inc_gpu_day_hours",
     "_inc_gpu_day_pieces",
     "_inc_gpu_team_daily",
 )

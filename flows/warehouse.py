@@ -154,14 +154,21 @@ create table if not exists build_state.replaced (
     since_ts timestamptz,
     day date,
     run_id bigint,
-    iso_week varchar
+    iso_week varchar,
+    hour bigint
 );
+-- a warehouse made before the log had hours (gpu_from_hour)
+alter table build_state.replaced add column if not exists hour bigint;
 create table if not exists build_state.full_builds (generation bigint not null);
 """
 # How a logged key selects a table's rows ({t}: the table, {k}: the log row).
 REPLAY_KEYS = {
     "gpu_since_ts": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.ts >= {k}.since_ts",
     "gpu_from_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day >= {k}.day",
+    "gpu_from_hour": (
+        "{t}.gpu_uuid = {k}.gpu_uuid"
+        " and ({t}.day > {k}.day or ({t}.day = {k}.day and {t}.hour >= {k}.hour))"
+    ),
     "gpu_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day = {k}.day",
     "gpu_episode": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.episode_id = {k}.run_id",
     "gpu_event": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.event_id = {k}.run_id",
@@ -310,7 +317,7 @@ def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
     con.execute(
         """
         create or replace temp table _sync_keys as
-        select distinct key, gpu_uuid, since_ts, day, run_id, iso_week,
+        select distinct key, gpu_uuid, since_ts, day, hour, run_id, iso_week,
         from _published.build_state.replaced
         where generation > ? and table_name = ?
         """,

@@ -9,6 +9,7 @@ that cross local midnight included, ids included.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -420,4 +421,37 @@ def test_a_run_open_across_a_day_without_samples_keeps_its_start() -> None:
     one = incremental.con.execute("select samples, idle_seconds from idle_episodes").fetchall()
     assert one == [(5, 5 * 54_000.0)]  # one episode of all five samples
     for mart in ("run_pieces", "gpu_team_daily", "team_daily"):
+        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+
+
+def test_builds_cut_inside_the_hour_repeated_when_clocks_go_back() -> None:
+    """An incremental build recomputes from the local hour of the first new sample. On
+    2026-10-25 Berlin's 02:00-03:00 happens twice (UTC 00:00-02:00); builds that start in
+    its second pass must replace that hour's rows with both passes' samples."""
+    start = dt.datetime(2026, 10, 24, 22, 0, tzinfo=dt.UTC)
+    cuts = [start + dt.timedelta(minutes=m) for m in (0, 140, 200, 220, 300)]
+    incremental = Fleet(timezone="Europe/Berlin", min_minutes=20.0)
+    full = Fleet(timezone="Europe/Berlin", min_minutes=20.0)
+    modes = []
+    for first, end in itertools.pairwise(cuts):
+        for fleet in (incremental, full):
+            for k in range(int((end - first).total_seconds() // 60)):
+                ts = first + dt.timedelta(minutes=k)
+                minute = int((ts - start).total_seconds() // 60)
+                fleet.sample(
+                    ts,
+                    interval_s=60.0,
+                    gpu_util_pct=0.0 if minute % 90 < 50 else 60.0,
+                    clock_event_mask=32 if minute % 70 < 25 else 0,
+                )
+        modes.append(build_models(incremental.con, incremental.config).mode)
+    assert modes == ["full", "incremental", "incremental", "incremental"]
+    # the builds after the first two began in the repeated hour's second pass (UTC 01:xx)
+    assert [cut.hour for cut in cuts[2:4]] == [1, 1]
+    repeated = incremental.con.execute(
+        "select samples from gpu_hourly where day = date '2026-10-25' and hour = 2"
+    ).fetchall()
+    assert repeated == [(120,)]  # both passes of 02:00-03:00, one sample a minute
+    assert build_models(full.con, full.config, full=True).mode == "full"
+    for mart in MARTS:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart

@@ -1,6 +1,7 @@
--- Per local day and hour, GPU, team and host: observed, measured and busy seconds, for the
--- report's utilization heatmaps (a small table instead of a week of samples). A table: an
--- incremental build replaces a GPU's rows from the first day with new samples on.
+-- Per local day and hour, GPU, team and host: the sample sums of gpu_team_daily (which adds
+-- up the hours of a day) and of the report's utilization heatmaps, a small table instead
+-- of the samples. A table: an incremental build replaces a GPU's rows from the local hour of
+-- its first new sample on, so a cycle late in the day reads an hour of samples, not a day.
 with samples as (
     select * from samples_attributed
 ),
@@ -9,16 +10,24 @@ final as (
     select
         day,
         hour,
+        iso_week,
+        week_start,
         gpu_uuid,
         team,
         host,
+        any_value(gpu_name) as gpu_name,
         count(*) as samples,
         sum(interval_s)::double as observed_s,
         coalesce(sum(interval_s) filter (where gpu_util_pct is not null), 0)::double
             as utilization_s,
         coalesce(sum(gpu_util_pct::double / 100 * interval_s), 0) as busy_s,
+        coalesce(sum(interval_s) filter (where is_idle), 0)::double as idle_s,
+        coalesce(sum(interval_s) filter (where is_thermal), 0)::double as thermal_s,
+        sum(energy_j) as energy_j,
+        min(ts) as first_ts,
+        max(ts) as last_ts,
     from samples
-    group by day, hour, gpu_uuid, team, host
+    group by day, hour, iso_week, week_start, gpu_uuid, team, host
 )
 
 select * from final

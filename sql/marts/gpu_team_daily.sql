@@ -1,9 +1,10 @@
--- Per local day, team, GPU and host: the sample sums every daily and weekly mart adds up,
--- with the hours of samples in waste episodes (each sample's hours on its own day). A table:
--- an incremental build replaces only the rows of the days it recomputes, then re-adds the
--- daily and weekly marts of those days from here.
-with samples as (
-    select * from samples_attributed
+-- Per local day, team, GPU and host: the sample sums every daily and weekly mart adds up
+-- (the day's hours of gpu_hourly added up), with the hours of samples in waste episodes
+-- (each sample's hours on its own day). A table: an incremental build replaces only the
+-- rows of the days it recomputes, then re-adds the daily and weekly marts of those days
+-- from here.
+with hours as (
+    select * from gpu_hourly
 ),
 
 episode_days as (
@@ -27,17 +28,16 @@ sample_sums as (
         gpu_uuid,
         host,
         any_value(gpu_name) as gpu_name,
-        count(*) as samples,
-        sum(interval_s)::double as observed_s,
-        coalesce(sum(interval_s) filter (where gpu_util_pct is not null), 0)::double
-            as utilization_s,
-        coalesce(sum(gpu_util_pct::double / 100 * interval_s), 0) as busy_s,
-        coalesce(sum(interval_s) filter (where is_idle), 0)::double as idle_s,
-        coalesce(sum(interval_s) filter (where is_thermal), 0)::double as thermal_s,
+        sum(samples)::bigint as samples,
+        sum(observed_s) as observed_s,
+        sum(utilization_s) as utilization_s,
+        sum(busy_s) as busy_s,
+        sum(idle_s) as idle_s,
+        sum(thermal_s) as thermal_s,
         sum(energy_j) as energy_j,
-        min(ts) as first_ts,
-        max(ts) as last_ts,
-    from samples
+        min(first_ts) as first_ts,
+        max(last_ts) as last_ts,
+    from hours
     group by day, iso_week, week_start, team, gpu_uuid, host
 ),
 

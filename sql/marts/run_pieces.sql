@@ -3,11 +3,11 @@
 -- samples from one that starts it (see samples_attributed) up to the next start of the same
 -- kind, so its key is the time of the latest start at or before the sample; only idle and
 -- thermal samples need a key, so the window sorts only them.
--- A piece is the samples of one idle run and one thermal run (either may be null) on one
--- local day and host; every measure below adds up over pieces, so int_idle_episode_days
+-- A piece is the samples of one idle run and one thermal run (either may be null) in one
+-- local hour and host; every measure below adds up over pieces, so int_idle_episode_days
 -- and int_thermal_events regroup this small table instead of the samples. A table: an
--- incremental build replaces a GPU's pieces from the first day with new samples on, and
--- re-adds only the runs those pieces belong to. A run already open before the samples read
+-- incremental build replaces a GPU's pieces from the local hour of its first new sample
+-- on, and re-adds only the runs those pieces belong to. A run already open before the samples read
 -- begin gets the key '-infinity' here; the incremental build puts the run's start in.
 with samples as (
     select * from samples_attributed
@@ -23,6 +23,7 @@ run_samples as (
         samples.ts,
         samples.interval_s,
         samples.day,
+        samples.hour,
         samples.host,
         samples.gpu_index,
         samples.team,
@@ -69,6 +70,7 @@ pieces as (
         thermal_run_start_ts,
         series_id,
         day,
+        hour,
         host,
         arg_min_null(gpu_index, ts) as first_gpu_index,
         arg_min_null(team, ts) as first_team,
@@ -85,7 +87,7 @@ pieces as (
         min(sm_clock_mhz) as min_sm_clock_mhz,
         bit_or(clock_event_mask) as reasons_mask,
     from keyed
-    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, host
+    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, hour, host
 ),
 
 final as (
