@@ -89,8 +89,8 @@ def build_models(
         outcome = build_incrementally(
             con, config, models, order, after=state.samples_rowid, top=top
         )
-        if outcome is None:
-            mode, reason = "full", "a GPU's name changed or a mart has no incremental plan"
+        if isinstance(outcome, str):
+            mode, reason = "full", outcome
         else:
             mode = "incremental"
             reason = (

@@ -1,4 +1,4 @@
-"""The incremental build: recompute only the days that new samples touch.
+"""The incremental build: recompute only the hours and days that new samples touch.
 
 The SQL models are written once, for the whole warehouse. An incremental build runs the same
 files on a slice of it, by reading other relations in their place (`render(model, remap)`):
@@ -11,10 +11,13 @@ files on a slice of it, by reading other relations in their place (`render(model
    on are replaced; earlier rows cannot change, since every per-sample value depends only on
    the sample itself and the one before it.
 3. Per series, the cut is the local hour (`from_day`, `from_hour`) of `since_ts`; the
-   series' `samples_attributed` rows from the cut on are the window, so a cycle reads at
-   most an hour of old samples per series, whatever the time of day. `run_pieces` (idle and
-   thermal samples summed per run, local hour and host) and `gpu_hourly` are recomputed on
-   the window and replace the series' rows from the cut on; a run already open where the
+   series' `samples_attributed` rows from the cut on are the window, so a cycle reads
+   about an hour of old samples per series, whatever the time of day. The window must be
+   every row from some time on: where local hours go back past the cut (a clock change
+   of two hours, or one across midnight) it is not, and only a full build can.
+   `run_pieces` (idle and thermal samples summed per run, local hour and host) and
+   `gpu_hourly` are recomputed on the window and replace the series' rows from the cut
+   on; a run already open where the
    window begins keeps the start of the series' last run of its kind before it. The runs
    touched (those of the pieces replaced or added) are added up again from all their pieces
    into `idle_episodes` and `thermal_events`, so an episode that crosses midnight, or lasts
@@ -276,15 +279,32 @@ def _keep_series_names(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _from_cut(rows: str) -> str:
-    """SQL: the row `rows` (with day and hour) is at or after its series' cut (_inc_cut).
-
-    Local (day, hour) never decreases as time goes on (a repeated hour when clocks go back
-    is one hour here too), so the rows from the cut on are a suffix of the series in time.
-    """
+    """SQL: the row `rows` (with day and hour) is at or after its series' cut (_inc_cut)."""
     return (
         f"({rows}.day > _inc_cut.from_day"
         f" or ({rows}.day = _inc_cut.from_day and {rows}.hour >= _inc_cut.from_hour))"
     )
+
+
+def _window_is_a_suffix(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether each series' window (its rows from the cut on) is all its rows from the
+    window's first sample on. Local (day, hour) almost never goes back as time goes on (an
+    hour repeated when clocks go back an hour is one hour here too), but where clocks go back
+    two hours, or across midnight, a later sample can fall before the cut."""
+    row = con.execute(
+        f"""
+        with starts as (
+            select gpu_uuid, min(ts) as start_ts, from _inc_window group by gpu_uuid
+        )
+        select count(*)
+        from {PER_SAMPLE_MART} as rows
+        inner join starts on starts.gpu_uuid = rows.gpu_uuid and rows.ts >= starts.start_ts
+        inner join _inc_cut on _inc_cut.gpu_uuid = rows.gpu_uuid
+        where not {_from_cut("rows")}
+            and rows.ts >= (select min(start_ts) from starts)
+        """
+    ).fetchone()
+    return not (row and row[0])
 
 
 def _log_replaced(con: duckdb.DuckDBPyConnection, table: str, key: str, keys_sql: str) -> None:
@@ -597,15 +617,15 @@ def build_incrementally(
     *,
     after: int,
     top: int,
-) -> IncrementalOutcome | None:
-    """Bring the marts up to rowid `top` of samples; None when only a full build can."""
+) -> IncrementalOutcome | str:
+    """Bring the marts up to rowid `top` of samples; or why only a full build can."""
     marts = {name for name in order if models[name].layer == "marts"}
     known = {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART, GPU_HOUR_MART}
     if marts != known | set(PER_DAY_MARTS) | set(PER_WEEK_MARTS):
-        return None
+        return "a mart has no incremental plan"
     _select_new_samples(con, config, after=after, top=top)
     if _names_would_change(con):
-        return None
+        return "a GPU's name changed"
     con.execute("create or replace temp table _inc_days (day date)")
     remap = {"samples": "_inc_samples"}
     created: list[Model] = []
@@ -635,10 +655,12 @@ def build_incrementally(
                     where rows.day >= (select min(from_day) from _inc_cut);
                     """
                 )
+                if not _window_is_a_suffix(con):
+                    return "local hours go back where the new samples begin (a clock change)"
                 remap = {**remap, PER_SAMPLE_MART: "_inc_window"}
             elif name == PIECES_MART:
                 if not _replace_pieces(con, model, remap):
-                    return None
+                    return "the start of a run open before the new samples is unknown"
                 # The runs' models read the pieces of the touched runs only.
                 remap = {**remap, PIECES_MART: "_inc_idle_pieces"}
             elif name in RUN_MARTS:

@@ -173,9 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="(re)build every model in sql/",
         description=(
             "Run the SQL models (staging, intermediate, marts) into the warehouse. Only the "
-            "local days that new samples touch are recomputed; the first build, and any "
-            "build after the SQL, the configuration or the reference data changed, rebuilds "
-            "everything."
+            "local hours and days that new samples touch are recomputed; the first build, and "
+            "any build after the SQL, the configuration or the reference data changed, "
+            "rebuilds everything."
         ),
     )
     build.add_argument(

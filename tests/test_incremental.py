@@ -455,3 +455,37 @@ def test_builds_cut_inside_the_hour_repeated_when_clocks_go_back() -> None:
     assert build_models(full.con, full.config, full=True).mode == "full"
     for mart in MARTS:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+
+
+def test_a_clock_going_back_two_hours_means_a_full_build_that_equals_one() -> None:
+    """Troll (Antarctica) goes from UTC+2 to UTC+0 at 01:00 UTC on 2026-10-25: local
+    01:00-03:00 happens twice. New samples from 00:30 UTC (local 02:30) on would make a
+    window of local hours 02 on, which leaves out the second pass of 01 (01:00-02:00 UTC)
+    though it comes later: those builds must be full ones, the others incremental, and the
+    result that of one full build."""
+    start = dt.datetime(2026, 10, 24, 22, 0, tzinfo=dt.UTC)
+    cuts = [start + dt.timedelta(minutes=m) for m in (0, 100, 150, 260, 300, 360)]
+    incremental = Fleet(timezone="Antarctica/Troll", min_minutes=20.0)
+    full = Fleet(timezone="Antarctica/Troll", min_minutes=20.0)
+    results = []
+    for first, end in itertools.pairwise(cuts):
+        for fleet in (incremental, full):
+            for k in range(int((end - first).total_seconds() // 60)):
+                ts = first + dt.timedelta(minutes=k)
+                minute = int((ts - start).total_seconds() // 60)
+                fleet.sample(
+                    ts,
+                    interval_s=60.0,
+                    gpu_util_pct=0.0 if minute % 90 < 50 else 60.0,
+                    clock_event_mask=32 if minute % 70 < 25 else 0,
+                )
+        results.append(build_models(incremental.con, incremental.config))
+    rows = incremental.con.execute("select hour from samples_attributed order by ts").fetchall()
+    hours = [hour for (hour,) in rows]
+    changes = [hour for i, hour in enumerate(hours) if i == 0 or hour != hours[i - 1]]
+    assert changes == [0, 1, 2, 1, 2, 3]  # the local hours going back two
+    assert [r.mode for r in results] == ["full", "incremental", "full", "full", "incremental"]
+    assert "clock change" in results[2].reason
+    assert build_models(full.con, full.config, full=True).mode == "full"
+    for mart in MARTS:
+        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart

@@ -6,8 +6,8 @@
 -- A piece is the samples of one idle run and one thermal run (either may be null) in one
 -- local hour and host; every measure below adds up over pieces, so int_idle_episode_days
 -- and int_thermal_events regroup this small table instead of the samples. A table: an
--- incremental build replaces a GPU's pieces from the local hour of its first new sample
--- on, and re-adds only the runs those pieces belong to. A run already open before the samples read
+-- incremental build replaces a GPU's pieces from the local hour of its first new
+-- sample on, and re-adds only the runs those pieces belong to. A run already open before the samples read
 -- begin gets the key '-infinity' here; the incremental build puts the run's start in.
 with samples as (
     select * from samples_attributed
