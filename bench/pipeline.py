@@ -319,8 +319,8 @@ class PipelineBench:
 
     def cycles(self, data_dir: Path, start: dt.datetime) -> tuple[list[float], dt.datetime]:
         """Time `repeat` cycles, each one new 10-minute flush from every host, from 23:00 of
-        the day `start` falls in (UTC, the bench's timezone): a cycle recomputes the local
-        days its samples touch, so it costs the most at the end of a day. The flushes from
+        the day `start` falls in (UTC, the bench's timezone), when the day's GPU-day rows
+        (which a cycle adds up again from the day's hours) are fullest. The flushes from
         `start` to 23:00 are loaded first, untimed, and one more untimed cycle follows: the
         first write after a full build copies the warehouse file, the next catches the other
         slot up with that large load; every later one catches up in place. Returns the
