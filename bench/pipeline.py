@@ -207,11 +207,11 @@ class PipelineBench:
         self.log(f"pipeline bench: {self.gpus} GPUs x {self.days} days ({week}) in {self.work}")
         self.notes.append(
             "a steady cycle is what the 15-minute deployment runs: ingest, then an incremental "
-            "build (only the local days the new samples touch), in one warehouse transaction; "
-            "its ingest takes the flush's (simulated) day for today, so it does not compact "
-            "that day's files, as a live deployment would not until the day is over; the "
-            "cycles are timed from 23:00 of a day whose earlier flushes were loaded first "
-            "(a cycle recomputes the days its samples touch: the end of a day is its slowest)"
+            "build (each GPU from the local hour of its first new sample on; its GPU-days from "
+            "their hours), in one warehouse transaction; its ingest takes the flush's "
+            "(simulated) day for today, so it does not compact that day's files, as a live "
+            "deployment would not until the day is over; the cycles are timed from 23:00 of a "
+            "day whose earlier flushes were loaded first, when the day's rows are fullest"
         )
 
         if not (raw_dir / "raw" / "samples").is_dir():
