@@ -19,7 +19,7 @@ import duckdb
 import pytest
 
 from flows import models as models_module
-from flows.build import build_models
+from flows.build import BuildResult, build_models
 from flows.incremental import read_state
 from flows.warehouse import connect_read_only, write_transaction
 from tests.test_models_fixtures import Fleet
@@ -424,35 +424,41 @@ def test_a_run_open_across_a_day_without_samples_keeps_its_start() -> None:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
 
 
-def test_builds_cut_inside_the_hour_repeated_when_clocks_go_back() -> None:
-    """An incremental build recomputes from the local hour of the first new sample. On
-    2026-10-25 Berlin's 02:00-03:00 happens twice (UTC 00:00-02:00); builds that start in
-    its second pass must replace that hour's rows with both passes' samples."""
+def _built_by_the_minute(
+    timezone: str, cuts_min: tuple[int, ...]
+) -> tuple[Fleet, Fleet, list[BuildResult]]:
+    """One GPU sampled once a minute from 2026-10-24 22:00 UTC, idle and thermal in blocks
+    that cross the builds' cuts (minutes from the start); built after each stretch, and a
+    second fleet with the same samples built once in full at the end."""
     start = dt.datetime(2026, 10, 24, 22, 0, tzinfo=dt.UTC)
-    cuts = [start + dt.timedelta(minutes=m) for m in (0, 140, 200, 220, 300)]
-    incremental = Fleet(timezone="Europe/Berlin", min_minutes=20.0)
-    full = Fleet(timezone="Europe/Berlin", min_minutes=20.0)
-    modes = []
-    for first, end in itertools.pairwise(cuts):
+    incremental = Fleet(timezone=timezone, min_minutes=20.0)
+    full = Fleet(timezone=timezone, min_minutes=20.0)
+    results = []
+    for first, end in itertools.pairwise(cuts_min):
         for fleet in (incremental, full):
-            for k in range(int((end - first).total_seconds() // 60)):
-                ts = first + dt.timedelta(minutes=k)
-                minute = int((ts - start).total_seconds() // 60)
+            for minute in range(first, end):
                 fleet.sample(
-                    ts,
+                    start + dt.timedelta(minutes=minute),
                     interval_s=60.0,
                     gpu_util_pct=0.0 if minute % 90 < 50 else 60.0,
                     clock_event_mask=32 if minute % 70 < 25 else 0,
                 )
-        modes.append(build_models(incremental.con, incremental.config).mode)
-    assert modes == ["full", "incremental", "incremental", "incremental"]
-    # the builds after the first two began in the repeated hour's second pass (UTC 01:xx)
-    assert [cut.hour for cut in cuts[2:4]] == [1, 1]
+        results.append(build_models(incremental.con, incremental.config))
+    assert build_models(full.con, full.config, full=True).mode == "full"
+    return incremental, full, results
+
+
+def test_builds_cut_inside_the_hour_repeated_when_clocks_go_back() -> None:
+    """An incremental build recomputes from the local hour of the first new sample. On
+    2026-10-25 Berlin's 02:00-03:00 happens twice (UTC 00:00-02:00); builds that start in
+    its second pass must replace that hour's rows with both passes' samples."""
+    # the third and fourth builds begin at 01:20 and 01:40 UTC, the second pass
+    incremental, full, results = _built_by_the_minute("Europe/Berlin", (0, 140, 200, 220, 300))
+    assert [r.mode for r in results] == ["full", "incremental", "incremental", "incremental"]
     repeated = incremental.con.execute(
         "select samples from gpu_hourly where day = date '2026-10-25' and hour = 2"
     ).fetchall()
     assert repeated == [(120,)]  # both passes of 02:00-03:00, one sample a minute
-    assert build_models(full.con, full.config, full=True).mode == "full"
     for mart in MARTS:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
 
@@ -463,29 +469,14 @@ def test_a_clock_going_back_two_hours_means_a_full_build_that_equals_one() -> No
     window of local hours 02 on, which leaves out the second pass of 01 (01:00-02:00 UTC)
     though it comes later: those builds must be full ones, the others incremental, and the
     result that of one full build."""
-    start = dt.datetime(2026, 10, 24, 22, 0, tzinfo=dt.UTC)
-    cuts = [start + dt.timedelta(minutes=m) for m in (0, 100, 150, 260, 300, 360)]
-    incremental = Fleet(timezone="Antarctica/Troll", min_minutes=20.0)
-    full = Fleet(timezone="Antarctica/Troll", min_minutes=20.0)
-    results = []
-    for first, end in itertools.pairwise(cuts):
-        for fleet in (incremental, full):
-            for k in range(int((end - first).total_seconds() // 60)):
-                ts = first + dt.timedelta(minutes=k)
-                minute = int((ts - start).total_seconds() // 60)
-                fleet.sample(
-                    ts,
-                    interval_s=60.0,
-                    gpu_util_pct=0.0 if minute % 90 < 50 else 60.0,
-                    clock_event_mask=32 if minute % 70 < 25 else 0,
-                )
-        results.append(build_models(incremental.con, incremental.config))
+    incremental, full, results = _built_by_the_minute(
+        "Antarctica/Troll", (0, 100, 150, 260, 300, 360)
+    )
     rows = incremental.con.execute("select hour from samples_attributed order by ts").fetchall()
     hours = [hour for (hour,) in rows]
     changes = [hour for i, hour in enumerate(hours) if i == 0 or hour != hours[i - 1]]
     assert changes == [0, 1, 2, 1, 2, 3]  # the local hours going back two
     assert [r.mode for r in results] == ["full", "incremental", "full", "full", "incremental"]
     assert "clock change" in results[2].reason
-    assert build_models(full.con, full.config, full=True).mode == "full"
     for mart in MARTS:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
