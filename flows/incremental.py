@@ -17,11 +17,11 @@ files on a slice of it, by reading other relations in their place (`render(model
    of two hours, or one across midnight) it is not, and only a full build can.
    `run_pieces` (idle and thermal samples summed per run, local hour and host) and
    `gpu_hourly` are recomputed on the window and replace the series' rows from the cut
-   on; a run already open where the
-   window begins keeps the start of the series' last run of its kind before it. The runs
-   touched (those of the pieces replaced or added) are added up again from all their pieces
-   into `idle_episodes` and `thermal_events`, so an episode that crosses midnight, or lasts
-   a week, comes out whole without reading its old samples.
+   on; a run already open where the window begins keeps the start of the series' last run
+   of its kind before it. The runs touched (those of the pieces replaced or added) are
+   added up again from all their pieces into `idle_episodes` and `thermal_events`, so an
+   episode that crosses midnight, or lasts a week, comes out whole without reading its
+   old samples.
 4. `gpu_team_daily` is recomputed for the series' days from `from_day` on (from their hours
    in `gpu_hourly` and pieces in `run_pieces`, not from samples), and for the earlier days
    of an episode that became waste (or stopped being waste) in this build; `team_daily`,
