@@ -114,7 +114,8 @@ def build(
     config: Config, *, full: bool = False, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> BuildResult:
     """Build the models on a private copy of the warehouse and publish it (no Prefect)."""
-    with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
+    # A full build replaces every mart: the other slot's stale marts need no catching up.
+    with write_transaction(config, lock_timeout_s=lock_timeout_s, rebuild=full) as con:
         return build_models(con, config, full=full)
 
 

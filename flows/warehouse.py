@@ -248,14 +248,16 @@ def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[st
     return {name: columns for name, columns in rows}
 
 
-def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
+def _catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) -> bool:
     """Bring the slot open on `con` up to the published warehouse; False if it cannot.
 
     The slot is the warehouse as it was one publish (or a few) ago. `samples` only grows,
     so its missing rows are those past its row count; the marts' rows that incremental
     builds replaced are replaced again, by the keys `build_state.replaced` logs for each
     publish; every other table is small and copied whole. A full build since, a different
-    schema, or a slot too far behind means copying the file instead.
+    schema, or a slot too far behind means copying the file instead. When the writer is
+    about to rebuild every mart (`rebuild`: a full build), the marts are left as they are
+    (the build replaces them all), so neither a full build since nor the log matters.
     """
     own = con.execute("select current_database()").fetchone()
     assert own is not None
@@ -269,14 +271,15 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
         ahead = int(row[0]) if row else 0
         if ahead == behind:
             return True
-        if not behind < ahead <= behind + _LOG_KEPT:
-            return False
-        full = con.execute(
-            "select count(*) from _published.build_state.full_builds where generation > ?",
-            [behind],
-        ).fetchone()
-        if full and full[0]:
-            return False
+        if not rebuild:
+            if not behind < ahead <= behind + _LOG_KEPT:
+                return False
+            full = con.execute(
+                "select count(*) from _published.build_state.full_builds where generation > ?",
+                [behind],
+            ).fetchone()
+            if full and full[0]:
+                return False
         for name in tables:
             if name == f"main.{_APPEND_ONLY}":
                 gained = con.execute(
@@ -299,7 +302,8 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path) -> bool:
                 if not counts or counts[0] != counts[1]:
                     return False
             elif name.removeprefix("main.") in LOGGED_TABLES:
-                _replay(con, name, behind)
+                if not rebuild:
+                    _replay(con, name, behind)
             else:
                 size = con.execute(f"select count(*) from _published.{name}").fetchone()
                 if size and size[0] > _WHOLE_TABLE_LIMIT:
@@ -347,7 +351,9 @@ def _link_over(source: Path, target: Path) -> None:
     os.replace(link, target)
 
 
-def _open_slot_in_place(warehouse: Path) -> tuple[Path, duckdb.DuckDBPyConnection] | None:
+def _open_slot_in_place(
+    warehouse: Path, *, rebuild: bool
+) -> tuple[Path, duckdb.DuckDBPyConnection] | None:
     """The stale slot, opened read-write and caught up, when no reader holds it."""
     slots = _slot_paths(warehouse)
     if _same_file(warehouse, slots[0]):
@@ -373,7 +379,7 @@ def _open_slot_in_place(warehouse: Path) -> tuple[Path, duckdb.DuckDBPyConnectio
     try:
         ensure_raw_tables(connection)
         connection.execute(GENERATION_DDL)
-        if _catch_up(connection, warehouse):
+        if _catch_up(connection, warehouse, rebuild=rebuild):
             return target, connection
     except BaseException:
         connection.close()
@@ -384,13 +390,15 @@ def _open_slot_in_place(warehouse: Path) -> tuple[Path, duckdb.DuckDBPyConnectio
 
 @contextlib.contextmanager
 def write_transaction(
-    config: Config, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    config: Config, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, rebuild: bool = False
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection on a private version of the warehouse, published on success.
 
     Everything done through the connection becomes visible to new readers at once when
     the block exits normally; if it raises, the warehouse is left exactly as it was.
-    Creates the warehouse (with the raw tables) when it does not exist yet.
+    Creates the warehouse (with the raw tables) when it does not exist yet. `rebuild`
+    promises that the caller replaces every mart (a full build): the other slot is then
+    used even after a full build, its marts left stale, instead of copying the file.
     """
     warehouse = config.warehouse_path.absolute()
     with _open_guard:
@@ -410,7 +418,7 @@ def write_transaction(
 
     with _writer_lock(warehouse.parent / LOCK_FILE_NAME, lock_timeout_s):
         _remove_stale_temps(warehouse.parent, warehouse.name)
-        opened = _open_slot_in_place(warehouse) if warehouse.exists() else None
+        opened = _open_slot_in_place(warehouse, rebuild=rebuild) if warehouse.exists() else None
         in_place = opened is not None
         if opened is not None:
             work, connection = opened

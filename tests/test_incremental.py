@@ -19,7 +19,7 @@ import duckdb
 import pytest
 
 from flows import models as models_module
-from flows.build import BuildResult, build_models
+from flows.build import BuildResult, build, build_models
 from flows.incremental import read_state
 from flows.warehouse import connect_read_only, write_transaction
 from tests.test_models_fixtures import Fleet
@@ -349,6 +349,18 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     with connect_read_only(config) as con:
         for mart in MARTS:
             assert _mart(con, mart) == _mart(full.con, mart), mart
+    # A full build after a full build reuses the other file too (its stale marts are all
+    # replaced), where any other write after a full build copies the file.
+    for _ in range(2):
+        assert build(config, full=True).mode == "full"
+        inodes.append(config.warehouse_path.stat().st_ino)
+    assert set(inodes[-2:]) == set(inodes[:2])
+    with connect_read_only(config) as con:
+        for mart in MARTS:
+            assert _mart(con, mart) == _mart(full.con, mart), mart
+    with write_transaction(config) as con:
+        _arrive(con, 0, 10, "false")
+    assert config.warehouse_path.stat().st_ino not in inodes
 
 
 def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
