@@ -16,6 +16,7 @@ import duckdb
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.ids import forget_ids
 from flows.incremental import (
     allocations_changed,
     build_incrementally,
@@ -99,6 +100,7 @@ def build_models(
                 "recomputed"
             )
     if mode == "full":
+        forget_ids(con)
         build_all_models(con, models, order, sql_dir)
         record_full_build(con, top=top, digest=digest)
     return BuildResult(

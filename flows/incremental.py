@@ -42,6 +42,7 @@ from pathlib import Path
 
 import duckdb
 
+from flows.ids import ensure_id_tables, record_new_ids
 from flows.models import Model, create_model, drop_model, render
 from flows.warehouse import GENERATION_DDL, current_generation
 from gpufleet.config import Config
@@ -53,16 +54,12 @@ create table if not exists build_state.watermark (
     fingerprint varchar not null,    -- of the SQL, configuration and reference tables
     built_at timestamptz not null
 );
-create table if not exists build_state.series (
-    gpu_uuid varchar primary key,
-    gpu_name varchar                 -- max(gpu_name) over the series' samples, as built
-);
 create table if not exists build_state.allocations_built as
 select job_id, "user", team, host, gpu_index, start_ts, end_ts from allocations limit 0;
 """
 
 # How the incremental build replaces each mart's rows; any other mart means a full build.
-PER_SAMPLE_MART = "samples_attributed"
+PER_SAMPLE_MART = "samples_attributed_rows"
 PIECES_MART = "run_pieces"
 RUN_MARTS = ("idle_episodes", "thermal_events")
 GPU_DAY_MART = "gpu_team_daily"
@@ -94,6 +91,7 @@ class IncrementalOutcome:
 
 def ensure_state_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(GENERATION_DDL)
+    ensure_id_tables(con)
     con.execute(STATE_DDL)
 
 
@@ -128,16 +126,13 @@ def fingerprint(
 
 
 def record_full_build(con: duckdb.DuckDBPyConnection, *, top: int, digest: str) -> None:
-    """After a full build: the watermark, fingerprint and every series' GPU name."""
+    """After a full build: the watermark and fingerprint (the build kept every series' id
+    and GPU name in build_state.series, flows/ids.py)."""
     con.execute("delete from build_state.watermark")
     con.execute("insert into build_state.watermark values (?, ?, now())", [top, digest])
     record_allocations(con)
     # The other warehouse slot cannot replay a full build; it is copied afresh instead.
     con.execute("insert into build_state.full_builds values (?)", [current_generation(con)])
-    con.execute("delete from build_state.series")
-    con.execute(
-        "insert into build_state.series select gpu_uuid, max(gpu_name) from samples group by 1"
-    )
 
 
 def _names_would_change(con: duckdb.DuckDBPyConnection) -> bool:
@@ -294,12 +289,12 @@ def _window_is_a_suffix(con: duckdb.DuckDBPyConnection) -> bool:
     row = con.execute(
         f"""
         with starts as (
-            select gpu_uuid, min(ts) as start_ts, from _inc_window group by gpu_uuid
+            select series_id, min(ts) as start_ts, from _inc_window group by series_id
         )
         select count(*)
         from {PER_SAMPLE_MART} as rows
-        inner join starts on starts.gpu_uuid = rows.gpu_uuid and rows.ts >= starts.start_ts
-        inner join _inc_cut on _inc_cut.gpu_uuid = rows.gpu_uuid
+        inner join starts on starts.series_id = rows.series_id and rows.ts >= starts.start_ts
+        inner join _inc_cut on _inc_cut.series_id = rows.series_id
         where not {_from_cut("rows")}
             and rows.ts >= (select min(start_ts) from starts)
         """
@@ -323,24 +318,38 @@ def _log_replaced(con: duckdb.DuckDBPyConnection, table: str, key: str, keys_sql
 def _replace_sample_rows(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
 ) -> None:
-    """samples_attributed: the rows from each series' since_ts on, the context row left out."""
+    """samples_attributed_rows: the rows from each series' since_ts on, the context row
+    left out (by series id: the series' ids are those it already has, flows/ids.py)."""
     con.execute(f"create or replace temp table _inc_attributed as\n{render(model, remap)}")
     con.execute(
-        f"""
-        delete from {model.name} using _inc_series
-        where {model.name}.gpu_uuid = _inc_series.gpu_uuid
-            and {model.name}.ts >= _inc_series.since_ts
-            and {model.name}.ts >= (select min(since_ts) from _inc_series)
+        """
+        create or replace temp table _inc_series_ids as
+        select int_series_ids.series_id, _inc_series.*,
+        from _inc_series
+        inner join int_series_ids on int_series_ids.gpu_uuid = _inc_series.gpu_uuid
         """
     )
-    _log_replaced(con, model.name, "gpu_since_ts", "select gpu_uuid, since_ts from _inc_series")
+    con.execute(
+        f"""
+        delete from {model.name} using _inc_series_ids
+        where {model.name}.series_id = _inc_series_ids.series_id
+            and {model.name}.ts >= _inc_series_ids.since_ts
+            and {model.name}.ts >= (select min(since_ts) from _inc_series_ids)
+        """
+    )
+    _log_replaced(
+        con,
+        model.name,
+        "series_since_ts",
+        "select series_id as run_id, since_ts from _inc_series_ids",
+    )
     con.execute(
         f"""
         insert into {model.name} by name
         select _inc_attributed.*,
         from _inc_attributed
-        inner join _inc_series on _inc_series.gpu_uuid = _inc_attributed.gpu_uuid
-        where _inc_attributed.ts >= _inc_series.since_ts
+        inner join _inc_series_ids on _inc_series_ids.series_id = _inc_attributed.series_id
+        where _inc_attributed.ts >= _inc_series_ids.since_ts
         """
     )
 
@@ -619,7 +628,11 @@ def build_incrementally(
     top: int,
 ) -> IncrementalOutcome | str:
     """Bring the marts up to rowid `top` of samples; or why only a full build can."""
-    marts = {name for name in order if models[name].layer == "marts"}
+    marts = {
+        name
+        for name in order
+        if models[name].layer == "marts" and models[name].materialized != "view"
+    }
     known = {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART, GPU_HOUR_MART}
     if marts != known | set(PER_DAY_MARTS) | set(PER_WEEK_MARTS):
         return "a mart has no incremental plan"
@@ -632,26 +645,36 @@ def build_incrementally(
     try:
         for name in order:
             model = models[name]
+            if model.materialized == "view":
+                continue  # a view of other marts: nothing to recompute
             if model.layer != "marts":
                 create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
                 created.append(model)
                 if name == "int_series_ids":
                     _keep_series_names(con)
+                record_new_ids(con, name)
             elif name == PER_SAMPLE_MART:
                 _replace_sample_rows(con, model, remap)
                 con.execute(
                     f"""
                     create or replace temp table _inc_cut as
-                    select gpu_uuid, local_ts::date as from_day, hour(local_ts) as from_hour,
+                    select
+                        gpu_uuid,
+                        series_id,
+                        local_ts::date as from_day,
+                        hour(local_ts) as from_hour,
                     from (
-                        select gpu_uuid, timezone(getvariable('timezone'), since_ts) as local_ts,
-                        from _inc_series
+                        select
+                            gpu_uuid,
+                            series_id,
+                            timezone(getvariable('timezone'), since_ts) as local_ts,
+                        from _inc_series_ids
                     );
                     create or replace temp view _inc_window as
                     select rows.*,
                     from {PER_SAMPLE_MART} as rows
                     inner join _inc_cut
-                        on _inc_cut.gpu_uuid = rows.gpu_uuid and {_from_cut("rows")}
+                        on _inc_cut.series_id = rows.series_id and {_from_cut("rows")}
                     where rows.day >= (select min(from_day) from _inc_cut);
                     """
                 )
@@ -681,13 +704,11 @@ def build_incrementally(
         ).fetchone()
         con.execute(
             """
-            insert or replace into build_state.series
-            select
-                _inc_series.gpu_uuid,
-                greatest(_inc_series.gpu_name, build_state.series.gpu_name),
+            update build_state.series
+            set gpu_name = greatest(_inc_series.gpu_name, build_state.series.gpu_name)
             from _inc_series
-            left join build_state.series
-                on build_state.series.gpu_uuid = _inc_series.gpu_uuid
+            where _inc_series.gpu_uuid = build_state.series.gpu_uuid
+                and _inc_series.gpu_name > coalesce(build_state.series.gpu_name, '')
             """
         )
         con.execute("update build_state.watermark set samples_rowid = ?, built_at = now()", [top])
@@ -714,6 +735,7 @@ _TEMP_VIEWS = (
 _TEMP_TABLES = (
     "_inc_allocation_changes",
     "_inc_series",
+    "_inc_series_ids",
     "_inc_samples",
     "_inc_attributed",
     "_inc_cut",

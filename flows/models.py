@@ -11,8 +11,11 @@ models share (`glob_to_like`) are defined in `sql/_macros.sql`, run before the m
 
 Materialization: staging models are temp views, intermediate models temp tables, marts
 tables in the warehouse; a file may override that with a first-line comment
-`-- materialized: temp_view` (or `temp_table`, `table`). Temp objects are dropped at the end,
-so only the marts stay in the warehouse.
+`-- materialized: temp_view` (or `temp_table`, `table`, `view`: a view in the warehouse).
+Temp objects are dropped at the end, so only the marts stay in the warehouse.
+
+`int_series_ids`, `int_hosts` and `int_teams` number names with ids kept across builds
+(`flows/ids.py`); each build records the new ones right after building those models.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 
+from flows.ids import ensure_id_tables, record_new_ids
 from flows.raw_tables import ensure_raw_tables
 from gpufleet.config import Config
 
@@ -34,7 +38,8 @@ DOCS_FILE_NAME = "_docs.toml"
 MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 BUILD_MEMORY_LIMIT = "1536MB"
 LAYERS = ("staging", "intermediate", "marts")
-MATERIALIZATIONS = ("temp_view", "temp_table", "table")
+MATERIALIZATIONS = ("temp_view", "temp_table", "table", "view")
+PERSISTENT = ("table", "view")  # the materializations that stay in the warehouse
 # A full build of more samples than this builds the per-series models a slice of the
 # GPUs at a time (the window over 60 million samples does not fit in BUILD_MEMORY_LIMIT).
 # At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
@@ -42,8 +47,8 @@ MATERIALIZATIONS = ("temp_view", "temp_table", "table")
 FULL_BUILD_CHUNK_SAMPLES = 8_000_000
 # model: (the relation sliced, the staging view that reads it when it is a raw table)
 CHUNKED_MODELS = {
-    "samples_attributed": ("samples", "stg_samples"),
-    "run_pieces": ("samples_attributed", ""),
+    "samples_attributed_rows": ("samples", "stg_samples"),
+    "run_pieces": ("samples_attributed_rows", ""),
 }
 DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
 
@@ -159,7 +164,8 @@ def apply_docs(
     columns = docs.get("columns", {})
     if not isinstance(description, str) or not isinstance(columns, dict):
         raise ValueError(f'{source}: [{table}] needs description = "..." and [{table}.columns]')
-    con.execute(f"comment on table {table} is {_quote(description)}")
+    kind = _kind_in_warehouse(con, table) or "table"
+    con.execute(f"comment on {kind} {table} is {_quote(description)}")
     actual = [row[0] for row in con.execute(f"describe {table}").fetchall()]
     missing = [column for column in actual if not isinstance(columns.get(column), str)]
     if missing:
@@ -196,13 +202,39 @@ def render(model: Model, remap: Mapping[str, str] | None = None) -> str:
     return _READ_RE.sub(swap, model.sql)
 
 
+_KIND = {"temp_view": "temp view", "temp_table": "temp table", "table": "table", "view": "view"}
+
+
 def create_model(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str] | None = None
 ) -> None:
-    kind = {"temp_view": "temp view", "temp_table": "temp table", "table": "table"}
+    if model.materialized in PERSISTENT:
+        _drop_other_kind(con, model)
     con.execute(
-        f"create or replace {kind[model.materialized]} {model.name} as\n{render(model, remap)}"
+        f"create or replace {_KIND[model.materialized]} {model.name} as\n{render(model, remap)}"
     )
+
+
+def _drop_other_kind(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    """A mart that was a table and is now a view (or the other way round) replaces the old."""
+    kind = _kind_in_warehouse(con, model.name)
+    if kind is not None and kind != model.materialized:
+        con.execute(f"drop {kind} main.{model.name}")
+
+
+def _kind_in_warehouse(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """'table' or 'view' for a relation of the warehouse's main schema; None if none."""
+    row = con.execute(
+        """
+        select 'table' from duckdb_tables()
+        where table_name = $name and schema_name = 'main' and not temporary
+        union all
+        select 'view' from duckdb_views()
+        where view_name = $name and schema_name = 'main' and not temporary
+        """,
+        {"name": name},
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
@@ -213,6 +245,7 @@ def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
 def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR) -> None:
     """The raw tables, the configuration variables, the macros and the build's settings."""
     ensure_raw_tables(con)
+    ensure_id_tables(con)
     set_variables(con, config)
     con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
     # A CTAS need not keep row order; that saves memory on the large per-sample models.
@@ -230,7 +263,8 @@ def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = S
 def build_all_models(
     con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str], sql_dir: Path
 ) -> None:
-    """A full build: every model from scratch; the marts end up as documented tables."""
+    """A full build: every model from scratch; the marts end up as documented tables (and
+    views). The caller starts the id tables afresh first (flows/ids.forget_ids)."""
     docs = load_docs(sql_dir)
     marts = [name for name in order if models[name].layer == "marts"]
     undocumented = sorted(set(marts) - docs.keys())
@@ -244,6 +278,7 @@ def build_all_models(
                 _create_in_chunks(con, models, name, chunks)
             else:
                 create_model(con, models[name])
+            record_new_ids(con, name)
         for name in marts:
             apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
         # The tables ingest writes that users query too (samples, quarantined_files).
@@ -251,7 +286,7 @@ def build_all_models(
             apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
     finally:
         for name in reversed(order):
-            if models[name].materialized != "table":
+            if models[name].materialized not in PERSISTENT:
                 drop_model(con, models[name])
 
 
@@ -262,10 +297,13 @@ def _create_in_chunks(
     and a slice's window fits in the build's memory where the whole fleet's does not."""
     model = models[name]
     source, view = CHUNKED_MODELS[name]
+    _drop_other_kind(con, model)
     con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
     source_model = models.get(source)
     # Slices are ranges of gpu_uuid: both sources are stored sorted by it within each load
     # or build, so zone maps skip most row groups (a hash of the uuid would read them all).
+    # A model's rows have series ids instead (int_series_ids), which a full build numbers
+    # in uuid order: the range of a slice's ids skips the same row groups.
     uuids = [
         row[0] for row in con.execute("select distinct gpu_uuid from samples order by 1").fetchall()
     ]
@@ -274,17 +312,23 @@ def _create_in_chunks(
         for chunk in range(chunks)
         if len(uuids) * chunk // chunks < len(uuids) * (chunk + 1) // chunks
     ]
-    con.execute(
-        f"""
-        create or replace temp view _chunk as
-        select * from {source}
-        where gpu_uuid between getvariable('chunk_first_uuid') and getvariable('chunk_last_uuid')
-        """
-    )
+    in_slice = "gpu_uuid between getvariable('chunk_first_uuid') and getvariable('chunk_last_uuid')"
+    if source_model is not None:
+        in_slice = f"""
+            series_id between getvariable('chunk_first_id') and getvariable('chunk_last_id')
+            and series_id in (select series_id from int_series_ids where {in_slice})"""
+    con.execute(f"create or replace temp view _chunk as select * from {source} where {in_slice}")
     try:
         for first, last in bounds:
             con.execute("set variable chunk_first_uuid = ?", [first])
             con.execute("set variable chunk_last_uuid = ?", [last])
+            if source_model is not None:
+                for variable, extreme in (("chunk_first_id", "min"), ("chunk_last_id", "max")):
+                    con.execute(
+                        f"set variable {variable} = (select {extreme}(series_id) "
+                        "from int_series_ids where gpu_uuid between ? and ?)",
+                        [first, last],
+                    )
             if source_model is None:  # a raw table: the staging view reads the slice
                 create_model(con, models[view], {source: "_chunk"})
                 con.execute(f"insert into {name} by name\n{model.sql}")
@@ -294,8 +338,9 @@ def _create_in_chunks(
         if source_model is None:
             create_model(con, models[view])
         con.execute("drop view if exists temp._chunk")
-        con.execute("reset variable chunk_first_uuid")
-        con.execute("reset variable chunk_last_uuid")
+        for variable in ("uuid", "id"):
+            con.execute(f"reset variable chunk_first_{variable}")
+            con.execute(f"reset variable chunk_last_{variable}")
 
 
 def count_mart_rows(

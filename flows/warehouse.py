@@ -164,6 +164,7 @@ create table if not exists build_state.full_builds (generation bigint not null);
 # How a logged key selects a table's rows ({t}: the table, {k}: the log row).
 REPLAY_KEYS = {
     "gpu_since_ts": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.ts >= {k}.since_ts",
+    "series_since_ts": "{t}.series_id = {k}.run_id and {t}.ts >= {k}.since_ts",
     "gpu_from_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day >= {k}.day",
     "gpu_from_hour": (
         "{t}.gpu_uuid = {k}.gpu_uuid"
@@ -178,7 +179,7 @@ REPLAY_KEYS = {
 # Tables only ever changed by incremental builds (which log what they replace) or full
 # builds (after which the other slot is copied afresh); every other table is copied whole.
 LOGGED_TABLES = (
-    "samples_attributed",
+    "samples_attributed_rows",
     "run_pieces",
     "idle_episodes",
     "thermal_events",
@@ -235,17 +236,36 @@ def _open_in_this_process(path: Path) -> bool:
 
 
 def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[str]]:
+    """Each table's columns (and types), by schema.table."""
     rows = con.execute(
         """
         select schema_name || '.' || table_name,
             list(column_name || ' ' || data_type order by column_index),
         from duckdb_columns()
-        where database_name = ? and schema_name in ('main', 'build_state') and not internal
+        where database_name = $database and schema_name in ('main', 'build_state')
+            and not internal
+            and (schema_name, table_name) in (
+                select (schema_name, table_name) from duckdb_tables()
+                where database_name = $database
+            )
         group by all
+        """,
+        {"database": database},
+    ).fetchall()
+    return {name: columns for name, columns in rows}
+
+
+def _views(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, str]:
+    """Each view's definition, by schema.view (a full build replaces them)."""
+    rows = con.execute(
+        """
+        select schema_name || '.' || view_name, sql,
+        from duckdb_views()
+        where database_name = ? and schema_name in ('main', 'build_state') and not internal
         """,
         [database],
     ).fetchall()
-    return {name: columns for name, columns in rows}
+    return {name: sql for name, sql in rows}
 
 
 def _catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) -> bool:
@@ -265,6 +285,8 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool)
     try:
         tables = _columns(con, "_published")
         if _columns(con, own[0]) != tables:
+            return False
+        if not rebuild and _views(con, own[0]) != _views(con, "_published"):
             return False
         behind = current_generation(con)
         row = con.execute("select value from _published.build_state.generation").fetchone()

@@ -12,3 +12,18 @@ create or replace temp macro glob_to_like(pattern) as
         '?',
         '_'
     );
+
+-- The id a name keeps across builds (flows/ids.py): its id in the id table when it has
+-- one, else the next free id (`known_max` + its number `n` among the new names).
+create or replace temp macro stable_id(known_id, known_max, n) as
+    coalesce(known_id, coalesce(known_max, 0) + n);
+
+-- samples_attributed_rows.attribution_code as samples_attributed.attributed_by (the view
+-- spells this out: a view in the warehouse cannot use the build's temp macros)
+create or replace temp macro attribution_name(code) as
+    case code
+        when 1 then 'allocation'
+        when 2 then 'process'
+        when 3 then 'host'
+        when 4 then 'none'
+    end;

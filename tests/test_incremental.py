@@ -40,8 +40,10 @@ MARTS = (
     "host_daily",
 )
 
-# Six GPUs on three hosts; the patterns change in blocks of hours so that idle episodes,
-# thermal events and team changes cross local midnight (Kolkata: UTC+05:30) and chunks.
+# Six GPUs on four hosts (GPU 4, which joins late, alone on node-c0: a host, and so a host
+# id, that first appears in an incremental build, sorting before the hosts built before
+# it); the patterns change in blocks of hours so that idle episodes, thermal events and
+# team changes cross local midnight (Kolkata: UTC+05:30) and chunks.
 SOURCE_SQL = f"""
 create table source as
 with ticks as (
@@ -60,7 +62,7 @@ shaped as (
 select
     ts,
     10.0::float as interval_s,
-    'node-' || ['a1', 'a1', 'b1', 'b1', 'c1', 'c1'][(g + 1)::bigint] as host,
+    'node-' || ['a1', 'a1', 'b1', 'b1', 'c0', 'c1'][(g + 1)::bigint] as host,
     (g % 2)::usmallint as gpu_index,
     'GPU-' || g as gpu_uuid,
     case when g < 4 then 'NVIDIA H100 80GB HBM3' else 'NVIDIA A100-SXM4-80GB' end as gpu_name,
@@ -199,22 +201,22 @@ def test_data_has_runs_across_midnight_and_chunks(built: tuple[Fleet, Fleet, lis
 
 
 def _stored_runs(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
-    """Stretches of samples_attributed, in stored (rowid) order, of one series with rising
-    ts; and how many series there are."""
+    """Stretches of samples_attributed_rows, in stored (rowid) order, of one series with
+    rising ts; and how many series there are."""
     row = con.execute(
         """
         select
             count(*) filter (
-                where previous_uuid is distinct from gpu_uuid or ts < previous_ts
+                where previous_series is distinct from series_id or ts < previous_ts
             ),
-            count(distinct gpu_uuid),
+            count(distinct series_id),
         from (
             select
-                gpu_uuid,
+                series_id,
                 ts,
-                lag(gpu_uuid) over (order by rowid) as previous_uuid,
+                lag(series_id) over (order by rowid) as previous_series,
                 lag(ts) over (order by rowid) as previous_ts,
-            from samples_attributed
+            from samples_attributed_rows
         )
         """
     ).fetchone()
@@ -228,7 +230,7 @@ def test_samples_attributed_is_stored_in_series_and_time_order(
     """Stored in series and time order it takes half the bytes (10 per sample at fleet
     scale, not 20), and the build sorts nothing for it: the rows leave the series window
     in that order and keep it only while DuckDB's hash joins after the window build on the
-    small name tables (flows/models.prepare). Built the way DuckDB plans by itself, these
+    small tables (flows/models.prepare). Built the way DuckDB plans by itself, these
     97,083 samples were stored in 75,000-93,000 stretches."""
     _, full, _ = built
     runs, series = _stored_runs(full.con)

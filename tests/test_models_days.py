@@ -167,7 +167,8 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
     result = fleet.build()
     documented_raw = {"samples", "quarantined_files"}  # written by ingest, queried by users
     marts = {
-        "samples_attributed",
+        "samples_attributed",  # a view of samples_attributed_rows
+        "samples_attributed_rows",  # stored with ids instead of names
         "team_daily",
         "team_weekly",
         "idle_episodes",
@@ -180,7 +181,8 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
     }
     assert set(result.mart_rows) == marts
     tables = fleet.rows(
-        "select table_name, comment from duckdb_tables() where schema_name = 'main'"
+        "select table_name, comment from duckdb_tables() where schema_name = 'main' "
+        "union all select view_name, comment from duckdb_views() where schema_name = 'main'"
     )
     commented = {t["table_name"] for t in tables if t["comment"]}
     assert marts | documented_raw <= commented
@@ -245,9 +247,11 @@ def test_models_run_after_the_models_they_read() -> None:
     assert layers.index("intermediate") > max(
         i for i, layer in enumerate(layers) if layer == "staging"
     )
-    # the series window runs once, materialized by samples_attributed; runs build on that
-    assert "int_samples_sequenced" in models["samples_attributed"].depends_on
-    assert "samples_attributed" in models["run_pieces"].depends_on
+    # the series window runs once, materialized by samples_attributed_rows; runs build on
+    # that, and samples_attributed is a view of it
+    assert "int_samples_sequenced" in models["samples_attributed_rows"].depends_on
+    assert "samples_attributed_rows" in models["run_pieces"].depends_on
+    assert models["samples_attributed"].depends_on == {"samples_attributed_rows"}
     assert "run_pieces" in models["int_idle_episode_days"].depends_on
     assert "run_pieces" in models["int_thermal_events"].depends_on
 

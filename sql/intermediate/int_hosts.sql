@@ -1,6 +1,7 @@
--- Every host seen in the samples: a small integer id (the series window carries it instead
--- of the name) and the owning team by hosts.csv, the first glob that matches in file order
--- (CONTRACT 6, rule 3); null when none matches.
+-- Every host seen in the samples: a small integer id (the series window and
+-- samples_attributed_rows carry it instead of the name; kept across builds in
+-- build_state.hosts) and the owning team by hosts.csv, the first glob that matches in
+-- file order (CONTRACT 6, rule 3); null when none matches.
 with samples as (
     select * from stg_samples
 ),
@@ -11,6 +12,10 @@ host_rules as (
 
 teams as (
     select * from int_teams
+),
+
+known as (
+    select * from build_state.hosts
 ),
 
 hosts as (
@@ -27,14 +32,24 @@ matches as (
     group by hosts.host
 ),
 
+numbered as (
+    select
+        hosts.host,
+        known.host_id as known_id,
+        row_number() over (partition by known.host_id is null order by hosts.host) as n,
+    from hosts
+    left join known on known.host = hosts.host
+),
+
 final as (
     select
-        (row_number() over (order by hosts.host))::integer as host_id,
-        hosts.host,
+        stable_id(numbered.known_id, (select max(host_id) from known), numbered.n)::integer
+            as host_id,
+        numbered.host,
         matches.team,
         teams.team_id,
-    from hosts
-    left join matches on matches.host = hosts.host
+    from numbered
+    left join matches on matches.host = numbered.host
     left join teams on teams.team = matches.team
 )
 

@@ -4,27 +4,16 @@
 -- contiguous, its energy, and whether it starts an idle run (idle, and not continuing an
 -- idle run of the same team and attribution) or a thermal run (CONTRACT 6).
 -- run_pieces keys the runs (the islands).
--- A view: samples_attributed materializes it once; per-sample temp tables would not fit
--- in memory at fleet scale. The uuid, GPU name, host, team, attribution and local day are
--- turned back into names after the window, which then sorts integers instead of strings.
+-- A view: samples_attributed_rows materializes it once; per-sample temp tables would not
+-- fit in memory at fleet scale. The series, host, team and attribution stay integers (the
+-- window sorts integers, and the table stores no name 60 M times); the samples_attributed
+-- view turns them into names.
 with samples as (
     select * from int_samples_attributed
 ),
 
-series_ids as (
-    select * from int_series_ids
-),
-
 local_days as (
     select * from int_local_days
-),
-
-hosts as (
-    select * from int_hosts
-),
-
-teams as (
-    select * from int_teams
 ),
 
 with_previous as (
@@ -84,23 +73,17 @@ with_run_starts as (
 
 final as (
     select
-        series_ids.gpu_uuid,
+        with_run_starts.series_id,
         with_run_starts.ts,
-        hosts.host,
+        with_run_starts.host_id,
         with_run_starts.gpu_index,
-        series_ids.gpu_name,
         with_run_starts.interval_s,
         with_run_starts.status,
         with_run_starts.gpu_util_pct,
-        teams.team,
+        with_run_starts.team_id,
         with_run_starts."user",
         with_run_starts.job_id,
-        case with_run_starts.attribution_code
-            when 1 then 'allocation'
-            when 2 then 'process'
-            when 3 then 'host'
-            else 'none'
-        end as attributed_by,
+        with_run_starts.attribution_code,
         with_run_starts.is_idle,
         with_run_starts.energy_j,
         local_days.day,
@@ -116,14 +99,11 @@ final as (
         with_run_starts.is_idle_run_start as starts_idle_episode,
         with_run_starts.is_thermal_run_start as starts_thermal_event,
     from with_run_starts
-    inner join series_ids on series_ids.series_id = with_run_starts.series_id
-    inner join hosts on hosts.host_id = with_run_starts.host_id
-    inner join teams on teams.team_id = with_run_starts.team_id
     inner join local_days on local_days.bucket = with_run_starts.ts_us // 900000000
     -- No order by: the window emits each series' rows together and in time order, and the
-    -- joins above keep that order while they probe with the samples (the build turns
-    -- off DuckDB's build_side_probe_side: see flows/models.prepare), so samples_attributed
-    -- is stored as compactly (10 bytes per sample) as a sort of 60 M rows would make it.
+    -- join above keeps that order while it probes with the samples (the build turns off
+    -- DuckDB's build_side_probe_side: see flows/models.prepare), so
+    -- samples_attributed_rows is stored as compactly as a sort of 60 M rows would make it.
 )
 
 select * from final

@@ -3,19 +3,30 @@
 -- of the samples. A table: an incremental build replaces a GPU's rows from the local hour of
 -- its first new sample on, so a cycle late in the day reads an hour of samples, not a day.
 with samples as (
-    select * from samples_attributed
+    select * from samples_attributed_rows
 ),
 
-final as (
+series as (
+    select * from build_state.series
+),
+
+hosts as (
+    select * from build_state.hosts
+),
+
+teams as (
+    select * from build_state.teams
+),
+
+hours as (
     select
         day,
         hour,
         iso_week,
         week_start,
-        gpu_uuid,
-        team,
-        host,
-        any_value(gpu_name) as gpu_name,
+        series_id,
+        team_id,
+        host_id,
         count(*) as samples,
         sum(interval_s)::double as observed_s,
         coalesce(sum(interval_s) filter (where gpu_util_pct is not null), 0)::double
@@ -27,7 +38,24 @@ final as (
         min(ts) as first_ts,
         max(ts) as last_ts,
     from samples
-    group by day, hour, iso_week, week_start, gpu_uuid, team, host
+    group by day, hour, iso_week, week_start, series_id, team_id, host_id
+),
+
+final as (
+    select
+        hours.day,
+        hours.hour,
+        hours.iso_week,
+        hours.week_start,
+        series.gpu_uuid,
+        teams.team,
+        hosts.host,
+        series.gpu_name,
+        hours.* exclude (day, hour, iso_week, week_start, series_id, team_id, host_id),
+    from hours
+    inner join series on series.series_id = hours.series_id
+    inner join teams on teams.team_id = hours.team_id
+    inner join hosts on hosts.host_id = hours.host_id
 )
 
 select * from final

@@ -1,67 +1,82 @@
 -- The islands of gaps-and-islands, for idle episodes and thermal events together: the idle
 -- and thermal samples keyed by the run they belong to, summed into pieces. A run is the
--- samples from one that starts it (see samples_attributed) up to the next start of the same
--- kind, so its key is the time of the latest start at or before the sample; only idle and
--- thermal samples need a key, so the window sorts only them.
+-- samples from one that starts it (see samples_attributed_rows) up to the next start of
+-- the same kind, so its key is the time of the latest start at or before the sample: an
+-- as-of join of the series' samples with its starts (a running max over a window took 3
+-- times as long). Only idle and thermal samples need a key, so only they are joined.
 -- A piece is the samples of one idle run and one thermal run (either may be null) in one
 -- local hour and host; every measure below adds up over pieces, so int_idle_episode_days
 -- and int_thermal_events regroup this small table instead of the samples. A table: an
--- incremental build replaces a GPU's pieces from the local hour of its first new
--- sample on, and re-adds only the runs those pieces belong to. A run already open before the samples read
--- begin gets the key '-infinity' here; the incremental build puts the run's start in.
+-- incremental build replaces a GPU's pieces from the local hour of its first new sample
+-- on, and re-adds only the runs those pieces belong to. A run already open before the
+-- samples read begin gets the key '-infinity' here; the incremental build puts the run's
+-- start in. Ids become names only after the pieces are summed (flows/ids.py).
 with samples as (
-    select * from samples_attributed
+    select * from samples_attributed_rows
 ),
 
-series_ids as (
-    select * from int_series_ids
+series as (
+    select * from build_state.series
+),
+
+hosts as (
+    select * from build_state.hosts
+),
+
+teams as (
+    select * from build_state.teams
 ),
 
 run_samples as (
     select
-        series_ids.series_id,
-        samples.ts,
-        samples.interval_s,
-        samples.day,
-        samples.hour,
-        samples.host,
-        samples.gpu_index,
-        samples.team,
-        samples."user",
-        samples.job_id,
-        samples.attributed_by,
-        samples.is_idle,
-        samples.is_thermal,
-        samples.has_process,
-        samples.clock_event_mask,
-        samples.temp_gpu_c,
-        samples.sm_clock_mhz,
-        samples.starts_idle_episode,
-        samples.starts_thermal_event,
+        series_id,
+        ts,
+        interval_s,
+        day,
+        hour,
+        host_id,
+        gpu_index,
+        team_id,
+        "user",
+        job_id,
+        attribution_code,
+        is_idle,
+        is_thermal,
+        has_process,
+        clock_event_mask,
+        temp_gpu_c,
+        sm_clock_mhz,
+        starts_idle_episode,
+        starts_thermal_event,
     from samples
-    inner join series_ids on series_ids.gpu_uuid = samples.gpu_uuid
-    where samples.is_idle or samples.is_thermal
+    where is_idle or is_thermal
+),
+
+idle_starts as (
+    select series_id, ts, from run_samples where starts_idle_episode
+),
+
+thermal_starts as (
+    select series_id, ts, from run_samples where starts_thermal_event
 ),
 
 keyed as (
     select
-        *,
+        run_samples.*,
         case
-            when is_idle then coalesce(
-                max(case when starts_idle_episode then ts end) over series,
-                '-infinity'::timestamptz
-            )
+            when run_samples.is_idle
+                then coalesce(idle_starts.ts, '-infinity'::timestamptz)
         end as idle_run_start_ts,
         case
-            when is_thermal then coalesce(
-                max(case when starts_thermal_event then ts end) over series,
-                '-infinity'::timestamptz
-            )
+            when run_samples.is_thermal
+                then coalesce(thermal_starts.ts, '-infinity'::timestamptz)
         end as thermal_run_start_ts,
     from run_samples
-    window series as (
-        partition by series_id order by ts rows between unbounded preceding and current row
-    )
+    asof left join idle_starts
+        on idle_starts.series_id = run_samples.series_id and run_samples.ts >= idle_starts.ts
+    asof left join thermal_starts
+        on thermal_starts.series_id = run_samples.series_id
+        and run_samples.ts >= thermal_starts.ts
 ),
 
 pieces as (
@@ -71,10 +86,10 @@ pieces as (
         series_id,
         day,
         hour,
-        host,
+        host_id,
         arg_min_null(gpu_index, ts) as first_gpu_index,
-        arg_min_null(team, ts) as first_team,
-        arg_min_null(attributed_by, ts) as first_attributed_by,
+        arg_min_null(team_id, ts) as first_team_id,
+        arg_min_null(attribution_code, ts) as first_attribution_code,
         arg_min_null("user", ts) as first_user,
         arg_min_null(job_id, ts) as first_job_id,
         min(ts) as first_ts,
@@ -87,16 +102,36 @@ pieces as (
         min(sm_clock_mhz) as min_sm_clock_mhz,
         bit_or(clock_event_mask) as reasons_mask,
     from keyed
-    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, hour, host
+    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, hour, host_id
 ),
 
 final as (
     select
-        series_ids.gpu_uuid,
-        series_ids.gpu_name,
-        pieces.* exclude (series_id),
+        series.gpu_uuid,
+        series.gpu_name,
+        pieces.idle_run_start_ts,
+        pieces.thermal_run_start_ts,
+        pieces.day,
+        pieces.hour,
+        hosts.host,
+        pieces.first_gpu_index,
+        teams.team as first_team,
+        attribution_name(pieces.first_attribution_code) as first_attributed_by,
+        pieces.first_user,
+        pieces.first_job_id,
+        pieces.first_ts,
+        pieces.first_interval_s,
+        pieces.last_ts,
+        pieces.seconds,
+        pieces.samples,
+        pieces.has_process,
+        pieces.max_temp_gpu_c,
+        pieces.min_sm_clock_mhz,
+        pieces.reasons_mask,
     from pieces
-    inner join series_ids on series_ids.series_id = pieces.series_id
+    inner join series on series.series_id = pieces.series_id
+    inner join hosts on hosts.host_id = pieces.host_id
+    left join teams on teams.team_id = pieces.first_team_id
 )
 
 select * from final

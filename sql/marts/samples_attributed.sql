@@ -1,11 +1,60 @@
+-- materialized: view
 -- Every sample with its attribution, energy, local day and week, and whether it starts an
--- idle episode or a thermal event.
-with samples_sequenced as (
-    select * from int_samples_sequenced
+-- idle episode or a thermal event: samples_attributed_rows with its ids as names.
+with stored as (
+    select * from samples_attributed_rows
+),
+
+series as (
+    select * from build_state.series
+),
+
+hosts as (
+    select * from build_state.hosts
+),
+
+teams as (
+    select * from build_state.teams
 ),
 
 final as (
-    select * from samples_sequenced
+    select
+        series.gpu_uuid,
+        stored.ts,
+        hosts.host,
+        stored.gpu_index,
+        series.gpu_name,
+        stored.interval_s,
+        stored.status,
+        stored.gpu_util_pct,
+        teams.team,
+        stored."user",
+        stored.job_id,
+        -- spelled out, not the attribution_name macro: a view outlives the build's macros
+        case stored.attribution_code
+            when 1 then 'allocation'
+            when 2 then 'process'
+            when 3 then 'host'
+            when 4 then 'none'
+        end as attributed_by,
+        stored.is_idle,
+        stored.energy_j,
+        stored.day,
+        stored.hour,
+        stored.iso_week,
+        stored.week_start,
+        stored.has_process,
+        stored.is_contiguous,
+        stored.is_thermal,
+        stored.clock_event_mask,
+        stored.temp_gpu_c,
+        stored.sm_clock_mhz,
+        stored.starts_idle_episode,
+        stored.starts_thermal_event,
+    from stored
+    inner join series on series.series_id = stored.series_id
+    inner join hosts on hosts.host_id = stored.host_id
+    inner join teams on teams.team_id = stored.team_id
 )
 
 select * from final
