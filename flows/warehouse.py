@@ -153,7 +153,7 @@ create table if not exists build_state.replaced (
     gpu_uuid varchar,
     since_ts timestamptz,
     day date,
-    run_id bigint,
+    run_id bigint,                 -- an episode or event id; a series id for series_since_ts
     iso_week varchar,
     hour bigint
 );
@@ -163,7 +163,6 @@ create table if not exists build_state.full_builds (generation bigint not null);
 """
 # How a logged key selects a table's rows ({t}: the table, {k}: the log row).
 REPLAY_KEYS = {
-    "gpu_since_ts": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.ts >= {k}.since_ts",
     "series_since_ts": "{t}.series_id = {k}.run_id and {t}.ts >= {k}.since_ts",
     "gpu_from_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day >= {k}.day",
     "gpu_from_hour": (
