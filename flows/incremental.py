@@ -702,15 +702,6 @@ def build_incrementally(
                 (select count(distinct day) from _inc_days)
             """
         ).fetchone()
-        con.execute(
-            """
-            update build_state.series
-            set gpu_name = greatest(_inc_series.gpu_name, build_state.series.gpu_name)
-            from _inc_series
-            where _inc_series.gpu_uuid = build_state.series.gpu_uuid
-                and _inc_series.gpu_name > coalesce(build_state.series.gpu_name, '')
-            """
-        )
         con.execute("update build_state.watermark set samples_rowid = ?, built_at = now()", [top])
         record_allocations(con)
     finally:
