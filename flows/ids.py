@@ -28,11 +28,12 @@ create table if not exists build_state.hosts (host varchar primary key, host_id 
 create table if not exists build_state.teams (team varchar primary key, team_id integer);
 """
 
-# model: (the id table, its id column, its name column); the model has both columns
+# model: (the id table, its name column, the columns kept: the id and any others); the
+# model has them all
 STABLE_IDS = {
-    "int_series_ids": ("build_state.series", "series_id", "gpu_uuid"),
-    "int_hosts": ("build_state.hosts", "host_id", "host"),
-    "int_teams": ("build_state.teams", "team_id", "team"),
+    "int_series_ids": ("build_state.series", "gpu_uuid", ("series_id", "gpu_name")),
+    "int_hosts": ("build_state.hosts", "host", ("host_id",)),
+    "int_teams": ("build_state.teams", "team", ("team_id",)),
 }
 
 
@@ -50,12 +51,12 @@ def record_new_ids(con: duckdb.DuckDBPyConnection, model_name: str) -> None:
     """After building one of the STABLE_IDS models: keep the ids it gave new names."""
     if model_name not in STABLE_IDS:
         return
-    table, id_column, name_column = STABLE_IDS[model_name]
-    extra = ", gpu_name" if model_name == "int_series_ids" else ""
+    table, name_column, kept = STABLE_IDS[model_name]
+    columns = ", ".join((name_column, *kept))
     con.execute(
         f"""
-        insert into {table} ({name_column}, {id_column}{extra})
-        select {name_column}, {id_column}{extra},
+        insert into {table} ({columns})
+        select {columns},
         from {model_name}
         where {name_column} not in (select {name_column} from {table})
         """
