@@ -1,12 +1,12 @@
 """Integer ids for the names the per-sample table would otherwise repeat 60 million times.
 
-`samples_attributed_rows` stores a GPU series, host and team as small integers; the
-`samples_attributed` view (and `run_pieces`, `gpu_hourly`) turn them back into names
-through the id tables kept here, in `build_state`. Writing the names instead cost about
-40 % of the full build at fleet scale (compressing strings on every row).
+`samples_attributed_rows` stores a GPU series, host, team, user, job and status as small
+integers; the `samples_attributed` view (and `run_pieces`, `gpu_hourly`) turn them back into
+names through the id tables kept here, in `build_state`. Carrying the names through the
+series window and writing them instead took most of the full build at fleet scale.
 
-An id never changes meaning between builds: the models `int_series_ids`, `int_hosts` and
-`int_teams` keep the ids these tables hold and number new names after the largest one,
+An id never changes meaning between builds: the models of STABLE_IDS (`int_series_ids`,
+`int_hosts`, ...) keep the ids these tables hold and number new names after the largest one,
 and `record_new_ids` adds the new ones after each of those models is built. An incremental
 build therefore writes the same ids as the rows it keeps; a full build, which rewrites
 every row, starts the tables afresh (`forget_ids`), so its ids follow name order.
@@ -26,6 +26,10 @@ create table if not exists build_state.series (
 alter table build_state.series add column if not exists series_id bigint;
 create table if not exists build_state.hosts (host varchar primary key, host_id integer);
 create table if not exists build_state.teams (team varchar primary key, team_id integer);
+create table if not exists build_state.users ("user" varchar primary key, user_id integer);
+-- a Slurm job id (a string) and the integer that stands for it
+create table if not exists build_state.jobs (job_id varchar primary key, job_key integer);
+create table if not exists build_state.statuses (status varchar primary key, status_id integer);
 """
 
 # model: (the id table, its name column, the columns kept: the id and any others); the
@@ -34,6 +38,9 @@ STABLE_IDS = {
     "int_series_ids": ("build_state.series", "gpu_uuid", ("series_id", "gpu_name")),
     "int_hosts": ("build_state.hosts", "host", ("host_id",)),
     "int_teams": ("build_state.teams", "team", ("team_id",)),
+    "int_users": ("build_state.users", '"user"', ("user_id",)),
+    "int_jobs": ("build_state.jobs", "job_id", ("job_key",)),
+    "int_statuses": ("build_state.statuses", "status", ("status_id",)),
 }
 
 

@@ -568,7 +568,7 @@ def _replace_gpu_days(
     con.execute(
         """
         create or replace temp table _inc_weeks as
-        select distinct strftime(day, '%G-W%V') as iso_week from _inc_days;
+        select distinct iso_week(day) as iso_week from _inc_days;
         """
     )
 

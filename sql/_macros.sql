@@ -27,3 +27,8 @@ create or replace temp macro attribution_name(code) as
         when 3 then 'host'
         when 4 then 'none'
     end;
+
+-- The ISO week (`YYYY-Www`) of a local day, and the Monday it starts on (CONTRACT 1).
+create or replace temp macro iso_week(day) as strftime(day, '%G-W%V');
+
+create or replace temp macro week_start(day) as day - (isodow(day) - 1)::integer;

@@ -42,7 +42,8 @@ MARTS = (
 
 # Six GPUs on four hosts (GPU 4, which joins late, alone on node-c0: a host, and so a host
 # id, that first appears in an incremental build, sorting before the hosts built before
-# it); the patterns change in blocks of hours so that idle episodes, thermal events and
+# it; its job, its process owner 'aaron' and its 'no_permission' samples are new there
+# too); the patterns change in blocks of hours so that idle episodes, thermal events and
 # team changes cross local midnight (Kolkata: UTC+05:30) and chunks.
 SOURCE_SQL = f"""
 create table source as
@@ -66,9 +67,14 @@ select
     (g % 2)::usmallint as gpu_index,
     'GPU-' || g as gpu_uuid,
     case when g < 4 then 'NVIDIA H100 80GB HBM3' else 'NVIDIA A100-SXM4-80GB' end as gpu_name,
-    case when g = 5 and k % 997 = 0 then 'lost' else 'ok' end as status,
+    case
+        when g = 5 and k % 997 = 0 then 'lost'
+        when g = 4 and k % 1009 = 0 then 'no_permission'
+        else 'ok'
+    end as status,
     case
         when g = 5 and k % 997 = 0 then null
+        when g = 4 and k % 1009 = 0 then null
         when idle_block then (hash(k, g) % 40) / 10.0
         else 20 + hash(g, k) % 80
     end::float as gpu_util_pct,
@@ -87,6 +93,8 @@ select
     end::ubigint as clock_event_mask,
     case
         when owner is null then []
+        when g = 4 and owner = 'bob'
+            then [{{'pid': 104, 'user': 'aaron', 'used_mem_bytes': 1000, 'job_id': 'j4'}}]
         else [{{'pid': 100 + g, 'user': owner, 'used_mem_bytes': 1000, 'job_id': 'j' || g}}]
     end as processes,
 from shaped
@@ -182,6 +190,29 @@ def test_incremental_build_equals_full_build(
     expected = _mart(full.con, mart)
     assert expected, f"{mart} is empty: the data does not exercise it"
     assert _mart(incremental.con, mart) == expected
+
+
+def test_data_has_names_first_seen_in_an_incremental_build(
+    built: tuple[Fleet, Fleet, list[str]],
+) -> None:
+    """A host, job, user and status that the first (full) build did not see get their ids
+    in an incremental one (flows/ids.py), and come out by name as a full build's do."""
+    incremental, _, modes = built
+    assert modes[0] == "full"
+    for column, value in (
+        ("host", "node-c0"),
+        ("job_id", "j4"),
+        ('"user"', "aaron"),
+        ("status", "no_permission"),
+    ):
+        row = incremental.con.execute(
+            f"select count(*) from samples_attributed where {column} = ?", [value]
+        ).fetchone()
+        assert row is not None and row[0] > 0, column
+    first_ts = incremental.con.execute(
+        "select min(ts) from samples where gpu_uuid = 'GPU-4'"
+    ).fetchone()
+    assert first_ts is not None and first_ts[0] >= START + dt.timedelta(seconds=CHUNK_S)
 
 
 def test_data_has_runs_across_midnight_and_chunks(built: tuple[Fleet, Fleet, list[str]]) -> None:

@@ -3,7 +3,8 @@
 -- (ties: the later end, then the larger job_id). An open allocation runs to infinity.
 -- Each segment is listed once per UTC hour it overlaps that has samples, so
 -- samples find their allocation with an equi-join on (host, gpu_index, hour) and a range
--- check (CONTRACT 6, rule 1): no sort of the samples, unlike an ASOF join.
+-- check (CONTRACT 6, rule 1): no sort of the samples, unlike an ASOF join. The job and
+-- user are their integer ids (int_jobs, int_users), as samples_attributed_rows stores them.
 with allocations as (
     select * from stg_allocations
 ),
@@ -22,6 +23,14 @@ teams as (
 
 users as (
     select * from stg_users
+),
+
+user_ids as (
+    select * from int_users
+),
+
+job_keys as (
+    select * from int_jobs
 ),
 
 allocations_with_team as (
@@ -118,13 +127,15 @@ final as (
         segment_hours.end_us,
         segment_hours.start_ts,
         segment_hours.end_ts,
-        segment_hours.winner.job_id as job_id,
-        segment_hours.winner."user" as "user",
+        job_keys.job_key,
+        user_ids.user_id,
         teams.team_id,
     from segment_hours
     -- allocations on hosts without samples have nothing to attribute
     inner join hosts on hosts.host = segment_hours.host
     inner join teams on teams.team = segment_hours.winner.team
+    left join job_keys on job_keys.job_id = segment_hours.winner.job_id
+    left join user_ids on user_ids."user" = segment_hours.winner."user"
 )
 
 select * from final

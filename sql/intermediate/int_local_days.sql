@@ -1,5 +1,4 @@
--- The local day, hour, ISO week and week start of every 15-minute UTC bucket that has
--- samples.
+-- The local day and hour of every 15-minute UTC bucket that has samples.
 -- Time zone offsets are whole quarter hours, so a bucket never straddles a local hour;
 -- samples find their day by joining on `ts_us // 900000000` instead of converting each ts.
 with samples as (
@@ -25,8 +24,6 @@ final as (
         bucket,
         day,
         hour(local_time) as hour,
-        strftime(day, '%G-W%V') as iso_week,
-        day - (isodow(day) - 1)::integer as week_start,
     from local_dates
 )
 

@@ -1,8 +1,8 @@
 -- materialized: temp_view
 -- Every sample with its attribution (CONTRACT 6: allocation, else process, else host, else
 -- none) and whether it is idle or thermally throttled. Names the series window would have
--- to sort are carried as small integers (series, host, team, attribution code); the
--- sequencing model turns them back into names after its window.
+-- to sort are carried as small integers (series, host, team, user, job, status, attribution
+-- code: flows/ids.py); samples_attributed_rows stores them so.
 -- A view: it is read once, by the series model, so it is never held in memory whole.
 with samples as (
     select * from stg_samples
@@ -20,8 +20,16 @@ teams as (
     select * from int_teams
 ),
 
-user_teams as (
-    select * from int_user_teams
+users as (
+    select * from int_users
+),
+
+jobs as (
+    select * from int_jobs
+),
+
+statuses as (
+    select * from int_statuses
 ),
 
 allocation_segments as (
@@ -41,8 +49,8 @@ with_allocation as (
     select
         with_host.*,
         allocation_segments.start_us is not null as has_allocation,
-        allocation_segments.job_id as allocation_job_id,
-        allocation_segments."user" as allocation_user,
+        allocation_segments.job_key as allocation_job_key,
+        allocation_segments.user_id as allocation_user_id,
         allocation_segments.team_id as allocation_team_id,
     from with_host
     left join allocation_segments
@@ -67,22 +75,23 @@ attributed as (
             when has_allocation then allocation_team_id
             when process_count > 0
                 then coalesce(
-                    user_teams.team_id,
+                    users.team_id,
                     (select team_id from teams where team = '(unmapped)')
                 )
             when host_team_id is not null then host_team_id
             else (select team_id from teams where team = '(unallocated)')
         end as team_id,
         case
-            when has_allocation then allocation_user
-            when process_count > 0 then top_process_user
-        end as "user",
+            when has_allocation then allocation_user_id
+            when process_count > 0 then users.user_id
+        end as user_id,
         case
-            when has_allocation then allocation_job_id
-            when process_count > 0 then top_process_job_id
-        end as job_id,
+            when has_allocation then allocation_job_key
+            when process_count > 0 then jobs.job_key
+        end as job_key,
     from with_allocation
-    left join user_teams on user_teams."user" = with_allocation.top_process_user
+    left join users on users."user" = with_allocation.top_process_user
+    left join jobs on jobs.job_id = with_allocation.top_process_job_id
 ),
 
 final as (
@@ -92,11 +101,11 @@ final as (
         attributed.interval_s,
         attributed.host_id,
         attributed.gpu_index,
-        attributed.status,
+        statuses.status_id,
         attributed.gpu_util_pct,
         attributed.team_id,
-        attributed."user",
-        attributed.job_id,
+        attributed.user_id,
+        attributed.job_key,
         attributed.attribution_code,
         attributed.gpu_util_pct < getvariable('idle_threshold_pct') as is_idle,
         attributed.process_count > 0 as has_process,
@@ -108,6 +117,7 @@ final as (
         attributed.energy_mj,
     from attributed
     inner join series_ids on series_ids.gpu_uuid = attributed.gpu_uuid
+    inner join statuses on statuses.status = attributed.status
 )
 
 select * from final

@@ -5,9 +5,9 @@
 -- idle run of the same team and attribution) or a thermal run (CONTRACT 6).
 -- run_pieces keys the runs (the islands).
 -- A view: samples_attributed_rows materializes it once; per-sample temp tables would not
--- fit in memory at fleet scale. The series, host, team and attribution stay integers (the
--- window sorts integers, and the table stores no name 60 M times); the samples_attributed
--- view turns them into names.
+-- fit in memory at fleet scale. The series, host, team, user, job, status and attribution
+-- stay integers (the window sorts integers, and the table stores no name 60 M times); the
+-- samples_attributed view turns them into names, and derives the ISO week from the day.
 with samples as (
     select * from int_samples_attributed
 ),
@@ -78,18 +78,16 @@ final as (
         with_run_starts.host_id,
         with_run_starts.gpu_index,
         with_run_starts.interval_s,
-        with_run_starts.status,
+        with_run_starts.status_id,
         with_run_starts.gpu_util_pct,
         with_run_starts.team_id,
-        with_run_starts."user",
-        with_run_starts.job_id,
+        with_run_starts.user_id,
+        with_run_starts.job_key,
         with_run_starts.attribution_code,
         with_run_starts.is_idle,
         with_run_starts.energy_j,
         local_days.day,
         local_days.hour,
-        local_days.iso_week,
-        local_days.week_start,
         with_run_starts.has_process,
         with_run_starts.is_contiguous,
         with_run_starts.is_thermal,

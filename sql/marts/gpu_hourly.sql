@@ -22,8 +22,6 @@ hours as (
     select
         day,
         hour,
-        iso_week,
-        week_start,
         series_id,
         team_id,
         host_id,
@@ -38,20 +36,20 @@ hours as (
         min(ts) as first_ts,
         max(ts) as last_ts,
     from samples
-    group by day, hour, iso_week, week_start, series_id, team_id, host_id
+    group by day, hour, series_id, team_id, host_id
 ),
 
 final as (
     select
         hours.day,
         hours.hour,
-        hours.iso_week,
-        hours.week_start,
+        iso_week(hours.day) as iso_week,
+        week_start(hours.day) as week_start,
         series.gpu_uuid,
         teams.team,
         hosts.host,
         series.gpu_name,
-        hours.* exclude (day, hour, iso_week, week_start, series_id, team_id, host_id),
+        hours.* exclude (day, hour, series_id, team_id, host_id),
     from hours
     inner join series on series.series_id = hours.series_id
     inner join teams on teams.team_id = hours.team_id

@@ -27,6 +27,14 @@ teams as (
     select * from build_state.teams
 ),
 
+users as (
+    select * from build_state.users
+),
+
+jobs as (
+    select * from build_state.jobs
+),
+
 run_samples as (
     select
         series_id,
@@ -37,8 +45,8 @@ run_samples as (
         host_id,
         gpu_index,
         team_id,
-        "user",
-        job_id,
+        user_id,
+        job_key,
         attribution_code,
         is_idle,
         is_thermal,
@@ -90,8 +98,8 @@ pieces as (
         arg_min_null(gpu_index, ts) as first_gpu_index,
         arg_min_null(team_id, ts) as first_team_id,
         arg_min_null(attribution_code, ts) as first_attribution_code,
-        arg_min_null("user", ts) as first_user,
-        arg_min_null(job_id, ts) as first_job_id,
+        arg_min_null(user_id, ts) as first_user_id,
+        arg_min_null(job_key, ts) as first_job_key,
         min(ts) as first_ts,
         arg_min(interval_s, ts) as first_interval_s,
         max(ts) as last_ts,
@@ -117,8 +125,8 @@ final as (
         pieces.first_gpu_index,
         teams.team as first_team,
         attribution_name(pieces.first_attribution_code) as first_attributed_by,
-        pieces.first_user,
-        pieces.first_job_id,
+        users."user" as first_user,
+        jobs.job_id as first_job_id,
         pieces.first_ts,
         pieces.first_interval_s,
         pieces.last_ts,
@@ -132,6 +140,8 @@ final as (
     inner join series on series.series_id = pieces.series_id
     inner join hosts on hosts.host_id = pieces.host_id
     left join teams on teams.team_id = pieces.first_team_id
+    left join users on users.user_id = pieces.first_user_id
+    left join jobs on jobs.job_key = pieces.first_job_key
 )
 
 select * from final

@@ -17,6 +17,18 @@ teams as (
     select * from build_state.teams
 ),
 
+users as (
+    select * from build_state.users
+),
+
+jobs as (
+    select * from build_state.jobs
+),
+
+statuses as (
+    select * from build_state.statuses
+),
+
 final as (
     select
         series.gpu_uuid,
@@ -25,11 +37,11 @@ final as (
         stored.gpu_index,
         series.gpu_name,
         stored.interval_s,
-        stored.status,
+        statuses.status,
         stored.gpu_util_pct,
         teams.team,
-        stored."user",
-        stored.job_id,
+        users."user",
+        jobs.job_id,
         -- spelled out, not the attribution_name macro: a view outlives the build's macros
         case stored.attribution_code
             when 1 then 'allocation'
@@ -41,8 +53,9 @@ final as (
         stored.energy_j,
         stored.day,
         stored.hour,
-        stored.iso_week,
-        stored.week_start,
+        -- spelled out, not the iso_week and week_start macros (as above)
+        strftime(stored.day, '%G-W%V') as iso_week,
+        stored.day - (isodow(stored.day) - 1)::integer as week_start,
         stored.has_process,
         stored.is_contiguous,
         stored.is_thermal,
@@ -55,6 +68,9 @@ final as (
     inner join series on series.series_id = stored.series_id
     inner join hosts on hosts.host_id = stored.host_id
     inner join teams on teams.team_id = stored.team_id
+    inner join statuses on statuses.status_id = stored.status_id
+    left join users on users.user_id = stored.user_id
+    left join jobs on jobs.job_key = stored.job_key
 )
 
 select * from final

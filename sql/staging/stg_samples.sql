@@ -1,6 +1,7 @@
 -- materialized: temp_view
 -- The collector samples as the models use them: integer epoch microseconds for the series
--- arithmetic, the processes list reduced to its count and its largest process.
+-- arithmetic, the processes list reduced to its count and its largest process (and whole,
+-- for int_process_owners).
 with source as (
     select * from samples
 ),
@@ -21,6 +22,7 @@ renamed as (
         temp_gpu_c,
         sm_clock_mhz,
         clock_event_mask,
+        processes,
         coalesce(len(processes), 0) as process_count,
         processes[1] as first_process,
         -- of several processes, the one holding the most memory, ties to the lowest pid
@@ -57,6 +59,7 @@ final as (
         temp_gpu_c,
         sm_clock_mhz,
         clock_event_mask,
+        processes,
         process_count,
         case
             when process_count = 1 then first_process."user" else top_of_many."user"
