@@ -346,9 +346,17 @@ def _create_in_chunks(
 def count_mart_rows(
     con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str]
 ) -> dict[str, int]:
+    """Each mart's rows. A view over one table (samples_attributed names the ids of
+    samples_attributed_rows, row for row) counts as that table: counting the view would
+    run its joins over every sample, 4 s a build at 1,000 GPUs x 4 weeks."""
     counts: dict[str, int] = {}
     for name in order:
-        if models[name].layer == "marts":
-            row = con.execute(f"select count(*) from {name}").fetchone()
-            counts[name] = int(row[0]) if row else 0
+        model = models[name]
+        if model.layer != "marts":
+            continue
+        counted = name
+        if model.materialized == "view" and len(model.depends_on) == 1:
+            counted = next(iter(model.depends_on))
+        row = con.execute(f"select count(*) from {counted}").fetchone()
+        counts[name] = int(row[0]) if row else 0
     return counts

@@ -37,6 +37,9 @@ def test_build_flow_publishes_documented_marts(prefect_harness: None, tmp_path: 
     assert result.mart_rows["team_daily"] == 2
     assert "team_daily" in str(result)
     with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        # the view is counted as the table it names, row for row (count_mart_rows)
+        viewed = con.execute("select count(*) from samples_attributed").fetchone()
+        assert viewed == (result.mart_rows["samples_attributed"],)
         rows = con.execute(
             "select day, team, gpu_hours, avg_util_pct from team_daily order by day"
         ).fetchall()
