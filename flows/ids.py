@@ -2,8 +2,9 @@
 
 `samples_attributed_rows` stores a GPU series, host, team, user, job and status as small
 integers; the `samples_attributed` view (and `run_pieces`, `gpu_hourly`) turn them back into
-names through the id tables kept here, in `build_state`. Carrying the names through the
-series window and writing them instead took most of the full build at fleet scale.
+names through the id tables kept here, in `build_state`. Writing the series, host and team
+names cost about 40 % of the full build at fleet scale; the user, job and status ids save
+less time, but 1.6 bytes per sample of the table.
 
 An id never changes meaning between builds: the models of STABLE_IDS (`int_series_ids`,
 `int_hosts`, ...) keep the ids these tables hold and number new names after the largest one,
