@@ -32,3 +32,32 @@ create or replace temp macro attribution_name(code) as
 create or replace temp macro iso_week(day) as strftime(day, '%G-W%V');
 
 create or replace temp macro week_start(day) as day - (isodow(day) - 1)::integer;
+
+-- samples_attributed_rows keeps a sample's yes/no facts as bits of one `flags` byte: the
+-- build's write costs about the same per column whatever its type (measured: five boolean
+-- columns cost as much as the per-sample floats), and these are read together.
+-- Bits: 1 idle, 2 has a process, 4 contiguous, 8 starts an idle episode, 16 starts a
+-- thermal event. (Thermal is not stored: it is `thermal_slowdown(clock_event_mask)`.)
+create or replace temp macro sample_flags(
+    is_idle, has_process, is_contiguous, starts_idle_episode, starts_thermal_event
+) as (
+    coalesce(is_idle, false)::integer
+    + 2 * has_process::integer
+    + 4 * is_contiguous::integer
+    + 8 * starts_idle_episode::integer
+    + 16 * starts_thermal_event::integer
+)::utinyint;
+
+create or replace temp macro sample_flag(flags, name) as
+    flags & case name
+        when 'idle' then 1
+        when 'has_process' then 2
+        when 'contiguous' then 4
+        when 'starts_idle_episode' then 8
+        when 'starts_thermal_event' then 16
+    end != 0;
+
+-- A thermal slowdown bit (0x20 software, 0x40 hardware) in NVML's clocks-event mask
+-- (CONTRACT 6); false when the mask is unknown.
+create or replace temp macro thermal_slowdown(clock_event_mask) as
+    coalesce(clock_event_mask & 96 != 0, false);

@@ -129,6 +129,19 @@ def test_held_memory_and_user_of_the_first_sample() -> None:
         True,
     )
     assert fleet.one(EPISODES, ["GPU-C"])["held_memory"] is False
+    # samples_attributed shows the facts samples_attributed_rows packs into `flags`
+    flags = fleet.rows(
+        "select gpu_uuid, is_idle, has_process, is_contiguous, starts_idle_episode, "
+        "starts_thermal_event from samples_attributed order by gpu_uuid, ts"
+    )
+    assert [tuple(row.values())[1:] for row in flags] == [
+        (True, True, False, True, False),  # GPU-A at 10
+        (True, True, True, False, False),
+        (True, False, False, True, False),  # GPU-B at 10
+        (True, True, True, False, False),
+        (True, False, True, False, False),
+        (True, False, False, True, False),  # GPU-C at 10
+    ]
 
 
 def test_thermal_events_break_on_cool_sample_and_gap() -> None:
@@ -168,6 +181,19 @@ def test_thermal_events_break_on_cool_sample_and_gap() -> None:
     ]
     daily = fleet.one("select thermal_seconds from gpu_daily")
     assert daily["thermal_seconds"] == 50.0  # 5 thermal samples of 10 s
+    flags = fleet.rows(
+        "select is_thermal, starts_thermal_event, starts_idle_episode "
+        "from samples_attributed order by ts"
+    )
+    assert [(r["is_thermal"], r["starts_thermal_event"]) for r in flags] == [
+        (True, True),
+        (True, False),
+        (False, False),
+        (True, True),
+        (True, False),
+        (True, True),
+    ]
+    assert not any(r["starts_idle_episode"] for r in flags)  # 50 % busy: no idle episode
 
 
 def test_energy_counter_delta_reset_fallback_and_missing() -> None:

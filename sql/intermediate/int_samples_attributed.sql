@@ -109,7 +109,7 @@ final as (
         attributed.attribution_code,
         attributed.gpu_util_pct < getvariable('idle_threshold_pct') as is_idle,
         attributed.process_count > 0 as has_process,
-        coalesce(attributed.clock_event_mask & 96 != 0, false) as is_thermal,
+        thermal_slowdown(attributed.clock_event_mask) as is_thermal,
         attributed.clock_event_mask,
         attributed.temp_gpu_c,
         attributed.sm_clock_mhz,

@@ -84,18 +84,19 @@ final as (
         with_run_starts.user_id,
         with_run_starts.job_key,
         with_run_starts.attribution_code,
-        with_run_starts.is_idle,
         with_run_starts.energy_j,
         local_days.day,
         local_days.hour,
-        with_run_starts.has_process,
-        with_run_starts.is_contiguous,
-        with_run_starts.is_thermal,
+        sample_flags(
+            with_run_starts.is_idle,
+            with_run_starts.has_process,
+            with_run_starts.is_contiguous,
+            with_run_starts.is_idle_run_start,
+            with_run_starts.is_thermal_run_start
+        ) as flags,
         with_run_starts.clock_event_mask,
         with_run_starts.temp_gpu_c,
         with_run_starts.sm_clock_mhz,
-        with_run_starts.is_idle_run_start as starts_idle_episode,
-        with_run_starts.is_thermal_run_start as starts_thermal_event,
     from with_run_starts
     inner join local_days on local_days.bucket = with_run_starts.ts_us // 900000000
     -- No order by: the window emits each series' rows together and in time order, and the

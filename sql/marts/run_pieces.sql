@@ -48,16 +48,16 @@ run_samples as (
         user_id,
         job_key,
         attribution_code,
-        is_idle,
-        is_thermal,
-        has_process,
+        sample_flag(flags, 'idle') as is_idle,
+        thermal_slowdown(clock_event_mask) as is_thermal,
+        sample_flag(flags, 'has_process') as has_process,
         clock_event_mask,
         temp_gpu_c,
         sm_clock_mhz,
-        starts_idle_episode,
-        starts_thermal_event,
+        sample_flag(flags, 'starts_idle_episode') as starts_idle_episode,
+        sample_flag(flags, 'starts_thermal_event') as starts_thermal_event,
     from samples
-    where is_idle or is_thermal
+    where sample_flag(flags, 'idle') or thermal_slowdown(clock_event_mask)
 ),
 
 idle_starts as (

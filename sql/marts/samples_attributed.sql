@@ -49,21 +49,22 @@ final as (
             when 3 then 'host'
             when 4 then 'none'
         end as attributed_by,
-        stored.is_idle,
+        -- spelled out, not the sample_flag and thermal_slowdown macros (as above)
+        case when stored.gpu_util_pct is not null then stored.flags & 1 != 0 end as is_idle,
         stored.energy_j,
         stored.day,
         stored.hour,
         -- spelled out, not the iso_week and week_start macros (as above)
         strftime(stored.day, '%G-W%V') as iso_week,
         stored.day - (isodow(stored.day) - 1)::integer as week_start,
-        stored.has_process,
-        stored.is_contiguous,
-        stored.is_thermal,
+        stored.flags & 2 != 0 as has_process,
+        stored.flags & 4 != 0 as is_contiguous,
+        coalesce(stored.clock_event_mask & 96 != 0, false) as is_thermal,
         stored.clock_event_mask,
         stored.temp_gpu_c,
         stored.sm_clock_mhz,
-        stored.starts_idle_episode,
-        stored.starts_thermal_event,
+        stored.flags & 8 != 0 as starts_idle_episode,
+        stored.flags & 16 != 0 as starts_thermal_event,
     from stored
     inner join series on series.series_id = stored.series_id
     inner join hosts on hosts.host_id = stored.host_id
