@@ -50,9 +50,9 @@ create or replace temp macro sample_flags(
 
 create or replace temp macro sample_flag(flags, name) as
     flags & case name
-        when 'idle' then 1
+        when 'is_idle' then 1
         when 'has_process' then 2
-        when 'contiguous' then 4
+        when 'is_contiguous' then 4
         when 'starts_idle_episode' then 8
         when 'starts_thermal_event' then 16
     end != 0;

@@ -30,7 +30,7 @@ hours as (
         coalesce(sum(interval_s) filter (where gpu_util_pct is not null), 0)::double
             as utilization_s,
         coalesce(sum(gpu_util_pct::double / 100 * interval_s), 0) as busy_s,
-        coalesce(sum(interval_s) filter (where sample_flag(flags, 'idle')), 0)::double
+        coalesce(sum(interval_s) filter (where sample_flag(flags, 'is_idle')), 0)::double
             as idle_s,
         coalesce(sum(interval_s) filter (where thermal_slowdown(clock_event_mask)), 0)::double
             as thermal_s,

@@ -48,7 +48,7 @@ run_samples as (
         user_id,
         job_key,
         attribution_code,
-        sample_flag(flags, 'idle') as is_idle,
+        sample_flag(flags, 'is_idle') as is_idle,
         thermal_slowdown(clock_event_mask) as is_thermal,
         sample_flag(flags, 'has_process') as has_process,
         clock_event_mask,
@@ -57,7 +57,7 @@ run_samples as (
         sample_flag(flags, 'starts_idle_episode') as starts_idle_episode,
         sample_flag(flags, 'starts_thermal_event') as starts_thermal_event,
     from samples
-    where sample_flag(flags, 'idle') or thermal_slowdown(clock_event_mask)
+    where sample_flag(flags, 'is_idle') or thermal_slowdown(clock_event_mask)
 ),
 
 idle_starts as (
