@@ -2,7 +2,8 @@
 
 A build is incremental when it can be (only the days new samples touch are recomputed, see
 `flows/incremental.py`) and full otherwise: the first build, `--full`, or a change in the
-SQL, the configuration or the reference data.
+SQL, the configuration or the reference data. Either way it ends by evicting the samples of
+compacted host-days from the warehouse file to the lake (`flows/lake.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from flows.incremental import (
     fingerprint,
     read_state,
     record_full_build,
-    samples_rowid_top,
+    samples_load_top,
 )
+from flows.lake import evict_built_days, refresh_samples_view
 from flows.models import (
     SQL_DIR,
+    apply_table_docs,
     build_all_models,
     build_order,
     count_mart_rows,
@@ -48,9 +51,13 @@ class BuildResult:
     models: tuple[str, ...]
     mart_rows: Mapping[str, int]
     seconds: float
+    evicted: int = 0  # samples of compacted days moved from the warehouse file to the lake
 
     def __str__(self) -> str:
-        lines = [f"{self.mode} build ({self.reason}): {self.seconds:.1f} s; marts:"]
+        moved = f"; {self.evicted:,} samples of compacted days moved to the lake" * bool(
+            self.evicted
+        )
+        lines = [f"{self.mode} build ({self.reason}): {self.seconds:.1f} s{moved}; marts:"]
         width = max((len(name) for name in self.mart_rows), default=0)
         lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
         return "\n".join(lines)
@@ -72,7 +79,7 @@ def build_models(
     sql_files = [path for path in sql_dir.rglob("*") if path.suffix in (".sql", ".toml")]
     digest = fingerprint(con, model_variables(config), sql_files)
     state = read_state(con)
-    top = samples_rowid_top(con)
+    top = samples_load_top(con)
     if full:
         mode, reason = "full", "asked for"
     elif state is None:
@@ -82,13 +89,11 @@ def build_models(
             "full",
             "the SQL, the configuration or the reference data (users, hosts, prices) changed",
         )
-    elif top < state.samples_rowid:
-        mode, reason = "full", "samples were removed since the last build"
-    elif top == state.samples_rowid and not allocations_changed(con):
+    elif top == state.samples_load_id and not allocations_changed(con):
         mode, reason = "up to date", "no new samples or allocations"
     else:
         outcome = build_incrementally(
-            con, config, models, order, after=state.samples_rowid, top=top
+            con, config, models, order, after=state.samples_load_id, top=top
         )
         if isinstance(outcome, str):
             mode, reason = "full", outcome
@@ -101,14 +106,20 @@ def build_models(
             )
     if mode == "full":
         forget_ids(con)
+        refresh_samples_view(con, config)  # the lake's files by their paths as of now
         build_all_models(con, models, order, sql_dir)
         record_full_build(con, top=top, digest=digest)
+    # Every row of samples_stored is in the marts now: compacted host-days may leave it.
+    evicted = evict_built_days(con, config)
+    if evicted:
+        apply_table_docs(con, "samples", sql_dir)  # a view made afresh has no comments
     return BuildResult(
         mode=mode,
         reason=reason,
         models=tuple(order),
         mart_rows=count_mart_rows(con, models, order),
         seconds=time.perf_counter() - started,
+        evicted=evicted,
     )
 
 

@@ -8,9 +8,13 @@ are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader listing the direc
 either the collector files or the compacted file, never both and never neither.
 
 The compacted file takes the originals' place in `loaded_files`, so it is never loaded
-again. Should the process die between the swap and the warehouse publish, the next ingest
-finds the compacted file unrecorded, loads it, and deduplication on (gpu_uuid, ts) keeps
-every sample once: the lake heals itself.
+again. Once a build has moved its samples out of the warehouse file (`flows.lake`), the
+warehouse reads it, so it is never rewritten: files arriving later for that host-day stay
+as they are (and their samples in the warehouse).
+
+Should the process die between the swap and the warehouse publish, the next ingest finds
+the compacted file unrecorded, loads it, and deduplication on (gpu_uuid, ts) keeps every
+sample once: the lake heals itself.
 """
 
 from __future__ import annotations
@@ -86,6 +90,10 @@ def _candidates(
             list((path, size_bytes, mtime_ns) order by path) as files,
         from loaded_files
         where path like 'raw/samples/date=%/host=%/%'
+            -- a host-day whose file the warehouse reads from the lake is never rewritten
+            and regexp_extract(path, '^(.*)/[^/]+$', 1) not in (
+                select regexp_extract(path, '^(.*)/[^/]+$', 1) from build_state.lake_files
+            )
         group by directory
         having count(*) > 1 or bool_or(not regexp_matches(path, '/compacted-[^/]+$'))
         order by directory

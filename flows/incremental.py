@@ -3,8 +3,8 @@
 The SQL models are written once, for the whole warehouse. An incremental build runs the same
 files on a slice of it, by reading other relations in their place (`render(model, remap)`):
 
-1. New samples are those past the watermark (`samples` is append-only, so its rowid is a load
-   order). Per GPU series, `since_ts` is the first new sample's time.
+1. New samples are those loaded since the watermark (`samples_stored.load_id`, the publish
+   that loaded each row). Per GPU series, `since_ts` is the first new sample's time.
 2. The models up to `samples_attributed` run on the new samples of those series plus, per
    series, the one sample before them that can still be contiguous with the first new one
    (its energy counter, idle and thermal state feed the first new row). Rows from `since_ts`
@@ -43,6 +43,7 @@ from pathlib import Path
 import duckdb
 
 from flows.ids import ensure_id_tables, record_new_ids
+from flows.lake import create_samples_since
 from flows.models import Model, create_model, drop_model, render
 from flows.warehouse import GENERATION_DDL, current_generation
 from gpufleet.config import Config
@@ -50,7 +51,7 @@ from gpufleet.config import Config
 STATE_DDL = """
 create schema if not exists build_state;
 create table if not exists build_state.watermark (
-    samples_rowid bigint not null,   -- the last samples rowid the marts include
+    samples_load_id bigint not null, -- the last load (samples_stored.load_id) the marts include
     fingerprint varchar not null,    -- of the SQL, configuration and reference tables
     built_at timestamptz not null
 );
@@ -76,7 +77,7 @@ REFERENCE_TABLES = ("ref_users", "ref_hosts", "ref_prices")
 class BuildState:
     """What the last build left behind."""
 
-    samples_rowid: int
+    samples_load_id: int
     fingerprint: str
 
 
@@ -97,14 +98,17 @@ def ensure_state_tables(con: duckdb.DuckDBPyConnection) -> None:
 
 def read_state(con: duckdb.DuckDBPyConnection) -> BuildState | None:
     row = con.execute(
-        "select samples_rowid, fingerprint from build_state.watermark order by built_at desc"
+        "select samples_load_id, fingerprint from build_state.watermark order by built_at desc"
     ).fetchone()
-    return None if row is None else BuildState(samples_rowid=int(row[0]), fingerprint=row[1])
+    return None if row is None else BuildState(samples_load_id=int(row[0]), fingerprint=row[1])
 
 
-def samples_rowid_top(con: duckdb.DuckDBPyConnection, *, after: int = -1) -> int:
-    """The highest rowid in `samples` (append-only: rowids only grow), or `after` if none."""
-    row = con.execute("select max(rowid) from samples where rowid > ?", [after]).fetchone()
+def samples_load_top(con: duckdb.DuckDBPyConnection, *, after: int = -1) -> int:
+    """The last load in `samples_stored` past `after`, or `after` if none (loads only grow:
+    zone maps on load_id skip the row groups of earlier ones)."""
+    row = con.execute(
+        "select max(load_id) from samples_stored where load_id > ?", [after]
+    ).fetchone()
     return after if row is None or row[0] is None else int(row[0])
 
 
@@ -187,6 +191,10 @@ def _select_new_samples(
         {ALLOCATION_CHANGES_SQL}
         """
     )
+    # Samples from the earliest allocation change on, and from the earliest sample a series'
+    # first new one can be contiguous with: samples_stored and the lake's files of those days.
+    row = con.execute("select min(start_ts) from _inc_allocation_changes").fetchone()
+    create_samples_since(con, config, "_inc_allocation_samples", row[0] if row else None)
     con.execute(
         """
         create or replace temp table _inc_series as
@@ -197,8 +205,8 @@ def _select_new_samples(
                 max(gpu_name) as gpu_name,
                 max(interval_s) as max_interval_s,
                 count(*) as new_samples,
-            from samples
-            where rowid > $after and rowid <= $top
+            from samples_stored
+            where load_id > $after and load_id <= $top
             group by gpu_uuid
             union all
             select
@@ -207,7 +215,7 @@ def _select_new_samples(
                 null,
                 arg_min(samples.interval_s, samples.ts),
                 0,
-            from samples
+            from _inc_allocation_samples as samples
             inner join _inc_allocation_changes as allocation
                 on allocation.host = samples.host
                 and allocation.gpu_index = samples.gpu_index
@@ -229,6 +237,8 @@ def _select_new_samples(
         """,
         {"gap_factor": config.series.max_gap_factor, "after": after, "top": top},
     )
+    row = con.execute("select min(context_ts) from _inc_series").fetchone()
+    create_samples_since(con, config, "_inc_source", row[0] if row else None)
     con.execute(
         """
         create or replace temp table _inc_samples as
@@ -237,7 +247,7 @@ def _select_new_samples(
         ),
         context as (
             select samples.gpu_uuid, max(samples.ts) as ts,
-            from samples
+            from _inc_source as samples
             inner join _inc_series on _inc_series.gpu_uuid = samples.gpu_uuid
             where samples.ts >= (select context_ts from bounds)
                 and samples.ts >= _inc_series.context_ts
@@ -245,13 +255,13 @@ def _select_new_samples(
             group by samples.gpu_uuid
         )
         select samples.*,
-        from samples
+        from _inc_source as samples
         inner join _inc_series on _inc_series.gpu_uuid = samples.gpu_uuid
         where samples.ts >= (select since_ts from bounds)
             and samples.ts >= _inc_series.since_ts
         union all by name
         select samples.*,
-        from samples
+        from _inc_source as samples
         inner join context on context.gpu_uuid = samples.gpu_uuid and context.ts = samples.ts
         where samples.ts >= (select context_ts from bounds)
         """
@@ -627,7 +637,7 @@ def build_incrementally(
     after: int,
     top: int,
 ) -> IncrementalOutcome | str:
-    """Bring the marts up to rowid `top` of samples; or why only a full build can."""
+    """Bring the marts up to load `top` of samples_stored; or why only a full build can."""
     marts = {
         name
         for name in order
@@ -702,7 +712,7 @@ def build_incrementally(
                 (select count(distinct day) from _inc_days)
             """
         ).fetchone()
-        con.execute("update build_state.watermark set samples_rowid = ?, built_at = now()", [top])
+        con.execute("update build_state.watermark set samples_load_id = ?, built_at = now()", [top])
         record_allocations(con)
     finally:
         for model in reversed(created):
@@ -716,6 +726,8 @@ def build_incrementally(
 
 
 _TEMP_VIEWS = (
+    "_inc_allocation_samples",
+    "_inc_source",
     "_inc_window",
     "_inc_idle_pieces",
     "_inc_thermal_pieces",

@@ -55,9 +55,10 @@ from prefect.states import Failed, State
 from prefect.tasks import Task
 
 from flows.compact import CompactionResult, compact_completed_days
+from flows.lake import evicted_paths, samples_sql
 from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, literal_path
 from flows.refs import References, read_references, replace_references
-from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, write_transaction
+from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, current_generation, write_transaction
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 
@@ -383,15 +384,41 @@ _STAGING_DDL = (
     + ", _problem varchar)"
 )
 
-# The keys in `samples` that rows of a batch (in table {batch}) could repeat: read only
+# The keys already loaded that rows of a batch (in table {batch}) could repeat: read only
 # within the batch's time range (zone maps skip the rest) and only for the batch's GPUs
-# (an anti-join's hash table holds those, not the whole day).
+# (an anti-join's hash table holds those, not the whole day), from samples_stored and the
+# evicted files of the batch's days (`_ingest_existing`, made by `create_existing_view`).
 EXISTING_KEYS_SQL = """
 select gpu_uuid, ts
-from samples
+from _ingest_existing
 where ts between $min_ts and $max_ts
     and gpu_uuid in (select gpu_uuid from {batch})
 """
+
+
+def create_existing_view(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    min_ts: dt.datetime | None,
+    max_ts: dt.datetime | None,
+) -> None:
+    """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows from
+    `min_ts` to `max_ts` could repeat (samples_stored and the lake's files of those days)."""
+    paths = (
+        evicted_paths(
+            con,
+            config,
+            first_day=min_ts.astimezone(dt.UTC).date(),
+            last_day=max_ts.astimezone(dt.UTC).date(),
+        )
+        if min_ts is not None and max_ts is not None
+        else []
+    )
+    con.execute(
+        "create or replace temp view _ingest_existing as "
+        + samples_sql(paths, columns="gpu_uuid, ts")
+    )
+
 
 # The batch's rows that are new: the first of their (gpu_uuid, ts) in the batch (by file,
 # then row; a hash aggregate over the keys, no sort of the wide rows) and absent from
@@ -405,7 +432,7 @@ first_rows as (
     group by gpu_uuid, ts
 ),
 final as (
-    select {_QUOTED}
+    select {_QUOTED}, $load_id as load_id
     from _ingest_batch as batch
     where batch.rowid in (select batch_rowid from first_rows)
         and not exists (
@@ -513,6 +540,7 @@ def _load_uniform_batch(
     try:
         bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchone()
         min_ts, max_ts = bounds if bounds else (None, None)
+        create_existing_view(con, config, min_ts, max_ts)
         problems = con.execute(
             f"""
             with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
@@ -540,9 +568,9 @@ def _load_uniform_batch(
     )
     try:
         inserted = con.execute(
-            f"insert into samples ({_QUOTED}) select {selects} from {source} as src "
-            "order by gpu_uuid, ts",
-            {"paths": paths},
+            f"insert into samples_stored ({_QUOTED}, load_id) "
+            f"select {selects}, $load_id from {source} as src order by gpu_uuid, ts",
+            {"paths": paths, "load_id": current_generation(con)},
         ).fetchone()
     except duckdb.Error:
         # A column past the keys does not read; the insert left nothing (it is one
@@ -623,9 +651,10 @@ def load_batch(
             None,
             None,
         )
+        create_existing_view(con, config, min_ts, max_ts)
         inserted = con.execute(
-            f"insert into samples ({_QUOTED}) {NEW_ROWS_SQL}",
-            {"min_ts": min_ts, "max_ts": max_ts},
+            f"insert into samples_stored ({_QUOTED}, load_id) {NEW_ROWS_SQL}",
+            {"min_ts": min_ts, "max_ts": max_ts, "load_id": current_generation(con)},
         ).fetchone()
         outcome.rows_inserted = int(inserted[0]) if inserted else 0
     con.execute("drop table _ingest_batch")

@@ -146,10 +146,21 @@ def build_order(models: Mapping[str, Model]) -> list[str]:
 
 
 def load_docs(sql_dir: Path = SQL_DIR) -> dict[str, dict[str, object]]:
-    """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "..."."""
+    """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "...";
+    `columns_from = "other"` takes the other table's column texts (its own win)."""
     path = sql_dir / "marts" / DOCS_FILE_NAME
     with path.open("rb") as file:
-        return tomllib.load(file)
+        docs: dict[str, dict[str, object]] = tomllib.load(file)
+    for table, entry in docs.items():
+        other = entry.pop("columns_from", None)
+        if other is None:
+            continue
+        inherited = docs.get(str(other), {}).get("columns")
+        if not isinstance(inherited, dict):
+            raise ValueError(f"{path}: [{table}] columns_from = {other!r}: no [{other}.columns]")
+        own = entry.get("columns", {})
+        entry["columns"] = {**inherited, **(own if isinstance(own, dict) else {})}
+    return docs
 
 
 def _quote(text: str) -> str:
@@ -172,6 +183,11 @@ def apply_docs(
         raise ValueError(f"{source}: [{table}.columns] lacks {', '.join(missing)}")
     for column in actual:
         con.execute(f'comment on column {table}."{column}" is {_quote(columns[column])}')
+
+
+def apply_table_docs(con: duckdb.DuckDBPyConnection, table: str, sql_dir: Path = SQL_DIR) -> None:
+    """COMMENT ON one documented table (or view) again, from the marts' docs file."""
+    apply_docs(con, table, load_docs(sql_dir)[table], sql_dir / "marts" / DOCS_FILE_NAME)
 
 
 def model_variables(config: Config) -> dict[str, float | str]:
@@ -270,7 +286,7 @@ def build_all_models(
     undocumented = sorted(set(marts) - docs.keys())
     if undocumented:
         raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
-    row = con.execute("select count(*) from samples").fetchone()
+    row = con.execute("select count(*) from samples").fetchone()  # the lake's: its footers
     chunks = max(1, -(-int(row[0] if row else 0) // FULL_BUILD_CHUNK_SAMPLES))
     try:
         for name in order:

@@ -1,6 +1,8 @@
 """DDL of the tables `ingest` writes and the SQL models read (the boundary between them).
 
-`samples` is the contract's table (CONTRACT sections 2 and 7); the others hold the
+`samples_stored` holds the contract's samples (CONTRACT sections 2 and 7) that are kept in
+the warehouse, each with the publish that loaded it (`load_id`); the contract's `samples` is
+a view of it and of the lake's evicted files (`flows.lake`). The other tables hold the
 reference files and allocations as loaded, with empty CSV cells as NULL.
 """
 
@@ -54,14 +56,17 @@ def literal_path(path: str) -> str:
 
 
 RAW_TABLES_DDL = f"""
-create table if not exists samples (
+create table if not exists samples_stored (
     {
     ", ".join(
         f'"{name}" {kind}' + (" not null" if name in REQUIRED_SAMPLE_COLUMNS else "")
         for name, kind in SAMPLE_COLUMNS
     )
-}
+},
+    load_id bigint not null        -- the publish (build_state.generation) that loaded it
 );
+create view if not exists samples as
+select {", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)} from samples_stored;
 create table if not exists ref_users (
     "user" varchar not null,
     team varchar not null
@@ -102,9 +107,32 @@ create table if not exists quarantined_files (
     moved_to varchar               -- where it was moved, relative to the data directory
 );
 alter table quarantined_files add column if not exists moved_to varchar;
+create schema if not exists build_state;
+-- The compacted host-day files whose samples left samples_stored for the lake (flows/lake.py).
+create table if not exists build_state.lake_files (
+    path varchar primary key,      -- relative to the data directory
+    day date not null,             -- the UTC date of its samples (its date= partition)
+    row_count bigint not null,
+    evicted_at timestamptz not null
+);
+"""
+
+
+# A warehouse from before the lake kept every sample in a table named `samples`: it becomes
+# samples_stored, its rows loaded before any publish (load 0), so the next build is a full one.
+_MIGRATE_SAMPLES_TABLE = """
+alter table samples rename to samples_stored;
+alter table samples_stored add column load_id bigint default 0;
+drop table if exists build_state.watermark;
 """
 
 
 def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw tables if they do not exist yet."""
+    old = con.execute(
+        "select 1 from duckdb_tables() where database_name = current_database()"
+        " and schema_name = 'main' and table_name = 'samples'"
+    ).fetchone()
+    if old is not None:
+        con.execute(_MIGRATE_SAMPLES_TABLE)
     con.execute(RAW_TABLES_DDL)

@@ -9,7 +9,7 @@ published. `write_transaction`:
 1. takes an exclusive `flock` on `<data_dir>/.warehouse.lock` (writers queue there,
    waiting up to `lock_timeout_s` before failing with a clear message);
 2. opens the other slot (the warehouse as of the publish before) read-write and catches
-   it up with the published one (`_catch_up`: the rows `samples` gained, the
+   it up with the published one (`_catch_up`: the rows `samples_stored` gained, the
    `samples_attributed` rows incremental builds replaced, the small tables whole). When
    it cannot (a reader still holds that file, in this process or another; a full build
    since; no such slot yet), it copies `warehouse.duckdb` to a hidden temporary file, or
@@ -190,7 +190,8 @@ LOGGED_TABLES = (
     "team_weekly",
 )
 _LOG_KEPT = 16  # generations of the log kept: a slot further behind is copied afresh
-_APPEND_ONLY = "samples"  # rows are only ever appended, so rowids are a load order
+# Rows are appended with a growing load_id, and deleted only when they leave for the lake.
+_APPEND_ONLY = "samples_stored"
 # More rows than this (a table copied whole, or samples gained) are not copied row by row:
 # the file is (the catch-up runs before the build's memory cap, and row by row is slower).
 _WHOLE_TABLE_LIMIT = 5_000_000
@@ -270,13 +271,15 @@ def _views(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, str]:
 def _catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) -> bool:
     """Bring the slot open on `con` up to the published warehouse; False if it cannot.
 
-    The slot is the warehouse as it was one publish (or a few) ago. `samples` only grows,
-    so its missing rows are those past its row count; the marts' rows that incremental
-    builds replaced are replaced again, by the keys `build_state.replaced` logs for each
-    publish; every other table is small and copied whole. A full build since, a different
-    schema, or a slot too far behind means copying the file instead. When the writer is
-    about to rebuild every mart (`rebuild`: a full build), the marts are left as they are
-    (the build replaces them all), so neither a full build since nor the log matters.
+    The slot is the warehouse as it was one publish (or a few) ago. `samples_stored` gains
+    rows of later loads (load_id), and loses rows only when they leave for the lake (which
+    changes the `samples` view, or the row count: then the file is copied); the marts'
+    rows that incremental builds replaced are replaced again, by the keys
+    `build_state.replaced` logs for each publish; every other table is small and copied
+    whole. A full build since, a different schema, or a slot too far behind means copying
+    the file instead. When the writer is about to rebuild every mart (`rebuild`: a full
+    build), the marts are left as they are (the build replaces them all), so neither a full
+    build since nor the log matters.
     """
     own = con.execute("select current_database()").fetchone()
     assert own is not None
@@ -303,18 +306,16 @@ def _catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool)
                 return False
         for name in tables:
             if name == f"main.{_APPEND_ONLY}":
+                row = con.execute(f"select coalesce(max(load_id), -1) from {name}").fetchone()
+                loaded = row[0] if row else -1
                 gained = con.execute(
-                    f"select (select count(*) from _published.{name}) "
-                    f"- (select count(*) from {name})"
+                    f"select count(*) from _published.{name} where load_id > ?", [loaded]
                 ).fetchone()
                 if not gained or gained[0] > _WHOLE_TABLE_LIMIT:
                     return False  # a backfill since: copying the file is cheaper
                 con.execute(
-                    f"""
-                    insert into {name}
-                    select * from _published.{name}
-                    where rowid >= (select count(*) from {name})
-                    """
+                    f"insert into {name} select * from _published.{name} where load_id > ?",
+                    [loaded],
                 )
                 counts = con.execute(
                     f"select (select count(*) from {name}), "

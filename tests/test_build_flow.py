@@ -22,11 +22,11 @@ def test_build_flow_publishes_documented_marts(prefect_harness: None, tmp_path: 
         # ts 22:59:10 .. 22:59:50 fall on Nov 16 (5 samples), 23:00:00Z is Berlin midnight.
         con.execute(
             """
-            insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name, status,
-                                 gpu_util_pct, processes)
+            insert into samples_stored (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name, status,
+                                        gpu_util_pct, processes, load_id)
             select timestamptz '2026-11-16 22:59:10+00' + to_seconds(10 * k), 10, 'node1', 0,
                    'GPU-A', 'NVIDIA H100 80GB HBM3', 'ok', 50,
-                   [{'pid': 1, 'user': 'alice', 'used_mem_bytes': 1, 'job_id': 'j1'}]
+                   [{'pid': 1, 'user': 'alice', 'used_mem_bytes': 1, 'job_id': 'j1'}], 1
             from range(6) as r(k)
             """
         )

@@ -22,7 +22,7 @@ from flows import models as models_module
 from flows.build import BuildResult, build, build_models
 from flows.incremental import read_state
 from flows.warehouse import connect_read_only, write_transaction
-from tests.test_models_fixtures import Fleet
+from tests.test_models_fixtures import NEXT_LOAD, Fleet
 
 START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
 SAMPLES_PER_GPU = 6 * 60 * 24 * 2  # two days at 10 s
@@ -107,8 +107,8 @@ where not in_gap
 def _arrive(con: duckdb.DuckDBPyConnection, start_s: int, end_s: int, where: str) -> None:
     con.execute(
         f"""
-        insert into samples by name
-        select * from source
+        insert into samples_stored by name
+        select *, {NEXT_LOAD} as load_id from source
         where ts >= timestamptz '{START.isoformat()}' + to_seconds({start_s})
             and ts < timestamptz '{START.isoformat()}' + to_seconds({end_s})
             and {where}
@@ -282,8 +282,8 @@ def test_nothing_new_is_up_to_date_and_reference_change_is_full() -> None:
     assert "reference" in result.reason
     assert build_models(fleet.con, fleet.config, full=True).mode == "full"
     state = read_state(fleet.con)
-    top = fleet.con.execute("select max(rowid) from samples").fetchone()
-    assert state is not None and top is not None and state.samples_rowid == top[0]
+    top = fleet.con.execute("select max(load_id) from samples_stored").fetchone()
+    assert state is not None and top is not None and state.samples_load_id == top[0]
 
 
 def test_a_larger_gpu_name_means_a_full_build() -> None:
@@ -292,9 +292,9 @@ def test_a_larger_gpu_name_means_a_full_build() -> None:
     _arrive(fleet.con, 0, CHUNK_S, "gpu_uuid = 'GPU-0'")
     build_models(fleet.con, fleet.config)
     fleet.con.execute(
-        """
-        insert into samples by name
-        select * replace ('NVIDIA Z200' as gpu_name) from source
+        f"""
+        insert into samples_stored by name
+        select * replace ('NVIDIA Z200' as gpu_name), {NEXT_LOAD} as load_id from source
         where gpu_uuid = 'GPU-0' and ts >= (select max(ts) from samples)
         limit 10
         """

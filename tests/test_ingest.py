@@ -21,6 +21,7 @@ from flows.ingest import (
     IngestResult,
     QuarantineWarning,
     SampleFile,
+    create_existing_view,
     find_sample_files,
     ingest,
     plan_batches,
@@ -181,7 +182,7 @@ def test_rows_are_inserted_in_series_order(config: Config) -> None:
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(30), sample(0, gpu="GPU-b")])
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(20), sample(0)])
     run_ingest(config)
-    rows = query(config, "select gpu_uuid, ts from samples order by rowid")
+    rows = query(config, "select gpu_uuid, ts from samples_stored order by rowid")
     assert rows == sorted(rows)
 
 
@@ -553,16 +554,23 @@ def test_dedup_reads_only_the_new_rows_time_range(config: Config) -> None:
             for name, _ in SAMPLE_COLUMNS
         )
         con.execute(
-            f"insert into samples ({names}) select {fill} from range(2000000) t(i)", {"t0": T0}
+            f"insert into samples_stored ({names}, load_id) "
+            f"select {fill}, 1 from range(2000000) t(i)",
+            {"t0": T0},
         )
         con.execute(
             "create temp table _ingest_batch as select 0 as _file_index, 0::bigint as _row, "
             "* from samples where ts = $t",
             {"t": T0 + dt.timedelta(days=1)},
         )
+        create_existing_view(con, config, T0 + dt.timedelta(days=1), T0 + dt.timedelta(days=1))
         plan = con.execute(
             f"explain analyze {NEW_ROWS_SQL}",
-            {"min_ts": T0 + dt.timedelta(days=1), "max_ts": T0 + dt.timedelta(days=1)},
+            {
+                "min_ts": T0 + dt.timedelta(days=1),
+                "max_ts": T0 + dt.timedelta(days=1),
+                "load_id": 2,
+            },
         ).fetchall()[0][1]
     scans = re.findall(r"Row Groups Scanned: (\d+) / (\d+)", plan)
     samples_scan = max(scans, key=lambda pair: int(pair[1]))

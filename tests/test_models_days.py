@@ -16,9 +16,9 @@ def sample_every_minute(fleet: Fleet, first: dt.datetime, last: dt.datetime) -> 
     """One 60 s sample of GPU-A per minute from `first` to `last` (UTC, inclusive)."""
     fleet.con.execute(
         """
-        insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name, status,
-                             gpu_util_pct)
-        select ts, 60, 'node1', 0, 'GPU-A', 'NVIDIA H100 80GB HBM3', 'ok', 50
+        insert into samples_stored (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name, status,
+                                    gpu_util_pct, load_id)
+        select ts, 60, 'node1', 0, 'GPU-A', 'NVIDIA H100 80GB HBM3', 'ok', 50, 1
         from generate_series(?::timestamptz, ?::timestamptz, interval 1 minute) as t(ts)
         """,
         [first, last],

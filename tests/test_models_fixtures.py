@@ -28,6 +28,10 @@ def proc(pid: int, user: str | None, used_mem_bytes: int, job_id: str | None = N
     return {"pid": pid, "user": user, "used_mem_bytes": used_mem_bytes, "job_id": job_id}
 
 
+# The load a row inserted by hand belongs to: a new one, as if ingested on its own.
+NEXT_LOAD = "(select coalesce(max(load_id), 0) + 1 from samples_stored)"
+
+
 class Fleet:
     """Raw tables in an in-memory DuckDB, filled row by row, then built."""
 
@@ -85,7 +89,10 @@ class Fleet:
         types = dict(SAMPLE_COLUMNS)
         names = ", ".join(f'"{name}"' for name in row)
         values = ", ".join(f"?::{types[name]}" for name in row)
-        self.con.execute(f"insert into samples ({names}) values ({values})", list(row.values()))
+        self.con.execute(
+            f"insert into samples_stored ({names}, load_id) values ({values}, {NEXT_LOAD})",
+            list(row.values()),
+        )
 
     def series(self, start: dt.datetime, count: int, *, step_s: float = 10.0, **kw: Any) -> None:
         """`count` samples at start, start + step_s, ...; `interval_s` defaults to step_s."""

@@ -12,7 +12,12 @@ import duckdb
 import pytest
 
 from flows import warehouse
-from flows.warehouse import connect_read_only, lock_path, write_transaction
+from flows.warehouse import (
+    connect_read_only,
+    current_generation,
+    lock_path,
+    write_transaction,
+)
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 
@@ -34,7 +39,12 @@ def test_creates_the_warehouse_with_the_raw_tables(config: Config) -> None:
         tables = {
             row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()
         }
-    assert {"samples", "loaded_files", "quarantined_files", "ref_users", "marker"} <= tables
+        views = {
+            row[0]
+            for row in con.execute("select view_name from duckdb_views() where not internal")
+        }
+    assert {"samples_stored", "loaded_files", "quarantined_files", "ref_users", "marker"} <= tables
+    assert "samples" in views  # samples_stored and the lake (flows/lake.py)
     assert _leftovers(config) == []
 
 
@@ -174,9 +184,9 @@ def test_writes_alternate_between_two_files_each_caught_up_in_place(config: Conf
                 con.execute("create table t (x integer)")
             con.execute("insert into t values (?)", [x])
             con.execute(
-                "insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, status) "
-                "values (to_timestamp(?), 10, 'h', 0, 'GPU-1', 'ok')",
-                [x],
+                "insert into samples_stored (ts, interval_s, host, gpu_index, gpu_uuid, status, "
+                "load_id) values (to_timestamp(?), 10, 'h', 0, 'GPU-1', 'ok', ?)",
+                [x, current_generation(con)],
             )
         inodes.append(config.warehouse_path.stat().st_ino)
         assert _values(config) == list(range(1, x + 1))
@@ -262,8 +272,9 @@ def test_a_backfill_since_the_other_file_is_copied_not_replayed(
     before = config.warehouse_path.stat().st_ino
     with write_transaction(config) as con:  # in place (nothing gained since)
         con.execute(
-            "insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, status) "
-            "select to_timestamp(k), 10, 'h', 0, 'GPU-1', 'ok' from range(10) as r(k)"
+            "insert into samples_stored (ts, interval_s, host, gpu_index, gpu_uuid, status, "
+            "load_id) select to_timestamp(k), 10, 'h', 0, 'GPU-1', 'ok', ? from range(10) as r(k)",
+            [current_generation(con)],
         )
     after_backfill = config.warehouse_path.stat().st_ino
     assert after_backfill != before
