@@ -41,7 +41,9 @@ def test_creates_the_warehouse_with_the_raw_tables(config: Config) -> None:
         }
         views = {
             row[0]
-            for row in con.execute("select view_name from duckdb_views() where not internal")
+            for row in con.execute(
+                "select view_name from duckdb_views() where not internal"
+            ).fetchall()
         }
     assert {"samples_stored", "loaded_files", "quarantined_files", "ref_users", "marker"} <= tables
     assert "samples" in views  # samples_stored and the lake (flows/lake.py)
