@@ -1,0 +1,201 @@
+"""Samples of compacted, built host-days leave the warehouse file for the lake (flows/lake.py),
+and nothing a user or a build reads changes: the same samples, the same marts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from flows.build import build
+from flows.ingest import ingest
+from flows.simulate import (
+    SimulationSpec,
+    scenario_for,
+    simulate_window,
+    write_reference_files,
+)
+from flows.warehouse import connect_read_only
+from gpufleet.config import Config
+from tests.test_incremental import MARTS, _mart
+
+DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
+DAY2 = DAY1 + dt.timedelta(days=1)
+SPEC = SimulationSpec(gpus=16, start=DAY1, end=DAY2 + dt.timedelta(days=1), seed=11)
+
+
+def _arrive(config: Config, start: dt.datetime, end: dt.datetime, today: dt.datetime) -> Any:
+    """The collectors' files from `start` to `end`, then a cycle: ingest (compacting the
+    loaded days before `today`) and build."""
+    simulate_window(SPEC, data_dir=config.data_dir, start=start, end=end, scenario=_SCENARIO)
+    ingest(config, today=today.date())
+    return build(config)
+
+
+_SCENARIO = scenario_for(SPEC)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
+    return con.execute(sql).fetchall()
+
+
+def _lake_dir(config: Config, day: dt.datetime) -> list[Path]:
+    return sorted(config.samples_dir.glob(f"date={day.date()}/host=*/compacted-*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def evicted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, list[Any], int]:
+    """Day 1 in two cycles, then day 2 in two: the first cycle of day 2 compacts day 1
+    and its build moves day 1's samples to the lake; the second reads day 1's last
+    samples (the context of its first new ones) from there."""
+    config = Config(data_dir=tmp_path_factory.mktemp("lake"))
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    noon = dt.timedelta(hours=12)
+    results = [_arrive(config, DAY1, DAY1 + noon, today=DAY1)]
+    results.append(_arrive(config, DAY1 + noon, DAY2, today=DAY1))
+    with connect_read_only(config) as con:
+        day1 = _rows(con, f"select count(*) from samples where ts <= '{DAY2.isoformat()}'")[0][0]
+    results.append(_arrive(config, DAY2, DAY2 + dt.timedelta(hours=6), today=DAY2))
+    results.append(_arrive(config, DAY2 + dt.timedelta(hours=6), DAY2 + noon, today=DAY2))
+    return config, results, day1
+
+
+def test_a_built_compacted_day_leaves_the_warehouse_file(
+    evicted: tuple[Config, list[Any], int],
+) -> None:
+    config, results, day1 = evicted
+    assert [r.mode for r in results] == ["full", "incremental", "incremental", "incremental"]
+    assert [r.evicted for r in results] == [0, 0, day1, 0]
+    with connect_read_only(config) as con:
+        stored_day1 = _rows(con, f"select count(*) from samples_stored where ts < '{DAY2}'")
+        lake = _rows(con, "select path, day, row_count from build_state.lake_files order by 1")
+        in_view = _rows(con, f"select count(*) from samples where ts < '{DAY2}'")
+    assert stored_day1 == [(0,)]
+    files = _lake_dir(config, DAY1)
+    assert len(files) == 2  # 16 GPUs, 8 per host
+    assert [(path, day) for path, day, _ in lake] == [
+        (file.relative_to(config.data_dir).as_posix(), DAY1.date()) for file in files
+    ]
+    assert sum(rows for _, _, rows in lake) == in_view[0][0] > 0
+
+
+def test_the_lake_and_the_warehouse_equal_one_warehouse_of_everything(
+    evicted: tuple[Config, list[Any], int], tmp_path: Path
+) -> None:
+    """Incremental builds over the lake, and a full build reading it, equal a full build
+    of the same files loaded into a warehouse that keeps them all."""
+    config, _, _ = evicted
+    plain = Config(data_dir=tmp_path)
+    shutil.copytree(config.data_dir / "raw", plain.data_dir / "raw")
+    shutil.copytree(config.data_dir / "ref", plain.data_dir / "ref")
+    for compacted in plain.samples_dir.glob("*/*/compacted-*.parquet"):
+        compacted.rename(compacted.with_name("day.parquet"))  # a file like any other
+    ingest(plain, compact=False)
+    assert build(plain).evicted == 0
+    with connect_read_only(plain) as con:
+        expected = {mart: _mart(con, mart) for mart in (*MARTS, "samples")}
+        assert _rows(con, "select count(*) from build_state.lake_files") == [(0,)]
+    with connect_read_only(config) as con:
+        for mart, rows in expected.items():
+            assert _mart(con, mart) == rows, mart
+    rebuilt = build(config, full=True)
+    assert rebuilt.mode == "full"
+    with connect_read_only(config) as con:
+        for mart, rows in expected.items():
+            assert _mart(con, mart) == rows, mart
+        # the view still carries the contract's column comments after the lake changed it
+        comments = _rows(
+            con,
+            "select count(*) from duckdb_columns()"
+            " where table_name = 'samples' and comment is null",
+        )
+    assert comments == [(0,)]
+
+
+def test_a_reader_of_the_publish_before_still_reads_every_sample(tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path)
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=3), today=DAY1)
+    with connect_read_only(config) as before:
+        count = _rows(before, "select count(*), sum(energy_mj) from samples")
+        result = _arrive(config, DAY1 + dt.timedelta(hours=3), DAY1 + dt.timedelta(hours=4), DAY2)
+        assert result.evicted > 0
+        assert _rows(before, "select count(*), sum(energy_mj) from samples") == count
+    with connect_read_only(config) as after:
+        assert _rows(after, "select count(*) from samples_stored") == [(0,)]
+        assert _rows(after, "select count(*) from samples")[0][0] == result.evicted
+
+
+def test_a_late_file_for_a_day_in_the_lake_loads_once_and_leaves_the_lake_file_alone(
+    tmp_path: Path,
+) -> None:
+    config = Config(data_dir=tmp_path)
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=2), today=DAY2)
+    (lake_file,) = _lake_dir(config, DAY1)[:1]
+    before = lake_file.stat()
+    late = pq.read_table(lake_file).slice(0, 2)
+    # one sample the lake holds already, one it does not (a GPU it has not seen)
+    uuid = late.column("gpu_uuid").to_pylist()
+    late = late.set_column(
+        late.schema.get_field_index("gpu_uuid"),
+        "gpu_uuid",
+        pc.if_else(pc.equal(late.column("ts"), late.column("ts")[0]), uuid[0], "GPU-late"),
+    )
+    assert late.column("gpu_uuid").to_pylist() == [uuid[0], "GPU-late"]
+    pq.write_table(late, lake_file.with_name("late.parquet"))
+    with connect_read_only(config) as con:
+        total = _rows(con, "select count(*) from samples")[0][0]
+
+    loaded = ingest(config, today=DAY2.date() + dt.timedelta(days=1))
+    result = build(config)
+
+    assert (loaded.samples_loaded, loaded.duplicates_skipped) == (1, 1)
+    assert result.evicted == 0
+    assert sorted(p.name for p in lake_file.parent.iterdir()) == [lake_file.name, "late.parquet"]
+    assert (lake_file.stat().st_size, lake_file.stat().st_mtime_ns) == (
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    with connect_read_only(config) as con:
+        assert _rows(con, "select count(*) from samples")[0][0] == total + 1
+        assert _rows(con, "select gpu_uuid from samples_stored") == [("GPU-late",)]
+        assert _rows(con, "select count(*) from samples_attributed") == [(total + 1,)]
+
+
+def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = Config(data_dir=tmp_path)
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=DAY1 + dt.timedelta(hours=1))
+    ingest(config, today=DAY2.date())
+    changed, unchanged = _lake_dir(config, DAY1)
+    table = pq.read_table(changed)
+    power = table.column("power_w").to_pylist()
+    power[5] = (power[5] or 0.0) + 1.0
+    index = table.schema.get_field_index("power_w")
+    field = table.schema.field(index)
+    pq.write_table(table.set_column(index, field, pa.array(power, field.type)), changed)
+
+    with caplog.at_level(logging.WARNING, logger="gpufleet.lake"):
+        result = build(config)
+
+    assert result.evicted == pq.read_metadata(unchanged).num_rows
+    assert f"{changed.relative_to(config.data_dir).as_posix()} stays in the warehouse" in (
+        caplog.text
+    )
+    assert "1 of its" in caplog.text
+    with connect_read_only(config) as con:
+        lake = _rows(con, "select path from build_state.lake_files")
+        stored = _rows(con, "select count(*) from samples_stored")
+    assert lake == [(unchanged.relative_to(config.data_dir).as_posix(),)]
+    assert stored == [(pq.read_metadata(changed).num_rows,)]
