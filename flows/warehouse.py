@@ -16,8 +16,10 @@ published. `write_transaction`:
    creates a new database there, as before the slots;
 3. hands a read-write connection on it to the caller (raw tables ensured), after
    counting the publish in `build_state.generation`;
-4. on success: CHECKPOINT, close, fsync, then links `warehouse.duckdb` to it (a new link
-   renamed over the old: an atomic publish) and fsyncs the directory;
+4. on success: CHECKPOINT (and, when most of the file is free blocks, as after samples
+   left for the lake, a compact copy takes its place), close, fsync, then links
+   `warehouse.duckdb` to it (a new link renamed over the old: an atomic publish) and
+   fsyncs the directory;
 5. on an exception: the published warehouse is untouched; a slot written in place is
    marked `.dirty` and never trusted again (the next writer copies).
 
@@ -365,6 +367,39 @@ def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
     con.execute("drop table temp._sync_keys")
 
 
+# A file with more free blocks than blocks in use, and this many bytes free, is written
+# afresh before it is published: DuckDB reuses free blocks but never gives them back, so
+# rows that left for the lake (flows/lake.py) would otherwise keep their size on disk.
+_REWRITE_FREE_BYTES = 64 * 1024 * 1024
+_REWRITE_FREE_PER_USED = 1.0
+
+
+def _rewrite_if_mostly_free(con: duckdb.DuckDBPyConnection, work: Path) -> Path | None:
+    """A compact copy of the checkpointed database on `con` when most of its file is free
+    blocks (COPY FROM DATABASE keeps tables, views, constraints, comments and row order);
+    None when it is not worth it."""
+    row = con.execute(
+        "select block_size, used_blocks, free_blocks from pragma_database_size()"
+        " where database_name = current_database()"
+    ).fetchone()
+    if row is None:
+        return None
+    block_size, used, free = (int(value) for value in row)
+    if free <= used * _REWRITE_FREE_PER_USED or free * block_size < _REWRITE_FREE_BYTES:
+        return None
+    fresh = work.with_name(f"{work.name}.fresh{_TEMP_SUFFIX}")
+    _remove_quietly(fresh, fresh.with_name(fresh.name + ".wal"))
+    own = con.execute("select current_database()").fetchone()
+    assert own is not None
+    con.execute("set preserve_insertion_order = true")
+    con.execute("attach ? as _fresh", [str(fresh)])
+    try:
+        con.execute(f'copy from database "{own[0]}" to _fresh')
+    finally:
+        con.execute("detach _fresh")
+    return fresh
+
+
 def _link_over(source: Path, target: Path) -> None:
     """Make `target` a hard link to `source`, atomically (a temp link renamed over it)."""
     link = target.with_name(f"{_TEMP_PREFIX}{target.name}.{os.getpid()}.link{_TEMP_SUFFIX}")
@@ -462,6 +497,7 @@ def write_transaction(
                 connection = duckdb.connect(str(work))
                 ensure_raw_tables(connection)
                 connection.execute(GENERATION_DDL)
+            rewritten: Path | None = None
             entry = _OpenTransaction(connection, threading.get_ident(), 1)
             with _open_guard:
                 _open[warehouse] = entry
@@ -473,10 +509,14 @@ def write_transaction(
                 )
                 yield connection
                 connection.execute("checkpoint")
+                rewritten = _rewrite_if_mostly_free(connection, work)
             finally:
                 with _open_guard:
                     _open.pop(warehouse, None)
                 connection.close()
+            if rewritten is not None:
+                os.replace(rewritten, work)
+                _remove_quietly(work_wal)
             _fsync_path(work)
             if warehouse.exists():
                 _keep_permissions(warehouse, work)

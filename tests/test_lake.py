@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from flows import warehouse
 from flows.build import build
 from flows.ingest import ingest
 from flows.simulate import (
@@ -120,7 +121,13 @@ def test_the_lake_and_the_warehouse_equal_one_warehouse_of_everything(
     assert comments == [(0,)]
 
 
-def test_a_reader_of_the_publish_before_still_reads_every_sample(tmp_path: Path) -> None:
+def test_a_reader_of_the_publish_before_still_reads_every_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """...and the publish after is a file without the evicted rows' blocks."""
+    # these files are small, and their many small tables take a block each
+    monkeypatch.setattr(warehouse, "_REWRITE_FREE_BYTES", 0)
+    monkeypatch.setattr(warehouse, "_REWRITE_FREE_PER_USED", 0.25)
     config = Config(data_dir=tmp_path)
     write_reference_files(_SCENARIO, SPEC, config.data_dir)
     _arrive(config, DAY1, DAY1 + dt.timedelta(hours=3), today=DAY1)
@@ -132,6 +139,13 @@ def test_a_reader_of_the_publish_before_still_reads_every_sample(tmp_path: Path)
     with connect_read_only(config) as after:
         assert _rows(after, "select count(*) from samples_stored") == [(0,)]
         assert _rows(after, "select count(*) from samples")[0][0] == result.evicted
+        used, free = _rows(after, "select used_blocks, free_blocks from pragma_database_size()")[0]
+        kept = _rows(
+            after, "select count(*) from duckdb_constraints() where constraint_type = 'PRIMARY KEY'"
+        )
+        described = _rows(after, "select comment from duckdb_views() where view_name = 'samples'")
+    assert free == 0 < used  # written afresh: the evicted rows' blocks are gone
+    assert kept[0][0] >= 2 and described[0][0]  # loaded_files' and lake_files' keys; comments
 
 
 def test_a_late_file_for_a_day_in_the_lake_loads_once_and_leaves_the_lake_file_alone(
