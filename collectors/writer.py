@@ -84,12 +84,23 @@ def write_sample_files(
     return written
 
 
-def write_table_atomically(table: pa.Table, target: Path) -> None:
-    """Write `table` as zstd Parquet under a temporary `.` name, fsync, rename into place."""
+def write_table_atomically(
+    table: pa.Table, target: Path, *, row_groups: tuple[int, ...] = ()
+) -> None:
+    """Write `table` as zstd Parquet under a temporary `.` name, fsync, rename into place.
+
+    `row_groups`: the rows of each row group, in order (pyarrow's default size without)."""
     temporary = target.with_name(f".{target.name}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, temporary, compression="zstd")
+        if row_groups:
+            with pq.ParquetWriter(temporary, table.schema, compression="zstd") as writer:
+                offset = 0
+                for rows in row_groups:
+                    writer.write_table(table.slice(offset, rows), row_group_size=rows)
+                    offset += rows
+        else:
+            pq.write_table(table, temporary, compression="zstd")
         with temporary.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(temporary, target)

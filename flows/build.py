@@ -29,7 +29,9 @@ from flows.incremental import (
 )
 from flows.lake import evict_built_days, refresh_samples_view
 from flows.models import (
+    PERSISTENT,
     SQL_DIR,
+    Model,
     apply_table_docs,
     build_all_models,
     build_order,
@@ -106,6 +108,7 @@ def build_models(
             )
     if mode == "full":
         forget_ids(con)
+        _free_marts(con, models, order)
         refresh_samples_view(con, config)  # the lake's files by their paths as of now
         build_all_models(con, models, order, sql_dir)
         record_full_build(con, top=top, digest=digest)
@@ -121,6 +124,20 @@ def build_models(
         seconds=time.perf_counter() - started,
         evicted=evicted,
     )
+
+
+def _free_marts(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str]
+) -> None:
+    """Before a full build: drop the marts it replaces and checkpoint, so that the new ones
+    take the old ones' blocks instead of growing the file by the size of the marts."""
+    for name in order:
+        model = models[name]
+        if model.layer == "marts" and model.materialized in PERSISTENT:
+            con.execute(
+                f"drop {'view' if model.materialized == 'view' else 'table'} if exists {name}"
+            )
+    con.execute("checkpoint")
 
 
 def build(

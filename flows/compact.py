@@ -3,9 +3,10 @@
 Collectors write one file per host per flush (144 a day at the default 10 minutes), and at
 fleet scale the cost of reading the lake is opening files, not decoding them. Once every
 file of a completed UTC day of a host has been loaded, those files are replaced by one file
-sorted by (gpu_uuid, ts): the partition directory is rebuilt beside the original and the two
-are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader listing the directory sees
-either the collector files or the compacted file, never both and never neither.
+sorted by (gpu_uuid, ts), one row group per GPU: the partition directory is rebuilt beside
+the original and the two are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader
+listing the directory sees either the collector files or the compacted file, never both
+and never neither.
 
 The compacted file takes the originals' place in `loaded_files`, so it is never loaded
 again. Once a build has moved its samples out of the warehouse file (`flows.lake`), the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
+import itertools
 import logging
 import os
 import shutil
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.schema import SAMPLE_SCHEMA, file_metadata
 from collectors.writer import write_table_atomically
@@ -180,7 +183,12 @@ def _write_compacted(con: duckdb.DuckDBPyConnection, sources: list[str], target:
             b"gpufleet.compacted_from": str(len(sources)).encode(),
         }
     )
-    write_table_atomically(table.cast(schema), target)
+    # One row group per GPU: a reader of some GPUs (a full build's slices) skips the rest
+    # by the row groups' gpu_uuid statistics.
+    runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
+    ends = runs.run_ends.to_pylist()
+    row_groups = tuple(end - start for start, end in itertools.pairwise([0, *ends]))
+    write_table_atomically(table.cast(schema), target, row_groups=row_groups)
 
 
 def _compact_one(

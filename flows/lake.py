@@ -25,6 +25,7 @@ import duckdb
 
 from flows.raw_tables import SAMPLE_COLUMNS, literal_path
 from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
 
 STORED = "samples_stored"
 logger = logging.getLogger("gpufleet.lake")
@@ -59,7 +60,15 @@ def evicted_paths(
         """,
         {"first": first_day, "last": last_day},
     ).fetchall()
-    return [str(config.data_dir.absolute() / row[0]) for row in rows]
+    root = config.data_dir.absolute()
+    for (path,) in rows:
+        if not (root / path).is_file():
+            raise GpufleetError(
+                f"{root / path}: this compacted file holds samples the warehouse no longer "
+                "keeps (build_state.lake_files) and is missing; put it back (from a backup) "
+                "where it was"
+            )
+    return [str(root / row[0]) for row in rows]
 
 
 def samples_sql(paths: list[str], *, columns: str = _COLUMNS, where: str = "") -> str:

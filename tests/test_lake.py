@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from flows.simulate import (
 )
 from flows.warehouse import connect_read_only
 from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
 from tests.test_incremental import MARTS, _mart
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
@@ -213,3 +215,13 @@ def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
         stored = _rows(con, "select count(*) from samples_stored")
     assert lake == [(unchanged.relative_to(config.data_dir).as_posix(),)]
     assert stored == [(pq.read_metadata(changed).num_rows,)]
+
+
+def test_a_missing_lake_file_stops_a_build_with_its_name(tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path)
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    assert _arrive(config, DAY1, DAY1 + dt.timedelta(hours=1), today=DAY2).evicted > 0
+    gone = _lake_dir(config, DAY1)[0]
+    gone.unlink()
+    with pytest.raises(GpufleetError, match=f"{re.escape(str(gone))}: this compacted file"):
+        build(config, full=True)
