@@ -258,14 +258,7 @@ class PipelineBench:
 
         # 2. Full build.
         self.log("2. full build")
-        builds = [
-            self.step("build", "--data-dir", str(loaded), "--full")
-            for _ in range(self.heavy_repeat or self.repeat)
-        ]
-        self.add("full build of the week", "<= 60 s", [b.wall_s for b in builds], "s", limit=60)
-        self.add(
-            "full build peak RSS", "<= 2048 MB", [b.max_rss_mb for b in builds], "MB", limit=2048
-        )
+        self.full_builds(loaded, "")
 
         # 4a. Storage without compaction: every sample stays in the warehouse file.
         self.add("raw collector files", "", [raw_bytes / rows], "bytes/sample")
@@ -299,24 +292,7 @@ class PipelineBench:
         # 2b and 4b. A full build reading the compacted days from the lake, and the storage
         # of a warehouse whose compacted days are in the lake (what `ingest` does by default).
         self.log("2b. full build, samples in the lake")
-        lake_builds = [
-            self.step("build", "--data-dir", str(steady), "--full")
-            for _ in range(self.heavy_repeat or self.repeat)
-        ]
-        self.add(
-            "full build of the week, samples in the lake",
-            "<= 60 s",
-            [b.wall_s for b in lake_builds],
-            "s",
-            limit=60,
-        )
-        self.add(
-            "full build peak RSS, samples in the lake",
-            "<= 2048 MB",
-            [b.max_rss_mb for b in lake_builds],
-            "MB",
-            limit=2048,
-        )
+        lake_builds = self.full_builds(steady, ", samples in the lake")
         warehouse_bytes = (steady / "warehouse.duckdb").stat().st_size
         self.add(
             "warehouse", "<= 8 bytes/sample", [warehouse_bytes / rows], "bytes/sample", limit=8
@@ -346,6 +322,24 @@ class PipelineBench:
         )
         ratio = statistics.median(four_weeks) / statistics.median(one_week)
         self.add(f"{self.history_weeks}-week / 1-week cycle", "<= 1.5x", [ratio], "x", limit=1.5)
+
+    def full_builds(self, data_dir: Path, where: str) -> list[StepResult]:
+        """Time `gpufleet build --full` (wall time and peak RSS) on `data_dir`."""
+        builds = [
+            self.step("build", "--data-dir", str(data_dir), "--full")
+            for _ in range(self.heavy_repeat or self.repeat)
+        ]
+        self.add(
+            f"full build of the week{where}", "<= 60 s", [b.wall_s for b in builds], "s", limit=60
+        )
+        self.add(
+            f"full build peak RSS{where}",
+            "<= 2048 MB",
+            [b.max_rss_mb for b in builds],
+            "MB",
+            limit=2048,
+        )
+        return builds
 
     def cycles(self, data_dir: Path, start: dt.datetime) -> tuple[list[float], dt.datetime]:
         """Time `repeat` cycles, each one new 10-minute flush from every host, from 23:00 of
