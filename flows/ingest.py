@@ -56,7 +56,12 @@ from prefect.tasks import Task
 
 from flows.compact import CompactionResult, compact_completed_days
 from flows.lake import evicted_paths, samples_sql
-from flows.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, literal_path
+from flows.raw_tables import (
+    QUOTED_SAMPLE_COLUMNS,
+    REQUIRED_SAMPLE_COLUMNS,
+    SAMPLE_COLUMNS,
+    literal_path,
+)
 from flows.refs import References, read_references, replace_references
 from flows.warehouse import DEFAULT_LOCK_TIMEOUT_S, current_generation, write_transaction
 from gpufleet.config import Config, load_config
@@ -376,8 +381,7 @@ def plan_batches(
     return batches
 
 
-_COLUMN_NAMES = [name for name, _ in SAMPLE_COLUMNS]
-_QUOTED = ", ".join(f'"{name}"' for name in _COLUMN_NAMES)
+_QUOTED = QUOTED_SAMPLE_COLUMNS
 _STAGING_DDL = (
     "create or replace temp table _ingest_batch (_file_index integer, _row bigint, "
     + ", ".join(f'"{name}" {kind}' for name, kind in SAMPLE_COLUMNS)

@@ -23,14 +23,14 @@ from collections.abc import Iterable
 
 import duckdb
 
-from flows.raw_tables import SAMPLE_COLUMNS, literal_path
+from flows.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 
 STORED = "samples_stored"
 logger = logging.getLogger("gpufleet.lake")
 
-_COLUMNS = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)
+_COLUMNS = QUOTED_SAMPLE_COLUMNS
 _COMPACTED_PATH = r"^raw/samples/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/host=[^/]+/compacted-[^/]+$"
 
 
@@ -71,11 +71,11 @@ def evicted_paths(
     return [str(root / row[0]) for row in rows]
 
 
-def samples_sql(paths: list[str], *, columns: str = _COLUMNS, where: str = "") -> str:
+def samples_sql(paths: list[str], *, columns: str = _COLUMNS) -> str:
     """`samples_stored` and the files `paths`: every sample they hold, once."""
-    sql = f"select {columns} from {STORED} {where}"
+    sql = f"select {columns} from {STORED}"
     if paths:
-        sql += f"\nunion all\nselect {columns} from ({lake_source(paths)}) {where}"
+        sql += f"\nunion all\nselect {columns} from ({lake_source(paths)})"
     return sql
 
 
@@ -130,7 +130,7 @@ def evict_built_days(con: duckdb.DuckDBPyConnection, config: Config) -> int:
 # A host-day file can go when each of its rows is in samples_stored with the same values
 # and no other file of the day holds its (gpu_uuid, ts): a 64-bit hash of the whole row
 # compares the values (NULLs included).
-_ROW_HASH = "hash(" + ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS) + ")"
+_ROW_HASH = f"hash({_COLUMNS})"
 
 
 def _evict_day(con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, str]) -> int:

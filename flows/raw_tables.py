@@ -41,6 +41,8 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
+# The sample columns as a SELECT or INSERT list, in contract order.
+QUOTED_SAMPLE_COLUMNS = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)
 
 _GLOB_LITERALS = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
 
@@ -66,7 +68,7 @@ create table if not exists samples_stored (
     load_id bigint not null        -- the publish (build_state.generation) that loaded it
 );
 create view if not exists samples as
-select {", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)} from samples_stored;
+select {QUOTED_SAMPLE_COLUMNS} from samples_stored;
 create table if not exists ref_users (
     "user" varchar not null,
     team varchar not null
