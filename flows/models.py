@@ -320,8 +320,10 @@ def _create_in_chunks(
     # or build, so zone maps skip most row groups (a hash of the uuid would read them all).
     # A model's rows have series ids instead (int_series_ids), which a full build numbers
     # in uuid order: the range of a slice's ids skips the same row groups.
+    # int_series_ids holds every gpu_uuid of the samples once (built before both models):
+    # a distinct over the samples would open every file of the lake again.
     uuids = [
-        row[0] for row in con.execute("select distinct gpu_uuid from samples order by 1").fetchall()
+        row[0] for row in con.execute("select gpu_uuid from int_series_ids order by 1").fetchall()
     ]
     bounds = [
         (uuids[len(uuids) * chunk // chunks], uuids[len(uuids) * (chunk + 1) // chunks - 1])
