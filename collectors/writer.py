@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,23 +85,44 @@ def write_sample_files(
     return written
 
 
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """The Parquet leaf column paths of `schema` (`processes.list.element.pid`...), as
+    pyarrow's writer names them (from the footer of an empty file written in memory)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    parquet_schema = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    return [parquet_schema.column(i).path for i in range(len(parquet_schema))]
+
+
 def write_table_atomically(
-    table: pa.Table, target: Path, *, row_groups: tuple[int, ...] = ()
+    table: pa.Table,
+    target: Path,
+    *,
+    row_groups: tuple[int, ...] = (),
+    encodings: Mapping[str, str] | None = None,
 ) -> None:
     """Write `table` as zstd Parquet under a temporary `.` name, fsync, rename into place.
 
-    `row_groups`: the rows of each row group, in order (pyarrow's default size without)."""
+    `row_groups`: the rows of each row group, in order (pyarrow's default size without).
+    `encodings`: a Parquet encoding by column (its leaf path, as `ParquetFile.schema` names
+    it); every other column is dictionary-encoded, pyarrow's default."""
     temporary = target.with_name(f".{target.name}.tmp")
+    options: dict[str, Any] = {"compression": "zstd"}
+    if encodings:
+        options["column_encoding"] = dict(encodings)
+        options["use_dictionary"] = [
+            path for path in _leaf_paths(table.schema) if path not in encodings
+        ]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if row_groups:
-            with pq.ParquetWriter(temporary, table.schema, compression="zstd") as writer:
+            with pq.ParquetWriter(temporary, table.schema, **options) as writer:
                 offset = 0
                 for rows in row_groups:
                     writer.write_table(table.slice(offset, rows), row_group_size=rows)
                     offset += rows
         else:
-            pq.write_table(table, temporary, compression="zstd")
+            pq.write_table(table, temporary, **options)
         with temporary.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(temporary, target)

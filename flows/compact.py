@@ -3,10 +3,10 @@
 Collectors write one file per host per flush (144 a day at the default 10 minutes), and at
 fleet scale the cost of reading the lake is opening files, not decoding them. Once every
 file of a completed UTC day of a host has been loaded, those files are replaced by one file
-sorted by (gpu_uuid, ts), one row group per GPU: the partition directory is rebuilt beside
-the original and the two are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader
-listing the directory sees either the collector files or the compacted file, never both
-and never neither.
+sorted by (gpu_uuid, ts), one row group per GPU, times and counters delta-encoded (see
+COMPACTED_ENCODINGS): the partition directory is rebuilt beside the original and the two
+are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader listing the directory sees
+either the collector files or the compacted file, never both and never neither.
 
 The compacted file takes the originals' place in `loaded_files`, so it is never loaded
 again. Once a build has moved its samples out of the warehouse file (`flows.lake`), the
@@ -42,6 +42,16 @@ from gpufleet.errors import GpufleetError
 
 COMPACTED_PREFIX = "compacted-"
 logger = logging.getLogger("gpufleet.compact")
+# Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary.
+# Times and cumulative counters grow by small steps (delta encoding stores the steps), and
+# measured floats differ in their low bytes (byte stream split lets zstd find the repeated
+# high ones): on a simulated host-day 26.5 -> 9.7 bytes/sample, the same values.
+COMPACTED_ENCODINGS = {
+    **dict.fromkeys(
+        ("ts", "energy_mj", "thermal_violation_ns", "power_violation_ns"), "DELTA_BINARY_PACKED"
+    ),
+    **dict.fromkeys(("gpu_util_pct", "mem_util_pct", "power_w"), "BYTE_STREAM_SPLIT"),
+}
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -188,7 +198,9 @@ def _write_compacted(con: duckdb.DuckDBPyConnection, sources: list[str], target:
     runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
     ends = runs.run_ends.to_pylist()
     row_groups = tuple(end - start for start, end in itertools.pairwise([0, *ends]))
-    write_table_atomically(table.cast(schema), target, row_groups=row_groups)
+    write_table_atomically(
+        table.cast(schema), target, row_groups=row_groups, encodings=COMPACTED_ENCODINGS
+    )
 
 
 def _compact_one(

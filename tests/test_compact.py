@@ -263,3 +263,67 @@ def test_compacted_file_has_the_contract_types_whatever_the_sources(
     assert schema.names[-1] == "fan_speed_pct"
     assert schema.metadata[b"gpufleet.collector_version"] == b"0.1.0"
     assert pq.read_table(path).num_rows == 12
+
+
+def test_compacted_file_encodes_times_and_counters_compactly_and_reads_back_the_same(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    config, con = lake
+    uuids = ("GPU-a", "GPU-b")
+    sources = []
+    for part in range(2):
+        table = sample_rows(midnight(DAY) + dt.timedelta(minutes=10 * part), 60, uuids)
+        ticks = range(part * 60, part * 60 + table.num_rows // 2)
+        table = (
+            table.set_column(
+                table.schema.get_field_index("energy_mj"),
+                "energy_mj",
+                pa.array([1_000_000 + 3_017 * t for t in ticks for _ in uuids], pa.int64()),
+            )
+            .set_column(
+                table.schema.get_field_index("power_w"),
+                "power_w",
+                pa.array([300.0 + 0.37 * (t % 11) for t in ticks for _ in uuids], pa.float32()),
+            )
+            .set_column(
+                table.schema.get_field_index("processes"),
+                "processes",
+                pa.array(
+                    [[{"pid": 7, "user": "alice", "used_mem_bytes": 1 << 30, "job_id": "42"}]]
+                    * table.num_rows,
+                    SAMPLE_SCHEMA.field("processes").type,
+                ),
+            )
+        )
+        sources.append(table)
+        write_and_record(config, con, DAY, f"f{part}.parquet", table)
+    before = pa.concat_tables(sources).sort_by([("gpu_uuid", "ascending"), ("ts", "ascending")])
+
+    compact_completed_days(con, config, today=DAY + dt.timedelta(days=1))
+
+    path = config.samples_dir / f"date={DAY}" / "host=node-1" / f"compacted-{DAY}.parquet"
+    group = pq.read_metadata(path).row_group(0)
+    encodings = {
+        group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)
+    }
+    for column in ("ts", "energy_mj"):
+        assert "DELTA_BINARY_PACKED" in encodings[column]
+    for column in ("power_w", "gpu_util_pct"):
+        assert "BYTE_STREAM_SPLIT" in encodings[column]
+    for column in ("host", "gpu_uuid", "processes.list.element.user"):
+        assert "RLE_DICTIONARY" in encodings[column]
+    # pyarrow and DuckDB read the values that went in
+    names = SAMPLE_SCHEMA.names
+    assert pq.read_table(path).select(names).equals(before.select(names))
+    reader = duckdb.connect()
+    read_back = reader.execute(
+        "select sum(epoch_us(ts)), sum(energy_mj), sum(power_w::double), count(*) "
+        "from read_parquet(?)",
+        [str(path)],
+    ).fetchone()
+    assert read_back == (
+        sum(int(ts.timestamp() * 1_000_000) for ts in before["ts"].to_pylist()),
+        sum(before["energy_mj"].to_pylist()),
+        pytest.approx(sum(before["power_w"].to_pylist())),
+        before.num_rows,
+    )
