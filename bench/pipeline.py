@@ -102,9 +102,9 @@ def batched_scan_seconds(data_dir: Path) -> float:
     """The same query over the batches ingest reads (`plan_batches`: one day, at most 2,000
     files each): a floor without the cost of one query over every file, which ingest does
     not pay."""
-    from flows.ingest import find_sample_files, plan_batches
-    from flows.raw_tables import literal_path
     from gpufleet.config import Config
+    from gpufleet.warehouse.ingest import find_sample_files, plan_batches
+    from gpufleet.warehouse.raw_tables import literal_path
 
     config = Config(data_dir=data_dir)
     batches = plan_batches(find_sample_files(config))

@@ -23,7 +23,7 @@ def _config(data_dir: str) -> Config:
 
 
 def _spec(config: Config, gpus: int, start: dt.date, days: int, flush_s: float) -> Any:
-    from flows.simulate import SimulationSpec
+    from gpufleet.simulate.fleet import SimulationSpec
 
     return SimulationSpec.from_cli(
         config=config,
@@ -39,7 +39,7 @@ def _spec(config: Config, gpus: int, start: dt.date, days: int, flush_s: float) 
 
 
 def step_simulate(args: argparse.Namespace) -> dict[str, Any]:
-    from flows.simulate import simulate_fleet
+    from gpufleet.simulate.fleet import simulate_fleet
 
     config = _config(args.data_dir)
     spec = _spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, args.flush)
@@ -51,7 +51,7 @@ def step_flush(args: argparse.Namespace) -> dict[str, Any]:
     """Write the 10-minute flush that starts at --at for every host of the week that
     starts at --start, as its collectors would write next (not timed); with --until, every
     flush from --at to then."""
-    from flows.simulate import simulate_window
+    from gpufleet.simulate.fleet import simulate_window
 
     config = _config(args.data_dir)
     at = dt.datetime.fromisoformat(args.at)
@@ -62,14 +62,14 @@ def step_flush(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def step_ingest(args: argparse.Namespace) -> dict[str, Any]:
-    from flows.ingest import ingest
+    from gpufleet.warehouse.ingest import ingest
 
     result = ingest(_config(args.data_dir), compact=not args.no_compact)
     return {"files": result.files_loaded, "samples": result.samples_loaded}
 
 
 def step_build(args: argparse.Namespace) -> dict[str, Any]:
-    from flows.build import build
+    from gpufleet.warehouse.build import build
 
     config = _config(args.data_dir)
     result = build(config, full=args.full)
@@ -78,7 +78,7 @@ def step_build(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_cycle(args: argparse.Namespace) -> dict[str, Any]:
     """What the 15-minute deployment does: ingest, then build when something was loaded."""
-    from flows.serve import ingest_then_build
+    from gpufleet.warehouse.cycle import ingest_then_build
 
     config = _config(args.data_dir)
     # The simulated flush is "now": its day is today, not a completed day to compact.

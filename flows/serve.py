@@ -15,46 +15,18 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, cast
 
-from prefect import flow
 from prefect import serve as prefect_serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron, Interval
-from prefect.states import Failed
 
-from flows.build import BuildResult, build
-from flows.ingest import IngestResult, ingest
+from flows.ingest_and_build import ingest_and_build
 from flows.report import report_flow
-from flows.warehouse import write_transaction
-from gpufleet.config import Config, load_config
-from gpufleet.errors import GpufleetError
+from gpufleet.config import Config
 
 INGEST_EVERY = dt.timedelta(minutes=15)
 REPORT_CRON = "0 7 * * 1"  # Monday 07:00
 INGEST_DEPLOYMENT = "every-15-minutes"
 REPORT_DEPLOYMENT = "monday-0700"
-
-
-def ingest_then_build(
-    config: Config, *, today: dt.date | None = None
-) -> tuple[IngestResult, BuildResult | None]:
-    """Ingest, then build when anything was loaded, in one published warehouse transaction
-    (`today`: the UTC day whose files are not compacted yet; default: the real today)."""
-    with write_transaction(config):
-        ingested = ingest(config, today=today)
-        built = build(config) if ingested.loaded_anything else None
-    return ingested, built
-
-
-@flow(name="ingest-and-build", log_prints=False)
-def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
-    """Load new raw files; update the models when the ingest loaded anything (samples, refs)."""
-    try:
-        config = load_config(config_path=config_path, data_dir=data_dir)
-        ingested, built = ingest_then_build(config)
-    except GpufleetError as exc:
-        # Prefect raises `exc` to the caller and logs the one line, not a traceback.
-        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
-    return f"{ingested}\n{built if built else 'build: skipped, nothing new was loaded'}"
 
 
 def _location(config: Config) -> dict[str, Any]:

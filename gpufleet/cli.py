@@ -242,7 +242,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     try:
         if command == "simulate":
-            from flows.simulate import SimulationSpec, simulate_fleet
+            from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 
             spec = SimulationSpec.from_cli(
                 config=config,
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             print(paths)
             return 0
         if command == "demo":
-            from flows.demo import run_demo
+            from gpufleet.demo import run_demo
 
             return run_demo(config, gpus=args.gpus, progress=_progress)
         if command == "serve":

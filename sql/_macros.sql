@@ -1,4 +1,4 @@
--- DuckDB macros the models share; flows/models.py runs this file before the models.
+-- DuckDB macros the models share; gpufleet/warehouse/models.py runs this file before the models.
 
 -- A hosts.csv / prices.csv glob, where only `*` and `?` are wildcards, as a LIKE pattern
 -- escaped with '\' (so `%`, `_` and `\` in the glob match themselves).
@@ -13,7 +13,7 @@ create or replace temp macro glob_to_like(pattern) as
         '_'
     );
 
--- The id a name keeps across builds (flows/ids.py): its id in the id table when it has
+-- The id a name keeps across builds (gpufleet/warehouse/ids.py): its id in the id table when it has
 -- one, else the next free id (`known_max` + its number `n` among the new names).
 create or replace temp macro stable_id(known_id, known_max, n) as
     coalesce(known_id, coalesce(known_max, 0) + n);

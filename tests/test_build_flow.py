@@ -9,8 +9,8 @@ import duckdb
 import pytest
 
 from flows.build import build_flow
-from flows.warehouse import write_transaction
 from gpufleet.config import Config
+from gpufleet.warehouse.slots import write_transaction
 
 
 def test_build_flow_publishes_documented_marts(prefect_harness: None, tmp_path: Path) -> None:

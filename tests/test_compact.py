@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.schema import SAMPLE_SCHEMA, file_metadata
-from flows.compact import compact_completed_days
-from flows.raw_tables import ensure_raw_tables
 from gpufleet.config import Config
+from gpufleet.warehouse.compact import compact_completed_days
+from gpufleet.warehouse.raw_tables import ensure_raw_tables
 
 DAY = dt.date(2026, 11, 16)
 
@@ -145,7 +145,7 @@ def test_late_file_after_compaction_is_merged_next_time(
 
 
 def test_ingest_compacts_loaded_days_and_never_reloads_them(tmp_path: Path) -> None:
-    from flows.ingest import ingest
+    from gpufleet.warehouse.ingest import ingest
 
     config = Config(data_dir=tmp_path)
     con = duckdb.connect()
@@ -176,7 +176,7 @@ def test_ingest_compacts_loaded_days_and_never_reloads_them(tmp_path: Path) -> N
 
 def test_file_names_with_glob_characters_compact_as_themselves(tmp_path: Path) -> None:
     """`f[1].parquet` is that file to the compaction, not a pattern matching `f1.parquet`."""
-    from flows.ingest import ingest
+    from gpufleet.warehouse.ingest import ingest
 
     config = Config(data_dir=tmp_path)
     con = duckdb.connect()
@@ -197,7 +197,7 @@ def test_file_names_with_glob_characters_compact_as_themselves(tmp_path: Path) -
 
 def test_a_loaded_file_gone_bad_is_quarantined_and_ingest_goes_on(tmp_path: Path) -> None:
     """A past day's file overwritten after its load must not make ingest fail (review)."""
-    from flows.ingest import ingest
+    from gpufleet.warehouse.ingest import ingest
 
     config = Config(data_dir=tmp_path)
     con = duckdb.connect()

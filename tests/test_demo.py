@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.demo import run_demo
 from gpufleet.cli import main
 from gpufleet.config import load_config
+from gpufleet.demo import run_demo
 from gpufleet.weeks import last_complete_week
 from reports.data import load_week
 from reports.mail import read_message

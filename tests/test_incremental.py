@@ -18,10 +18,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from flows import models as models_module
-from flows.build import BuildResult, build, build_models
-from flows.incremental import read_state
-from flows.warehouse import connect_read_only, write_transaction
+from gpufleet.warehouse import models as models_module
+from gpufleet.warehouse.build import BuildResult, build, build_models
+from gpufleet.warehouse.incremental import read_state
+from gpufleet.warehouse.slots import connect_read_only, write_transaction
 from tests.test_models_fixtures import NEXT_LOAD, Fleet
 
 START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
@@ -196,7 +196,7 @@ def test_data_has_names_first_seen_in_an_incremental_build(
     built: tuple[Fleet, Fleet, list[str]],
 ) -> None:
     """A host, job, user and status that the first (full) build did not see get their ids
-    in an incremental one (flows/ids.py), and come out by name as a full build's do."""
+    in an incremental one (gpufleet/warehouse/ids.py), and come out by name as a full build's do."""
     incremental, _, modes = built
     assert modes[0] == "full"
     for column, value in (
@@ -261,7 +261,7 @@ def test_samples_attributed_is_stored_in_series_and_time_order(
     """Stored in series and time order it takes half the bytes (10 per sample at fleet
     scale, not 20), and the build sorts nothing for it: the rows leave the series window
     in that order and keep it only while DuckDB's hash joins after the window build on the
-    small tables (flows/models.prepare). Built the way DuckDB plans by itself, these
+    small tables (warehouse/models.prepare). Built the way DuckDB plans by itself, these
     97,083 samples were stored in 75,000-93,000 stretches."""
     _, full, _ = built
     runs, series = _stored_runs(full.con)

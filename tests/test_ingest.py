@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.schema import SAMPLE_SCHEMA, file_metadata
-from flows.ingest import (
+from gpufleet.config import Config
+from gpufleet.warehouse.ingest import (
     NEW_ROWS_SQL,
     IngestResult,
     QuarantineWarning,
@@ -27,9 +28,8 @@ from flows.ingest import (
     plan_batches,
     schema_problem,
 )
-from flows.raw_tables import SAMPLE_COLUMNS
-from flows.warehouse import write_transaction
-from gpufleet.config import Config
+from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS
+from gpufleet.warehouse.slots import write_transaction
 
 T0 = dt.datetime(2026, 11, 16, 9, 0, tzinfo=dt.UTC)
 DAY1 = "raw/samples/date=2026-11-16/host=h1"

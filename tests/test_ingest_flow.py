@@ -8,8 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.ingest import IngestResult, QuarantineWarning, ingest_flow
+from flows.ingest import ingest_flow
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.ingest import IngestResult, QuarantineWarning
 from tests.test_ingest import DAY1, sample, write_samples
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

@@ -16,9 +16,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.ingest import ingest
-from flows.warehouse import lock_path
 from gpufleet.config import Config
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.slots import lock_path
 from tests.test_ingest import DAY1, DAY2, T0, sample, write_samples
 
 pytestmark = pytest.mark.slow
@@ -162,7 +162,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from flows.ingest import ingest
+    from gpufleet.warehouse.ingest import ingest
     from gpufleet.config import Config
     print(ingest(Config(data_dir=Path(sys.argv[1])), lock_timeout_s=120).samples_loaded)
     """

@@ -1,4 +1,4 @@
-"""Samples of compacted, built host-days leave the warehouse file for the lake (flows/lake.py),
+"""Samples of compacted, built host-days leave the warehouse file for the lake (warehouse/lake.py),
 and nothing a user or a build reads changes: the same samples, the same marts."""
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from flows import warehouse
-from flows.build import build
-from flows.ingest import ingest
-from flows.simulate import (
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.simulate.fleet import (
     SimulationSpec,
     scenario_for,
     simulate_window,
     write_reference_files,
 )
-from flows.warehouse import connect_read_only
-from gpufleet.config import Config
-from gpufleet.errors import GpufleetError
+from gpufleet.warehouse import slots as warehouse
+from gpufleet.warehouse.build import build
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.slots import connect_read_only
 from tests.test_incremental import MARTS, _mart
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from flows.models import build_order, discover_models
+from gpufleet.warehouse.models import build_order, discover_models
 from tests.test_models_fixtures import Fleet
 
 UTC = dt.UTC
@@ -180,7 +180,7 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "gpu_hourly",  # the report's heatmaps
     }
     assert set(result.mart_rows) == marts
-    # the view is counted as the table it names (flows/models.count_mart_rows): the same rows
+    # the view is counted as the table it names (warehouse/models.count_mart_rows): the same rows
     for name, rows in result.mart_rows.items():
         assert fleet.rows(f"select count(*) as n from {name}")[0]["n"] == rows, name
     tables = fleet.rows(

@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.ingest import ingest
-from flows.refs import read_references
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.refs import read_references
 from tests.test_ingest import DAY1, sample, write_samples
 
 USERS = "user,team\nalice,vision\nbob,nlp\nalice,vision\n"

@@ -62,7 +62,7 @@ def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> Non
     assert report.parameters["send"] is True
     assert report.parameters["week"] is None
     assert report.entrypoint == "flows.report.report_flow"
-    assert ingest.entrypoint == "flows.serve.ingest_and_build"
+    assert ingest.entrypoint == "flows.ingest_and_build.ingest_and_build"
 
 
 def _wait_for_deployments(client, proc: subprocess.Popen[bytes], log: Path, timeout_s: float):
@@ -165,8 +165,8 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
 ) -> None:
     import duckdb
 
-    from flows.serve import ingest_and_build
-    from flows.simulate import SimulationSpec, simulate_fleet
+    from flows.ingest_and_build import ingest_and_build
+    from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 
     config_path = fx.write_config(tmp_path)
     config = load_config(config_path=config_path)

@@ -13,16 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.schema import SAMPLE_SCHEMA, THERMAL_MASK, file_metadata
-from flows.simulate import (
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.simulate.fleet import (
     SimulationSpec,
     scenario_for,
     simulate_fleet,
     simulate_next_flush,
     simulate_window,
 )
-from flows.simulate_scenario import gpu_roles, host_kinds
-from gpufleet.config import Config
-from gpufleet.errors import GpufleetError
+from gpufleet.simulate.scenario import gpu_roles, host_kinds
 
 START = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)

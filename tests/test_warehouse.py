@@ -11,15 +11,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows import warehouse
-from flows.warehouse import (
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse import slots as warehouse
+from gpufleet.warehouse.slots import (
     connect_read_only,
     current_generation,
     lock_path,
     write_transaction,
 )
-from gpufleet.config import Config
-from gpufleet.errors import GpufleetError
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_creates_the_warehouse_with_the_raw_tables(config: Config) -> None:
             ).fetchall()
         }
     assert {"samples_stored", "loaded_files", "quarantined_files", "ref_users", "marker"} <= tables
-    assert "samples" in views  # samples_stored and the lake (flows/lake.py)
+    assert "samples" in views  # samples_stored and the lake (gpufleet/warehouse/lake.py)
     assert _leftovers(config) == []
 
 

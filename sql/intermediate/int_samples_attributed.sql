@@ -2,7 +2,7 @@
 -- Every sample with its attribution (CONTRACT 6: allocation, else process, else host, else
 -- none) and whether it is idle or thermally throttled. Names the series window would have
 -- to sort are carried as small integers (series, host, team, user, job, status, attribution
--- code: flows/ids.py); samples_attributed_rows stores them so.
+-- code: gpufleet/warehouse/ids.py); samples_attributed_rows stores them so.
 -- A view: it is read once, by the series model, so it is never held in memory whole.
 with samples as (
     select * from stg_samples

@@ -1,6 +1,6 @@
 -- One row per GPU series: a small integer id and the GPU's model name. The window model
 -- partitions by the integer and samples_attributed_rows stores it instead of the uuid and
--- name strings. Ids are kept across builds in build_state.series (flows/ids.py).
+-- name strings. Ids are kept across builds in build_state.series (gpufleet/warehouse/ids.py).
 with samples as (
     select * from stg_samples
 ),

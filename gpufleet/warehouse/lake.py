@@ -2,7 +2,7 @@
 
 The warehouse keeps what `ingest` loaded in `samples_stored`, each row with the publish
 that loaded it (`load_id`, the incremental build's watermark). Once a host-day's files are
-compacted (`flows.compact`) and its rows are in the marts, the build evicts them: it checks
+compacted (`compact.py`) and its rows are in the marts, the build evicts them: it checks
 that the compacted file holds exactly those rows (each (gpu_uuid, ts) with the same values,
 none claimed by another file), deletes them from `samples_stored` and records the file in
 `build_state.lake_files`, in the build's transaction. The contract's `samples` is a view:
@@ -23,9 +23,9 @@ from collections.abc import Iterable
 
 import duckdb
 
-from flows.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 
 STORED = "samples_stored"
 logger = logging.getLogger("gpufleet.lake")

@@ -6,8 +6,8 @@ configuration as DuckDB variables (`getvariable('idle_threshold_pct')` in SQL), 
 model and documents the marts with `COMMENT ON` from `sql/marts/_docs.toml`. Macros the
 models share (`glob_to_like`) are defined in `sql/_macros.sql`, run before the models.
 
-`flows/build.py` decides between a full build (`build_all_models`) and an incremental one
-(`flows/incremental.py`), which runs the same files on a slice (`render` with a remap).
+`build.py` decides between a full build (`build_all_models`) and an incremental one
+(`gpufleet/warehouse/incremental.py`), which runs the same files on a slice (`render` with a remap).
 
 Materialization: staging models are temp views, intermediate models temp tables, marts
 tables in the warehouse; a file may override that with a first-line comment
@@ -15,7 +15,7 @@ tables in the warehouse; a file may override that with a first-line comment
 Temp objects are dropped at the end, so only the marts stay in the warehouse.
 
 `int_series_ids`, `int_hosts` and `int_teams` number names with ids kept across builds
-(`flows/ids.py`); each build records the new ones right after building those models.
+(`gpufleet/warehouse/ids.py`); each build records the new ones right after building those models.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import duckdb
 
-from flows.ids import ensure_id_tables, record_new_ids
-from flows.raw_tables import ensure_raw_tables
 from gpufleet.config import Config
+from gpufleet.warehouse.ids import ensure_id_tables, record_new_ids
+from gpufleet.warehouse.raw_tables import ensure_raw_tables
 
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
 MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 BUILD_MEMORY_LIMIT = "1536MB"
@@ -280,7 +280,7 @@ def build_all_models(
     con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str], sql_dir: Path
 ) -> None:
     """A full build: every model from scratch; the marts end up as documented tables (and
-    views). The caller starts the id tables afresh first (flows/ids.forget_ids)."""
+    views). The caller starts the id tables afresh first (ids.forget_ids)."""
     docs = load_docs(sql_dir)
     marts = [name for name in order if models[name].layer == "marts"]
     undocumented = sorted(set(marts) - docs.keys())

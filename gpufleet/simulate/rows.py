@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from collectors.schema import PROCESS_TYPE, STATUS_LOST, STATUS_OK, partition_dir
 from collectors.schema import schema_with_metadata as _schema_with_metadata
-from flows.simulate_scenario import (
+from gpufleet.simulate.scenario import (
     NOISE_CLOCK,
     NOISE_MEM_UTIL,
     NOISE_POWER,

@@ -2,7 +2,7 @@
 
 `samples_stored` holds the contract's samples (CONTRACT sections 2 and 7) that are kept in
 the warehouse, each with the publish that loaded it (`load_id`); the contract's `samples` is
-a view of it and of the lake's evicted files (`flows.lake`). The other tables hold the
+a view of it and of the lake's evicted files (`gpufleet.warehouse.lake`). The other tables hold the
 reference files and allocations as loaded, with empty CSV cells as NULL.
 """
 
@@ -110,7 +110,7 @@ create table if not exists quarantined_files (
 );
 alter table quarantined_files add column if not exists moved_to varchar;
 create schema if not exists build_state;
--- The compacted host-day files whose samples left samples_stored for the lake (flows/lake.py).
+-- The compacted host-day files whose samples left samples_stored for the lake (warehouse/lake.py).
 create table if not exists build_state.lake_files (
     path varchar primary key,      -- relative to the data directory
     day date not null,             -- the UTC date of its samples (its date= partition)

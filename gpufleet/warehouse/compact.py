@@ -9,7 +9,7 @@ are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader listing the direc
 either the collector files or the compacted file, never both and never neither.
 
 The compacted file takes the originals' place in `loaded_files`, so it is never loaded
-again. Once a build has moved its samples out of the warehouse file (`flows.lake`), the
+again. Once a build has moved its samples out of the warehouse file (`gpufleet.warehouse.lake`), the
 warehouse reads it, so it is never rewritten: files arriving later for that host-day stay
 as they are (and their samples in the warehouse).
 
@@ -36,9 +36,9 @@ import pyarrow.compute as pc
 
 from collectors.schema import SAMPLE_SCHEMA, file_metadata
 from collectors.writer import write_table_atomically
-from flows.raw_tables import SAMPLE_COLUMNS, literal_path
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS, literal_path
 
 COMPACTED_PREFIX = "compacted-"
 logger = logging.getLogger("gpufleet.compact")

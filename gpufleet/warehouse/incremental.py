@@ -42,11 +42,11 @@ from pathlib import Path
 
 import duckdb
 
-from flows.ids import ensure_id_tables, record_new_ids
-from flows.lake import create_samples_since
-from flows.models import Model, create_model, drop_model, render
-from flows.warehouse import GENERATION_DDL, current_generation
 from gpufleet.config import Config
+from gpufleet.warehouse.ids import ensure_id_tables, record_new_ids
+from gpufleet.warehouse.lake import create_samples_since
+from gpufleet.warehouse.models import Model, create_model, drop_model, render
+from gpufleet.warehouse.slots import GENERATION_DDL, current_generation
 
 STATE_DDL = """
 create schema if not exists build_state;
@@ -131,7 +131,7 @@ def fingerprint(
 
 def record_full_build(con: duckdb.DuckDBPyConnection, *, top: int, digest: str) -> None:
     """After a full build: the watermark and fingerprint (the build kept every series' id
-    and GPU name in build_state.series, flows/ids.py)."""
+    and GPU name in build_state.series, gpufleet/warehouse/ids.py)."""
     con.execute("delete from build_state.watermark")
     con.execute("insert into build_state.watermark values (?, ?, now())", [top, digest])
     record_allocations(con)
@@ -314,7 +314,7 @@ def _window_is_a_suffix(con: duckdb.DuckDBPyConnection) -> bool:
 
 def _log_replaced(con: duckdb.DuckDBPyConnection, table: str, key: str, keys_sql: str) -> None:
     """Log which rows of `table` this build replaced, for the other warehouse slot to
-    replace the same way when it catches up (flows/warehouse.py, REPLAY_KEYS)."""
+    replace the same way when it catches up (gpufleet/warehouse/slots.py, REPLAY_KEYS)."""
     con.execute(
         f"""
         insert into build_state.replaced by name
@@ -329,7 +329,7 @@ def _replace_sample_rows(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
 ) -> None:
     """samples_attributed_rows: the rows from each series' since_ts on, the context row
-    left out (by series id: the series' ids are those it already has, flows/ids.py)."""
+    left out (by series id: the series' ids are those it already has, gpufleet/warehouse/ids.py)."""
     con.execute(f"create or replace temp table _inc_attributed as\n{render(model, remap)}")
     con.execute(
         """

@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flows.simulate_rows import host_window, write_host_window
-from flows.simulate_scenario import HostPlan, Scenario, build_scenario
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.simulate.rows import host_window, write_host_window
+from gpufleet.simulate.scenario import HostPlan, Scenario, build_scenario
 from gpufleet.weeks import last_complete_week, week_monday
 
 Progress = Callable[[str], None]

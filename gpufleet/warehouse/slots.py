@@ -46,9 +46,9 @@ from pathlib import Path
 
 import duckdb
 
-from flows.raw_tables import ensure_raw_tables
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.raw_tables import ensure_raw_tables
 
 LOCK_FILE_NAME = ".warehouse.lock"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
@@ -369,7 +369,7 @@ def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
 
 # A file with more free blocks than blocks in use, and this many bytes free, is written
 # afresh before it is published: DuckDB reuses free blocks but never gives them back, so
-# rows that left for the lake (flows/lake.py) would otherwise keep their size on disk.
+# rows that left for the lake (gpufleet/warehouse/lake.py) would otherwise keep their size on disk.
 _REWRITE_FREE_BYTES = 64 * 1024 * 1024
 _REWRITE_FREE_PER_USED = 1.0
 

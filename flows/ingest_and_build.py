@@ -1,0 +1,27 @@
+"""The `ingest-and-build` flow the 15-minute deployment runs: load new raw files, and
+update the models when anything was loaded, in one warehouse transaction."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.states import Failed
+
+from gpufleet.config import load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.cycle import ingest_then_build
+
+
+@flow(name="ingest-and-build", log_prints=False)
+def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
+    """Load new raw files; update the models when the ingest loaded anything (samples, refs)."""
+    try:
+        config = load_config(config_path=config_path, data_dir=data_dir)
+        ingested, built = ingest_then_build(config)
+    except GpufleetError as exc:
+        # Prefect raises `exc` to the caller and logs the one line, not a traceback.
+        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
+    return f"{ingested}\n{built if built else 'build: skipped, nothing new was loaded'}"
+
+
+if __name__ == "__main__":
+    print(ingest_and_build())

@@ -1,0 +1,2 @@
+"""The fleet simulator: sample files, reference files and allocations as a real fleet's
+collectors and scheduler would write them (`gpufleet simulate`, `demo`, `bench`, tests)."""
