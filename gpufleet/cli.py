@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from gpufleet import __version__
 from gpufleet.config import Config, load_config
@@ -206,6 +207,42 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--gpus", type=positive_int, default=128, help="number of simulated GPUs (default: 128)"
     )
+    query = commands.add_parser(
+        "query",
+        help="run one read-only SQL statement on the warehouse (a table, CSV, Parquet or JSON)",
+        description=(
+            "Run one read-only SQL statement (select, describe, show, summarize, explain)\n"
+            "on the published warehouse and print the result as an aligned table, or write\n"
+            "it as CSV, Parquet or JSON (an array of row objects). The warehouse is opened\n"
+            "read-only, so a query never blocks ingest or build. The tables: README.md,\n"
+            "or gpufleet query 'show tables'."
+        ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet query \"select * from team_weekly where iso_week = '2026-W47'\"\n"
+            "  gpufleet query 'from idle_episodes where is_waste' --csv -o waste.csv\n"
+            "  gpufleet query 'describe team_daily'"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    query.add_argument("sql", metavar="SQL", help="the statement ('-' reads it from stdin)")
+    formats = query.add_mutually_exclusive_group()
+    for name in ("csv", "parquet", "json"):
+        formats.add_argument(
+            f"--{name}",
+            dest="format",
+            action="store_const",
+            const=name,
+            help=f"write {name.upper()} instead of a table",
+        )
+    query.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write to FILE (the format from --csv/--parquet/--json, else from its suffix); "
+        "without it CSV and JSON go to stdout",
+    )
     commands.add_parser(
         "serve",
         help="run the Prefect deployments with their schedules",
@@ -288,6 +325,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
             from gpufleet.demo import run_demo
 
             return run_demo(config, gpus=args.gpus, progress=_progress)
+        if command == "query":
+            from gpufleet.query import run_query
+
+            return run_query(config, args.sql, fmt=args.format, output=args.output)
         if command == "serve":
             from flows.serve import serve
 
@@ -300,6 +341,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             "numpy",
             "jinja2",
             "vl_convert",
+            "polars",
         }:
             raise GpufleetError(
                 f"'gpufleet {command}' needs the pipeline packages "

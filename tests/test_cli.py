@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.cli import build_parser, main
 
-COMMANDS = ("collect", "simulate", "ingest", "build", "report", "demo", "serve")
+COMMANDS = ("collect", "simulate", "ingest", "build", "report", "demo", "serve", "query")
 
 
 def test_help_lists_every_contract_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,199 @@
+"""Read-only access for analysts: the published warehouse's marts as polars DataFrames.
+
+`gpufleet.open("data")` returns a `ReadOnlyWarehouse`. Each call opens the published
+`warehouse.duckdb` read-only, runs one query with its values as parameters, hands the
+result over as a polars DataFrame (DuckDB's `.pl()`, through Arrow) and closes the file at
+once, so a notebook never holds the warehouse open between calls and the scheduled
+writers never have to work around it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.slots import connect_read_only
+from gpufleet.weeks import week_bounds, week_monday
+
+# Statements that only read: one of these, and only one, per query.
+READ_STATEMENTS = frozenset(
+    {
+        duckdb.StatementType.SELECT,
+        duckdb.StatementType.EXPLAIN,
+        duckdb.StatementType.PRAGMA,
+        duckdb.StatementType.CALL,
+    }
+)
+
+Parameters = Sequence[object] | Mapping[str, object] | None
+
+
+def check_read_only(query: str) -> None:
+    """A GpufleetError unless `query` is exactly one statement that only reads."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise GpufleetError(f"query: {_one_line(exc)}") from exc
+    if len(statements) != 1:
+        raise GpufleetError(f"query: expected one SQL statement, got {len(statements)}")
+    kind = statements[0].type
+    if kind not in READ_STATEMENTS:
+        raise GpufleetError(
+            f"query: only statements that read are allowed (select, describe, show, "
+            f"summarize, explain), not {kind.name.lower()}"
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _week_days(week: str) -> tuple[dt.date, dt.date]:
+    """The Monday and the Sunday of an ISO week, or a GpufleetError."""
+    try:
+        monday = week_monday(week)
+    except ValueError as exc:
+        raise GpufleetError(f"'{week}' is not an ISO week like 2026-W47") from exc
+    return monday, monday + dt.timedelta(days=6)
+
+
+class ReadOnlyWarehouse:
+    """The marts of one data directory's published warehouse, read-only, as DataFrames."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    @classmethod
+    def open(
+        cls, data_dir: str | Path | None = None, *, config: str | Path | None = None
+    ) -> ReadOnlyWarehouse:
+        """The warehouse of `data_dir` (default as for the CLI: $GPUFLEET_DATA_DIR, ./data),
+        with the configuration of `config` (default: <data_dir>/gpufleet.toml if present)."""
+        loaded = load_config(
+            config_path=None if config is None else str(config),
+            data_dir=None if data_dir is None else str(data_dir),
+        )
+        if not loaded.warehouse_path.is_file():
+            raise GpufleetError(
+                f"{loaded.warehouse_path}: no warehouse yet; run 'gpufleet ingest' and "
+                "'gpufleet build' first"
+            )
+        return cls(loaded)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyWarehouse({str(self.config.warehouse_path)!r})"
+
+    def sql(self, query: str, params: Parameters = None) -> pl.DataFrame:
+        """Run one read-only SQL statement (values as `?` or `$name` parameters)."""
+        check_read_only(query)
+        with connect_read_only(self.config) as con:
+            try:
+                # A relation hands its rows to polars through Arrow without a copy (DuckDB
+                # 2's DB-API results would copy them first).
+                relation = con.sql(query, params=params)
+                return pl.DataFrame() if relation is None else relation.pl()
+            except duckdb.Error as exc:
+                raise GpufleetError(f"query: {_one_line(exc)}") from exc
+
+    def tables(self) -> pl.DataFrame:
+        """The tables and views users query, with what each holds."""
+        return self.sql(
+            """
+            select table_name as name, table_type as kind, comment,
+            from (
+                select table_name, 'table' as table_type, comment
+                from duckdb_tables() where schema_name = 'main' and not temporary
+                union all
+                select view_name, 'view', comment
+                from duckdb_views() where schema_name = 'main' and not internal
+            )
+            order by name
+            """
+        )
+
+    def team_daily(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
+        """`team_daily`: per local day and team (all days, or the days of one ISO week)."""
+        return self._by_day("team_daily", week, team, order="day, team")
+
+    def team_weekly(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
+        """`team_weekly`: per ISO week and team (all weeks, or one like "2026-W47")."""
+        if week is not None:
+            _week_days(week)
+        return self.sql(
+            "select * from team_weekly "
+            "where ($week is null or iso_week = $week) and ($team is null or team = $team) "
+            "order by iso_week, team",
+            {"week": week, "team": team},
+        )
+
+    def gpu_daily(self, week: str | None = None) -> pl.DataFrame:
+        """`gpu_daily`: per local day and GPU."""
+        return self._by_day("gpu_daily", week, None, order="day, host, gpu_uuid")
+
+    def host_daily(self, week: str | None = None) -> pl.DataFrame:
+        """`host_daily`: per local day and host."""
+        return self._by_day("host_daily", week, None, order="day, host")
+
+    def idle_episodes(
+        self, week: str | None = None, *, team: str | None = None, waste_only: bool = False
+    ) -> pl.DataFrame:
+        """`idle_episodes` that overlap the week (all without one), optionally only waste."""
+        return self._overlapping(
+            "idle_episodes",
+            week,
+            team,
+            extra="and ($waste_only = false or is_waste)",
+            params={"waste_only": waste_only},
+        )
+
+    def thermal_events(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
+        """`thermal_events` that overlap the week (all without one)."""
+        return self._overlapping("thermal_events", week, team)
+
+    def quarantined_files(self) -> pl.DataFrame:
+        """Raw files that could not be loaded, and why."""
+        return self.sql("select * from quarantined_files order by quarantined_at, path")
+
+    def _by_day(
+        self, table: str, week: str | None, team: str | None, *, order: str
+    ) -> pl.DataFrame:
+        """The rows of a table keyed by local `day` (and `team`, when one is asked for)."""
+        first, last = _week_days(week) if week is not None else (None, None)
+        params: dict[str, object] = {"first": first, "last": last}
+        team_filter = ""
+        if team is not None:  # only tables with a team column are asked for one
+            team_filter, params["team"] = "and team = $team", team
+        return self.sql(
+            f"select * from {table} "
+            f"where ($first is null or day between $first and $last) {team_filter} "
+            f"order by {order}",
+            params,
+        )
+
+    def _overlapping(
+        self,
+        table: str,
+        week: str | None,
+        team: str | None,
+        *,
+        extra: str = "",
+        params: Mapping[str, object] | None = None,
+    ) -> pl.DataFrame:
+        start: dt.datetime | None = None
+        end: dt.datetime | None = None
+        if week is not None:
+            _week_days(week)
+            start, end = week_bounds(week, self.config.timezone)
+        return self.sql(
+            f"select * from {table} "
+            "where ($start is null or (start_ts < $end and end_ts > $start)) "
+            f"and ($team is null or team = $team) {extra} "
+            "order by start_ts, host, gpu_index",
+            {"start": start, "end": end, "team": team, **(params or {})},
+        )
