@@ -22,7 +22,7 @@ from gpufleet.simulate.fleet import (
     simulate_next_flush,
     simulate_window,
 )
-from gpufleet.simulate.scenario import gpu_roles, host_kinds
+from gpufleet.simulate.layout import gpu_roles, host_kinds
 
 START = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)

@@ -1,0 +1,86 @@
+"""The reference files and Slurm allocations a simulated fleet comes with.
+
+ref/users.csv, ref/hosts.csv and ref/prices.csv from the scenario's rows, a marker that
+says `simulate` wrote them (it refuses to overwrite real ones), and one allocations export
+per local day, raw/allocations/slurm-<date>.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import os
+import zoneinfo
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from gpufleet.errors import GpufleetError
+from gpufleet.simulate.scenario import Scenario
+from gpufleet.simulate.spec import SimulationSpec
+
+USERS_HEADER = ("user", "team")
+HOSTS_HEADER = ("host_glob", "team")
+PRICES_HEADER = ("gpu_glob", "usd_per_gpu_hour")
+ALLOCATIONS_HEADER = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+SIMULATED_MARKER = ".simulated"  # in ref/: these reference files are simulate's own
+
+
+def check_reference_files_are_simulated(data_dir: Path) -> None:
+    """Refuse to overwrite reference files that `simulate` did not write (real ones)."""
+    ref_dir = data_dir / "ref"
+    if (ref_dir / SIMULATED_MARKER).exists():
+        return
+    for name in ("users.csv", "hosts.csv", "prices.csv"):
+        if (ref_dir / name).exists():
+            raise GpufleetError(
+                f"{ref_dir / name}: exists and was not written by 'gpufleet simulate'; "
+                "refusing to overwrite real reference data (simulate into another --data-dir)"
+            )
+
+
+def write_reference_files(scenario: Scenario, spec: SimulationSpec, data_dir: Path) -> list[Path]:
+    """ref/users.csv, ref/hosts.csv, ref/prices.csv and raw/allocations/slurm-<date>.csv."""
+    ref_dir = data_dir / "ref"
+    check_reference_files_are_simulated(data_dir)
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    (ref_dir / SIMULATED_MARKER).touch()
+    written = [
+        _write_csv(ref_dir / "users.csv", USERS_HEADER, scenario.users),
+        _write_csv(ref_dir / "hosts.csv", HOSTS_HEADER, scenario.host_rules),
+        _write_csv(
+            ref_dir / "prices.csv",
+            PRICES_HEADER,
+            [(glob, f"{usd:.2f}") for glob, usd in scenario.prices],
+        ),
+    ]
+    tz = zoneinfo.ZoneInfo(spec.timezone)
+
+    def stamp(epoch_s: int | None) -> str:
+        return "" if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, tz).isoformat()
+
+    # One export per local day, holding the allocations that started that day (the
+    # first also those already running when the span began).
+    by_day: dict[str, list[tuple[str, ...]]] = {}
+    first_day = dt.datetime.fromtimestamp(spec.start_s, tz).date().isoformat()
+    for a in scenario.allocations:
+        day = max(first_day, dt.datetime.fromtimestamp(a.start_s, tz).date().isoformat())
+        by_day.setdefault(day, []).append(
+            (a.job_id, a.user, a.team, a.host, str(a.gpu_index), stamp(a.start_s), stamp(a.end_s))
+        )
+    allocations_dir = data_dir / "raw" / "allocations"
+    for day, rows in sorted(by_day.items()):
+        written.append(_write_csv(allocations_dir / f"slurm-{day}.csv", ALLOCATIONS_HEADER, rows))
+    return written
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> Path:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(buffer.getvalue(), encoding="utf-8")
+    os.replace(temporary, path)
+    return path
