@@ -1,4 +1,4 @@
-"""The report's Altair charts, built from the rows of `reports.data`.
+"""The report's Altair charts, built from the polars DataFrames of `reports.data`.
 
 Each chart carries its rows inline (no URL), has tooltips, and renders the same in the page
 (interactive, through vegaEmbed) and in the email (a PNG through vl-convert). Times are
@@ -8,18 +8,20 @@ as they are in any browser's zone, so the charts show the configured zone's time
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import altair as alt
+import polars as pl
+import polars.selectors as cs
 
-from reports.data import Row, WeekData
+from reports.records import WeekData
 
 WIDTH = 860
 MAX_TEAM_PANELS = 9  # the per-team heatmap shows the teams with the most GPU-hours
 UTIL_SCALE = alt.Scale(domain=[0, 100], scheme="viridis")
+WALL_CLOCK = "%Y-%m-%dT%H:%M:%S"  # local time without an offset: Vega shows it as it is
+DAY_LABEL = "%Y-%m-%d %a"  # "2026-11-16 Mon": sorts as a date, reads as a weekday
 
 
 @dataclass(frozen=True)
@@ -32,28 +34,25 @@ class NamedChart:
         return self.chart.to_dict()
 
 
-def _wall_clock(value: dt.datetime) -> str:
-    """Local time without an offset: Vega shows it as it is, whatever the browser's zone."""
-    return value.replace(tzinfo=None).isoformat(timespec="seconds")
+def inline(frame: pl.DataFrame) -> alt.Data:
+    """The frame's rows as the chart's inline values, days and times as text Vega shows as
+    they are.
+
+    Not `alt.Chart(frame)`: Altair would hand the frame to its process-wide data transformer,
+    which moves the rows to a top-level `datasets` entry, refuses more than 5,000 rows, writes
+    days as midnights, and (where a notebook enabled the `json` one) writes them to a file
+    that the page would then have to fetch.
+    """
+    shown = frame.with_columns(
+        cs.date().dt.strftime(DAY_LABEL), cs.datetime().dt.strftime(WALL_CLOCK)
+    )
+    return alt.Data(values=shown.to_dicts())
 
 
-def _plain(value: object) -> object:
-    """A JSON value Vega reads as the value it should show."""
-    if isinstance(value, dt.datetime):
-        return _wall_clock(value)
-    if isinstance(value, dt.date):
-        return f"{value.isoformat()} {value.strftime('%a')}"
-    return value
-
-
-def _values(rows: Iterable[Row]) -> alt.Data:
-    return alt.Data(values=[{key: _plain(value) for key, value in row.items()} for row in rows])
-
-
-def utilization_heatmap(heatmap: Sequence[Row]) -> alt.TopLevelMixin:
+def utilization_heatmap(heatmap: pl.DataFrame) -> alt.TopLevelMixin:
     """Fleet utilization by day and local hour."""
     return (
-        alt.Chart(_values(heatmap), title="Fleet utilization by day and hour")
+        alt.Chart(inline(heatmap), title="Fleet utilization by day and hour")
         .transform_aggregate(
             busy_gpu_hours="sum(busy_gpu_hours)",
             util_hours="sum(util_hours)",
@@ -79,16 +78,17 @@ def utilization_heatmap(heatmap: Sequence[Row]) -> alt.TopLevelMixin:
     )
 
 
-def team_heatmaps(heatmap: Sequence[Row]) -> alt.TopLevelMixin:
+def team_heatmaps(heatmap: pl.DataFrame) -> alt.TopLevelMixin:
     """Utilization by day and local hour, one panel per team (the largest teams)."""
-    hours_by_team: dict[str, float] = {}
-    for row in heatmap:
-        hours_by_team[row["team"]] = hours_by_team.get(row["team"], 0.0) + row["gpu_hours"]
-    largest = sorted(hours_by_team, key=lambda team: (-hours_by_team[team], team))
-    shown = set(largest[:MAX_TEAM_PANELS])
-    rows = [row for row in heatmap if row["team"] in shown]
+    largest = (
+        heatmap.group_by("team")
+        .agg(pl.col("gpu_hours").sum())
+        .sort(["gpu_hours", "team"], descending=[True, False])
+        .head(MAX_TEAM_PANELS)["team"]
+        .to_list()
+    )
     return (
-        alt.Chart(_values(rows))
+        alt.Chart(inline(heatmap.filter(pl.col("team").is_in(largest))))
         .transform_calculate(
             util_pct="datum.util_hours > 0 ? 100 * datum.busy_gpu_hours / datum.util_hours : null"
         )
@@ -107,7 +107,7 @@ def team_heatmaps(heatmap: Sequence[Row]) -> alt.TopLevelMixin:
         )
         .properties(width=220, height=110)
         .facet(
-            facet=alt.Facet("team:N", title=None, sort=largest[:MAX_TEAM_PANELS]),
+            facet=alt.Facet("team:N", title=None, sort=largest),
             columns=3,
             title="Utilization by team, day and hour",
         )
@@ -117,27 +117,44 @@ def team_heatmaps(heatmap: Sequence[Row]) -> alt.TopLevelMixin:
 BUSY_STATES = ("in use", "idle, not counted as waste", "idle waste")
 
 
-def busy_versus_idle(teams: Sequence[Row]) -> alt.TopLevelMixin:
+def busy_idle_split(teams: pl.DataFrame) -> pl.DataFrame:
+    """Three rows per team, in the teams' order: its GPU-hours in use, idle, and idle waste,
+    each with its share of the team's hours."""
+    gpu_hours, idle, waste = (
+        pl.col(name).fill_null(0.0) for name in ("gpu_hours", "idle_gpu_hours", "waste_gpu_hours")
+    )
+    parts = ((gpu_hours - idle).clip(lower_bound=0.0), (idle - waste).clip(lower_bound=0.0), waste)
+    split = pl.concat(
+        teams.with_row_index("position").select(
+            "position",
+            "team",
+            state=pl.lit(state),
+            order=pl.lit(order),
+            hours=part,
+            gpu_hours=gpu_hours,
+        )
+        for order, (state, part) in enumerate(zip(BUSY_STATES, parts, strict=True))
+    ).sort("position", "order")
+    # Divided in Python: polars divides by a repeated value as a multiplication by its
+    # reciprocal, which can differ from the quotient in the last digit.
+    shares = [
+        100 * hours / total if total else 0.0
+        for hours, total in split.select("hours", "gpu_hours").iter_rows()
+    ]
+    return split.select("team", "state", "order", "hours").with_columns(
+        share_pct=pl.Series(shares, dtype=pl.Float64)
+    )
+
+
+def busy_versus_idle(teams: pl.DataFrame) -> alt.TopLevelMixin:
     """Each team's GPU-hours split into in use, idle and idle waste."""
-    rows: list[Row] = []
-    for team in teams:
-        gpu_hours = float(team["gpu_hours"] or 0)
-        idle = float(team["idle_gpu_hours"] or 0)
-        waste = float(team["waste_gpu_hours"] or 0)
-        parts = (max(gpu_hours - idle, 0.0), max(idle - waste, 0.0), waste)
-        for order, (state, hours) in enumerate(zip(BUSY_STATES, parts, strict=True)):
-            rows.append(
-                {
-                    "team": team["team"],
-                    "state": state,
-                    "order": order,
-                    "hours": hours,
-                    "share_pct": 100 * hours / gpu_hours if gpu_hours else 0.0,
-                }
-            )
-    team_order = [t["team"] for t in sorted(teams, key=lambda t: -float(t["gpu_hours"] or 0))]
+    team_order = (
+        teams.with_columns(pl.col("gpu_hours").fill_null(0.0))
+        .sort("gpu_hours", descending=True, maintain_order=True)["team"]
+        .to_list()
+    )
     return (
-        alt.Chart(_values(rows), title="Busy versus idle GPU-hours per team")
+        alt.Chart(inline(busy_idle_split(teams)), title="Busy versus idle GPU-hours per team")
         .mark_bar()
         .encode(
             y=alt.Y("team:N", sort=team_order, title=None),
@@ -160,11 +177,11 @@ def busy_versus_idle(teams: Sequence[Row]) -> alt.TopLevelMixin:
     )
 
 
-def waste_trend(trend: Sequence[Row]) -> alt.TopLevelMixin:
+def waste_trend(trend: pl.DataFrame) -> alt.TopLevelMixin:
     """Idle waste in dollars per week and team; click a team in the legend to highlight it."""
     pick = alt.selection_point(fields=["team"], bind="legend")
     return (
-        alt.Chart(_values(trend), title="Idle waste per week")
+        alt.Chart(inline(trend), title="Idle waste per week")
         .mark_bar()
         .encode(
             x=alt.X("iso_week:O", title=None),
@@ -183,25 +200,25 @@ def waste_trend(trend: Sequence[Row]) -> alt.TopLevelMixin:
     )
 
 
-def thermal_timeline(events: Sequence[Row], data: WeekData) -> alt.TopLevelMixin:
+def thermal_timeline(events: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
     """Thermal events per host over the week, sized by how long the GPU throttled."""
-    rows = [
-        {
-            "host": event["host"],
-            "gpu": f"GPU {event['gpu_index']}",
-            "team": event["team"],
-            "start_ts": event["start_ts"],
-            "duration_min": float(event["duration_s"] or 0) / 60,
-            "max_temp_gpu_c": event["max_temp_gpu_c"],
-            "min_sm_clock_mhz": event["min_sm_clock_mhz"],
-            "kind": "HW slowdown" if event["is_hw"] else "SW thermal slowdown",
-        }
-        for event in events
-    ]
-    hosts = sorted({str(event["host"]) for event in events})
-    domain = [_wall_clock(data.start), _wall_clock(data.end)]
+    rows = events.select(
+        "host",
+        pl.format("GPU {}", "gpu_index").alias("gpu"),
+        "team",
+        "start_ts",
+        "duration_min",
+        "max_temp_gpu_c",
+        "min_sm_clock_mhz",
+        pl.when(pl.col("is_hw"))
+        .then(pl.lit("HW slowdown"))
+        .otherwise(pl.lit("SW thermal slowdown"))
+        .alias("kind"),
+    )
+    hosts = events["host"].unique().sort().to_list()
+    domain = [data.start.strftime(WALL_CLOCK), data.end.strftime(WALL_CLOCK)]
     return (
-        alt.Chart(_values(rows), title="Thermal events per host")
+        alt.Chart(inline(rows), title="Thermal events per host")
         .mark_point(filled=True, opacity=0.7)
         .encode(
             x=alt.X("start_ts:T", title=None, scale=alt.Scale(domain=domain)),
@@ -230,11 +247,11 @@ def thermal_timeline(events: Sequence[Row], data: WeekData) -> alt.TopLevelMixin
     )
 
 
-def hottest_gpus(gpus: Sequence[Row]) -> alt.TopLevelMixin:
+def hottest_gpus(gpus: pl.DataFrame) -> alt.TopLevelMixin:
     """The hottest GPUs by peak temperature during thermal events."""
-    rows = [{**gpu, "gpu": f"{gpu['host']} / GPU {gpu['gpu_index']}"} for gpu in gpus]
+    rows = gpus.with_columns(gpu=pl.format("{} / GPU {}", "host", "gpu_index"))
     return (
-        alt.Chart(_values(rows), title="Hottest GPUs")
+        alt.Chart(inline(rows), title="Hottest GPUs")
         .mark_bar()
         .encode(
             y=alt.Y("gpu:N", sort="-x", title=None),
@@ -258,18 +275,18 @@ def hottest_gpus(gpus: Sequence[Row]) -> alt.TopLevelMixin:
 def build_charts(data: WeekData) -> list[NamedChart]:
     """The week's charts in page order; a chart without rows is left out."""
     charts: list[NamedChart] = []
-    if data.heatmap:
+    if not data.heatmap.is_empty():
         charts.append(
             NamedChart("utilization", "Fleet utilization", utilization_heatmap(data.heatmap))
         )
         charts.append(
             NamedChart("team-utilization", "Utilization by team", team_heatmaps(data.heatmap))
         )
-    if data.teams:
+    if not data.teams.is_empty():
         charts.append(NamedChart("busy-idle", "Busy versus idle", busy_versus_idle(data.teams)))
-    if data.waste_trend:
+    if not data.waste_trend.is_empty():
         charts.append(NamedChart("waste-trend", "Waste trend", waste_trend(data.waste_trend)))
-    if data.thermal_events:
+    if not data.thermal_events.is_empty():
         charts.append(
             NamedChart(
                 "thermal-timeline",
@@ -277,6 +294,6 @@ def build_charts(data: WeekData) -> list[NamedChart]:
                 thermal_timeline(data.thermal_events, data),
             )
         )
-    if data.hottest_gpus:
+    if not data.hottest_gpus.is_empty():
         charts.append(NamedChart("hottest-gpus", "Hottest GPUs", hottest_gpus(data.hottest_gpus)))
     return charts

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jinja2
+import polars as pl
 import vl_convert
 from markupsafe import Markup
 
 from reports.charts import NamedChart
-from reports.data import Kpi, WeekData
+from reports.records import Kpi, WeekData
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("reports", "templates"),
@@ -133,7 +134,13 @@ def format_time(value: Any, pattern: str = "%a %d %b %H:%M") -> str:
     return "–" if value is None else value.strftime(pattern)
 
 
+def rows(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:
+    """A DataFrame's rows as dicts, for a template's `for` loop."""
+    return frame.iter_rows(named=True)
+
+
 _ENV.filters.update(
+    rows=rows,
     value=format_value,
     duration=format_duration,
     number=format_number,
@@ -226,7 +233,7 @@ def summary_markdown(data: WeekData, page_path: str) -> str:
         "| team | GPU-hours | util | waste GPU-hours | waste |",
         "|---|---:|---:|---:|---:|",
     ]
-    for team in data.teams[:10]:
+    for team in rows(data.teams.head(10)):
         lines.append(
             f"| {_md(team['team'])} | {format_number(team['gpu_hours'])} "
             f"| {format_value(team['avg_util_pct'], 'pct')} "

@@ -114,7 +114,7 @@ def test_a_previous_week_without_data_is_not_compared(tmp_path: Path) -> None:
 
 def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
-    teams = load_week(config, fx.WEEK).teams
+    teams = load_week(config, fx.WEEK).teams.to_dicts()
     assert [t["team"] for t in teams[:2]] == [fx.EVIL_TEAM, "vision"]
     assert [t["waste_usd"] for t in teams] == sorted((t["waste_usd"] for t in teams), reverse=True)
     assert teams[0]["prev_waste_usd"] == pytest.approx(1000.0)
@@ -124,7 +124,7 @@ def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
 
 def test_episodes_are_this_weeks_waste_most_expensive_first(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
-    episodes = load_week(config, fx.WEEK).episodes
+    episodes = load_week(config, fx.WEEK).episodes.to_dicts()
     assert [(e["team"], e["waste_usd"]) for e in episodes] == [
         (fx.EVIL_TEAM, 1150.0),
         ("vision", 40.0),
@@ -137,10 +137,10 @@ def test_thermal_hottest_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
     data = load_week(config, fx.WEEK)
     assert len(data.thermal_events) == fx.THERMAL_EVENTS
-    hottest = data.hottest_gpus[0]
+    hottest = data.hottest_gpus.row(0, named=True)
     assert (hottest["gpu_uuid"], hottest["max_temp_gpu_c"], hottest["events"]) == ("gpu-v1", 91, 2)
     assert hottest["throttled_minutes"] == pytest.approx(15.0)
-    problems = {h["host"]: h["problems"] for h in data.hosts_with_problems}
+    problems = {h["host"]: h["problems"] for h in data.hosts_with_problems.iter_rows(named=True)}
     assert sorted(problems) == ["node-a", "node-b"]  # node-<1> reported all week
     assert problems["node-b"] == ["silent at the end of the week", "1 day without data"]
     # 45 of 2 x 23.98 GPU-hours observed on Wednesday
@@ -151,7 +151,8 @@ def test_thermal_hottest_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
 def test_heatmap_hours_come_from_gpu_hourly(tmp_path: Path) -> None:
     """The local hour is the build's (gpu_hourly.hour; see the model tests), not the report's."""
     config, _ = fx.fixture_config(tmp_path)
-    hours = {r["hour"] for r in load_week(config, fx.WEEK).heatmap if r["team"] == "vision"}
+    heatmap = load_week(config, fx.WEEK).heatmap.iter_rows(named=True)
+    hours = {r["hour"] for r in heatmap if r["team"] == "vision"}
     assert hours == set(range(9, 17))
 
 

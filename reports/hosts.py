@@ -1,0 +1,62 @@
+"""Each host's week from its days (`reports.queries.host_days`), with the problems a reader
+should look at."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+SILENT_AFTER = dt.timedelta(hours=1)  # a host whose last sample is older than this went silent
+GAP_COVERAGE_PCT = 99.0  # a host-day observed for less of its span than this has gaps
+
+
+def _problems(host: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a host's week, in words (Python formats the percentage: polars
+    has no `.1f`, and its rounding of a tie differs)."""
+    problems: list[str] = []
+    if host["is_silent_at_end"]:
+        problems.append("silent at the end of the week")
+    if host["has_late_start"]:
+        problems.append("no data at the start of the week")
+    missing = host["days_without_data"]
+    if missing > 0:
+        problems.append(f"{missing} day{'s' if missing > 1 else ''} without data")
+    gaps = host["gap_days"]
+    if gaps > 0:
+        problems.append(
+            f"gaps on {gaps} day{'s' if gaps > 1 else ''} (lowest: {host['coverage_pct']:.1f}%"
+            f" observed on {host['lowest_coverage_day']:%a %d %b})"
+        )
+    return problems
+
+
+def host_weeks(days: pl.DataFrame) -> pl.DataFrame:
+    """One row per host: its GPUs, days reporting, first and last sample, its lowest daily
+    coverage and its `problems`; the hosts with problems first, the worst covered first."""
+    days = days.with_columns(
+        fleet_days=pl.col("day").n_unique(),
+        fleet_first_ts=pl.col("first_ts").min(),
+        fleet_last_ts=pl.col("last_ts").max(),
+    )
+    lowest = pl.col("coverage_pct") == pl.col("coverage_pct").min()
+    hosts = days.group_by("host", maintain_order=True).agg(
+        gpus=pl.col("gpus").fill_null(0).max(),
+        days_reporting=pl.len(),
+        samples=pl.col("samples").fill_null(0).sum(),
+        hours_observed=pl.col("hours_observed").fill_null(0.0).sum(),
+        first_ts=pl.col("first_ts").min(),
+        last_ts=pl.col("last_ts").max(),
+        coverage_pct=pl.col("coverage_pct").min(),
+        lowest_coverage_day=pl.col("day").filter(lowest).first(),
+        gap_days=(pl.col("coverage_pct") < GAP_COVERAGE_PCT).sum(),
+        days_without_data=pl.col("fleet_days").first().cast(pl.Int64) - pl.len(),
+        is_silent_at_end=pl.col("fleet_last_ts").first() - pl.col("last_ts").max() > SILENT_AFTER,
+        has_late_start=pl.col("first_ts").min() - pl.col("fleet_first_ts").first() > SILENT_AFTER,
+    )
+    problems = [_problems(host) for host in hosts.iter_rows(named=True)]
+    return hosts.with_columns(pl.Series("problems", problems, dtype=pl.List(pl.String))).sort(
+        pl.col("problems").list.len() == 0, pl.col("coverage_pct").fill_null(0.0), "host"
+    )

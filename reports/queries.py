@@ -1,0 +1,281 @@
+"""The report's reads: one parameterized query per thing it shows, each a polars DataFrame.
+
+Rows come over from DuckDB through Arrow (`.pl()`), as the marts typed them; timestamps stay
+in UTC here (`reports.data` shows them in the configured zone). `start` and `end` are the
+week's bounds, local midnights; the marts' `day` columns are local days already.
+
+Ratios are computed here, in SQL, and not in polars: polars divides a column by a value
+(or by a column it holds as one repeated value) as a multiplication by its reciprocal, which
+can differ from the quotient in the last digit; DuckDB divides as Python does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+import duckdb
+import polars as pl
+
+from gpufleet.weeks import previous_week, week_monday
+from reports.records import FleetTotals
+
+TREND_WEEKS = 8  # weeks of waste trend, this one included
+TOP_EPISODES = 15
+TOP_GPUS = 10
+MAX_THERMAL_EVENTS = 3000  # the timeline's cap; the counts cover every event
+MAX_QUARANTINED = 50
+MAX_WEEKS_LISTED = 8  # the weeks with data that a page without data names
+
+
+def read(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, object] | None = None
+) -> pl.DataFrame:
+    """The rows of one query, its values passed as `$name` parameters."""
+    return con.sql(sql, params=dict(params) if params else None).pl()
+
+
+def _days(start: dt.datetime, end: dt.datetime) -> dict[str, object]:
+    return {"first_day": start.date(), "next_monday": end.date()}
+
+
+def _hours(start: dt.datetime, end: dt.datetime) -> float:
+    """Elapsed hours between aware datetimes (167 or 169 in a week with a daylight-saving day)."""
+    return (end.astimezone(dt.UTC) - start.astimezone(dt.UTC)).total_seconds() / 3600
+
+
+FLEET_SUMS = """
+with teams as (
+    select
+        coalesce(sum(gpu_hours), 0) as gpu_hours,
+        coalesce(sum(idle_gpu_hours), 0) as idle_gpu_hours,
+        coalesce(sum(waste_gpu_hours), 0) as waste_gpu_hours,
+        coalesce(sum(waste_usd), 0) as waste_usd,
+        coalesce(sum(energy_kwh), 0) as energy_kwh
+    from team_weekly
+    where iso_week = $week
+),
+gpus as (
+    select
+        count(distinct gpu_uuid) as gpus_seen,
+        coalesce(sum(hours_observed), 0) as observed_gpu_hours
+    from gpu_daily
+    where day >= $first_day and day < $next_monday
+),
+-- The fleet's mean utilization is utilization-weighted over samples, as avg_util_pct is
+-- per team: the teams' busy and measured hours add up to it, their averages do not.
+utilization as (
+    select
+        sum(busy_gpu_hours) as busy_gpu_hours,
+        sum(measured_gpu_hours) as measured_gpu_hours
+    from team_daily
+    where day >= $first_day and day < $next_monday
+),
+thermal as (
+    select
+        count(*) as thermal_events,
+        coalesce(sum(duration_s), 0) / 60 as throttled_minutes
+    from thermal_events
+    where start_ts >= $start and start_ts < $end
+)
+select * from teams, gpus, utilization, thermal
+"""
+
+
+def fleet_totals(
+    con: duckdb.DuckDBPyConnection, week: str, start: dt.datetime, end: dt.datetime
+) -> FleetTotals:
+    sums = read(con, FLEET_SUMS, {"week": week, "start": start, "end": end, **_days(start, end)})
+    return FleetTotals.from_sums(sums.row(0, named=True), week_hours=_hours(start, end))
+
+
+def teams(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
+    """Each team's week from team_weekly, with last week's figures; the costliest first."""
+    return read(
+        con,
+        """
+        with this_week as (
+            select * from team_weekly where iso_week = $week
+        ),
+        last_week as (
+            select * from team_weekly where iso_week = $previous_week
+        )
+        select
+            this_week.team,
+            this_week.gpus,
+            this_week.gpu_hours,
+            this_week.busy_gpu_hours,
+            this_week.avg_util_pct,
+            this_week.idle_gpu_hours,
+            this_week.waste_gpu_hours,
+            this_week.waste_usd,
+            this_week.energy_kwh,
+            last_week.gpu_hours as prev_gpu_hours,
+            last_week.avg_util_pct as prev_avg_util_pct,
+            last_week.waste_gpu_hours as prev_waste_gpu_hours,
+            last_week.waste_usd as prev_waste_usd
+        from this_week
+        left join last_week on last_week.team = this_week.team
+        order by this_week.waste_usd desc, this_week.waste_gpu_hours desc, this_week.team
+        """,
+        {"week": week, "previous_week": previous_week(week)},
+    )
+
+
+def heatmap(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """GPU-hours and utilization by local day, hour and team."""
+    return read(
+        con,
+        """
+        select
+            day,
+            hour,
+            team,
+            sum(observed_s) / 3600 as gpu_hours,
+            sum(busy_s) / 3600 as busy_gpu_hours,
+            sum(utilization_s) / 3600 as util_hours
+        from gpu_hourly
+        where day >= $first_day and day < $next_monday
+        group by all
+        order by day, hour, team
+        """,
+        _days(start, end),
+    )
+
+
+def waste_trend(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
+    """Each team's waste in the TREND_WEEKS weeks up to this one."""
+    monday = week_monday(week)
+    return read(
+        con,
+        """
+        select iso_week, week_start, team, waste_gpu_hours, waste_usd, gpu_hours
+        from team_weekly
+        where week_start > $first_monday and week_start <= $monday
+        order by week_start, team
+        """,
+        {"first_monday": monday - dt.timedelta(weeks=TREND_WEEKS), "monday": monday},
+    )
+
+
+def episodes(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """The costliest idle waste episodes that overlap the week."""
+    return read(
+        con,
+        """
+        select
+            team, "user", job_id, host, gpu_index, gpu_name, gpu_uuid, attributed_by,
+            start_ts, end_ts, idle_seconds, held_memory, waste_usd
+        from idle_episodes
+        where is_waste and start_ts < $end and end_ts > $start
+        order by waste_usd desc, idle_seconds desc, start_ts, gpu_uuid
+        limit $top
+        """,
+        {"start": start, "end": end, "top": TOP_EPISODES},
+    )
+
+
+def thermal_events(
+    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
+) -> pl.DataFrame:
+    """The week's thermal events, the longest first (up to MAX_THERMAL_EVENTS)."""
+    return read(
+        con,
+        """
+        select
+            host, gpu_index, gpu_uuid, team, start_ts, end_ts, duration_s,
+            max_temp_gpu_c, min_sm_clock_mhz, reasons_mask, is_hw,
+            coalesce(duration_s, 0) / 60 as duration_min
+        from thermal_events
+        where start_ts >= $start and start_ts < $end
+        order by duration_s desc, start_ts
+        limit $cap
+        """,
+        {"start": start, "end": end, "cap": MAX_THERMAL_EVENTS},
+    )
+
+
+def hottest_gpus(
+    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
+) -> pl.DataFrame:
+    """The GPUs that ran hottest during the week's thermal events."""
+    return read(
+        con,
+        """
+        select
+            gpu_uuid,
+            any_value(host order by start_ts desc) as host,
+            any_value(gpu_index order by start_ts desc) as gpu_index,
+            count(*) as events,
+            count(*) filter (where is_hw) as hw_events,
+            sum(duration_s) / 60 as throttled_minutes,
+            max(max_temp_gpu_c) as max_temp_gpu_c,
+            min(min_sm_clock_mhz) as min_sm_clock_mhz
+        from thermal_events
+        where start_ts >= $start and start_ts < $end
+        group by gpu_uuid
+        order by max_temp_gpu_c desc nulls last, throttled_minutes desc, gpu_uuid
+        limit $top
+        """,
+        {"start": start, "end": end, "top": TOP_GPUS},
+    )
+
+
+def host_days(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """Each host's days of the week from host_daily, in host and day order, with the day's
+    coverage: its observed GPU-hours over its GPUs x the span from its first sample to its
+    last (null without GPUs or span). A gap inside the day, or a GPU that stopped reporting,
+    lowers it below 100%."""
+    return read(
+        con,
+        """
+        with days as (
+            select
+                day, host, gpus, samples, hours_observed, first_ts, last_ts,
+                (epoch_us(last_ts) - epoch_us(first_ts)) / 1000000 / 3600 as span_hours
+            from host_daily
+            where day >= $first_day and day < $next_monday
+        )
+        select
+            day, host, gpus, samples, hours_observed, first_ts, last_ts,
+            case
+                when coalesce(gpus, 0) <> 0 and span_hours > 0
+                then least(100.0::double, 100 * coalesce(hours_observed, 0) / (gpus * span_hours))
+            end as coverage_pct
+        from days
+        order by host, day
+        """,
+        _days(start, end),
+    )
+
+
+def quarantined(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, int]:
+    """The latest quarantined files, and how many there are in all."""
+    files = read(
+        con,
+        """
+        select path, reason, quarantined_at
+        from quarantined_files
+        order by quarantined_at desc, path
+        limit $cap
+        """,
+        {"cap": MAX_QUARANTINED},
+    )
+    total = read(con, "select count(*) as files from quarantined_files").item()
+    return files, int(total or 0)
+
+
+def weeks_with_data(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The latest weeks that team_weekly has rows for, the newest first."""
+    weeks = read(
+        con,
+        """
+        select iso_week
+        from team_weekly
+        group by iso_week
+        order by iso_week desc
+        limit $cap
+        """,
+        {"cap": MAX_WEEKS_LISTED},
+    )
+    return [str(week) for week in weeks["iso_week"]]
