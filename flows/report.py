@@ -13,6 +13,7 @@ from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.weeks import last_complete_week, week_monday
 from reports.mail import read_message, send_message
+from reports.team import TeamEmail, send_team_emails, write_team_emails
 from reports.weekly import ReportFiles, write_report
 
 ARTIFACT_KEY = "gpufleet-weekly-report"
@@ -24,6 +25,7 @@ class ReportResult:
 
     files: ReportFiles
     sent_to: tuple[str, ...] = ()
+    team_emails: tuple[TeamEmail, ...] = ()
 
     @property
     def page_path(self) -> Path:
@@ -37,6 +39,8 @@ class ReportResult:
         text = str(self.files)
         if self.sent_to:
             text += f"\n  sent to: {', '.join(self.sent_to)}"
+        if self.team_emails:
+            text += "\nteam emails:\n" + "\n".join(str(email) for email in self.team_emails)
         return text
 
 
@@ -71,20 +75,37 @@ def send_report(config: Config, email_path: Path) -> tuple[str, ...]:
     return send_message(config, read_message(email_path))
 
 
+@task(name="write-team-emails", cache_policy=NO_CACHE)
+def write_team_emails_task(config: Config, week: str) -> tuple[TeamEmail, ...]:
+    """Write each team's email to its lead under reports/<week>/teams/."""
+    return tuple(write_team_emails(config, week))
+
+
+@task(name="send-team-emails", cache_policy=NO_CACHE)
+def send_team_emails_task(config: Config, emails: tuple[TeamEmail, ...]) -> tuple[TeamEmail, ...]:
+    """Mail each written team email that has a lead (no retries, as the report)."""
+    return tuple(send_team_emails(config, emails))
+
+
 @flow(name="weekly-report", log_prints=False)
 def report_flow(
     data_dir: str = "data",
     config_path: str | None = None,
     week: str | None = None,
     send: bool = False,
+    per_team: bool = False,
 ) -> ReportResult:
-    """Render one week's report (default: the last complete week) and email it on request."""
+    """Render one week's report (default: the last complete week) and email it on request;
+    with `per_team`, also each team's email to its lead (ref/teams.csv)."""
     config = load_config(config_path=config_path, data_dir=data_dir)
     label = check_week(week) if week else last_complete_week(config.timezone)
     files = write_report_task(config, label)
     publish_summary(files)
+    team_emails = write_team_emails_task(config, label) if per_team else ()
     sent_to = send_report(config, files.email_path) if send else ()
-    return ReportResult(files=files, sent_to=sent_to)
+    if send and team_emails:
+        team_emails = send_team_emails_task(config, team_emails)
+    return ReportResult(files=files, sent_to=sent_to, team_emails=team_emails)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
   models (incrementally) when that ingest loaded something, both in one warehouse
   transaction, so the warehouse file is copied and published once per run;
 - `weekly-report/monday-0700`: the last complete week's report, emailed, every Monday at
-  07:00 in the configured time zone.
+  07:00 in the configured time zone;
+- `idle-notices/daily-0800`: yesterday's idle notices, sent, every day at 08:00 in the
+  configured time zone.
 
 Runs are executed by this process (Prefect's `serve`), against the Prefect API that
 $PREFECT_API_URL names (a `prefect server start`), or a temporary local one without it.
@@ -20,13 +22,16 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron, Interval
 
 from flows.ingest_and_build import ingest_and_build
+from flows.notify import idle_notices_flow
 from flows.report import report_flow
 from gpufleet.config import Config
 
 INGEST_EVERY = dt.timedelta(minutes=15)
 REPORT_CRON = "0 7 * * 1"  # Monday 07:00
+NOTICES_CRON = "0 8 * * *"  # every day 08:00
 INGEST_DEPLOYMENT = "every-15-minutes"
 REPORT_DEPLOYMENT = "monday-0700"
+NOTICES_DEPLOYMENT = "daily-0800"
 
 
 def _location(config: Config) -> dict[str, Any]:
@@ -51,7 +56,7 @@ def build_deployments(config: Config) -> list[RunnerDeployment]:
     report = report_flow.to_deployment(
         name=REPORT_DEPLOYMENT,
         schedule=Cron(REPORT_CRON, timezone=config.timezone),
-        parameters={**_location(config), "week": None, "send": True},
+        parameters={**_location(config), "week": None, "send": True, "per_team": True},
         concurrency_limit=1,
         description=(
             f"Email the last complete week's report every Monday at 07:00 ({config.timezone})."
@@ -59,7 +64,16 @@ def build_deployments(config: Config) -> list[RunnerDeployment]:
         tags=["gpufleet"],
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
-    built = [ingest, report]
+    notices = idle_notices_flow.to_deployment(
+        name=NOTICES_DEPLOYMENT,
+        schedule=Cron(NOTICES_CRON, timezone=config.timezone),
+        parameters={**_location(config), "day": None, "send": True},
+        concurrency_limit=1,
+        description=f"Email yesterday's idle-GPU notices every day at 08:00 ({config.timezone}).",
+        tags=["gpufleet"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    built = [ingest, report, notices]
     assert all(isinstance(deployment, RunnerDeployment) for deployment in built)
     return cast(list[RunnerDeployment], built)
 

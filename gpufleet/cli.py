@@ -54,6 +54,16 @@ def positive_int(value: str) -> int:
     return number
 
 
+def iso_month(value: str) -> str:
+    """argparse type for `YYYY-MM`."""
+    match = re.match(r"^(\d{4})-(\d{2})$", value)
+    if not match:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a month like 2026-11")
+    if not 1 <= int(match.group(2)) <= 12:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a valid month")
+    return value
+
+
 def iso_date(value: str) -> dt.date:
     try:
         return dt.date.fromisoformat(value)
@@ -199,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="ISO week (default: the last complete week in the configured zone)",
     )
     report.add_argument("--send", action="store_true", help="email the report to the recipients")
+    report.add_argument(
+        "--per-team",
+        action="store_true",
+        help="also write each team's email to its lead (ref/teams.csv) under "
+        "reports/<week>/teams/; with --send, mail them",
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -243,13 +259,98 @@ def build_parser() -> argparse.ArgumentParser:
         help="write to FILE (the format from --csv/--parquet/--json, else from its suffix); "
         "without it CSV and JSON go to stdout",
     )
+    notify = commands.add_parser(
+        "notify",
+        help="mail the people who held idle GPUs (notify idle)",
+        description="Notices to the people who can stop idle-GPU waste.",
+    )
+    notices = notify.add_subparsers(dest="notify_command", metavar="NOTICE", required=True)
+    idle = notices.add_parser(
+        "idle",
+        help="daily idle-GPU notices to the users who held them",
+        description=(
+            "For each user whose waste episodes (idle_episodes.is_waste) ended in the day, or\n"
+            "are still open, one email: the GPUs, hosts and jobs, from when to when, the\n"
+            "GPU-hours and dollars, and what to do. Users under [notify] min_waste_gpu_hours\n"
+            "or in [notify] opt_out are left out; the episodes of users without an address\n"
+            "(ref/users.csv email) go to their team's lead (ref/teams.csv). An episode is\n"
+            "never sent twice (table notices_sent).\n\n"
+            "Without --dry-run or --send, the emails are written as .eml files under\n"
+            "<data-dir>/notices/<day>/ and not sent."
+        ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet notify idle --dry-run            # yesterday's, printed\n"
+            "  gpufleet notify idle --day 2026-11-16     # written as .eml files\n"
+            "  gpufleet notify idle --send               # written, sent and recorded"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    idle.add_argument(
+        "--day",
+        type=iso_date,
+        metavar="YYYY-MM-DD",
+        help="local day in the configured time zone (default: yesterday)",
+    )
+    idle_modes = idle.add_mutually_exclusive_group()
+    idle_modes.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print each email (recipients, subject, text); write, send and record nothing",
+    )
+    idle_modes.add_argument(
+        "--send",
+        action="store_true",
+        help="write the emails, send them through [smtp] and record them as sent",
+    )
+    export = commands.add_parser(
+        "export",
+        help="export figures for other tools (export showback)",
+        description="Export warehouse figures in other tools' formats.",
+    )
+    exports = export.add_subparsers(dest="export_command", metavar="EXPORT", required=True)
+    showback = exports.add_parser(
+        "showback",
+        help="GPU usage and cost per team, month and GPU model, FOCUS column names",
+        description=(
+            "One row per team and GPU model with samples in the month (local dates in the\n"
+            "configured time zone): GPU-hours, busy, idle and waste hours, energy, the\n"
+            "price used and the cost. Columns follow the FinOps FOCUS specification where\n"
+            "one fits (SubAccountName = team, ConsumedQuantity = GPU-hours, BilledCost,\n"
+            "ChargePeriodStart/End, ...); the others start with x_. A team's rows add up\n"
+            "to its team_daily figures of the month. The mapping: README.md."
+        ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet export showback --month 2026-11 -o showback-2026-11.csv\n"
+            "  gpufleet export showback --month 2026-11 --parquet -o showback.parquet\n"
+            "  gpufleet export showback --month 2026-11 > showback.csv"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    showback.add_argument(
+        "--month", type=iso_month, required=True, metavar="YYYY-MM", help="the month"
+    )
+    showback_formats = showback.add_mutually_exclusive_group()
+    for name, label in (("csv", "CSV"), ("parquet", "Parquet")):
+        showback_formats.add_argument(
+            f"--{name}", dest="format", action="store_const", const=name, help=f"write {label}"
+        )
+    showback.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write to FILE (the format from --csv/--parquet, else from its suffix); "
+        "without it CSV goes to stdout",
+    )
     commands.add_parser(
         "serve",
         help="run the Prefect deployments with their schedules",
         description=(
             "Serve the deployments: ingest every 15 minutes (building after each ingest that "
-            "loaded something) and the weekly report with --send every Monday 07:00 in the "
-            "configured time zone."
+            "loaded something), the weekly report with --send every Monday 07:00 and the "
+            "idle notices with --send every day at 08:00, in the configured time zone."
         ),
     )
     return parser
@@ -318,6 +419,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
                 config_path=_source(config),
                 week=args.week,
                 send=args.send,
+                per_team=args.per_team,
             )
             print(paths)
             return 0
@@ -329,6 +431,19 @@ def run(args: argparse.Namespace, config: Config) -> int:
             from gpufleet.query import run_query
 
             return run_query(config, args.sql, fmt=args.format, output=args.output)
+        if command == "notify":
+            from gpufleet.notices.idle import DRY_RUN, SEND, WRITE, notify_idle
+
+            mode = DRY_RUN if args.dry_run else SEND if args.send else WRITE
+            print(notify_idle(config, day=args.day, mode=mode))
+            return 0
+        if command == "export":
+            from gpufleet.showback import export_showback
+
+            written = export_showback(config, args.month, fmt=args.format, output=args.output)
+            if written:
+                print(written)
+            return 0
         if command == "serve":
             from flows.serve import serve
 

@@ -36,6 +36,14 @@ class ReportConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NotifyConfig:
+    """Idle notices (`gpufleet notify idle`)."""
+
+    min_waste_gpu_hours: float = 2.0  # a user is mailed when the day's new waste reaches this
+    opt_out: tuple[str, ...] = ()  # user names or addresses never mailed
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmtpConfig:
     host: str = "localhost"
     port: int = 25
@@ -55,6 +63,7 @@ class Config:
     idle: IdleConfig = field(default_factory=IdleConfig)
     series: SeriesConfig = field(default_factory=SeriesConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     smtp: SmtpConfig = field(default_factory=SmtpConfig)
     source: Path | None = None  # the TOML file this came from, if any
 
@@ -83,6 +92,10 @@ class Config:
     def quarantine_dir(self) -> Path:
         return self.data_dir / "quarantine"
 
+    @property
+    def notices_dir(self) -> Path:
+        return self.data_dir / "notices"
+
 
 # section -> key -> (python type(s) accepted, description for messages)
 _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -93,6 +106,10 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
     },
     "series": {"max_gap_factor": ((int, float), "a number")},
     "report": {"recipients": ((list,), "a list of addresses"), "sender": ((str,), "a string")},
+    "notify": {
+        "min_waste_gpu_hours": ((int, float), "a number"),
+        "opt_out": ((list,), "a list of user names or addresses"),
+    },
     "smtp": {
         "host": ((str,), "a string"),
         "port": ((int,), "an integer"),
@@ -158,8 +175,7 @@ def _check_file(path: Path, text: str, raw: dict[str, Any]) -> None:
                     )
                 if isinstance(item, list) and not all(isinstance(r, str) for r in item):
                     raise GpufleetError(
-                        f"{_where(path, text, section, key)}: 'report.recipients' must be "
-                        "a list of strings"
+                        f"{_where(path, text, section, key)}: '{dotted}' must be a list of strings"
                     )
 
 
@@ -193,6 +209,12 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
         raise fail("series", "max_gap_factor", "'series.max_gap_factor' must be >= 1")
     if not 0 < config.smtp.port < 65536:
         raise fail("smtp", "port", "'smtp.port' must be between 1 and 65535")
+    if not 0 <= config.notify.min_waste_gpu_hours < float("inf"):
+        raise fail(
+            "notify", "min_waste_gpu_hours", "'notify.min_waste_gpu_hours' must be a number >= 0"
+        )
+    if any(not entry.strip() for entry in config.notify.opt_out):
+        raise fail("notify", "opt_out", "'notify.opt_out' must not hold an empty name")
 
 
 def load_config(
@@ -232,6 +254,11 @@ def load_config(
     report = section("report")
     if "recipients" in report:
         report["recipients"] = tuple(report["recipients"])
+    notify = section("notify")
+    if "opt_out" in notify:
+        notify["opt_out"] = tuple(entry.strip() for entry in notify["opt_out"])
+    if "min_waste_gpu_hours" in notify:
+        notify["min_waste_gpu_hours"] = float(notify["min_waste_gpu_hours"])
     idle = {k: float(v) for k, v in section("idle").items()}
     series = {k: float(v) for k, v in section("series").items()}
     config = Config(
@@ -240,6 +267,7 @@ def load_config(
         idle=IdleConfig(**idle),
         series=SeriesConfig(**series),
         report=ReportConfig(**report),
+        notify=NotifyConfig(**notify),
         smtp=SmtpConfig(**section("smtp")),
         source=path,
     )

@@ -49,10 +49,12 @@ def inline(frame: pl.DataFrame) -> alt.Data:
     return alt.Data(values=shown.to_dicts())
 
 
-def utilization_heatmap(heatmap: pl.DataFrame) -> alt.TopLevelMixin:
-    """Fleet utilization by day and local hour."""
+def utilization_heatmap(
+    heatmap: pl.DataFrame, title: str = "Fleet utilization by day and hour"
+) -> alt.TopLevelMixin:
+    """Utilization by day and local hour (the fleet's, or one team's rows)."""
     return (
-        alt.Chart(inline(heatmap), title="Fleet utilization by day and hour")
+        alt.Chart(inline(heatmap), title=title)
         .transform_aggregate(
             busy_gpu_hours="sum(busy_gpu_hours)",
             util_hours="sum(util_hours)",
@@ -177,11 +179,11 @@ def busy_versus_idle(teams: pl.DataFrame) -> alt.TopLevelMixin:
     )
 
 
-def waste_trend(trend: pl.DataFrame) -> alt.TopLevelMixin:
+def waste_trend(trend: pl.DataFrame, title: str = "Idle waste per week") -> alt.TopLevelMixin:
     """Idle waste in dollars per week and team; click a team in the legend to highlight it."""
     pick = alt.selection_point(fields=["team"], bind="legend")
     return (
-        alt.Chart(inline(trend), title="Idle waste per week")
+        alt.Chart(inline(trend), title=title)
         .mark_bar()
         .encode(
             x=alt.X("iso_week:O", title=None),

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import secrets
-import smtplib
-import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -19,8 +17,7 @@ from gpufleet.errors import GpufleetError
 from reports.charts import NamedChart
 from reports.data import WeekData
 from reports.render import render_email_html, render_email_text, subject
-
-SMTP_TIMEOUT_S = 30.0
+from reports.smtp import deliver
 
 
 def chart_png(chart: NamedChart) -> bytes:
@@ -45,13 +42,30 @@ def build_message(
     message["Date"] = formatdate(localtime=False)
     message["Message-ID"] = make_msgid(domain="gpufleet")
 
+    message.set_content(render_email_text(data))
+    add_chart_images(message, charts, lambda cids: render_email_html(data, list(charts), cids))
+    message.add_attachment(
+        page_html.encode("utf-8"),
+        maintype="text",
+        subtype="html",
+        filename="index.html",
+    )
+    return message
+
+
+def add_chart_images(
+    message: EmailMessage,
+    charts: Sequence[NamedChart],
+    render_html: Callable[[dict[str, str]], str],
+) -> dict[str, str]:
+    """Add the HTML alternative `render_html(cids)` with each chart as an inline PNG it
+    references by `cid:`; returns the Content-IDs by chart key."""
     # Short Content-IDs that fit one header line: <key.random@gpufleet>.
     images = {
         chart.key: (f"<{chart.key}.{secrets.token_hex(6)}@gpufleet>", chart) for chart in charts
     }
     cids = {key: msgid[1:-1] for key, (msgid, _) in images.items()}
-    message.set_content(render_email_text(data))
-    message.add_alternative(render_email_html(data, list(charts), cids), subtype="html")
+    message.add_alternative(render_html(cids), subtype="html")
     html_part = message.get_body(preferencelist=("html",))
     assert html_part is not None
     for msgid, chart in images.values():
@@ -63,13 +77,7 @@ def build_message(
             filename=f"{chart.key}.png",
             disposition="inline",
         )
-    message.add_attachment(
-        page_html.encode("utf-8"),
-        maintype="text",
-        subtype="html",
-        filename="index.html",
-    )
-    return message
+    return cids
 
 
 def read_message(path: Path) -> EmailMessage:
@@ -81,36 +89,15 @@ def read_message(path: Path) -> EmailMessage:
 
 
 def send_message(config: Config, message: EmailMessage) -> tuple[str, ...]:
-    """Send over SMTP as configured ([smtp], [report]); returns the recipients.
+    """Send the report over SMTP as configured ([smtp], [report]); returns the recipients.
 
-    STARTTLS (certificate checked) when `smtp.starttls`; login when `smtp.username` is set,
-    with the password from $GPUFLEET_SMTP_PASSWORD. Any failure is one GpufleetError.
+    STARTTLS, login and errors as `reports.smtp.deliver`; no recipients is an error.
     """
     recipients = config.report.recipients
     if not recipients:
         raise GpufleetError(
             "cannot send the report: no recipients; set report.recipients in the config file"
         )
-    smtp = config.smtp
-    where = f"{smtp.host}:{smtp.port}"
-    try:
-        with smtplib.SMTP(smtp.host, smtp.port, timeout=SMTP_TIMEOUT_S) as client:
-            client.ehlo()
-            if smtp.starttls:
-                client.starttls(context=ssl.create_default_context())
-                client.ehlo()
-            if smtp.username:
-                client.login(smtp.username, smtp.password)
-            refused = client.send_message(
-                message, from_addr=config.report.sender, to_addrs=list(recipients)
-            )
-    except smtplib.SMTPAuthenticationError as exc:
-        raise GpufleetError(
-            f"SMTP server {where} refused the login of '{smtp.username}' "
-            f"(password from $GPUFLEET_SMTP_PASSWORD): {exc.smtp_code}"
-        ) from exc
-    except (smtplib.SMTPException, OSError) as exc:  # ssl and timeout errors are OSErrors
-        raise GpufleetError(f"cannot send the report through SMTP server {where}: {exc}") from exc
-    if refused:
-        raise GpufleetError(f"SMTP server {where} refused recipients: {', '.join(sorted(refused))}")
-    return tuple(recipients)
+    return deliver(
+        config, message, sender=config.report.sender, recipients=recipients, what="the report"
+    )

@@ -279,3 +279,76 @@ def weeks_with_data(con: duckdb.DuckDBPyConnection) -> list[str]:
         {"cap": MAX_WEEKS_LISTED},
     )
     return [str(week) for week in weeks["iso_week"]]
+
+
+# --- one team's week (the weekly email to its lead) ------------------------------------------
+
+
+def team_weeks(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
+    """Every team's row of team_weekly for `week` and the week before."""
+    return read(
+        con,
+        """
+        select *
+        from team_weekly
+        where iso_week in ($week, $previous_week)
+        order by team, iso_week
+        """,
+        {"week": week, "previous_week": previous_week(week)},
+    )
+
+
+def waste_episodes(
+    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
+) -> pl.DataFrame:
+    """Every waste episode that overlaps the week, the costliest first."""
+    return read(
+        con,
+        """
+        select
+            team, "user", job_id, host, gpu_index, gpu_name, gpu_uuid, attributed_by,
+            start_ts, end_ts, idle_seconds, held_memory, waste_usd
+        from idle_episodes
+        where is_waste and start_ts < $end and end_ts > $start
+        order by waste_usd desc, idle_seconds desc, start_ts, gpu_uuid
+        """,
+        {"start": start, "end": end},
+    )
+
+
+def waste_by_user_and_job(
+    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
+) -> pl.DataFrame:
+    """Per team, user and job: the waste episodes overlapping the week, summed."""
+    return read(
+        con,
+        """
+        select
+            team,
+            "user",
+            job_id,
+            count(*) as episodes,
+            count(distinct gpu_uuid) as gpus,
+            sum(idle_seconds) / 3600 as waste_gpu_hours,
+            sum(waste_usd) as waste_usd
+        from idle_episodes
+        where is_waste and start_ts < $end and end_ts > $start
+        group by all
+        order by team, waste_usd desc, waste_gpu_hours desc, "user" nulls last, job_id
+        """,
+        {"start": start, "end": end},
+    )
+
+
+def team_contacts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """ref/teams.csv as loaded: each team's lead and who is copied (empty before any)."""
+    present = read(
+        con,
+        "select count(*) as n from information_schema.tables where table_name = 'ref_teams' "
+        "and table_schema = 'main' and table_catalog = current_database()",
+    )["n"][0]
+    if not present:  # a warehouse from before teams.csv
+        return pl.DataFrame(
+            schema={"team": pl.String, "lead_email": pl.String, "cc": pl.List(pl.String)}
+        )
+    return read(con, "select team, lead_email, cc from ref_teams order by team")

@@ -205,6 +205,11 @@ def render_email_html(data: WeekData, charts: list[NamedChart], cids: Mapping[st
     )
 
 
+def render_template(name: str, **context: Any) -> str:
+    """Any template of reports/templates with its context (HTML ones autoescaped)."""
+    return _ENV.get_template(name).render(**context)
+
+
 def render_email_text(data: WeekData) -> str:
     """The plain-text alternative."""
     return _ENV.get_template("email.txt").render(data=data, kpis=data.kpis, subject=subject(data))

@@ -35,7 +35,7 @@ class ReportFiles:
         return "\n".join(lines)
 
 
-def _write_atomically(path: Path, content: bytes) -> None:
+def write_atomically(path: Path, content: bytes) -> None:
     """Readers see the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -63,8 +63,8 @@ def write_report(config: Config, week: str, *, now: dt.datetime | None = None) -
     )
     folder = report_dir(config, week)
     page_path, email_path = folder / PAGE_NAME, folder / EMAIL_NAME
-    _write_atomically(page_path, page.encode("utf-8"))
-    _write_atomically(email_path, message.as_bytes())
+    write_atomically(page_path, page.encode("utf-8"))
+    write_atomically(email_path, message.as_bytes())
     return ReportFiles(
         week=week,
         page_path=page_path,

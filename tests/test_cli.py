@@ -10,7 +10,18 @@ import pytest
 
 from gpufleet.cli import build_parser, main
 
-COMMANDS = ("collect", "simulate", "ingest", "build", "report", "demo", "serve", "query")
+COMMANDS = (
+    "collect",
+    "simulate",
+    "ingest",
+    "build",
+    "report",
+    "demo",
+    "serve",
+    "query",
+    "notify",
+    "export",
+)
 
 
 def test_help_lists_every_contract_command(capsys: pytest.CaptureFixture[str]) -> None:

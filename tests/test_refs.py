@@ -119,8 +119,8 @@ def test_empty_cells_are_null_and_blank_lines_are_skipped(config: Config) -> Non
         ("ref/users.csv", "user\nalice\n", r"ref/users\.csv: line 1: missing column 'team'"),
         (
             "ref/users.csv",
-            "user,team,email\nalice,vision,a@x\n",
-            r"ref/users\.csv: line 1: unknown column 'email' in header",
+            "user,team,mail\nalice,vision,a@x\n",
+            r"ref/users\.csv: line 1: unknown column 'mail' in header",
         ),
         (
             "ref/users.csv",

@@ -22,6 +22,8 @@ from prefect.exceptions import ObjectNotFound
 
 from flows.serve import (
     INGEST_DEPLOYMENT,
+    NOTICES_CRON,
+    NOTICES_DEPLOYMENT,
     REPORT_CRON,
     REPORT_DEPLOYMENT,
     build_deployments,
@@ -43,7 +45,7 @@ def berlin_config(data_dir: Path, extra: str = "") -> Path:
 
 def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> None:
     config = load_config(config_path=berlin_config(tmp_path))
-    ingest, report = build_deployments(config)
+    ingest, report, notices = build_deployments(config)
 
     assert (ingest.flow_name, ingest.name) == ("ingest-and-build", INGEST_DEPLOYMENT)
     (ingest_schedule,) = ingest.schedules or []
@@ -63,6 +65,20 @@ def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> Non
     assert report.parameters["week"] is None
     assert report.entrypoint == "flows.report.report_flow"
     assert ingest.entrypoint == "flows.ingest_and_build.ingest_and_build"
+
+    assert (notices.flow_name, notices.name) == ("idle-notices", NOTICES_DEPLOYMENT)
+    assert NOTICES_DEPLOYMENT == "daily-0800"
+    (notices_schedule,) = notices.schedules or []
+    assert isinstance(notices_schedule.schedule, CronSchedule)
+    assert notices_schedule.schedule.cron == NOTICES_CRON == "0 8 * * *"
+    assert notices_schedule.schedule.timezone == "Europe/Berlin"
+    assert notices.parameters == {
+        "data_dir": str(tmp_path.resolve()),
+        "config_path": str((tmp_path / "gpufleet.toml").resolve()),
+        "day": None,
+        "send": True,
+    }
+    assert notices.entrypoint == "flows.notify.idle_notices_flow"
 
 
 def _wait_for_deployments(client, proc: subprocess.Popen[bytes], log: Path, timeout_s: float):

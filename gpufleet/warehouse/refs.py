@@ -3,9 +3,15 @@
 Every file is validated completely before anything is written, so a bad file fails the
 ingest with one line naming the file, the line and the problem, and changes nothing.
 Rules: a header row whose names are exactly the contract's columns (any order; names are
-case-sensitive, surrounding spaces ignored); cells are stripped and an empty cell is NULL;
-timestamps are ISO-8601 with an offset (`2026-11-16T09:00:00+01:00`, `...Z`); a missing
-file is an empty table, as is a file with no content at all.
+case-sensitive, surrounding spaces ignored; the optional columns, users.csv's `email` and
+teams.csv's `cc`, may be left out); cells are stripped and an empty cell is NULL;
+timestamps are ISO-8601 with an offset (`2026-11-16T09:00:00+01:00`, `...Z`); addresses are
+plain `local@domain` (gpufleet/addresses.py); a missing file is an empty table, as is a file
+with no content at all.
+
+The contacts (users' addresses, teams' leads) are kept in tables of their own,
+`ref_user_emails` and `ref_teams`: the models never read them, so a changed address neither
+changes `ref_users` nor makes the next build a full one.
 """
 
 from __future__ import annotations
@@ -21,14 +27,20 @@ from typing import Any, NamedTuple
 import duckdb
 import pyarrow as pa
 
+from gpufleet.addresses import is_address, same_address, split_addresses
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.table_docs import TableDoc, document
 
 USERS_FILE = "users.csv"
+TEAMS_FILE = "teams.csv"
 HOSTS_FILE = "hosts.csv"
 PRICES_FILE = "prices.csv"
 
 USERS_COLUMNS = ("user", "team")
+USERS_OPTIONAL = ("email",)
+TEAMS_COLUMNS = ("team", "lead_email")
+TEAMS_OPTIONAL = ("cc",)
 HOSTS_COLUMNS = ("host_glob", "team")
 PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
 ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
@@ -39,6 +51,13 @@ _MAX_GPU_INDEX = 65535
 class UserTeam(NamedTuple):
     user: str
     team: str
+    email: str | None = None  # users.csv's optional `email`: where idle notices go
+
+
+class TeamContact(NamedTuple):
+    team: str
+    lead_email: str  # who receives the team's mail
+    cc: tuple[str, ...] = ()  # copied on it
 
 
 class HostRule(NamedTuple):
@@ -69,6 +88,7 @@ class References:
     """Everything in ref/ and raw/allocations/, validated."""
 
     users: tuple[UserTeam, ...] = ()
+    teams: tuple[TeamContact, ...] = ()
     hosts: tuple[HostRule, ...] = ()
     prices: tuple[PriceRule, ...] = ()
     allocations: tuple[Allocation, ...] = ()
@@ -89,8 +109,9 @@ class _RefError(Exception):
         self.problem = problem
 
 
-def _read_rows(path: Path, columns: Sequence[str]) -> Iterator[_Row]:
-    """The data rows of a CSV file whose header must name exactly `columns`."""
+def _read_rows(path: Path, columns: Sequence[str], optional: Sequence[str] = ()) -> Iterator[_Row]:
+    """The data rows of a CSV file whose header must name exactly `columns`, and any of
+    `optional` (a cell of an optional column the file lacks is NULL)."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle, strict=True)
         header: list[str] | None = None
@@ -99,7 +120,7 @@ def _read_rows(path: Path, columns: Sequence[str]) -> Iterator[_Row]:
                 if not any(cell.strip() for cell in record):
                     continue  # leading blank lines before the header
                 header = [cell.strip() for cell in record]
-                _check_header(reader.line_num, header, columns)
+                _check_header(reader.line_num, header, columns, optional)
                 continue
             if not any(cell.strip() for cell in record):
                 continue  # blank line
@@ -108,7 +129,8 @@ def _read_rows(path: Path, columns: Sequence[str]) -> Iterator[_Row]:
                     reader.line_num,
                     f"expected {len(header)} fields ({','.join(header)}), got {len(record)}",
                 )
-            cells = {
+            cells: dict[str, str | None] = dict.fromkeys(optional)
+            cells |= {
                 name: (value.strip() or None) for name, value in zip(header, record, strict=True)
             }
             yield _Row(reader.line_num, cells)
@@ -126,10 +148,12 @@ def _records(reader: Any) -> Iterator[list[str]]:
         yield record
 
 
-def _check_header(line: int, header: list[str], columns: Sequence[str]) -> None:
-    expected = ",".join(columns)
+def _check_header(
+    line: int, header: list[str], columns: Sequence[str], optional: Sequence[str] = ()
+) -> None:
+    expected = ",".join(columns) + "".join(f"[,{name}]" for name in optional)
     for name in header:
-        if name not in columns:
+        if name not in columns and name not in optional:
             raise _RefError(line, f"unknown column '{name}' in header (expected {expected})")
     duplicates = sorted({name for name in header if header.count(name) > 1})
     if duplicates:
@@ -144,6 +168,12 @@ def _required(row: _Row, name: str) -> str:
     if value is None:
         raise _RefError(row.line, f"'{name}' is empty")
     return value
+
+
+def _address(row: _Row, name: str, text: str) -> str:
+    if not is_address(text):
+        raise _RefError(row.line, f"'{name}' is not an email address: {text!r}")
+    return text
 
 
 def _number(row: _Row, name: str) -> float:
@@ -187,11 +217,15 @@ def _timestamp(row: _Row, name: str, *, required: bool) -> dt.datetime | None:
 
 
 def _read_file(
-    path: Path, columns: Sequence[str], parse: Callable[[_Row], Any], display: str
+    path: Path,
+    columns: Sequence[str],
+    parse: Callable[[_Row], Any],
+    display: str,
+    optional: Sequence[str] = (),
 ) -> list[Any]:
     """Parse every row of `path`, turning a problem into a one-line GpufleetError."""
     try:
-        return [parse(row) for row in _read_rows(path, columns)]
+        return [parse(row) for row in _read_rows(path, columns, optional)]
     except _RefError as exc:
         raise GpufleetError(f"{display}: line {exc.line}: {exc.problem}") from exc
     except UnicodeDecodeError as exc:
@@ -201,27 +235,58 @@ def _read_file(
 
 
 def read_users(path: Path, display: str | None = None) -> tuple[UserTeam, ...]:
-    """ref/users.csv: one team per user (a user listed twice must name the same team)."""
+    """ref/users.csv: one team (and at most one address) per user; a user listed twice
+    must name the same team, and the same address where both lines give one."""
     where = display or str(path)
-    seen: dict[str, tuple[str, int]] = {}
+    seen: dict[str, int] = {}  # user -> position in `users`
+    lines: dict[str, int] = {}  # user -> the line that gave its team
     users: list[UserTeam] = []
 
     def parse(row: _Row) -> None:
         user, team = _required(row, "user"), _required(row, "team")
-        if user in seen:
-            earlier_team, earlier_line = seen[user]
-            if earlier_team != team:
+        email = row.cells["email"]
+        if email is not None:
+            _address(row, "email", email)
+        if user not in seen:
+            seen[user], lines[user] = len(users), row.line
+            users.append(UserTeam(user, team, email))
+            return
+        earlier = users[seen[user]]
+        if earlier.team != team:
+            raise _RefError(
+                row.line,
+                f"user '{user}' is mapped to team '{team}' but line {lines[user]} "
+                f"maps it to '{earlier.team}'",
+            )
+        if email is not None and earlier.email is not None:
+            if not same_address(email, earlier.email):
                 raise _RefError(
                     row.line,
-                    f"user '{user}' is mapped to team '{team}' but line {earlier_line} "
-                    f"maps it to '{earlier_team}'",
+                    f"user '{user}' has address '{email}' but an earlier line gives "
+                    f"'{earlier.email}'",
                 )
-            return
-        seen[user] = (team, row.line)
-        users.append(UserTeam(user, team))
+        elif email is not None:
+            users[seen[user]] = earlier._replace(email=email)
 
-    _read_file(path, USERS_COLUMNS, parse, where)
+    _read_file(path, USERS_COLUMNS, parse, where, USERS_OPTIONAL)
     return tuple(users)
+
+
+def read_teams(path: Path, display: str | None = None) -> tuple[TeamContact, ...]:
+    """ref/teams.csv: each team's lead (required) and the addresses copied (`cc`: separated
+    by `;` or spaces, or `,` inside a quoted cell); a team may be listed once."""
+    seen: dict[str, int] = {}
+
+    def parse(row: _Row) -> TeamContact:
+        team = _required(row, "team")
+        if team in seen:
+            raise _RefError(row.line, f"team '{team}' is listed twice (first on line {seen[team]})")
+        seen[team] = row.line
+        lead = _address(row, "lead_email", _required(row, "lead_email"))
+        cc = tuple(_address(row, "cc", part) for part in split_addresses(row.cells["cc"] or ""))
+        return TeamContact(team, lead, cc)
+
+    return tuple(_read_file(path, TEAMS_COLUMNS, parse, display or str(path), TEAMS_OPTIONAL))
 
 
 def read_hosts(path: Path, display: str | None = None) -> tuple[HostRule, ...]:
@@ -278,8 +343,9 @@ def _visible(path: Path) -> bool:
 def read_references(config: Config) -> References:
     """Read and validate every reference file; missing files give empty tables."""
     ref_dir = config.ref_dir
-    users_path, hosts_path, prices_path = (
+    users_path, teams_path, hosts_path, prices_path = (
         ref_dir / USERS_FILE,
+        ref_dir / TEAMS_FILE,
         ref_dir / HOSTS_FILE,
         ref_dir / PRICES_FILE,
     )
@@ -296,6 +362,7 @@ def read_references(config: Config) -> References:
         allocations.extend(read_allocations(path, source))
     return References(
         users=read_users(users_path) if users_path.is_file() else (),
+        teams=read_teams(teams_path) if teams_path.is_file() else (),
         hosts=read_hosts(hosts_path) if hosts_path.is_file() else (),
         prices=read_prices(prices_path) if prices_path.is_file() else (),
         allocations=tuple(allocations),
@@ -306,6 +373,10 @@ def read_references(config: Config) -> References:
 _TS = pa.timestamp("us", tz="UTC")
 _ARROW_SCHEMAS: dict[str, pa.Schema] = {
     "ref_users": pa.schema([("user", pa.string()), ("team", pa.string())]),
+    "ref_user_emails": pa.schema([("user", pa.string()), ("email", pa.string())]),
+    "ref_teams": pa.schema(
+        [("team", pa.string()), ("lead_email", pa.string()), ("cc", pa.list_(pa.string()))]
+    ),
     "ref_hosts": pa.schema(
         [("rule_order", pa.int32()), ("host_glob", pa.string()), ("team", pa.string())]
     ),
@@ -358,12 +429,56 @@ def _replace_table(
     return changed
 
 
+# The contact tables: created here, as only the ingest of the reference files writes them.
+CONTACT_TABLES_DDL = """
+create table if not exists ref_user_emails (
+    "user" varchar not null,
+    email varchar not null
+);
+create table if not exists ref_teams (
+    team varchar not null,
+    lead_email varchar not null,
+    cc varchar[] not null
+);
+"""
+CONTACT_TABLES_DOCS: tuple[TableDoc, ...] = (
+    (
+        "ref_user_emails",
+        None,
+        "ref/users.csv's optional email column: where the idle notices of each user go "
+        "(gpufleet notify idle). Loaded by gpufleet ingest.",
+    ),
+    ("ref_user_emails", "user", "Process owner or allocation user, as in ref_users."),
+    ("ref_user_emails", "email", "The user's email address."),
+    (
+        "ref_teams",
+        None,
+        "ref/teams.csv: each team's lead, who receives the team's mail (and the idle notices "
+        "of its users without an address). Loaded by gpufleet ingest.",
+    ),
+    ("ref_teams", "team", "Team name, as in ref_users and the marts."),
+    ("ref_teams", "lead_email", "Email address of the team's lead."),
+    ("ref_teams", "cc", "Addresses copied on the team's mail (may be empty)."),
+)
+
+
+def ensure_contact_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (and document) ref_user_emails and ref_teams if they do not exist yet."""
+    con.execute(CONTACT_TABLES_DDL)
+    document(con, CONTACT_TABLES_DOCS)
+
+
 def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
-    """Replace ref_users, ref_hosts, ref_prices and allocations; True if any row changed."""
+    """Replace ref_users, ref_hosts, ref_prices and allocations, and the contacts; True if a
+    row the models read changed (a changed address needs no build)."""
     changed = [
         _replace_table(con, "ref_users", references.users),
         _replace_table(con, "ref_hosts", references.hosts),
         _replace_table(con, "ref_prices", references.prices),
         _replace_table(con, "allocations", references.allocations),
     ]
+    ensure_contact_tables(con)
+    emails = [(user.user, user.email) for user in references.users if user.email is not None]
+    _replace_table(con, "ref_user_emails", emails)
+    _replace_table(con, "ref_teams", [(t.team, t.lead_email, list(t.cc)) for t in references.teams])
     return any(changed)

@@ -1,0 +1,44 @@
+"""The daily idle notices flow: mail each user the waste episodes of a day, once."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.notices.idle import SEND, WRITE, NoticeRun, notify_idle
+
+
+def check_day(day: str) -> dt.date:
+    """`day` as a date if it is one like 2026-11-16, else a GpufleetError."""
+    try:
+        return dt.date.fromisoformat(day)
+    except ValueError as exc:
+        raise GpufleetError(f"'{day}' is not a date like 2026-11-16") from exc
+
+
+@task(name="idle-notices", cache_policy=NO_CACHE)
+def send_idle_notices(config: Config, day: dt.date | None, send: bool) -> NoticeRun:
+    """Write the day's notices, send them and record what the server accepted (no retries:
+    a failure is reported at once, and a re-run sends only what was not sent)."""
+    return notify_idle(config, day=day, mode=SEND if send else WRITE)
+
+
+@flow(name="idle-notices", log_prints=False)
+def idle_notices_flow(
+    data_dir: str = "data",
+    config_path: str | None = None,
+    day: str | None = None,
+    send: bool = True,
+) -> str:
+    """The idle notices of `day` (default: yesterday in the configured time zone)."""
+    config = load_config(config_path=config_path, data_dir=data_dir)
+    run = send_idle_notices(config, check_day(day) if day else None, send)
+    return str(run)
+
+
+if __name__ == "__main__":
+    print(idle_notices_flow())

@@ -1,0 +1,192 @@
+"""The waste episodes of a local day, and the contacts, as the published warehouse has them.
+
+An episode belongs to day D (a local date in the configured time zone) when it is waste,
+has a user, and either ended in D (its last sample's `ts` falls in D, the contract's day of
+a sample) or is still open: its last sample is its GPU's latest sample in the warehouse
+and it began before D ended. So a GPU idle since yesterday afternoon and still idle at the
+last collector flush is in yesterday's notices, and an episode is never in two days' unless
+it was still open on the first (and then `notices_sent` keeps it out of the second).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from dataclasses import dataclass, field
+
+import duckdb
+
+from gpufleet.errors import GpufleetError
+from gpufleet.notices.sent_log import has_sent_log
+
+_SENT_FROM_LOG = "select gpu_uuid, episode_id from notices_sent"
+_SENT_NONE = "select null::varchar as gpu_uuid, null::bigint as episode_id where false"
+
+_DAY_EPISODES_SQL = """
+with episodes as (
+    select * from idle_episodes
+),
+
+gpu_days as (
+    select * from gpu_team_daily
+),
+
+sent as (
+    {sent}
+),
+
+gpu_last_samples as (
+    select
+        gpu_uuid,
+        max(last_ts) as last_ts,
+    from gpu_days
+    group by gpu_uuid
+),
+
+day_episodes as (
+    select
+        episodes.*,
+        episodes.end_ts >= gpu_last_samples.last_ts as is_open,
+    from episodes
+    inner join gpu_last_samples on gpu_last_samples.gpu_uuid = episodes.gpu_uuid
+    where episodes.is_waste
+        and episodes."user" is not null
+        and episodes.start_ts < $day_end
+        and episodes.end_ts >= $day_start
+),
+
+final as (
+    select
+        day_episodes.episode_id,
+        day_episodes.gpu_uuid,
+        day_episodes.host,
+        day_episodes.gpu_index,
+        day_episodes.gpu_name,
+        day_episodes.team,
+        day_episodes."user",
+        day_episodes.job_id,
+        day_episodes.start_ts,
+        day_episodes.end_ts,
+        day_episodes.idle_seconds,
+        day_episodes.waste_usd,
+        day_episodes.held_memory,
+        day_episodes.is_open,
+        exists (
+            select 1 from sent
+            where sent.gpu_uuid = day_episodes.gpu_uuid
+                and sent.episode_id = day_episodes.episode_id
+        ) as is_sent,
+    from day_episodes
+    where day_episodes.end_ts < $day_end or day_episodes.is_open
+)
+
+select * from final
+order by "user", start_ts, host, gpu_index, gpu_uuid
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WasteEpisode:
+    """One waste episode of `idle_episodes` (times in the configured zone)."""
+
+    episode_id: int
+    gpu_uuid: str
+    host: str
+    gpu_index: int
+    gpu_name: str | None
+    team: str
+    user: str
+    job_id: str | None
+    start_ts: dt.datetime
+    end_ts: dt.datetime
+    idle_seconds: float
+    waste_usd: float
+    held_memory: bool
+    is_open: bool  # its last sample is its GPU's latest: still idle when last heard of
+    is_sent: bool  # notices_sent has it
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.idle_seconds / 3600
+
+
+@dataclass(frozen=True, kw_only=True)
+class Team:
+    """A team's lead and the addresses copied (ref/teams.csv)."""
+
+    lead_email: str
+    cc: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contacts:
+    """Users' addresses (ref/users.csv) and teams' leads (ref/teams.csv)."""
+
+    user_emails: dict[str, str] = field(default_factory=dict)
+    teams: dict[str, Team] = field(default_factory=dict)
+
+
+def day_bounds(day: dt.date, timezone: str) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of a local day: its midnight and the next one (23 or 25 hours at DST)."""
+    zone = zoneinfo.ZoneInfo(timezone)
+    start = dt.datetime.combine(day, dt.time(), tzinfo=zone)
+    end = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=zone)
+    return start, end
+
+
+def yesterday(timezone: str, now: dt.datetime | None = None) -> dt.date:
+    """The local date before today's in `timezone`."""
+    moment = now or dt.datetime.now(dt.UTC)
+    return moment.astimezone(zoneinfo.ZoneInfo(timezone)).date() - dt.timedelta(days=1)
+
+
+def _has_tables(con: duckdb.DuckDBPyConnection, *names: str) -> bool:
+    row = con.execute(
+        "select count(distinct table_name) from duckdb_tables()"
+        " where database_name = current_database() and schema_name = 'main'"
+        " and list_contains($names, table_name)",
+        {"names": list(names)},
+    ).fetchone()
+    return bool(row and row[0] == len(names))
+
+
+def day_episodes(con: duckdb.DuckDBPyConnection, day: dt.date, timezone: str) -> list[WasteEpisode]:
+    """The day's waste episodes with a user, sent or not, by user and start."""
+    if not _has_tables(con, "idle_episodes", "gpu_team_daily"):
+        raise GpufleetError("the warehouse has no idle_episodes yet; run 'gpufleet build' first")
+    start, end = day_bounds(day, timezone)
+    sql = _DAY_EPISODES_SQL.format(sent=_SENT_FROM_LOG if has_sent_log(con) else _SENT_NONE)
+    zone = zoneinfo.ZoneInfo(timezone)
+    rows = con.execute(sql, {"day_start": start, "day_end": end}).fetchall()
+    return [
+        WasteEpisode(
+            episode_id=int(row[0]),
+            gpu_uuid=row[1],
+            host=row[2],
+            gpu_index=int(row[3]),
+            gpu_name=row[4],
+            team=row[5],
+            user=row[6],
+            job_id=row[7],
+            start_ts=row[8].astimezone(zone),
+            end_ts=row[9].astimezone(zone),
+            idle_seconds=float(row[10]),
+            waste_usd=float(row[11]),
+            held_memory=bool(row[12]),
+            is_open=bool(row[13]),
+            is_sent=bool(row[14]),
+        )
+        for row in rows
+    ]
+
+
+def read_contacts(con: duckdb.DuckDBPyConnection) -> Contacts:
+    """The contacts as last ingested (none before the first ingest that knew them)."""
+    if not _has_tables(con, "ref_user_emails", "ref_teams"):
+        return Contacts()
+    emails = con.execute('select "user", email from ref_user_emails').fetchall()
+    teams = con.execute("select team, lead_email, cc from ref_teams").fetchall()
+    return Contacts(
+        user_emails={user: email for user, email in emails},
+        teams={team: Team(lead_email=lead, cc=tuple(cc)) for team, lead, cc in teams},
+    )

@@ -1,0 +1,99 @@
+"""An idle notice as an email: plain text and HTML (reports/templates/idle_notice.*).
+
+Names of users, teams, hosts and jobs come from collectors and CSV files: Jinja escapes
+them in the HTML part, and the subject keeps them on one line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from email import policy
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+
+import jinja2
+
+from gpufleet.config import Config
+from gpufleet.notices.episodes import WasteEpisode
+from gpufleet.notices.plan import USER, Notice
+
+TEMPLATE = "idle_notice"
+
+
+def hours(value: float) -> str:
+    """GPU-hours as the notices show them: two decimals."""
+    return f"{value:,.2f}"
+
+
+def usd(value: float) -> str:
+    """Dollars as the notices show them: `$1,234.50`."""
+    return f"${value:,.2f}"
+
+
+def clock(value: dt.datetime) -> str:
+    """A local time as the notices show it: `2026-11-16 14:05`."""
+    return value.strftime("%Y-%m-%d %H:%M")
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("reports", "templates"),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default=False),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(hours=hours, usd=usd, time=clock)
+    return env
+
+
+def _one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) as one space."""
+    return " ".join(text.split())
+
+
+def subject(notice: Notice) -> str:
+    """The subject line: whose GPUs, which day, how much."""
+    figures = f"{hours(notice.gpu_hours)} GPU-hours, {usd(notice.waste_usd)}"
+    if notice.kind == USER:
+        return _one_line(f"gpufleet: your idle GPUs on {notice.day}: {figures}")
+    return _one_line(
+        f"gpufleet: idle GPUs of team {notice.team} on {notice.day}: {figures} "
+        "(users without an address)"
+    )
+
+
+def _groups(notice: Notice) -> list[tuple[str, list[WasteEpisode]]]:
+    grouped: dict[str, list[WasteEpisode]] = {}
+    for episode in notice.episodes:
+        grouped.setdefault(episode.user, []).append(episode)
+    return list(grouped.items())
+
+
+def build_notice(notice: Notice, config: Config) -> EmailMessage:
+    """multipart/alternative: the text, then the HTML; From the configured sender."""
+    title = subject(notice)
+    context = {
+        "subject": title,
+        "notice": notice,
+        "groups": _groups(notice),
+        "day": notice.day.isoformat(),
+        "timezone": config.timezone,
+        "threshold_pct": f"{config.idle.threshold_pct:g}",
+        "min_minutes": f"{config.idle.min_minutes:g}",
+    }
+    env = _environment()
+    message = EmailMessage(policy=policy.SMTP)
+    message["Subject"] = title
+    message["From"] = config.report.sender
+    message["To"] = notice.to
+    if notice.cc:
+        message["Cc"] = ", ".join(notice.cc)
+    message["Date"] = formatdate(localtime=False)
+    message["Message-ID"] = make_msgid(domain="gpufleet")
+    message.set_content(env.get_template(f"{TEMPLATE}.txt").render(context))
+    message.add_alternative(env.get_template(f"{TEMPLATE}.html").render(context), subtype="html")
+    return message

@@ -1,0 +1,198 @@
+"""`gpufleet export showback`: GPU usage and cost per team, month and GPU model, for finance.
+
+One row per team (`SubAccountName`) and GPU model (`x_gpu_name`) with samples in the month
+(local dates in the configured zone), summed from `gpu_team_daily`, so a team's rows add up
+to its `team_daily` figures of the month. Columns are named after the FinOps FOCUS
+specification where one fits; the others carry gpufleet's own names (as in `team_daily`)
+behind FOCUS's `x_` prefix for custom columns:
+
+- `ChargePeriodStart`, `ChargePeriodEnd`: the month, from its first local midnight to the
+  next month's (exclusive), in UTC as FOCUS writes date-times;
+- `SubAccountName`: the team; `ChargeCategory`: `Usage`;
+- `ConsumedQuantity` (and `PricingQuantity`): GPU-hours (`gpu_hours`); `ConsumedUnit` (and
+  `PricingUnit`): `GPU-Hours`;
+- `ListUnitPrice`: the price used, USD per GPU-hour: the first ref/prices.csv glob that
+  matches the GPU model, as the build prices waste (0 without one);
+- `BilledCost`: ConsumedQuantity * ListUnitPrice; `BillingCurrency`: `USD`;
+- custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
+  `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh`, `x_gpus` as in `team_daily`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import re
+import sys
+import zoneinfo
+from pathlib import Path
+
+import polars as pl
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.models import MACROS_FILE_NAME, SQL_DIR
+from gpufleet.warehouse.slots import connect_read_only
+
+FORMATS = ("csv", "parquet")
+_MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+# FOCUS's date-time format: ISO 8601 in UTC with a Z.
+_FOCUS_DATETIME = "%Y-%m-%dT%H:%M:%SZ"
+
+SHOWBACK_SQL = r"""
+with gpu_team_days as (
+    select * from gpu_team_daily
+    where day >= $first_day and day < $next_first_day
+),
+
+price_rules as (
+    select
+        rule_order,
+        glob_to_like(gpu_glob) as gpu_like,
+        usd_per_gpu_hour,
+    from ref_prices
+),
+
+gpu_names as (
+    select distinct gpu_name,
+    from gpu_team_days
+),
+
+gpu_prices as (
+    select
+        gpu_names.gpu_name,
+        coalesce(
+            arg_min(price_rules.usd_per_gpu_hour, price_rules.rule_order), 0.0
+        ) as usd_per_gpu_hour,
+    from gpu_names
+    left join price_rules on gpu_names.gpu_name like price_rules.gpu_like escape '\'
+    group by gpu_names.gpu_name
+),
+
+team_gpu_sums as (
+    select
+        team,
+        gpu_name,
+        sum(observed_s) / 3600 as gpu_hours,
+        sum(busy_s) / 3600 as busy_gpu_hours,
+        sum(idle_s) / 3600 as idle_gpu_hours,
+        sum(waste_s) / 3600 as waste_gpu_hours,
+        sum(waste_usd) as waste_usd,
+        sum(energy_j) / 3.6e6 as energy_kwh,
+        count(distinct gpu_uuid) as gpus,
+    from gpu_team_days
+    group by team, gpu_name
+),
+
+final as (
+    select
+        $period_start::timestamptz as ChargePeriodStart,
+        $period_end::timestamptz as ChargePeriodEnd,
+        team_gpu_sums.team as SubAccountName,
+        'Usage' as ChargeCategory,
+        team_gpu_sums.gpu_hours as ConsumedQuantity,
+        'GPU-Hours' as ConsumedUnit,
+        team_gpu_sums.gpu_hours as PricingQuantity,
+        'GPU-Hours' as PricingUnit,
+        gpu_prices.usd_per_gpu_hour as ListUnitPrice,
+        team_gpu_sums.gpu_hours * gpu_prices.usd_per_gpu_hour as BilledCost,
+        'USD' as BillingCurrency,
+        $month as x_month,
+        team_gpu_sums.gpu_name as x_gpu_name,
+        team_gpu_sums.busy_gpu_hours as x_busy_gpu_hours,
+        team_gpu_sums.idle_gpu_hours as x_idle_gpu_hours,
+        team_gpu_sums.waste_gpu_hours as x_waste_gpu_hours,
+        team_gpu_sums.waste_usd as x_waste_usd,
+        team_gpu_sums.energy_kwh as x_energy_kwh,
+        team_gpu_sums.gpus as x_gpus,
+    from team_gpu_sums
+    inner join gpu_prices on gpu_prices.gpu_name is not distinct from team_gpu_sums.gpu_name
+)
+
+select * from final
+order by SubAccountName, x_gpu_name
+"""
+
+
+def month_days(month: str) -> tuple[dt.date, dt.date]:
+    """The first day of a `YYYY-MM` month and of the next; ValueError if it is not one."""
+    match = _MONTH_RE.match(month)
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        raise ValueError(f"'{month}' is not a month like 2026-11")
+    year, number = int(match.group(1)), int(match.group(2))
+    first = dt.date(year, number, 1)
+    return first, first + dt.timedelta(days=calendar.monthrange(year, number)[1])
+
+
+def showback(config: Config, month: str) -> pl.DataFrame:
+    """The month's showback rows (see the module's table), by team and GPU model."""
+    first, next_first = month_days(month)
+    zone = zoneinfo.ZoneInfo(config.timezone)
+    with connect_read_only(config) as con:
+        has_mart = con.execute(
+            "select count(*) from duckdb_tables() where database_name = current_database()"
+            " and schema_name = 'main' and table_name = 'gpu_team_daily'"
+        ).fetchone()
+        if not has_mart or not has_mart[0]:
+            raise GpufleetError("the warehouse has no gpu_team_daily yet; run 'gpufleet build'")
+        con.execute("set timezone = 'UTC'")
+        con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # glob_to_like
+        relation = con.sql(
+            SHOWBACK_SQL,
+            params={
+                "first_day": first,
+                "next_first_day": next_first,
+                "period_start": dt.datetime.combine(first, dt.time(), tzinfo=zone),
+                "period_end": dt.datetime.combine(next_first, dt.time(), tzinfo=zone),
+                "month": month,
+            },
+        )
+        return relation.pl()
+
+
+def output_format(fmt: str | None, output: Path | None) -> str:
+    """The format to write: the flag, else the output file's suffix, else CSV."""
+    if fmt is not None:
+        return fmt
+    if output is None:
+        return "csv"
+    suffix = output.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise GpufleetError(
+            f"{output}: cannot tell the format from the name; add --csv or --parquet"
+        )
+    return suffix
+
+
+def write_showback(frame: pl.DataFrame, fmt: str, output: Path | None) -> None:
+    """CSV (times as FOCUS writes them, `2026-11-01T00:00:00Z`) or Parquet; CSV to stdout
+    without `output`."""
+    if fmt == "parquet" and output is None:
+        raise GpufleetError("--parquet needs -o FILE")
+    try:
+        if fmt == "parquet" and output is not None:
+            frame.write_parquet(output, compression="zstd")
+        elif output is None:
+            sys.stdout.write(frame.write_csv(datetime_format=_FOCUS_DATETIME))
+        else:
+            frame.write_csv(output, datetime_format=_FOCUS_DATETIME)
+    except OSError as exc:
+        raise GpufleetError(f"{output}: cannot write: {exc.strerror or exc}") from exc
+
+
+def export_showback(
+    config: Config, month: str, *, fmt: str | None = None, output: Path | None = None
+) -> str:
+    """The `export showback` command: write the month's rows; returns a one-line summary
+    ("" when the CSV went to stdout)."""
+    chosen = output_format(fmt, output)
+    frame = showback(config, month)
+    write_showback(frame, chosen, output)
+    if output is None:
+        return ""
+    teams = frame["SubAccountName"].n_unique()
+    return (
+        f"showback {month} ({config.timezone}): {frame.height} rows, {teams} teams, "
+        f"{frame['ConsumedQuantity'].sum():,.2f} GPU-hours, "
+        f"${frame['BilledCost'].sum():,.2f} -> {output}"
+    )

@@ -1,0 +1,435 @@
+"""`gpufleet notify idle`: who is mailed what, through a real SMTP server, and never twice.
+
+The fleet is tests/notify_fixtures.py's: alice (two episodes), dave (one still open) and
+the nlp lead (for a user without an address) are mailed about day D; bob is under the
+threshold, carol opted out, frank has neither an address nor a team lead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope, Session
+
+from gpufleet.cli import main
+from gpufleet.config import Config
+from gpufleet.notices.episodes import yesterday
+from gpufleet.notices.idle import DRY_RUN, notify_idle
+from gpufleet.notices.messages import clock, hours, usd
+from gpufleet.warehouse.build import build
+from gpufleet.warehouse.ingest import ingest
+from reports.mail import read_message
+from tests import notify_fixtures as fx
+from tests.report_fixtures import Inbox, free_port, smtp_inbox
+
+D = fx.DAY.isoformat()
+D1 = fx.NEXT_DAY.isoformat()
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def rows(config: Config, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+def sent_log(config: Config) -> list[tuple[Any, ...]]:
+    """(day, kind, user, recipient) of every row of notices_sent (none without the table)."""
+    exists = rows(config, "select count(*) from duckdb_tables() where table_name = 'notices_sent'")
+    if not exists[0][0]:
+        return []
+    return rows(
+        config, 'select day, kind, "user", recipient from notices_sent order by day, "user"'
+    )
+
+
+def mart_episodes(config: Config, user: str) -> list[tuple[Any, ...]]:
+    """The user's waste episodes as the idle_episodes mart has them."""
+    return rows(
+        config,
+        "select host, gpu_index, gpu_name, job_id, start_ts, end_ts, idle_seconds, waste_usd"
+        ' from idle_episodes where "user" = ? and is_waste order by start_ts',
+        [user],
+    )
+
+
+def episode_line(row: tuple[Any, ...], *, still_open: bool = False) -> str:
+    """How the text part shows one episode, from the mart row (times in UTC here)."""
+    host, index, name, job, start, end, seconds, waste_usd = row
+    start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
+    tail = " (still idle at the last sample)" if still_open else ""
+    return (
+        f"- {host} GPU {index} ({name}), job {job}: {clock(start)} to {clock(end)}{tail}: "
+        f"{hours(seconds / 3600)} GPU-hours, {usd(waste_usd)}; memory still allocated"
+    )
+
+
+def by_recipient(inbox: Inbox) -> dict[str, tuple[Envelope, EmailMessage]]:
+    return {
+        envelope.rcpt_tos[0]: (envelope, inbox.message(index))
+        for index, envelope in enumerate(inbox.envelopes)
+    }
+
+
+def parts(message: EmailMessage) -> tuple[str, str]:
+    text = message.get_body(preferencelist=("plain",))
+    html = message.get_body(preferencelist=("html",))
+    assert isinstance(text, EmailMessage) and isinstance(html, EmailMessage)
+    return text.get_content(), html.get_content()
+
+
+def notify(config: Config, *args: str) -> int:
+    assert config.source is not None
+    return main(["--config", str(config.source), "notify", "idle", *args])
+
+
+@pytest.fixture
+def inbox() -> Iterator[tuple[Inbox, int]]:
+    with smtp_inbox() as running:
+        yield running
+
+
+# --- what is sent -----------------------------------------------------------------------
+
+
+def test_send_mails_each_user_their_episodes_with_the_marts_figures(
+    tmp_path: Path, inbox: tuple[Inbox, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    handler, port = inbox
+    config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+
+    assert notify(config, "--day", D, "--send") == 0
+
+    out = capsys.readouterr().out
+    assert "sent: 3 notices, recorded in notices_sent" in out
+    assert "left out: opted out: carol; under [notify] min_waste_gpu_hours: bob" in out
+    assert "no lead in ref/teams.csv: frank (team cv)" in out
+    mails = by_recipient(handler)
+    assert sorted(mails) == ["alice@example.org", "dave@example.org", "nlp-lead@example.org"]
+    assert all(envelope.mail_from == "gpufleet@example.org" for envelope, _ in mails.values())
+
+    envelope, message = mails["alice@example.org"]
+    assert envelope.rcpt_tos == ["alice@example.org"] and message["To"] == "alice@example.org"
+    alice = mart_episodes(config, "alice")
+    assert len(alice) == 2
+    total_hours, total_usd = sum(r[6] for r in alice) / 3600, sum(r[7] for r in alice)
+    assert (total_hours, total_usd) == (5.5, 13.75)  # 4 h + 1.5 h of H100 at $2.50
+    assert message["Subject"] == (
+        f"gpufleet: your idle GPUs on {D}: {hours(total_hours)} GPU-hours, {usd(total_usd)}"
+    )
+    text, html = parts(message)
+    for row in alice:
+        assert episode_line(row) in text
+        assert f"<td>{row[3]}</td>" in html and f"<td>{row[0]}</td>" in html
+    assert f"Total: {hours(total_hours)} GPU-hours, {usd(total_usd)}." in text
+    assert "end it (Slurm: scancel JOBID) or release the allocation" in text
+
+    _, message = mails["dave@example.org"]
+    text, _ = parts(message)
+    (dave,) = mart_episodes(config, "dave")
+    assert episode_line(dave, still_open=True) in text  # 22:00 D to 02:00 D+1, still idle
+
+    envelope, message = mails["nlp-lead@example.org"]
+    assert envelope.rcpt_tos == ["nlp-lead@example.org", "ops@example.org", "fin@example.org"]
+    assert message["Cc"] == "ops@example.org, fin@example.org"
+    assert "team nlp" in message["Subject"]
+    text, _ = parts(message)
+    (evil,) = mart_episodes(config, fx.EVIL)
+    assert f"User {fx.EVIL}:" in text and episode_line(evil) in text
+
+    assert sent_log(config) == [
+        (fx.DAY, "team_lead", fx.EVIL, "nlp-lead@example.org"),
+        (fx.DAY, "user", "alice", "alice@example.org"),
+        (fx.DAY, "user", "alice", "alice@example.org"),
+        (fx.DAY, "user", "dave", "dave@example.org"),
+    ]
+    written = sorted((tmp_path / "notices" / D).glob("*.eml"))
+    assert len(written) == 3
+    assert {read_message(path)["To"] for path in written} == set(mails)
+
+
+def test_names_are_escaped_in_the_html_part(tmp_path: Path, inbox: tuple[Inbox, int]) -> None:
+    handler, port = inbox
+    config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+    # The evil user now belongs to a team of the same name, which has a lead.
+    (tmp_path / "ref/users.csv").write_text(
+        fx.USERS_CSV.replace(f'"{fx.EVIL}",nlp,', f'"{fx.EVIL}","{fx.EVIL}",')
+    )
+    (tmp_path / "ref/teams.csv").write_text(f'team,lead_email\n"{fx.EVIL}",boss@example.org\n')
+    ingest(config, compact=False)
+    build(config)
+
+    assert notify(config, "--day", D, "--send") == 0
+
+    _, message = by_recipient(handler)["boss@example.org"]
+    assert message["Subject"].startswith(f"gpufleet: idle GPUs of team {fx.EVIL} on {D}")
+    text, html = parts(message)
+    assert "<script" not in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 3  # title, team, user
+    assert f"team {fx.EVIL} have no email address" in text and f"User {fx.EVIL}:" in text
+    (path,) = (tmp_path / "notices" / D).glob("team-*.eml")
+    assert path.parent == tmp_path / "notices" / D and "<" not in path.name
+
+
+# --- never twice ------------------------------------------------------------------------
+
+
+def test_a_rerun_sends_nothing_even_after_a_full_build_and_more_data(
+    tmp_path: Path, inbox: tuple[Inbox, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    handler, port = inbox
+    config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+    assert notify(config, "--day", D, "--send") == 0
+    assert len(handler.envelopes) == 3
+    capsys.readouterr()
+
+    assert notify(config, "--day", D, "--send") == 0
+    assert len(handler.envelopes) == 3
+    assert "none" in capsys.readouterr().out.splitlines()[0]
+
+    # A full build, then more data: dave's open episode goes on (the same episode, longer),
+    # alice gets a new one on D+1; ingested (with compaction: D's files go to the lake)
+    # and built incrementally.
+    assert build(config, full=True).mode == "full"
+    d1 = fx.NEXT_DAY
+    fx.write_samples(
+        tmp_path,
+        "day-two",
+        [
+            *fx.samples("GPU-a2", "node-a", 2, fx.H100, "dave", "401",
+                        [(fx.at(d1, 2), fx.at(d1, 4), fx.IDLE)]),
+            *fx.samples("GPU-a0", "node-a", 0, fx.H100, "alice", "103",
+                        [(fx.at(d1, 8), fx.at(d1, 9), fx.BUSY),
+                         (fx.at(d1, 9), fx.at(d1, 12), fx.IDLE)]),
+        ],
+    )  # fmt: skip
+    ingest(config)
+    assert build(config).mode == "incremental"
+    assert rows(config, "select idle_seconds from idle_episodes where \"user\" = 'dave'") == [
+        (6 * 3600.0,)
+    ]
+
+    assert notify(config, "--day", D, "--send") == 0
+    assert len(handler.envelopes) == 3  # nothing of D again
+    assert notify(config, "--day", D1, "--send") == 0
+    new = by_recipient(Inbox(envelopes=handler.envelopes[3:]))
+    assert sorted(new) == ["alice@example.org", "erin@example.org"]  # not dave's again
+    text, _ = parts(new["alice@example.org"][1])
+    assert "job 103" in text and "job 101" not in text and "job 102" not in text
+    assert len(sent_log(config)) == 4 + 2
+    assert "1 episode already notified" in capsys.readouterr().out  # dave's
+
+
+# --- dry run, files only, the rules ------------------------------------------------------
+
+
+def test_dry_run_prints_the_messages_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fx.make_fleet(tmp_path)
+    before = config.warehouse_path.read_bytes()
+
+    assert notify(config, "--day", D, "--dry-run") == 0
+
+    out = capsys.readouterr().out
+    assert "To: alice@example.org\nSubject: gpufleet: your idle GPUs on 2026-11-16: 5.50" in out
+    assert "To: nlp-lead@example.org\nCc: ops@example.org, fin@example.org\n" in out
+    assert episode_line(mart_episodes(config, "alice")[0]) in out
+    assert "dry run: nothing written, sent or recorded" in out
+    assert not (tmp_path / "notices").exists()
+    assert config.warehouse_path.read_bytes() == before
+    assert sent_log(config) == []
+
+
+def test_without_flags_the_messages_are_written_not_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fx.make_fleet(tmp_path, extra=fx.smtp_section(free_port()))  # nothing listens
+
+    assert notify(config, "--day", D) == 0
+
+    out = capsys.readouterr().out
+    assert f"written: 3 .eml files in {tmp_path / 'notices' / D}" in out
+    assert "not sent: --send sends them" in out
+    written = {path.name: read_message(path) for path in (tmp_path / "notices" / D).iterdir()}
+    assert sorted(written) == ["team-nlp.eml", "user-alice.eml", "user-dave.eml"]
+    assert written["user-alice.eml"]["To"] == "alice@example.org"
+    assert sent_log(config) == []
+
+
+@pytest.mark.parametrize(
+    ("notify_lines", "mailed", "unreachable"),
+    [
+        # hours: alice 5.5, carol 5 (opted out), dave 4, the nlp lead's user 3, bob 0.67
+        (fx.OPT_OUT_CAROL + "min_waste_gpu_hours = 0.5\n", {"alice", "bob", "dave", "nlp-lead"},
+         {"frank"}),
+        (fx.OPT_OUT_CAROL + "min_waste_gpu_hours = 5\n", {"alice"}, set()),
+        ("min_waste_gpu_hours = 0\nopt_out = ['alice', 'NLP-lead@example.org']\n",
+         {"bob", "carol", "dave"}, {fx.EVIL, "frank"}),
+    ],
+)  # fmt: skip
+def test_the_threshold_and_the_opt_out_list(
+    tmp_path: Path, notify_lines: str, mailed: set[str], unreachable: set[str]
+) -> None:
+    config = fx.make_fleet(tmp_path, notify=notify_lines)
+    plan = notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan
+    assert {notice.to.split("@")[0] for notice in plan.notices} == mailed
+    assert {user for user, _ in plan.unreachable} == unreachable
+
+
+def test_an_episode_belongs_to_the_local_day_it_ended_or_is_still_open_in(
+    tmp_path: Path,
+) -> None:
+    config = fx.make_fleet(tmp_path)
+    day = {n.user for n in notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan.notices}
+    next_day = notify_idle(config, day=fx.NEXT_DAY, mode=DRY_RUN).plan.notices
+    assert day == {"alice", "dave", None}  # None: the lead's; erin's ended on D+1
+    assert {n.user for n in next_day} == {"dave", "erin"}  # dave's is still open on D+1
+
+    # In New York (UTC-5) erin's episode ends at 20:00 on D: it is D's, and only D's.
+    config = fx.make_fleet(tmp_path / "ny", timezone="America/New_York")
+    day = {n.user for n in notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan.notices}
+    next_day = notify_idle(config, day=fx.NEXT_DAY, mode=DRY_RUN).plan.notices
+    assert {"erin", "dave"} <= day
+    assert {n.user for n in next_day} == set()
+    (erin,) = [n for n in notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan.notices
+               if n.user == "erin"]  # fmt: skip
+    assert clock(erin.episodes[0].end_ts) == "2026-11-16 20:00"
+
+
+def test_the_default_day_is_yesterday_in_the_configured_zone() -> None:
+    now = dt.datetime(2026, 11, 16, 20, 0, tzinfo=dt.UTC)  # 09:00 on the 17th in Auckland
+    assert yesterday("UTC", now) == dt.date(2026, 11, 15)
+    assert yesterday("Pacific/Auckland", now) == dt.date(2026, 11, 16)
+
+
+# --- failures -----------------------------------------------------------------------------
+
+
+def test_an_unreachable_server_is_one_error_line_files_written_nothing_marked_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()  # nothing listens there
+    config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+
+    assert notify(config, "--day", D, "--send") == 1
+
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith(f"gpufleet: error: sent 0 of 3 idle notices for {D} (all written to ")
+    assert (
+        f"cannot send the idle notice to alice@example.org through SMTP server 127.0.0.1:{port}"
+        in err
+    )
+    assert len(list((tmp_path / "notices" / D).glob("*.eml"))) == 3
+    assert sent_log(config) == []
+
+    with smtp_inbox() as (handler, port):  # the server is back: everything goes out once
+        config = fx.write_config(tmp_path, extra=fx.smtp_section(port))
+        assert notify(config, "--day", D, "--send") == 0
+    assert len(handler.envelopes) == 3 and len(sent_log(config)) == 4
+
+
+@dataclass
+class RefusingInbox(Inbox):
+    """Refuses one recipient at RCPT TO, accepts the others."""
+
+    refused: str = ""
+
+    async def handle_RCPT(
+        self, server: Any, session: Session, envelope: Envelope, address: str, options: Any
+    ) -> str:
+        if address == self.refused:
+            return "550 5.1.1 no such mailbox"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+
+@contextlib.contextmanager
+def refusing_inbox(refused: str) -> Iterator[tuple[RefusingInbox, int]]:
+    server_log = logging.getLogger("mail.log")
+    propagate, server_log.propagate = server_log.propagate, False
+    handler, port = RefusingInbox(refused=refused), free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield handler, port
+    finally:
+        controller.stop()
+        server_log.propagate = propagate
+
+
+def test_a_refused_message_stops_the_run_and_only_accepted_ones_are_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with refusing_inbox("dave@example.org") as (handler, port):
+        config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+        assert notify(config, "--day", D, "--send") == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "sent 1 of 3 idle notices" in err
+    assert "dave@example.org" in err
+    assert [envelope.rcpt_tos for envelope in handler.envelopes] == [["alice@example.org"]]
+    assert {(user, recipient) for _, _, user, recipient in sent_log(config)} == {
+        ("alice", "alice@example.org")
+    }
+
+    with smtp_inbox() as (handler, port):  # the rest, and alice not again
+        config = fx.write_config(tmp_path, extra=fx.smtp_section(port))
+        assert notify(config, "--day", D, "--send") == 0
+    assert sorted(e.rcpt_tos[0] for e in handler.envelopes) == [
+        "dave@example.org",
+        "nlp-lead@example.org",
+    ]
+
+
+def test_no_warehouse_or_no_build_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fx.write_config(tmp_path)
+    assert notify(config, "--day", D) == 1
+    assert "no warehouse yet" in capsys.readouterr().err
+    ingest(config)
+    assert notify(config, "--day", D) == 1
+    assert "no idle_episodes yet; run 'gpufleet build' first" in capsys.readouterr().err
+
+
+def test_the_command_line_checks_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["notify", "idle", "--dry-run", "--send"])
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["notify", "idle", "--day", "16.11.2026"])
+    assert info.value.code == 2
+    assert "is not a date like 2026-11-16" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["notify", "idle", "--help"])
+    assert info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "--dry-run" in help_text and "min_waste_gpu_hours" in help_text
+
+
+# --- the Prefect flow -------------------------------------------------------------------
+
+
+def test_the_flow_sends_and_records(
+    tmp_path: Path, inbox: tuple[Inbox, int], prefect_harness: None
+) -> None:
+    from flows.notify import idle_notices_flow
+
+    handler, port = inbox
+    config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+    summary = idle_notices_flow(data_dir=str(tmp_path), config_path=str(config.source), day=D)
+    assert "sent: 3 notices" in summary
+    assert len(handler.envelopes) == 3 and len(sent_log(config)) == 4

@@ -1,0 +1,161 @@
+"""The weekly email to each team's lead (`gpufleet report --per-team [--send]`)."""
+
+from __future__ import annotations
+
+from email.message import EmailMessage
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gpufleet.cli import main
+from gpufleet.config import load_config
+from gpufleet.errors import GpufleetError
+from reports.mail import read_message
+from reports.render import format_usd
+from reports.team import NOT_TEAMS, send_team_emails, team_file_name, write_team_emails
+from tests import report_fixtures as fx
+from tests.report_fixtures import smtp_inbox
+from tests.test_browser import BlackHoleProxy, run_chromium
+
+LEADS = {
+    fx.EVIL_TEAM: ("evil-lead@example.org", ["evil-cc@example.org"]),
+    "vision": ("vision-lead@example.org", []),
+}  # nlp has no lead
+
+
+def _warehouse(data_dir: Path, port: int = 25) -> Path:
+    fx.make_warehouse(data_dir)
+    with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
+        con.execute("create table ref_teams (team varchar, lead_email varchar, cc varchar[])")
+        con.executemany(
+            "insert into ref_teams values (?, ?, ?)",
+            [(team, lead, cc) for team, (lead, cc) in LEADS.items()],
+        )
+    return fx.write_config(
+        data_dir,
+        f'[smtp]\nhost = "127.0.0.1"\nport = {port}\n[report]\nsender = "gpufleet@example.org"\n',
+    )
+
+
+def _team_rows(data_dir: Path) -> dict[str, tuple[float, float]]:
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "select team, waste_usd, gpu_hours from team_weekly where iso_week = ?", [fx.WEEK]
+        ).fetchall()
+    return {team: (waste, hours) for team, waste, hours in rows}
+
+
+def _html(message: EmailMessage) -> str:
+    part = message.get_body(("html",))
+    assert part is not None
+    return str(part.get_content())
+
+
+def test_one_email_per_team_with_its_own_figures(tmp_path: Path) -> None:
+    config = load_config(config_path=_warehouse(tmp_path))
+    emails = write_team_emails(config, fx.WEEK)
+    figures = _team_rows(tmp_path)
+    teams = {team for team in figures if team not in NOT_TEAMS}
+    assert {email.team for email in emails} == teams and "(unallocated)" in figures
+    for email in emails:
+        assert email.path == tmp_path / "reports" / fx.WEEK / "teams" / team_file_name(email.team)
+        message = read_message(email.path)
+        waste, gpu_hours = figures[email.team]
+        assert message["Subject"] == (
+            f"gpufleet weekly report {fx.WEEK} for team {' '.join(email.team.split())}: "
+            f"{format_usd(waste)} idle waste"
+        )
+        text = message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+        lines = {
+            line.split("  ")[1].strip(): line
+            for line in text.splitlines()
+            if line.startswith("  ") and "  " in line[2:]
+        }
+        assert format_usd(waste) in lines["Idle waste"]
+        assert (f"{gpu_hours:,.0f}" if gpu_hours >= 100 else f"{gpu_hours:,.1f}") in lines[
+            "GPU-hours"
+        ]
+        lead = LEADS.get(email.team)
+        assert email.lead_email == (lead[0] if lead else None)
+        assert message["To"] == (lead[0] if lead else None)
+        assert message["Cc"] == (", ".join(lead[1]) if lead and lead[1] else None)
+        # the charts travel as inline PNGs that the HTML references
+        cids = {
+            p["Content-ID"].strip("<>")
+            for p in message.walk()
+            if p.get_content_type() == "image/png"
+        }
+        assert cids and all(f"cid:{cid}" in _html(message) for cid in cids)
+
+
+def test_the_email_shows_the_teams_waste_by_user_and_job_and_escapes_names(tmp_path: Path) -> None:
+    config = load_config(config_path=_warehouse(tmp_path))
+    evil = next(e for e in write_team_emails(config, fx.WEEK) if e.team == fx.EVIL_TEAM)
+    html = _html(read_message(evil.path))
+    assert fx.EVIL_TEAM not in html and fx.EVIL_USER not in html
+    assert "Team &lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;/script&gt;&lt;b&gt;bob&lt;/b&gt;" in html  # the user, as text
+    assert "$1,150" in html and "j1" in html  # the episode's cost and job (fixture rows)
+    vision = next(e for e in write_team_emails(config, fx.WEEK) if e.team == "vision")
+    vision_html = _html(read_message(vision.path))
+    assert "alice" in vision_html and "carol" not in vision_html  # carol's was last week
+    assert fx.EVIL_TEAM.replace("<", "&lt;") not in vision_html  # only its own rows
+
+
+def test_send_mails_each_lead_and_copies_and_skips_teams_without_one(tmp_path: Path) -> None:
+    with smtp_inbox() as (inbox, port):
+        config = load_config(config_path=_warehouse(tmp_path, port))
+        sent = send_team_emails(config, write_team_emails(config, fx.WEEK))
+    by_team = {email.team: email for email in sent}
+    assert by_team[fx.EVIL_TEAM].sent_to == ("evil-lead@example.org", "evil-cc@example.org")
+    assert by_team["vision"].sent_to == ("vision-lead@example.org",)
+    assert by_team["nlp"].sent_to == () and "no lead" in str(by_team["nlp"])
+    assert sorted(tuple(e.rcpt_tos) for e in inbox.envelopes) == [
+        ("evil-lead@example.org", "evil-cc@example.org"),
+        ("vision-lead@example.org",),
+    ]
+    received = {inbox.message(i)["To"]: inbox.message(i) for i in range(len(inbox.envelopes))}
+    assert "for team vision" in received["vision-lead@example.org"]["Subject"]
+
+
+def test_an_unreachable_server_is_one_error_and_the_files_stay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prefect_harness: None
+) -> None:
+    port = fx.free_port()  # nothing listens there
+    config_path = _warehouse(tmp_path, port)
+    config = load_config(config_path=config_path)
+    written = write_team_emails(config, fx.WEEK)
+    with pytest.raises(GpufleetError, match=f"through SMTP server 127.0.0.1:{port}") as info:
+        send_team_emails(config, written)
+    assert "\n" not in str(info.value)
+    assert all(email.path.is_file() for email in written)
+
+    with config_path.open("a", encoding="utf-8") as file:
+        file.write('recipients = ["fleet@example.org"]\n')
+    for email in written:
+        email.path.unlink()
+    argv = ["--config", str(config_path), "report", "--week", fx.WEEK, "--per-team", "--send"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        f"gpufleet: error: cannot send the report through SMTP server 127.0.0.1:{port}"
+    )
+    assert all(email.path.is_file() for email in written)  # every file written before sending
+
+
+@pytest.mark.slow
+def test_a_team_email_renders_in_the_browser_with_names_as_text(tmp_path: Path) -> None:
+    config = load_config(config_path=_warehouse(tmp_path))
+    evil = next(e for e in write_team_emails(config, fx.WEEK) if e.team == fx.EVIL_TEAM)
+    page = tmp_path / "team.html"
+    page.write_text(_html(read_message(evil.path)), encoding="utf-8")
+    proxy = BlackHoleProxy()
+    try:
+        dom = run_chromium(page, proxy, tmp_path / "profile", "--dump-dom").stdout
+    finally:
+        proxy.close()
+    assert "<script>alert(1)</script>" not in dom.split("<body", 1)[1]
+    assert "Team &lt;script&gt;alert(1)&lt;/script&gt;: GPU report" in dom
+    assert "Idle waste by user and job" in dom and "$1,150" in dom
+    assert proxy.page_requests() == []
