@@ -20,7 +20,7 @@ import pytest
 
 from gpufleet.warehouse import models as models_module
 from gpufleet.warehouse.build import BuildResult, build, build_models
-from gpufleet.warehouse.incremental import read_state
+from gpufleet.warehouse.build_state import read_state
 from gpufleet.warehouse.slots import connect_read_only, write_transaction
 from tests.test_models_fixtures import NEXT_LOAD, Fleet
 

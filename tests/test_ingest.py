@@ -18,16 +18,16 @@ import pytest
 from collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest import (
-    NEW_ROWS_SQL,
     IngestResult,
     QuarantineWarning,
     SampleFile,
-    create_existing_view,
     find_sample_files,
     ingest,
     plan_batches,
-    schema_problem,
 )
+from gpufleet.warehouse.ingest_batch import create_existing_view
+from gpufleet.warehouse.ingest_schemas import schema_problem
+from gpufleet.warehouse.ingest_staged import NEW_ROWS_SQL
 from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS
 from gpufleet.warehouse.slots import write_transaction
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse import slots as warehouse
+from gpufleet.warehouse import catch_up
 from gpufleet.warehouse.slots import (
     connect_read_only,
     current_generation,
@@ -269,7 +269,7 @@ def test_a_failed_in_place_write_leaves_the_published_warehouse_alone(config: Co
 def test_a_backfill_since_the_other_file_is_copied_not_replayed(
     config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(warehouse, "_WHOLE_TABLE_LIMIT", 3)
+    monkeypatch.setattr(catch_up, "_WHOLE_TABLE_LIMIT", 3)
     _write_twice(config)
     before = config.warehouse_path.stat().st_ino
     with write_transaction(config) as con:  # in place (nothing gained since)

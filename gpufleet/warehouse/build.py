@@ -16,16 +16,16 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
-from gpufleet.warehouse.ids import forget_ids
-from gpufleet.warehouse.incremental import (
+from gpufleet.warehouse.build_state import (
     allocations_changed,
-    build_incrementally,
     ensure_state_tables,
     fingerprint,
     read_state,
     record_full_build,
     samples_load_top,
 )
+from gpufleet.warehouse.ids import forget_ids
+from gpufleet.warehouse.incremental import build_incrementally
 from gpufleet.warehouse.lake import evict_built_days, refresh_samples_view
 from gpufleet.warehouse.models import (
     PERSISTENT,

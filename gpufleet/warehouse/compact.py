@@ -1,21 +1,8 @@
 """Compaction of the Parquet lake: one sorted zstd file per host per completed day.
 
-Collectors write one file per host per flush (144 a day at the default 10 minutes), and at
-fleet scale the cost of reading the lake is opening files, not decoding them. Once every
-file of a completed UTC day of a host has been loaded, those files are replaced by one file
-sorted by (gpu_uuid, ts), one row group per GPU, times and counters delta-encoded (see
-COMPACTED_ENCODINGS): the partition directory is rebuilt beside the original and the two
-are swapped with one `renameat2(RENAME_EXCHANGE)`, so a reader listing the directory sees
-either the collector files or the compacted file, never both and never neither.
-
-The compacted file takes the originals' place in `loaded_files`, so it is never loaded
-again. Once a build has moved its samples out of the warehouse file (`gpufleet.warehouse.lake`), the
-warehouse reads it, so it is never rewritten: files arriving later for that host-day stay
-as they are (and their samples in the warehouse).
-
-Should the process die between the swap and the warehouse publish, the next ingest finds
-the compacted file unrecorded, loads it, and deduplication on (gpu_uuid, ts) keeps every
-sample once: the lake heals itself.
+`compact_completed_days` replaces the collector files of each fully loaded host-day before
+today with one file, swapped in atomically, and records it in `loaded_files` in their place.
+The encodings, the swap and how a crash heals: `docs/warehouse.md` (compaction).
 """
 
 from __future__ import annotations

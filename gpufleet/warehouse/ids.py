@@ -1,16 +1,7 @@
-"""Integer ids for the names the per-sample table would otherwise repeat 60 million times.
+"""Integer ids, kept across builds, for the names the per-sample table would otherwise repeat.
 
-`samples_attributed_rows` stores a GPU series, host, team, user, job and status as small
-integers; the `samples_attributed` view (and `run_pieces`, `gpu_hourly`) turn them back into
-names through the id tables kept here, in `build_state`. Writing the series, host and team
-names cost about 40 % of the full build at fleet scale; the user, job and status ids save
-less time, but 1.6 bytes per sample of the table.
-
-An id never changes meaning between builds: the models of STABLE_IDS (`int_series_ids`,
-`int_hosts`, ...) keep the ids these tables hold and number new names after the largest one,
-and `record_new_ids` adds the new ones after each of those models is built. An incremental
-build therefore writes the same ids as the rows it keeps; a full build, which rewrites
-every row, starts the tables afresh (`forget_ids`), so its ids follow name order.
+The id tables in `build_state` (series, hosts, teams, users, jobs, statuses), and recording
+the new ids after each model of STABLE_IDS; why an id never changes meaning: `docs/warehouse.md`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""Samples of compacted days live in the Parquet lake, not in the warehouse file.
+"""The lake's part in the warehouse: samples of built, compacted days kept in their files.
 
-The warehouse keeps what `ingest` loaded in `samples_stored`, each row with the publish
-that loaded it (`load_id`, the incremental build's watermark). Once a host-day's files are
-compacted (`compact.py`) and its rows are in the marts, the build evicts them: it checks
-that the compacted file holds exactly those rows (each (gpu_uuid, ts) with the same values,
-none claimed by another file), deletes them from `samples_stored` and records the file in
-`build_state.lake_files`, in the build's transaction. The contract's `samples` is a view:
-`samples_stored` and every evicted file (by absolute path, as the warehouse's readers may
-run anywhere), so a query sees every sample once, wherever it is kept.
-
-An evicted file is part of the warehouse: a reader of an older publish reads it too, so it
-is never rewritten (compaction leaves evicted host-days alone; files arriving later for one
-are loaded and stay in `samples_stored`), and it must not be deleted or moved (the view
-names it; `gpufleet build --full` names them afresh from the data directory).
+The contract's `samples` view (`samples_stored` and the evicted files), reading the samples of
+some days, and `evict_built_days`, which moves a verified host-day's rows out of the file.
+Why an evicted file must never be rewritten or moved: `docs/warehouse.md` (the lake).
 """
 
 from __future__ import annotations
@@ -99,9 +89,10 @@ def refresh_samples_view(con: duckdb.DuckDBPyConnection, config: Config) -> None
 
 
 def evict_built_days(con: duckdb.DuckDBPyConnection, config: Config) -> int:
-    """Move the rows of compacted host-days from `samples_stored` to the lake (see the
-    module's docstring); the number of samples evicted. Call only when the marts include
-    every row of `samples_stored` (at the end of a build)."""
+    """Move the rows of compacted host-days from `samples_stored` to the lake (each file
+    verified to hold exactly them, then listed in `build_state.lake_files`); the number of
+    samples evicted. Call only when the marts include every row of `samples_stored` (at the
+    end of a build)."""
     candidates = con.execute(
         f"""
         select
@@ -135,8 +126,17 @@ _ROW_HASH = f"hash({_COLUMNS})"
 
 def _evict_day(con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, str]) -> int:
     """Evict the verified files of one UTC day; the rows evicted."""
-    listed = ", ".join(_quote(literal_path(path)) for path in files)
     start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    _read_lake_rows(con, files)
+    good = _verified_files(con, files, start)
+    evicted = _move_to_lake(con, day, files, good, start) if good else 0
+    con.execute("drop table temp._lake_rows")
+    return evicted
+
+
+def _read_lake_rows(con: duckdb.DuckDBPyConnection, files: dict[str, str]) -> None:
+    """Temp table `_lake_rows`: each row's file, key and row hash, and its key's copies."""
+    listed = ", ".join(_quote(literal_path(path)) for path in files)
     con.execute(
         f"""
         create or replace temp table _lake_rows as
@@ -145,6 +145,13 @@ def _evict_day(con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, st
         from read_parquet([{listed}], hive_partitioning = false, filename = true)
         """
     )
+
+
+def _verified_files(
+    con: duckdb.DuckDBPyConnection, files: dict[str, str], start: dt.datetime
+) -> list[str]:
+    """The files (absolute paths) whose every row is in samples_stored with the same values
+    and its key in no other file; a warning names each other one."""
     verdicts = con.execute(
         f"""
         select
@@ -170,9 +177,18 @@ def _evict_day(con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, st
                 rows - same,
                 rows,
             )
-    if not good:
-        con.execute("drop table temp._lake_rows")
-        return 0
+    return good
+
+
+def _move_to_lake(
+    con: duckdb.DuckDBPyConnection,
+    day: dt.date,
+    files: dict[str, str],
+    good: list[str],
+    start: dt.datetime,
+) -> int:
+    """Delete the `good` files' rows from samples_stored and list the files in
+    build_state.lake_files; the rows deleted."""
     deleted = con.execute(
         f"""
         delete from {STORED} as stored
@@ -193,5 +209,4 @@ def _evict_day(con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, st
         """,
         {"day": day, "names": good, "relatives": [files[name] for name in good]},
     )
-    con.execute("drop table temp._lake_rows")
     return int(deleted[0]) if deleted else 0

@@ -1,21 +1,8 @@
 """Run the SQL models in `sql/` (staging, intermediate, marts) against a DuckDB connection.
 
-Each model is one `.sql` file holding one `select`; the file name is the model's name. The
-runner orders the models by the model names each file reads (`from x`, `join x`), sets the
-configuration as DuckDB variables (`getvariable('idle_threshold_pct')` in SQL), creates each
-model and documents the marts with `COMMENT ON` from `sql/marts/_docs.toml`. Macros the
-models share (`glob_to_like`) are defined in `sql/_macros.sql`, run before the models.
-
-`build.py` decides between a full build (`build_all_models`) and an incremental one
-(`gpufleet/warehouse/incremental.py`), which runs the same files on a slice (`render` with a remap).
-
-Materialization: staging models are temp views, intermediate models temp tables, marts
-tables in the warehouse; a file may override that with a first-line comment
-`-- materialized: temp_view` (or `temp_table`, `table`, `view`: a view in the warehouse).
-Temp objects are dropped at the end, so only the marts stay in the warehouse.
-
-`int_series_ids`, `int_hosts` and `int_teams` number names with ids kept across builds
-(`gpufleet/warehouse/ids.py`); each build records the new ones right after building those models.
+Finding the models and their order, rendering one (`render`, with relations remapped for an
+incremental build), creating and dropping it, the full build, and the marts' `COMMENT ON`.
+The conventions (one select per file, materializations, variables, macros): `docs/warehouse.md`.
 """
 
 from __future__ import annotations

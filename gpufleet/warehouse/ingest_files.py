@@ -1,0 +1,163 @@
+"""The raw sample files an ingest works through, and `loaded_files`, its record of them.
+
+Finding the files under raw/samples, telling new files from loaded ones (and from loaded
+ones that changed since), planning batches of them, recording the files loaded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import duckdb
+import pyarrow as pa
+
+from gpufleet.config import Config
+from gpufleet.warehouse.quarantine import QUARANTINE_CHANGED
+
+MAX_FILES_PER_BATCH = 2000
+
+
+@dataclass(frozen=True)
+class SampleFile:
+    """A raw sample file as found on disk."""
+
+    path: str  # relative to the data directory, with '/' separators
+    size_bytes: int
+    mtime_ns: int
+
+
+class LoadedFile(NamedTuple):
+    file: SampleFile
+    row_count: int  # rows read from the file, duplicates included
+    min_ts: dt.datetime | None
+    max_ts: dt.datetime | None
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def find_sample_files(config: Config) -> list[SampleFile]:
+    """Every visible `*.parquet` below raw/samples, sorted by path."""
+    root = config.samples_dir
+    found: list[SampleFile] = []
+    for directory, subdirectories, names in os.walk(root):
+        subdirectories[:] = [d for d in subdirectories if not _hidden(d)]
+        for name in names:
+            if _hidden(name) or not name.endswith(".parquet"):
+                continue
+            path = Path(directory) / name
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue  # compacted or quarantined under our feet
+            relative = path.relative_to(config.data_dir).as_posix()
+            found.append(SampleFile(relative, stat.st_size, stat.st_mtime_ns))
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def split_new_files(
+    con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile]
+) -> tuple[list[SampleFile], list[tuple[SampleFile, str]]]:
+    """(files never loaded, files loaded before that changed since, with the reason)."""
+    listing = pa.table(
+        {
+            "path": pa.array([f.path for f in files], pa.string()),
+            "size_bytes": pa.array([f.size_bytes for f in files], pa.int64()),
+            "mtime_ns": pa.array([f.mtime_ns for f in files], pa.int64()),
+        }
+    )
+    con.register("_ingest_listing", listing)
+    try:
+        rows = con.execute(
+            """
+            select
+                listing.path,
+                loaded.path is null as is_new,
+                loaded.size_bytes as loaded_size_bytes,
+                loaded.mtime_ns as loaded_mtime_ns,
+            from _ingest_listing as listing
+            left join loaded_files as loaded using (path)
+            where loaded.path is null
+                or loaded.size_bytes <> listing.size_bytes
+                or loaded.mtime_ns <> listing.mtime_ns
+            """
+        ).fetchall()
+    finally:
+        con.unregister("_ingest_listing")
+    by_path = {f.path: f for f in files}
+    new: list[SampleFile] = []
+    changed: list[tuple[SampleFile, str]] = []
+    for path, is_new, size_bytes, mtime_ns in rows:
+        file = by_path[path]
+        if is_new:
+            new.append(file)
+        else:
+            changed.append(
+                (
+                    file,
+                    f"{QUARANTINE_CHANGED} (was {size_bytes:,} bytes, "
+                    f"mtime {_ns_iso(mtime_ns)}; now {file.size_bytes:,} bytes, "
+                    f"mtime {_ns_iso(file.mtime_ns)})",
+                )
+            )
+    new.sort(key=lambda f: f.path)
+    changed.sort(key=lambda item: item[0].path)
+    return new, changed
+
+
+def _ns_iso(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="seconds")
+
+
+def plan_batches(
+    files: Sequence[SampleFile], max_files: int = MAX_FILES_PER_BATCH
+) -> list[list[SampleFile]]:
+    """Consecutive runs of files (sorted by path) of one `date=` partition, at most `max_files`.
+
+    One day per batch keeps each batch's time range, and so the part of `samples` that
+    deduplication has to look at, about one day wide.
+    """
+    batches: list[list[SampleFile]] = []
+    current_key: str | None = None
+    for file in sorted(files, key=lambda f: f.path):
+        key = next((part for part in file.path.split("/") if part.startswith("date=")), "")
+        if not batches or key != current_key or len(batches[-1]) >= max_files:
+            batches.append([])
+            current_key = key
+        batches[-1].append(file)
+    return batches
+
+
+def record_loaded(
+    con: duckdb.DuckDBPyConnection,
+    loaded: Sequence[LoadedFile],
+    loaded_at: dt.datetime,
+) -> None:
+    """Add the loaded files to `loaded_files` in one insert."""
+    ts = pa.timestamp("us", tz="UTC")
+    table = pa.table(
+        {
+            "path": pa.array([item.file.path for item in loaded], pa.string()),
+            "size_bytes": pa.array([item.file.size_bytes for item in loaded], pa.int64()),
+            "mtime_ns": pa.array([item.file.mtime_ns for item in loaded], pa.int64()),
+            "row_count": pa.array([item.row_count for item in loaded], pa.int64()),
+            "min_ts": pa.array([item.min_ts for item in loaded], ts),
+            "max_ts": pa.array([item.max_ts for item in loaded], ts),
+            "loaded_at": pa.array([loaded_at] * len(loaded), ts),
+        }
+    )
+    con.register("_ingest_loaded", table)
+    try:
+        con.execute(
+            "insert into loaded_files (path, size_bytes, mtime_ns, row_count, min_ts, max_ts, "
+            "loaded_at) select * from _ingest_loaded"
+        )
+    finally:
+        con.unregister("_ingest_loaded")

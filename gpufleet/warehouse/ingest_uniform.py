@@ -1,0 +1,126 @@
+"""Loading a batch straight from its files, the common case, with no staging table.
+
+A batch qualifies when every file has the same contract columns of the contract's exact
+types, no required column holds a NULL, and no (gpu_uuid, ts) is repeated in the batch or
+already loaded: the keys are read and checked first, then the rows go into `samples_stored`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.warehouse.ingest_batch import (
+    EXISTING_KEYS_SQL,
+    BatchOutcome,
+    add_loaded_files,
+    create_existing_view,
+)
+from gpufleet.warehouse.ingest_files import SampleFile
+from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, contract_type_names
+from gpufleet.warehouse.publish_log import current_generation
+from gpufleet.warehouse.raw_tables import (
+    QUOTED_SAMPLE_COLUMNS,
+    REQUIRED_SAMPLE_COLUMNS,
+    SAMPLE_COLUMNS,
+    literal_path,
+)
+
+_SOURCE = "read_parquet($paths, hive_partitioning = false)"
+_REQUIRED_NULL = " or ".join(f'"{name}" is null' for name in REQUIRED_SAMPLE_COLUMNS)
+
+
+def uniform_contract_columns(
+    batch: Sequence[SampleFile], schemas: dict[str, dict[str, str]]
+) -> dict[str, str] | None:
+    """The batch's contract columns when every file has the same ones, of the contract's
+    exact types (nothing to cast); None otherwise."""
+    names = contract_type_names()
+    first: dict[str, str] | None = None
+    for file in batch:
+        columns = {n: t for n, t in schemas[file.path].items() if n in CONTRACT_TYPES}
+        if first is None:
+            if any(names[n] != t for n, t in columns.items()):
+                return None
+            first = columns
+        elif columns != first:
+            return None
+    return first
+
+
+def load_uniform_batch(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    columns: dict[str, str],
+) -> BatchOutcome | None:
+    """Load a batch of the common case (see the module's docstring) from its files, sorted;
+    None when the batch is not such a case (`load_batch` then stages it)."""
+    paths = [literal_path(str(config.data_dir / file.path)) for file in batch]
+    try:
+        con.execute(
+            f"""
+            create or replace temp table _ingest_keys as
+            select file_index::integer as _file_index, gpu_uuid, ts, {_REQUIRED_NULL} as _null,
+            from {_SOURCE}
+            """,
+            {"paths": paths},
+        )
+    except duckdb.Error:
+        return None  # a file that does not read: staging finds which
+    outcome = BatchOutcome()
+    try:
+        if not _keys_are_new(con, config):
+            return None
+        add_loaded_files(con, "_ingest_keys", batch, outcome)
+    finally:
+        con.execute("drop table if exists _ingest_keys")
+    inserted = _insert_from_files(con, paths, columns)
+    if inserted is None:
+        return None
+    outcome.rows_inserted = inserted
+    return outcome
+
+
+def _keys_are_new(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
+    """Whether the keys read (`_ingest_keys`) hold no NULL in a required column, and no
+    (gpu_uuid, ts) twice or already loaded."""
+    bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchone()
+    min_ts, max_ts = bounds if bounds else (None, None)
+    create_existing_view(con, config, min_ts, max_ts)
+    problems = con.execute(
+        f"""
+        with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
+        select
+            (select count(*) from _ingest_keys where _null)
+            + (select count(*) from (
+                select 1 from _ingest_keys group by gpu_uuid, ts having count(*) > 1))
+            + (select count(*) from _ingest_keys semi join existing using (gpu_uuid, ts))
+        """,
+        {"min_ts": min_ts, "max_ts": max_ts},
+    ).fetchone()
+    return problems is not None and not problems[0]
+
+
+def _insert_from_files(
+    con: duckdb.DuckDBPyConnection, paths: list[str], columns: dict[str, str]
+) -> int | None:
+    """Insert the files' rows into samples_stored, sorted; the rows inserted, or None if a
+    column past the keys does not read."""
+    selects = ", ".join(
+        f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
+        for name, kind in SAMPLE_COLUMNS
+    )
+    try:
+        inserted = con.execute(
+            f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+            f"select {selects}, $load_id from {_SOURCE} as src order by gpu_uuid, ts",
+            {"paths": paths, "load_id": current_generation(con)},
+        ).fetchone()
+    except duckdb.Error:
+        # A column past the keys does not read; the insert left nothing (it is one
+        # statement: the write transaction's connection autocommits), staging finds the file.
+        return None
+    return int(inserted[0]) if inserted else 0
