@@ -13,20 +13,39 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.notices.idle import DRY_RUN, notify_idle
 from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.slots import connect_read_only
-from gpufleet.weeks import last_complete_week, week_bounds
-from reports.weekly import ReportFiles, write_report
+from gpufleet.weeks import last_complete_week, week_bounds, week_monday
+from reports.team import TeamEmail, write_team_emails
+from reports.weekly import ReportFiles, report_dir, write_atomically, write_report
 
 Progress = Callable[[str], None]
 
 DEMO_SEED = 7
+HISTORY_WEEKS = 3  # whole weeks before the reported one: changes and trends have data
+# Four weeks of 128 GPUs load and build in under 3 minutes on 2 cores with 30 s samples in
+# half-hour collector files (10 million samples in 21,500 files).
+DEMO_INTERVAL_S = 30.0
+DEMO_FLUSH_S = 1800.0
+NOTICES_PREVIEW_NAME = "idle-notices-dry-run.txt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoFiles:
+    """What the demo wrote."""
+
+    report: ReportFiles
+    team_emails: tuple[TeamEmail, ...]
+    notices_path: Path
 
 
 def samples_in_span(config: Config, start: dt.datetime, end: dt.datetime) -> int:
@@ -44,18 +63,25 @@ def samples_in_span(config: Config, start: dt.datetime, end: dt.datetime) -> int
 
 
 def simulate_demo(
-    config: Config, *, week: str, gpus: int = 128, days: int = 7, progress: Progress = print
+    config: Config,
+    *,
+    week: str,
+    gpus: int = 128,
+    days: int = 7,
+    history_weeks: int = HISTORY_WEEKS,
+    progress: Progress = print,
 ) -> str:
-    """Simulate `days` days of `week` unless the warehouse already holds that span; says which."""
+    """Simulate `history_weeks` whole weeks before `week` and `days` days of it, unless the
+    warehouse already holds that span; says which."""
     spec = SimulationSpec.from_cli(
         config=config,
         gpus=gpus,
         gpus_per_host=8,
         week=week,
-        start=None,
-        days=days,
-        interval_s=10.0,
-        flush_s=600.0,
+        start=week_monday(week) - dt.timedelta(weeks=history_weeks),
+        days=7 * history_weeks + days,
+        interval_s=DEMO_INTERVAL_S,
+        flush_s=DEMO_FLUSH_S,
         seed=DEMO_SEED,
     )
     present = samples_in_span(config, spec.start, spec.end)
@@ -67,12 +93,29 @@ def simulate_demo(
     return str(simulate_fleet(spec, data_dir=config.data_dir, progress=progress))
 
 
+def write_demo_notices(config: Config, week: str) -> Path:
+    """The idle notices the last day of `week` would send, as a dry run's text, written
+    beside the week's report (nothing is sent or recorded)."""
+    _, end = week_bounds(week, config.timezone)
+    run = notify_idle(config, day=(end - dt.timedelta(days=1)).date(), mode=DRY_RUN)
+    path = report_dir(config, week) / NOTICES_PREVIEW_NAME
+    write_atomically(path, (str(run) + "\n").encode("utf-8"))
+    return path
+
+
 def run_demo_steps(
-    config: Config, *, gpus: int = 128, days: int = 7, progress: Progress = print
-) -> ReportFiles:
-    """Simulate `days` days of the last complete week, then ingest, build and report it."""
+    config: Config,
+    *,
+    gpus: int = 128,
+    days: int = 7,
+    history_weeks: int = HISTORY_WEEKS,
+    progress: Progress = print,
+) -> DemoFiles:
+    """Simulate the weeks up to the last complete one, ingest, build, and write its report,
+    the teams' emails and a dry run of the last day's idle notices."""
     week = last_complete_week(config.timezone)
     start, end = week_bounds(week, config.timezone)
+    first = start - dt.timedelta(weeks=history_weeks)
     last_day = (end - dt.timedelta(days=1)).date()
     started = time.monotonic()
 
@@ -80,23 +123,46 @@ def run_demo_steps(
         progress(f"[{time.monotonic() - started:5.1f} s] {message}")
 
     step(
-        f"simulating {gpus} GPUs for {days} day{'s' if days > 1 else ''} of {week} "
-        f"({start:%a %d %b} - {last_day:%a %d %b %Y}, {config.timezone}) into {config.data_dir}"
+        f"simulating {gpus} GPUs from {first:%a %d %b} to {last_day:%a %d %b %Y} "
+        f"({history_weeks} week{'s' * (history_weeks != 1)} before {week} and {days} "
+        f"day{'s' * (days != 1)} of it, "
+        f"{config.timezone}) into {config.data_dir}"
     )
-    step(simulate_demo(config, week=week, gpus=gpus, days=days, progress=progress))
+    step(
+        simulate_demo(
+            config, week=week, gpus=gpus, days=days, history_weeks=history_weeks, progress=progress
+        )
+    )
     step("loading new files into the warehouse")
     step(str(ingest(config, progress=progress)))
     step("building the models")
     step(str(build(config)))
     step(f"writing the report for {week}")
-    files = write_report(config, week)
-    step(f"done: {files.subject}")
-    return files
+    report = write_report(config, week)
+    step("writing each team's email to its lead")
+    teams = write_team_emails(config, week)
+    step("previewing the idle notices of the week's last day (dry run)")
+    notices = write_demo_notices(config, week)
+    step(f"done: {report.subject}")
+    return DemoFiles(report=report, team_emails=tuple(teams), notices_path=notices)
 
 
-def run_demo(config: Config, *, gpus: int = 128, days: int = 7, progress: Progress = print) -> int:
-    """The `demo` command: runs the steps and prints the page's and the email's paths."""
-    files = run_demo_steps(config, gpus=gpus, days=days, progress=progress)
-    print(f"report page:  {files.page_path.resolve()}")
-    print(f"report email: {files.email_path.resolve()}")
+def run_demo(
+    config: Config,
+    *,
+    gpus: int = 128,
+    days: int = 7,
+    history_weeks: int = HISTORY_WEEKS,
+    progress: Progress = print,
+) -> int:
+    """The `demo` command: runs the steps and prints where their outputs are."""
+    files = run_demo_steps(
+        config, gpus=gpus, days=days, history_weeks=history_weeks, progress=progress
+    )
+    print(f"report page:  {files.report.page_path.resolve()}")
+    print(f"report email: {files.report.email_path.resolve()}")
+    if files.team_emails:
+        team = files.team_emails[0]  # the costliest team's
+        print(f"team email:   {team.path.resolve()} (team {team.team}; all in its folder)")
+    print(f"idle notices: {files.notices_path.resolve()} (dry run)")
     return 0

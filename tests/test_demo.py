@@ -33,14 +33,25 @@ def test_demo_runs_the_whole_pipeline_and_again(
     week = last_complete_week(config.timezone)
     messages: list[str] = []
 
-    assert run_demo(config, gpus=GPUS, days=DAYS, progress=messages.append) == 0
+    assert run_demo(config, gpus=GPUS, days=DAYS, history_weeks=1, progress=messages.append) == 0
     out = capsys.readouterr().out.splitlines()
     page = (data_dir / "reports" / week / "index.html").resolve()
     email = page.parent / "report.eml"
-    assert out == [f"report page:  {page}", f"report email: {email}"]
-    assert page.is_file() and email.is_file()
+    notices = page.parent / "idle-notices-dry-run.txt"
+    team_emails = sorted((page.parent / "teams").glob("*.eml"))
+    assert out[:2] == [f"report page:  {page}", f"report email: {email}"]
+    assert out[2].startswith(f"team email:   {page.parent / 'teams'}/")
+    assert out[3] == f"idle notices: {notices} (dry run)"
+    assert page.is_file() and email.is_file() and team_emails
+    assert {read_message(path)["To"] for path in team_emails} <= {
+        f"{team}-lead@example.org" for team in ("vision", "nlp", "speech", "research", "platform")
+    }
+    preview = notices.read_text()
+    assert "dry run: nothing written, sent or recorded" in preview
+    assert "idle notices for " in preview
     steps = [m.split("] ", 1)[1] for m in messages if m.startswith("[")]
-    assert steps[0].startswith(f"simulating {GPUS} GPUs for {DAYS} days of {week}")
+    assert steps[0].startswith(f"simulating {GPUS} GPUs from ")
+    assert f"(1 week before {week} and {DAYS} days of it" in steps[0]
     assert any(step.startswith("ingest: ") for step in steps)
     assert any(" build (" in step for step in steps)
     assert steps[-1].startswith(f"done: gpufleet weekly report {week}: $")
@@ -50,12 +61,13 @@ def test_demo_runs_the_whole_pipeline_and_again(
     # 16 GPUs x 48 hours, less the simulated collector gap (at most 1.5 hours of one host)
     assert GPUS * 48 - 8 * 1.5 - 0.1 <= first.totals.gpu_hours <= GPUS * 48 + 0.1
     assert first.totals.waste_usd > 0 and first.totals.thermal_events > 0
+    assert first.previous.gpu_hours == pytest.approx(GPUS * 7 * 24, rel=0.02)  # the week before
     assert not (first.episodes.is_empty() or first.teams.is_empty() or first.heatmap.is_empty())
     assert read_message(email)["Subject"].startswith(f"gpufleet weekly report {week}: $")
 
     # again, over the same data directory: the same numbers, nothing loaded twice
     messages.clear()
-    assert run_demo(config, gpus=GPUS, days=DAYS, progress=messages.append) == 0
+    assert run_demo(config, gpus=GPUS, days=DAYS, history_weeks=1, progress=messages.append) == 0
     second = load_week(config, week)
     assert asdict(second.totals) == pytest.approx(asdict(first.totals))
     assert second.teams["team"].to_list() == first.teams["team"].to_list()
@@ -85,5 +97,6 @@ def test_demo_command_prints_where_the_report_is(
     page = (data_dir / "reports" / week / "index.html").resolve()
     assert f"report page:  {page}" in captured.out
     assert f"report email: {page.parent / 'report.eml'}" in captured.out
-    assert "simulating 8 GPUs for 7 days" in captured.err  # progress goes to stderr
+    assert "simulating 8 GPUs from " in captured.err  # progress goes to stderr
+    assert f"(3 weeks before {week} and 7 days of it" in captured.err
     assert page.is_file()

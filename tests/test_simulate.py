@@ -131,7 +131,13 @@ def test_reference_files_have_the_documented_headers(fleet: Path) -> None:
     users = read(fleet / "ref" / "users.csv")
     hosts = read(fleet / "ref" / "hosts.csv")
     prices = read(fleet / "ref" / "prices.csv")
-    assert list(users[0]) == ["user", "team"]
+    assert list(users[0]) == ["user", "team", "email"]
+    assert (
+        all(u["email"] == f"{u['user']}@example.org" for u in users[:3]) and not users[3]["email"]
+    )
+    teams = read(fleet / "ref" / "teams.csv")
+    assert [t["lead_email"] for t in teams] == [f"{t['team']}-lead@example.org" for t in teams]
+    assert {t["team"] for t in teams} == {u["team"] for u in users}
     assert list(hosts[0]) == ["host_glob", "team"]
     assert list(prices[0]) == ["gpu_glob", "usd_per_gpu_hour"]
     assert {u["team"] for u in users} == {"vision", "nlp", "speech", "research", "platform"}
@@ -458,4 +464,4 @@ def test_simulate_refuses_to_overwrite_real_reference_files(tmp_path: Path) -> N
     fresh = tmp_path / "fresh"
     simulate_fleet(spec, data_dir=fresh)
     simulate_fleet(spec, data_dir=fresh)  # simulate may rewrite its own reference files
-    assert (fresh / "ref" / "users.csv").read_text().startswith("user,team\n")
+    assert (fresh / "ref" / "users.csv").read_text().startswith("user,team,email\n")

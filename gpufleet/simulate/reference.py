@@ -1,6 +1,7 @@
 """The reference files and Slurm allocations a simulated fleet comes with.
 
-ref/users.csv, ref/hosts.csv and ref/prices.csv from the scenario's rows, a marker that
+ref/users.csv (with addresses), ref/teams.csv (each team's lead), ref/hosts.csv and
+ref/prices.csv from the scenario's rows, a marker that
 says `simulate` wrote them (it refuses to overwrite real ones), and one allocations export
 per local day, raw/allocations/slurm-<date>.csv.
 """
@@ -19,7 +20,10 @@ from gpufleet.errors import GpufleetError
 from gpufleet.simulate.scenario import Scenario
 from gpufleet.simulate.spec import SimulationSpec
 
-USERS_HEADER = ("user", "team")
+USERS_HEADER = ("user", "team", "email")
+TEAMS_HEADER = ("team", "lead_email", "cc")
+MAIL_DOMAIN = "example.org"  # reserved for examples (RFC 2606): no real mailbox
+EVERY_NTH_WITHOUT_ADDRESS = 4  # these users' idle notices go to their team's lead
 HOSTS_HEADER = ("host_glob", "team")
 PRICES_HEADER = ("gpu_glob", "usd_per_gpu_hour")
 ALLOCATIONS_HEADER = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
@@ -31,7 +35,7 @@ def check_reference_files_are_simulated(data_dir: Path) -> None:
     ref_dir = data_dir / "ref"
     if (ref_dir / SIMULATED_MARKER).exists():
         return
-    for name in ("users.csv", "hosts.csv", "prices.csv"):
+    for name in ("users.csv", "teams.csv", "hosts.csv", "prices.csv"):
         if (ref_dir / name).exists():
             raise GpufleetError(
                 f"{ref_dir / name}: exists and was not written by 'gpufleet simulate'; "
@@ -40,13 +44,29 @@ def check_reference_files_are_simulated(data_dir: Path) -> None:
 
 
 def write_reference_files(scenario: Scenario, spec: SimulationSpec, data_dir: Path) -> list[Path]:
-    """ref/users.csv, ref/hosts.csv, ref/prices.csv and raw/allocations/slurm-<date>.csv."""
+    """ref/users.csv (with addresses, some left out), ref/teams.csv (each team's lead),
+    ref/hosts.csv, ref/prices.csv and raw/allocations/slurm-<date>.csv."""
     ref_dir = data_dir / "ref"
     check_reference_files_are_simulated(data_dir)
     ref_dir.mkdir(parents=True, exist_ok=True)
     (ref_dir / SIMULATED_MARKER).touch()
     written = [
-        _write_csv(ref_dir / "users.csv", USERS_HEADER, scenario.users),
+        _write_csv(
+            ref_dir / "users.csv",
+            USERS_HEADER,
+            [
+                (user, team, "" if n % EVERY_NTH_WITHOUT_ADDRESS == 3 else f"{user}@{MAIL_DOMAIN}")
+                for n, (user, team) in enumerate(scenario.users)
+            ],
+        ),
+        _write_csv(
+            ref_dir / "teams.csv",
+            TEAMS_HEADER,
+            [
+                (team, f"{team}-lead@{MAIL_DOMAIN}", "")
+                for team in dict.fromkeys(team for _, team in scenario.users)
+            ],
+        ),
         _write_csv(ref_dir / "hosts.csv", HOSTS_HEADER, scenario.host_rules),
         _write_csv(
             ref_dir / "prices.csv",
