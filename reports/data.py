@@ -88,7 +88,7 @@ def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> W
             teams=queries.teams(con, week),
             heatmap=queries.heatmap(con, start, end),
             waste_trend=queries.waste_trend(con, week),
-            episodes=local(queries.episodes(con, start, end), tz),
+            episodes=local(queries.waste_episodes(con, start, end, top=queries.TOP_EPISODES), tz),
             thermal_events=local(queries.thermal_events(con, start, end), tz),
             hottest_gpus=queries.hottest_gpus(con, start, end),
             hosts=host_weeks(local(queries.host_days(con, start, end), tz)),

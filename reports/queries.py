@@ -158,23 +158,6 @@ def waste_trend(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
     )
 
 
-def episodes(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
-    """The costliest idle waste episodes that overlap the week."""
-    return read(
-        con,
-        """
-        select
-            team, "user", job_id, host, gpu_index, gpu_name, gpu_uuid, attributed_by,
-            start_ts, end_ts, idle_seconds, held_memory, waste_usd
-        from idle_episodes
-        where is_waste and start_ts < $end and end_ts > $start
-        order by waste_usd desc, idle_seconds desc, start_ts, gpu_uuid
-        limit $top
-        """,
-        {"start": start, "end": end, "top": TOP_EPISODES},
-    )
-
-
 def thermal_events(
     con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
 ) -> pl.DataFrame:
@@ -299,9 +282,14 @@ def team_weeks(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
 
 
 def waste_episodes(
-    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
+    con: duckdb.DuckDBPyConnection,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    top: int | None = None,
 ) -> pl.DataFrame:
-    """Every waste episode that overlaps the week, the costliest first."""
+    """The waste episodes that overlap the week, the costliest first (the `top` of them, or
+    all)."""
     return read(
         con,
         """
@@ -311,8 +299,9 @@ def waste_episodes(
         from idle_episodes
         where is_waste and start_ts < $end and end_ts > $start
         order by waste_usd desc, idle_seconds desc, start_ts, gpu_uuid
+        limit $top
         """,
-        {"start": start, "end": end},
+        {"start": start, "end": end, "top": top},
     )
 
 

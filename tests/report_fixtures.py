@@ -17,7 +17,7 @@ from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 from aiosmtpd.controller import Controller
@@ -300,20 +300,26 @@ class Inbox:
         return parsed
 
 
+InboxT = TypeVar("InboxT", bound=Inbox)
+
+
 @contextlib.contextmanager
-def smtp_inbox(**controller_options: Any) -> Iterator[tuple[Inbox, int]]:
-    """An aiosmtpd server on 127.0.0.1 and a free port, with its inbox.
+def smtp_inbox(
+    handler: InboxT | None = None, **controller_options: Any
+) -> Iterator[tuple[InboxT, int]]:
+    """An aiosmtpd server on 127.0.0.1 and a free port, with its inbox (`handler`, or a
+    plain `Inbox`).
 
     aiosmtpd's own logging (logger `mail.log`) is kept out of the root logger's handlers,
     which Prefect may have bound to a stream that an earlier test captured and closed.
     """
     server_log = logging.getLogger("mail.log")
     propagate, server_log.propagate = server_log.propagate, False
-    handler, port = Inbox(), free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port, **controller_options)
+    inbox, port = handler if handler is not None else Inbox(), free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port, **controller_options)
     controller.start()
     try:
-        yield handler, port
+        yield inbox, port  # type: ignore[misc]
     finally:
         controller.stop()
         server_log.propagate = propagate

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from gpufleet.addresses import is_address, split_addresses
@@ -14,6 +13,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from tests.test_ingest import DAY1, sample, write_samples
+from tests.test_refs import rows, write
 
 USERS = "user,team,email\nalice,vision,alice@example.org\nbob,nlp,\nalice,vision,\n"
 TEAMS = (
@@ -29,18 +29,6 @@ def config(tmp_path: Path) -> Config:
     write(config, "ref/users.csv", USERS)
     write(config, "ref/teams.csv", TEAMS)
     return config
-
-
-def write(config: Config, relative: str, text: str) -> Path:
-    path = config.data_dir / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def rows(config: Config, sql: str) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def test_addresses_and_leads_become_documented_tables(config: Config) -> None:

@@ -7,9 +7,7 @@ threshold, carol opted out, frank has neither an address nor a team lead.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -18,7 +16,6 @@ from typing import Any
 
 import duckdb
 import pytest
-from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope, Session
 
 from gpufleet.cli import main
@@ -356,24 +353,10 @@ class RefusingInbox(Inbox):
         return "250 OK"
 
 
-@contextlib.contextmanager
-def refusing_inbox(refused: str) -> Iterator[tuple[RefusingInbox, int]]:
-    server_log = logging.getLogger("mail.log")
-    propagate, server_log.propagate = server_log.propagate, False
-    handler, port = RefusingInbox(refused=refused), free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield handler, port
-    finally:
-        controller.stop()
-        server_log.propagate = propagate
-
-
 def test_a_refused_message_stops_the_run_and_only_accepted_ones_are_recorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with refusing_inbox("dave@example.org") as (handler, port):
+    with smtp_inbox(RefusingInbox(refused="dave@example.org")) as (handler, port):
         config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
         assert notify(config, "--day", D, "--send") == 1
     err = capsys.readouterr().err.strip()
