@@ -6,6 +6,7 @@ import datetime as dt
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
@@ -35,8 +36,12 @@ def idle_notices_flow(
     send: bool = True,
 ) -> str:
     """The idle notices of `day` (default: yesterday in the configured time zone)."""
-    config = load_config(config_path=config_path, data_dir=data_dir)
-    run = send_idle_notices(config, check_day(day) if day else None, send)
+    try:
+        config = load_config(config_path=config_path, data_dir=data_dir)
+        run = send_idle_notices(config, check_day(day) if day else None, send)
+    except GpufleetError as exc:
+        # Prefect raises `exc` to the caller and logs the one line, not a traceback.
+        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
     return str(run)
 
 

@@ -26,6 +26,7 @@ class ReportResult:
     files: ReportFiles
     sent_to: tuple[str, ...] = ()
     team_emails: tuple[TeamEmail, ...] = ()
+    fleet_not_sent: bool = False  # --send --per-team without report.recipients
 
     @property
     def page_path(self) -> Path:
@@ -39,6 +40,8 @@ class ReportResult:
         text = str(self.files)
         if self.sent_to:
             text += f"\n  sent to: {', '.join(self.sent_to)}"
+        if self.fleet_not_sent:
+            text += "\n  not sent: report.recipients is empty (team emails only)"
         if self.team_emails:
             text += "\nteam emails:\n" + "\n".join(str(email) for email in self.team_emails)
         return text
@@ -102,10 +105,17 @@ def report_flow(
     files = write_report_task(config, label)
     publish_summary(files)
     team_emails = write_team_emails_task(config, label) if per_team else ()
-    sent_to = send_report(config, files.email_path) if send else ()
+    # With team emails to send, a fleet without report.recipients is not an error.
+    send_fleet = send and (bool(config.report.recipients) or not per_team)
+    sent_to = send_report(config, files.email_path) if send_fleet else ()
     if send and team_emails:
         team_emails = send_team_emails_task(config, team_emails)
-    return ReportResult(files=files, sent_to=sent_to, team_emails=team_emails)
+    return ReportResult(
+        files=files,
+        sent_to=sent_to,
+        team_emails=team_emails,
+        fleet_not_sent=send and not send_fleet,
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpufleet.addresses import is_address
 from gpufleet.errors import GpufleetError
 
 ENV_DATA_DIR = "GPUFLEET_DATA_DIR"
@@ -215,6 +216,15 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
         )
     if any(not entry.strip() for entry in config.notify.opt_out):
         raise fail("notify", "opt_out", "'notify.opt_out' must not hold an empty name")
+    if not is_address(config.report.sender):
+        raise fail(
+            "report", "sender", f"'report.sender' is not an email address: {config.report.sender!r}"
+        )
+    for recipient in config.report.recipients:
+        if not is_address(recipient):
+            raise fail(
+                "report", "recipients", f"'report.recipients' holds {recipient!r}, not an address"
+            )
 
 
 def load_config(

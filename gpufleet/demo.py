@@ -93,11 +93,10 @@ def simulate_demo(
     return str(simulate_fleet(spec, data_dir=config.data_dir, progress=progress))
 
 
-def write_demo_notices(config: Config, week: str) -> Path:
-    """The idle notices the last day of `week` would send, as a dry run's text, written
-    beside the week's report (nothing is sent or recorded)."""
-    _, end = week_bounds(week, config.timezone)
-    run = notify_idle(config, day=(end - dt.timedelta(days=1)).date(), mode=DRY_RUN)
+def write_demo_notices(config: Config, week: str, day: dt.date) -> Path:
+    """The idle notices `day` would send, as a dry run's text, written beside the week's
+    report (nothing is sent or recorded)."""
+    run = notify_idle(config, day=day, mode=DRY_RUN)
     path = report_dir(config, week) / NOTICES_PREVIEW_NAME
     write_atomically(path, (str(run) + "\n").encode("utf-8"))
     return path
@@ -141,8 +140,9 @@ def run_demo_steps(
     report = write_report(config, week)
     step("writing each team's email to its lead")
     teams = write_team_emails(config, week)
-    step("previewing the idle notices of the week's last day (dry run)")
-    notices = write_demo_notices(config, week)
+    last_simulated = min(last_day, start.date() + dt.timedelta(days=days - 1))
+    step(f"previewing the idle notices of {last_simulated} (dry run)")
+    notices = write_demo_notices(config, week, last_simulated)
     step(f"done: {report.subject}")
     return DemoFiles(report=report, team_emails=tuple(teams), notices_path=notices)
 

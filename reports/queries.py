@@ -305,27 +305,51 @@ def waste_episodes(
     )
 
 
-def waste_by_user_and_job(
-    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
-) -> pl.DataFrame:
-    """Per team, user and job: the waste episodes overlapping the week, summed."""
+def waste_by_user_and_job(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
+    """Per team, user and job: the waste of the week, as team_weekly counts it (the hours of
+    waste episodes' samples on the week's local days; an episode crossing into another week
+    counts only its part in this one). An episode is keyed by its GPU and the hash of its
+    run's first sample time (sql/intermediate/int_idle_episode_days.sql)."""
+    monday = week_monday(week)
     return read(
         con,
         """
+        with pieces as (
+            select
+                gpu_uuid,
+                (hash(gpu_uuid, idle_run_start_ts) >> 1)::bigint as episode_id,
+                seconds
+            from run_pieces
+            where idle_run_start_ts is not null and day between $monday and $sunday
+        ),
+        waste as (
+            select
+                episodes.team,
+                episodes."user",
+                episodes.job_id,
+                episodes.gpu_uuid,
+                episodes.episode_id,
+                pieces.seconds,
+                episodes.waste_usd * pieces.seconds / episodes.idle_seconds as waste_usd
+            from pieces
+            inner join idle_episodes as episodes
+                on episodes.gpu_uuid = pieces.gpu_uuid
+                and episodes.episode_id = pieces.episode_id
+            where episodes.is_waste
+        )
         select
             team,
             "user",
             job_id,
-            count(*) as episodes,
+            count(distinct (gpu_uuid, episode_id)) as episodes,
             count(distinct gpu_uuid) as gpus,
-            sum(idle_seconds) / 3600 as waste_gpu_hours,
+            sum(seconds) / 3600 as waste_gpu_hours,
             sum(waste_usd) as waste_usd
-        from idle_episodes
-        where is_waste and start_ts < $end and end_ts > $start
+        from waste
         group by all
         order by team, waste_usd desc, waste_gpu_hours desc, "user" nulls last, job_id
         """,
-        {"start": start, "end": end},
+        {"monday": monday, "sunday": monday + dt.timedelta(days=6)},
     )
 
 

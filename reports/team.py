@@ -58,7 +58,7 @@ class TeamWeek:
     kpis: list[Kpi]
     waste_usd: float
     episodes: pl.DataFrame  # its costliest waste episodes overlapping the week
-    by_user: pl.DataFrame  # its waste per user and job
+    by_user: pl.DataFrame  # its waste of the week per user and job
     heatmap: pl.DataFrame  # its GPU-hours by local day and hour
     trend: pl.DataFrame  # its team_weekly rows of the 8 weeks up to this one
     lead_email: str | None = None
@@ -129,7 +129,7 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
     try:
         weeks = queries.team_weeks(con, week)
         episodes = local(queries.waste_episodes(con, start, end), tz)
-        by_user = queries.waste_by_user_and_job(con, start, end)
+        by_user = queries.waste_by_user_and_job(con, week)
         heatmap = queries.heatmap(con, start, end)
         trend = queries.waste_trend(con, week)
         contacts = {row["team"]: row for row in queries.team_contacts(con).iter_rows(named=True)}

@@ -249,9 +249,26 @@ def make_warehouse(data_dir: Path, *, with_rows: bool = True) -> Path:
             for table, rows in inserts.items():
                 marks = ", ".join("?" for _ in rows[0])
                 con.executemany(f"insert into {table} values ({marks})", rows)
+            add_run_pieces(con)
     finally:
         con.close()
     return path
+
+
+def add_run_pieces(con: duckdb.DuckDBPyConnection) -> None:
+    """idle_episodes' ids, and run_pieces as a build keys them: the episode id is the hash
+    of the GPU and its run's first sample time; each fixture episode is one piece on its
+    first day (none of them crosses midnight)."""
+    con.execute("alter table idle_episodes add column if not exists episode_id bigint")
+    con.execute("update idle_episodes set episode_id = (hash(gpu_uuid, start_ts) >> 1)::bigint")
+    con.execute(
+        """
+        create or replace table run_pieces as
+        select
+            gpu_uuid, start_ts as idle_run_start_ts, start_ts::date as day, idle_seconds as seconds
+        from idle_episodes
+        """
+    )
 
 
 def write_config(data_dir: Path, extra: str = "") -> Path:

@@ -90,6 +90,8 @@ def test_password_comes_only_from_environment(
         ("idle.threshold_pct = 0\n", r"line 1: 'idle.threshold_pct' must be in"),
         ('timezone = "posix/Europe/Berlin"\n', r"line 1: unknown time zone"),
         ('timezone = "localtime"\n', r"line 1: unknown time zone 'localtime'"),
+        ('[report]\nrecipients = ["ops@x.org", "Ops <ops>"]\n', r"line 2: .*'Ops <ops>', not an"),
+        ('\n[report]\nsender = "gpufleet"\n', r"line 3: 'report.sender' is not an email address"),
     ],
 )
 def test_bad_file_is_one_line_naming_file_and_line(

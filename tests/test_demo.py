@@ -6,6 +6,8 @@ ingest, SQL models and report; the page is then opened in headless Chromium.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.config import load_config
 from gpufleet.demo import run_demo
-from gpufleet.weeks import last_complete_week
+from gpufleet.weeks import last_complete_week, week_monday
 from reports.data import load_week
 from reports.mail import read_message
 from tests.test_browser import BlackHoleProxy, rendered_dom
@@ -48,7 +50,9 @@ def test_demo_runs_the_whole_pipeline_and_again(
     }
     preview = notices.read_text()
     assert "dry run: nothing written, sent or recorded" in preview
-    assert "idle notices for " in preview
+    second_day = week_monday(week) + dt.timedelta(days=DAYS - 1)  # the last one simulated
+    summary = re.search(rf"idle notices for {second_day} \(UTC\): (\d+) notices?,", preview)
+    assert summary and int(summary.group(1)) > 0, preview[-2000:]
     steps = [m.split("] ", 1)[1] for m in messages if m.startswith("[")]
     assert steps[0].startswith(f"simulating {GPUS} GPUs from ")
     assert f"(1 week before {week} and {DAYS} days of it" in steps[0]

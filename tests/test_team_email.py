@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -10,10 +11,18 @@ import pytest
 
 from gpufleet.cli import main
 from gpufleet.config import load_config
+from gpufleet.demo import run_demo_steps
 from gpufleet.errors import GpufleetError
+from gpufleet.weeks import last_complete_week
 from reports.mail import read_message
 from reports.render import format_usd
-from reports.team import NOT_TEAMS, send_team_emails, team_file_name, write_team_emails
+from reports.team import (
+    NOT_TEAMS,
+    load_team_weeks,
+    send_team_emails,
+    team_file_name,
+    write_team_emails,
+)
 from tests import report_fixtures as fx
 from tests.report_fixtures import smtp_inbox
 from tests.test_browser import BlackHoleProxy, run_chromium
@@ -24,9 +33,34 @@ LEADS = {
 }  # nlp has no lead
 
 
+# A vision waste episode that began on the Sunday before the week and ran 4 h into its
+# Monday: 6 h in all, of which the email counts the 4 h (and their share of its cost) in
+# the week, as team_weekly does.
+CROSSING = ("gpu-v2", "node-a", 1, "NVIDIA H100", "vision", "dora", "77", "allocation",
+            dt.datetime(2026, 11, 8, 22, tzinfo=dt.UTC), dt.datetime(2026, 11, 9, 4, tzinfo=dt.UTC),
+            6 * 3600.0, 720, True, True, 60.0)  # fmt: skip
+
+
+def _add_crossing_episode(con: duckdb.DuckDBPyConnection) -> None:
+    """CROSSING, with its two run pieces: 2 h on the Sunday before the week, 4 h in it."""
+    con.execute(
+        "insert into idle_episodes values (" + ", ".join("?" * len(CROSSING)) + ", null)", CROSSING
+    )
+    fx.add_run_pieces(con)
+    con.execute(
+        """
+        update run_pieces set seconds = 2 * 3600.0 where gpu_uuid = 'gpu-v2';
+        insert into run_pieces
+        select gpu_uuid, idle_run_start_ts, date '2026-11-09', 4 * 3600.0
+        from run_pieces where gpu_uuid = 'gpu-v2';
+        """
+    )
+
+
 def _warehouse(data_dir: Path, port: int = 25) -> Path:
     fx.make_warehouse(data_dir)
     with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
+        _add_crossing_episode(con)
         con.execute("create table ref_teams (team varchar, lead_email varchar, cc varchar[])")
         con.executemany(
             "insert into ref_teams values (?, ?, ?)",
@@ -100,6 +134,10 @@ def test_the_email_shows_the_teams_waste_by_user_and_job_and_escapes_names(tmp_p
     vision = next(e for e in write_team_emails(config, fx.WEEK) if e.team == "vision")
     vision_html = _html(read_message(vision.path))
     assert "alice" in vision_html and "carol" not in vision_html  # carol's was last week
+    text = read_message(vision.path).get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    # dora's episode crossed into the week: its 4 h of 6 in the week, and 4/6 of its $60
+    assert "$40  4.0 GPU-hours  user dora, job 77 (1 episodes on 1 GPUs)" in text
+    assert "$40  8.0 GPU-hours  user alice, job 42 (1 episodes on 1 GPUs)" in text
     assert fx.EVIL_TEAM.replace("<", "&lt;") not in vision_html  # only its own rows
 
 
@@ -144,6 +182,24 @@ def test_an_unreachable_server_is_one_error_and_the_files_stay(
     assert all(email.path.is_file() for email in written)  # every file written before sending
 
 
+def test_per_team_send_without_fleet_recipients_mails_the_leads_only(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    from flows.report import report_flow
+
+    with smtp_inbox() as (inbox, port):
+        config_path = _warehouse(tmp_path, port)  # no report.recipients
+        result = report_flow(
+            str(tmp_path), str(config_path), week=fx.WEEK, send=True, per_team=True
+        )
+    assert result.sent_to == () and result.fleet_not_sent
+    assert "not sent: report.recipients is empty" in str(result)
+    assert sorted(e.rcpt_tos[0] for e in inbox.envelopes) == [
+        "evil-lead@example.org",
+        "vision-lead@example.org",
+    ]
+
+
 @pytest.mark.slow
 def test_a_team_email_renders_in_the_browser_with_names_as_text(tmp_path: Path) -> None:
     config = load_config(config_path=_warehouse(tmp_path))
@@ -159,3 +215,28 @@ def test_a_team_email_renders_in_the_browser_with_names_as_text(tmp_path: Path) 
     assert "Team &lt;script&gt;alert(1)&lt;/script&gt;: GPU report" in dom
     assert "Idle waste by user and job" in dom and "$1,150" in dom
     assert proxy.page_requests() == []
+
+
+@pytest.mark.slow
+def test_waste_by_user_and_job_adds_up_to_team_weekly_on_a_built_fleet(tmp_path: Path) -> None:
+    """On a simulated, ingested and built fleet whose episodes cross into the week: each
+    team's waste by user and job sums to its team_weekly waste hours and dollars."""
+    config = load_config(data_dir=tmp_path, environ={})
+    week = last_complete_week(config.timezone)
+    run_demo_steps(config, gpus=16, days=2, history_weeks=1, progress=lambda _: None)
+    teams = {team.team: team for team in load_team_weeks(config, week)}
+    weekly = _team_weekly(tmp_path, week)
+    assert teams and set(teams) == set(weekly) - NOT_TEAMS
+    for name, team in teams.items():
+        hours, usd = weekly[name]
+        assert team.by_user["waste_gpu_hours"].sum() == pytest.approx(hours, rel=1e-9, abs=1e-9)
+        assert team.by_user["waste_usd"].sum() == pytest.approx(usd, rel=1e-9, abs=1e-9)
+    assert any(hours > 0 for hours, _ in weekly.values())
+
+
+def _team_weekly(data_dir: Path, week: str) -> dict[str, tuple[float, float]]:
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "select team, waste_gpu_hours, waste_usd from team_weekly where iso_week = ?", [week]
+        ).fetchall()
+    return {team: (hours, usd) for team, hours, usd in rows}
