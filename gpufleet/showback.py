@@ -12,10 +12,13 @@ behind FOCUS's `x_` prefix for custom columns:
 - `ConsumedQuantity` (and `PricingQuantity`): GPU-hours (`gpu_hours`); `ConsumedUnit` (and
   `PricingUnit`): `GPU-Hours`;
 - `ListUnitPrice`: the price used, USD per GPU-hour: the first ref/prices.csv glob that
-  matches the GPU model, as the build prices waste (0 without one);
+  matches the GPU model, as the build prices waste (0 without one), read from the prices
+  loaded by the last ingest (after a prices.csv change, build before exporting, or
+  `x_waste_usd` still carries the old price);
 - `BilledCost`: ConsumedQuantity * ListUnitPrice; `BillingCurrency`: `USD`;
 - custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
-  `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh`, `x_gpus` as in `team_daily`.
+  `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, and `x_gpus`:
+  the distinct GPUs of that team and model in the month.
 """
 
 from __future__ import annotations
