@@ -104,3 +104,20 @@ def test_demo_command_prints_where_the_report_is(
     assert "simulating 8 GPUs from " in captured.err  # progress goes to stderr
     assert f"(3 weeks before {week} and 7 days of it" in captured.err
     assert page.is_file()
+
+
+def test_the_demo_flow_runs_the_same_steps_as_prefect_flows(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    from flows.demo import demo_flow
+
+    data_dir = tmp_path / "data"
+    result = demo_flow(str(data_dir), None, gpus=8, days=1, history_weeks=0)
+    week = last_complete_week("UTC")
+    folder = data_dir / "reports" / week
+    assert result.page_path == folder / "index.html" and result.page_path.is_file()
+    assert result.team_emails and all(email.path.is_file() for email in result.team_emails)
+    assert (
+        "dry run: nothing written, sent or recorded"
+        in (folder / "idle-notices-dry-run.txt").read_text()
+    )
