@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,14 @@ from aiosmtpd.smtp import Envelope, Session
 
 from gpufleet.cli import main
 from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import yesterday
 from gpufleet.notices.idle import DRY_RUN, notify_idle
 from gpufleet.notices.messages import clock, hours, usd
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.slot_files import writer_lock
+from gpufleet.warehouse.slots import lock_path
 from reports.mail import read_message
 from tests import notify_fixtures as fx
 from tests.report_fixtures import Inbox, free_port, smtp_inbox
@@ -416,3 +419,30 @@ def test_the_flow_sends_and_records(
     summary = idle_notices_flow(data_dir=str(tmp_path), config_path=str(config.source), day=D)
     assert "sent: 3 notices" in summary
     assert len(handler.envelopes) == 3 and len(sent_log(config)) == 4
+
+
+@dataclass
+class WarehouseWriterInbox(Inbox):
+    """While each message arrives, tries to take the warehouse's writer lock (as a
+    scheduled ingest would) and notes whether it could."""
+
+    lock: Path = Path()
+    free: list[bool] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
+        try:
+            with writer_lock(self.lock, 0.5):
+                self.free.append(True)
+        except GpufleetError:
+            self.free.append(False)
+        return await super().handle_DATA(server, session, envelope)
+
+
+def test_sending_does_not_hold_the_warehouse_writers_up(tmp_path: Path) -> None:
+    with smtp_inbox(WarehouseWriterInbox()) as (handler, port):
+        config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+        handler.lock = lock_path(config)
+        assert notify(config, "--day", D, "--send") == 0
+    assert handler.free == [True, True, True]  # every message, while it was being sent
+    assert notify(config, "--day", D, "--send") == 0  # recorded: nothing is sent again
+    assert len(handler.envelopes) == 3

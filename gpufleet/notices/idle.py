@@ -3,11 +3,12 @@
 - dry run: each message as text (recipients, subject, the text part) for the CLI to print;
   nothing is written, sent or recorded;
 - write (the default): the messages as .eml files under `<data_dir>/notices/<day>/`;
-- send: write them, send each through [smtp], and record each accepted message's
-  episodes in `notices_sent`, in one warehouse write transaction, so two runs never send
-  the same episode and a message counts as sent only once the server accepted it. The
-  first failure stops the sending; what was accepted before it is recorded, and the error
-  is one line.
+- send: write them, send each through [smtp], then record the accepted messages'
+  episodes in `notices_sent` in one short warehouse transaction. A lock of its own
+  (`.notify.lock`) lets one sending run at a time, so two runs never send the same episode,
+  and the warehouse's writers are not held up while the SMTP server answers. A message
+  counts as sent only once the server accepted it; the first failure stops the sending,
+  what was accepted before it is recorded, and the error is one line.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from gpufleet.notices.episodes import day_episodes, read_contacts, yesterday
 from gpufleet.notices.messages import build_notice, hours, usd
 from gpufleet.notices.plan import USER, Notice, NoticePlan, plan_notices
 from gpufleet.notices.sent_log import SentEpisode, ensure_sent_log, record_sent
-from gpufleet.warehouse.slots import connect_read_only, write_transaction
+from gpufleet.warehouse.slot_files import writer_lock
+from gpufleet.warehouse.slots import DEFAULT_LOCK_TIMEOUT_S, connect_read_only, write_transaction
 from reports.smtp import deliver
 
 DRY_RUN, WRITE, SEND = "dry-run", "write", "send"
+NOTIFY_LOCK_NAME = ".notify.lock"  # in the data directory: one sending run at a time
 MODES = (DRY_RUN, WRITE, SEND)
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -164,13 +167,12 @@ def _sent_rows(notice: Notice, message: EmailMessage, at: dt.datetime) -> list[S
 
 
 def _send_all(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    notices: Sequence[Notice],
-    messages: Sequence[EmailMessage],
-) -> tuple[list[Notice], GpufleetError | None]:
-    """Send each message and record it once accepted; stop at the first failure."""
+    config: Config, notices: Sequence[Notice], messages: Sequence[EmailMessage]
+) -> tuple[list[Notice], list[SentEpisode], GpufleetError | None]:
+    """Send each message; stop at the first failure. Returns what the server accepted and
+    the sent-log rows to record for it."""
     sent: list[Notice] = []
+    rows: list[SentEpisode] = []
     for notice, message in zip(notices, messages, strict=True):
         try:
             deliver(
@@ -181,10 +183,17 @@ def _send_all(
                 what=f"the idle notice to {notice.to}",
             )
         except GpufleetError as exc:
-            return sent, exc
-        record_sent(con, _sent_rows(notice, message, dt.datetime.now(dt.UTC)))
+            return sent, rows, exc
+        rows += _sent_rows(notice, message, dt.datetime.now(dt.UTC))
         sent.append(notice)
-    return sent, None
+    return sent, rows, None
+
+
+def _record(config: Config, rows: Sequence[SentEpisode]) -> None:
+    """Publish the sent-log rows in one short warehouse transaction."""
+    with write_transaction(config) as con:
+        ensure_sent_log(con)
+        record_sent(con, rows)
 
 
 def notify_idle(config: Config, *, day: dt.date | None = None, mode: str = WRITE) -> NoticeRun:
@@ -204,12 +213,20 @@ def notify_idle(config: Config, *, day: dt.date | None = None, mode: str = WRITE
         return NoticeRun(
             plan=plan, mode=mode, timezone=config.timezone, directory=directory, files=tuple(files)
         )
-    with write_transaction(config) as con:
-        ensure_sent_log(con)
-        plan = _plan(con, config, day)  # under the writer lock: another run's sends are out
+    # One sending run at a time (its own lock, not the warehouse's: ingest and build go on
+    # while the SMTP server answers); each run records what it sent before the next plans.
+    with writer_lock(
+        config.data_dir / NOTIFY_LOCK_NAME,
+        DEFAULT_LOCK_TIMEOUT_S,
+        holder="another 'gpufleet notify idle --send' is sending",
+    ):
+        with connect_read_only(config) as con:
+            plan = _plan(con, config, day)  # what earlier runs recorded is left out
         messages = [build_notice(notice, config) for notice in plan.notices]
         files = _write(directory, plan.notices, messages)
-        sent, failure = _send_all(con, config, plan.notices, messages)
+        sent, rows, failure = _send_all(config, plan.notices, messages)
+        if rows:
+            _record(config, rows)
     if failure is not None:
         raise GpufleetError(
             f"sent {len(sent)} of {len(plan.notices)} idle notices for {day} (all written to "

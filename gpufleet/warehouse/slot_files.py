@@ -23,8 +23,14 @@ _FICLONE = 0x40049409  # Linux ioctl: copy-on-write clone where the file system 
 
 
 @contextlib.contextmanager
-def writer_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    """Hold an exclusive flock on `path`, waiting at most `timeout_s` seconds."""
+def writer_lock(
+    path: Path,
+    timeout_s: float,
+    *,
+    holder: str = "another gpufleet ingest or build is writing the warehouse",
+) -> Iterator[None]:
+    """Hold an exclusive flock on `path`, waiting at most `timeout_s` seconds (then fail
+    naming `holder`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -38,8 +44,7 @@ def writer_lock(path: Path, timeout_s: float) -> Iterator[None]:
                     raise
                 if time.monotonic() >= deadline:
                     raise GpufleetError(
-                        f"{path}: another gpufleet ingest or build is writing the warehouse; "
-                        f"gave up after waiting {timeout_s:g} s"
+                        f"{path}: {holder}; gave up after waiting {timeout_s:g} s"
                     ) from exc
                 time.sleep(0.2)
         try:
