@@ -69,6 +69,24 @@ class TeamWeek:
         return (self.end - dt.timedelta(days=1)).date()
 
     @property
+    def top_users(self) -> pl.DataFrame:
+        """The costliest TOP_USERS rows of `by_user`."""
+        return self.by_user.head(TOP_USERS)
+
+    @property
+    def other_users(self) -> dict[str, float] | None:
+        """What the rows after the top ones add up to (None when there are none), so the
+        table adds up to the team's waste."""
+        rest = self.by_user.slice(TOP_USERS)
+        if rest.is_empty():
+            return None
+        return {
+            "rows": float(rest.height),
+            "waste_gpu_hours": float(rest["waste_gpu_hours"].sum()),
+            "waste_usd": float(rest["waste_usd"].sum()),
+        }
+
+    @property
     def subject(self) -> str:
         # A name with a line break must not reach the header as one.
         team = " ".join(self.team.split())
@@ -157,7 +175,7 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
                 kpis=_team_kpis(weeks.filter(mine), week, before),
                 waste_usd=float(waste or 0.0),
                 episodes=episodes.filter(mine).head(TOP_EPISODES),
-                by_user=by_user.filter(mine).head(TOP_USERS),
+                by_user=by_user.filter(mine),
                 heatmap=heatmap.filter(mine),
                 trend=trend.filter(mine),
                 lead_email=contact.get("lead_email"),

@@ -240,3 +240,20 @@ def _team_weekly(data_dir: Path, week: str) -> dict[str, tuple[float, float]]:
             "select team, waste_gpu_hours, waste_usd from team_weekly where iso_week = ?", [week]
         ).fetchall()
     return {team: (hours, usd) for team, hours, usd in rows}
+
+
+def test_the_users_beyond_the_top_ones_are_summed_in_one_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reports.team
+
+    monkeypatch.setattr(reports.team, "TOP_USERS", 1)
+    config = load_config(config_path=_warehouse(tmp_path))
+    vision = next(e for e in write_team_emails(config, fx.WEEK) if e.team == "vision")
+    text = read_message(vision.path).get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    # alice's $40 first (8 h), then dora's 4 h and $40 summed as the rest
+    assert "$40  8.0 GPU-hours  user alice, job 42" in text
+    assert "$40  4.0 GPU-hours  1 more users and jobs" in text
+    assert "user dora" not in text.split("COSTLIEST")[0]
+    html = _html(read_message(vision.path))
+    assert '<tr class="others">' in html and "1 more users and jobs" in html
