@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,28 @@ def run_ingest(config: Config) -> IngestResult:
 
 
 # --- loading and deduplication ---------------------------------------------------------
+
+
+def test_says_where_its_time_went_step_by_step(config: Config) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10)])
+    started = time.perf_counter()
+    result = ingest(config)
+    wall = time.perf_counter() - started
+    assert [name for name, _ in result.step_seconds] == [
+        "reference files and listing",
+        "opening the warehouse",
+        "new files and schema probe",
+        "batches",
+        "reference tables",
+        "compaction",
+        "publish",
+        "quarantine",
+    ]
+    assert all(seconds >= 0 for _, seconds in result.step_seconds)
+    assert sum(seconds for _, seconds in result.step_seconds) <= wall
+    line = str(result).splitlines()[1]
+    assert line.startswith("  ") and "s: reference files and listing " in line
+    assert ", batches " in line and ", publish " in line
 
 
 def test_loads_every_column_and_records_the_file(config: Config) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import duckdb
 
@@ -75,6 +76,8 @@ class IngestResult:
 
     references_changed: bool = False  # a reference or allocation row differs from before
     compaction: CompactionResult | None = None
+    # Wall seconds of each step, in order (where the time of a slow ingest goes).
+    step_seconds: tuple[tuple[str, float], ...] = ()
 
     @property
     def loaded_anything(self) -> bool:
@@ -89,7 +92,12 @@ class IngestResult:
             f"refs: {self.users:,} users, {self.host_rules:,} host rules, "
             f"{self.price_rules:,} price rules, {self.allocations:,} allocations"
         )
-        lines = [line, *(f"  quarantined {q.path}: {q.reason}" for q in self.quarantined)]
+        lines = [line]
+        if self.step_seconds:
+            total = sum(seconds for _, seconds in self.step_seconds)
+            steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.step_seconds)
+            lines.append(f"  {total:.1f} s: {steps}")
+        lines += [f"  quarantined {q.path}: {q.reason}" for q in self.quarantined]
         if self.compaction is not None and self.compaction.partitions:
             lines.append(str(self.compaction))
         return "\n".join(lines)
@@ -104,8 +112,10 @@ def ingest(
     today: dt.date | None = None,
 ) -> IngestResult:
     """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine."""
+    started = time.perf_counter()
     references = read_references(config)
     files = find_sample_files(config)
+    listed = time.perf_counter()
     result = load_warehouse(
         config,
         references,
@@ -115,8 +125,14 @@ def ingest(
         compact=compact,
         today=today,
     )
+    moving = time.perf_counter()
     move_to_quarantine(config, result.quarantined)
-    return result
+    steps = (
+        ("reference files and listing", listed - started),
+        *result.step_seconds,
+        ("quarantine", time.perf_counter() - moving),
+    )
+    return replace(result, step_seconds=steps)
 
 
 def load_warehouse(
@@ -131,10 +147,14 @@ def load_warehouse(
 ) -> IngestResult:
     """One write transaction: new samples, loaded/quarantined files, reference tables,
     and the compaction of host-days before `today` (UTC; default: the real today)."""
+    started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
+        opened = time.perf_counter()
         con.execute("set memory_limit = ?", [INGEST_MEMORY_LIMIT])
         result = load_samples(con, config, files, progress=progress)
+        loaded = time.perf_counter()
         references_changed = replace_references(con, references)
+        compacting = time.perf_counter()
         compaction = (
             compact_completed_days(
                 con,
@@ -146,6 +166,14 @@ def load_warehouse(
             if compact
             else None
         )
+        compacted = time.perf_counter()
+    steps = (
+        ("opening the warehouse", opened - started),
+        *result.step_seconds,
+        ("reference tables", compacting - loaded),
+        ("compaction", compacted - compacting),
+        ("publish", time.perf_counter() - compacted),
+    )
     return IngestResult(
         files_loaded=result.files_loaded,
         samples_loaded=result.samples_loaded,
@@ -158,6 +186,7 @@ def load_warehouse(
         allocations=len(references.allocations),
         references_changed=references_changed,
         compaction=compaction,
+        step_seconds=steps,
     )
 
 
@@ -172,6 +201,7 @@ def load_samples(
     """Load the files not loaded yet into `samples` through `con` (inside a transaction)."""
     now = now or dt.datetime.now(dt.UTC)
     say = progress or logger.info
+    started = time.perf_counter()
     new, changed = split_new_files(con, files)
     bad: dict[str, str] = {file.path: reason for file, reason in changed}
 
@@ -183,6 +213,7 @@ def load_samples(
             bad[path] = problem
     loadable = [f for f in new if f.path not in bad]
 
+    probed = time.perf_counter()
     batches = plan_batches(loadable)
     if batches:
         plural = "batch" if len(batches) == 1 else "batches"
@@ -206,6 +237,10 @@ def load_samples(
         duplicates_skipped=rows_read - rows_inserted,
         quarantined=quarantined,
         batches=len(batches),
+        step_seconds=(
+            ("new files and schema probe", probed - started),
+            ("batches", time.perf_counter() - probed),
+        ),
     )
 
 
