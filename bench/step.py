@@ -65,7 +65,11 @@ def step_ingest(args: argparse.Namespace) -> dict[str, Any]:
     from gpufleet.warehouse.ingest import ingest
 
     result = ingest(_config(args.data_dir), compact=not args.no_compact)
-    return {"files": result.files_loaded, "samples": result.samples_loaded}
+    return {
+        "files": result.files_loaded,
+        "samples": result.samples_loaded,
+        "steps": [[name, seconds] for name, seconds in result.step_seconds],
+    }
 
 
 def step_build(args: argparse.Namespace) -> dict[str, Any]:
