@@ -179,10 +179,15 @@ class PipelineBench:
     repeat: int = 3
     heavy_repeat: int | None = None  # runs of the backfill and the full build (default: repeat)
     history_weeks: int = 4
+    fleet: str = "simulated"  # or "churn": bench/churn_fleet.py's fleet, the backfill only
     log: Callable[[str], None] = print
     figures: list[Figure] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     on_figure: Callable[[], None] = lambda: None  # called after each figure (partial results)
+
+    @property
+    def label(self) -> str:
+        return "second fleet (churn_fleet.py): " if self.fleet == "churn" else ""
 
     def week(self) -> str:
         # The week before the last complete one, so that every day of it is completed.
@@ -198,7 +203,7 @@ class PipelineBench:
         self, name: str, target: str, values: Sequence[float], unit: str, limit: float | None = None
     ) -> Figure:
         figure = Figure(
-            name,
+            f"{self.label}{name}",
             target,
             tuple(values),
             unit,
@@ -242,65 +247,8 @@ class PipelineBench:
             self.log("simulating the week as collectors write it (10-minute files)")
             seconds = self.simulate(raw_dir, start=monday, days=self.days, flush_s=600)
             self.notes.append(f"simulating the week took {seconds:,.0f} s")
-        samples_glob = str(raw_dir / "raw" / "samples" / "**" / "*.parquet")
-        files = sum(1 for _ in (raw_dir / "raw" / "samples").rglob("*.parquet"))
-        counted = (
-            duckdb.connect()
-            .execute("select count(*) from read_parquet(?)", [samples_glob])
-            .fetchone()
-        )
-        rows = int(counted[0]) if counted else 0
-        self.notes.append(f"{rows:,} samples in {files:,} raw files")
-        raw_bytes = directory_bytes(raw_dir / "raw" / "samples", ".parquet")
-
-        # 1. Backfill (`gpufleet ingest` as users run it: it loads and compacts) against the
-        # fastest of three ways DuckDB reads the same columns of the same files, each
-        # measured alternately in the same run; then the first build after it (full, and
-        # the one that moves the compacted days to the lake), as its own row.
-        self.log("1. backfill ingest (default: loads and compacts) vs the fastest bare scan")
-        scans: dict[str, list[float]] = {"one glob": [], "ingest's batches": [], "file list": []}
-        ingests: list[StepResult] = []
-        first_builds: list[StepResult] = []
-        backfill = self.data_dir("backfill")
-        for attempt in range(self.heavy_repeat or self.repeat):
-            scans["one glob"].append(bare_scan_seconds(samples_glob))
-            scans["ingest's batches"].append(batched_scan_seconds(raw_dir))
-            scans["file list"].append(file_list_scan_seconds(raw_dir))
-            linked_copy(raw_dir, backfill)
-            ingests.append(self.step("ingest", "--data-dir", str(backfill)))
-            first_builds.append(self.step("build", "--data-dir", str(backfill)))
-            self.log(
-                f"  run {attempt + 1}: scans "
-                + ", ".join(f"{name} {values[-1]:.1f} s" for name, values in scans.items())
-                + f"; ingest {ingests[-1].wall_s:.1f} s"
-                + f"; first build {first_builds[-1].wall_s:.1f} s"
-            )
-        for name, values in scans.items():
-            self.add(f"bare DuckDB scan of the raw week, {name}", "", values, "s")
-        fastest = min(scans, key=lambda name: statistics.median(scans[name]))
-        floor = scans[fastest]
-        self.notes.append(f"the backfill's floor is the fastest scan: {fastest}")
-        self.add("backfill `gpufleet ingest` of the week", "", [i.wall_s for i in ingests], "s")
-        ratios = [i.wall_s / f for i, f in zip(ingests, floor, strict=True)]
-        self.add("backfill ingest / fastest scan", "<= 1.5x", ratios, "x", limit=1.5)
-        self.add(
-            "backfill ingest peak RSS", "<= 2048 MB", [i.max_rss_mb for i in ingests], "MB", 2048
-        )
-        self.step_shares("backfill ingest", ingests)
-        self.add(
-            "first build after the backfill (full; moves the days to the lake)",
-            "<= 60 s",
-            [b.wall_s for b in first_builds],
-            "s",
-            limit=60,
-        )
-        self.add(
-            "first build peak RSS",
-            "<= 2048 MB",
-            [b.max_rss_mb for b in first_builds],
-            "MB",
-            limit=2048,
-        )
+        rows, raw_bytes = self.raw_week(raw_dir)
+        self.backfill(raw_dir)
 
         # The warehouse that keeps every sample in its file (no compaction), for the full
         # build and the storage figures below.
@@ -377,6 +325,90 @@ class PipelineBench:
         )
         ratio = statistics.median(four_weeks) / statistics.median(one_week)
         self.add(f"{self.history_weeks}-week / 1-week cycle", "<= 1.5x", [ratio], "x", limit=1.5)
+
+    def run_churn(self) -> None:
+        """The second fleet: its backfill, first build and full builds (no steady cycle: its
+        generator writes whole days, not the next flush)."""
+        from bench.churn_fleet import generate
+
+        monday = week_monday(self.week())
+        raw_dir = self.data_dir("raw-week-churn")
+        self.log(f"pipeline bench, second fleet: {self.gpus} GPUs x {self.days} days")
+        if not (raw_dir / "raw" / "samples").is_dir():
+            started = time.perf_counter()
+            generate(raw_dir, gpus=self.gpus, start=monday, days=self.days)
+            self.notes.append(
+                f"second fleet: generating it took {time.perf_counter() - started:,.0f} s"
+            )
+        self.raw_week(raw_dir)
+        backfill = self.backfill(raw_dir)
+        self.full_builds(backfill, ", samples in the lake")
+
+    def raw_week(self, raw_dir: Path) -> tuple[int, int]:
+        """(samples, bytes) of the raw week's files, noted."""
+        samples_glob = str(raw_dir / "raw" / "samples" / "**" / "*.parquet")
+        files = sum(1 for _ in (raw_dir / "raw" / "samples").rglob("*.parquet"))
+        counted = (
+            duckdb.connect()
+            .execute("select count(*) from read_parquet(?)", [samples_glob])
+            .fetchone()
+        )
+        rows = int(counted[0]) if counted else 0
+        self.notes.append(f"{self.label}{rows:,} samples in {files:,} raw files")
+        return rows, directory_bytes(raw_dir / "raw" / "samples", ".parquet")
+
+    def backfill(self, raw_dir: Path) -> Path:
+        """Time the backfill and the first build after it; the backfilled data directory."""
+        samples_glob = str(raw_dir / "raw" / "samples" / "**" / "*.parquet")
+        # 1. Backfill (`gpufleet ingest` as users run it: it loads and compacts) against the
+        # fastest of three ways DuckDB reads the same columns of the same files, each
+        # measured alternately in the same run; then the first build after it (full, and
+        # the one that moves the compacted days to the lake), as its own row.
+        self.log("1. backfill ingest (default: loads and compacts) vs the fastest bare scan")
+        scans: dict[str, list[float]] = {"one glob": [], "ingest's batches": [], "file list": []}
+        ingests: list[StepResult] = []
+        first_builds: list[StepResult] = []
+        backfill = self.data_dir("backfill-churn" if self.fleet == "churn" else "backfill")
+        for attempt in range(self.heavy_repeat or self.repeat):
+            scans["one glob"].append(bare_scan_seconds(samples_glob))
+            scans["ingest's batches"].append(batched_scan_seconds(raw_dir))
+            scans["file list"].append(file_list_scan_seconds(raw_dir))
+            linked_copy(raw_dir, backfill)
+            ingests.append(self.step("ingest", "--data-dir", str(backfill)))
+            first_builds.append(self.step("build", "--data-dir", str(backfill)))
+            self.log(
+                f"  run {attempt + 1}: scans "
+                + ", ".join(f"{name} {values[-1]:.1f} s" for name, values in scans.items())
+                + f"; ingest {ingests[-1].wall_s:.1f} s"
+                + f"; first build {first_builds[-1].wall_s:.1f} s"
+            )
+        for name, values in scans.items():
+            self.add(f"bare DuckDB scan of the raw week, {name}", "", values, "s")
+        fastest = min(scans, key=lambda name: statistics.median(scans[name]))
+        floor = scans[fastest]
+        self.notes.append(f"{self.label}the backfill's floor is the fastest scan: {fastest}")
+        self.add("backfill `gpufleet ingest` of the week", "", [i.wall_s for i in ingests], "s")
+        ratios = [i.wall_s / f for i, f in zip(ingests, floor, strict=True)]
+        self.add("backfill ingest / fastest scan", "<= 1.5x", ratios, "x", limit=1.5)
+        self.add(
+            "backfill ingest peak RSS", "<= 2048 MB", [i.max_rss_mb for i in ingests], "MB", 2048
+        )
+        self.step_shares(f"{self.label}backfill ingest", ingests)
+        self.add(
+            "first build after the backfill (full; moves the days to the lake)",
+            "<= 60 s",
+            [b.wall_s for b in first_builds],
+            "s",
+            limit=60,
+        )
+        self.add(
+            "first build peak RSS",
+            "<= 2048 MB",
+            [b.max_rss_mb for b in first_builds],
+            "MB",
+            limit=2048,
+        )
+        return backfill
 
     def step_shares(self, what: str, results: Sequence[StepResult]) -> None:
         """Each step's median seconds and share of the total, from the steps' own timings

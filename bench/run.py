@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--history-weeks", type=int, default=4)
     parser.add_argument(
+        "--fleet",
+        choices=("both", "simulated", "churn"),
+        default="both",
+        help="the simulator's fleet (every figure), the second fleet of bench/churn_fleet.py "
+        "(backfill and full builds), or both (default)",
+    )
+    parser.add_argument(
         "--work",
         type=Path,
         default=Path(__file__).resolve().parent / "work",
@@ -95,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.suite in ("all", "collector"):
         log("collector bench (8 GPUs on the fake NVML)")
         figures += collector_figures()
-    if args.suite in ("all", "pipeline"):
+    fleets = ("simulated", "churn") if args.fleet == "both" else (args.fleet,)
+    title = (
+        f"{args.gpus} GPUs x {args.days} days at 10 s" if args.suite != "collector" else "Collector"
+    )
+    for fleet in fleets if args.suite in ("all", "pipeline") else ():
         bench = PipelineBench(
             work=args.work,
             gpus=args.gpus,
@@ -103,19 +114,22 @@ def main(argv: list[str] | None = None) -> int:
             repeat=args.repeat,
             heavy_repeat=args.heavy_repeat,
             history_weeks=args.history_weeks,
+            fleet=fleet,
             log=log,
         )
-        done = list(figures)
-        title = f"{args.gpus} GPUs x {args.days} days at 10 s"
-        bench.on_figure = lambda: write_results(
-            done + bench.figures, [*bench.notes, "(run in progress)"], title, quiet=True
+        done, done_notes = list(figures), list(notes)
+        bench.on_figure = lambda bench=bench, done=done, done_notes=done_notes: write_results(
+            done + bench.figures,
+            [*done_notes, *bench.notes, "(run in progress)"],
+            title,
+            quiet=True,
         )
-        bench.run()
+        if fleet == "churn":
+            bench.run_churn()
+        else:
+            bench.run()
         figures += bench.figures
         notes += bench.notes
-    title = (
-        f"{args.gpus} GPUs x {args.days} days at 10 s" if args.suite != "collector" else "Collector"
-    )
     write_results(figures, notes, title)
     return 0 if all(figure.passed is not False for figure in figures) else 1
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
-import itertools
 import logging
 import os
 import shutil
@@ -19,26 +18,21 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from collectors.schema import SAMPLE_SCHEMA, file_metadata
-from collectors.writer import write_table_atomically
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.compact_ahead import (
+    CompactAhead,
+    collector_versions,
+    compacted_name,
+    joined_versions,
+    partition_day,
+    staging_directory,
+    write_compacted,
+)
 from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS, literal_path
 
-COMPACTED_PREFIX = "compacted-"
 logger = logging.getLogger("gpufleet.compact")
-# Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary.
-# Times and cumulative counters grow by small steps (delta encoding stores the steps), and
-# measured floats differ in their low bytes (byte stream split lets zstd find the repeated
-# high ones): on a simulated host-day 26.5 -> 9.7 bytes/sample, the same values.
-COMPACTED_ENCODINGS = {
-    **dict.fromkeys(
-        ("ts", "energy_mj", "thermal_violation_ns", "power_violation_ns"), "DELTA_BINARY_PACKED"
-    ),
-    **dict.fromkeys(("gpu_util_pct", "mem_util_pct", "power_w"), "BYTE_STREAM_SPLIT"),
-}
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -49,10 +43,12 @@ class CompactionResult:
     files_replaced: int
     bytes_before: int
     bytes_after: int
+    from_load: int = 0  # host-days written from the rows as they were loaded, not re-read
 
     def __str__(self) -> str:
         return (
-            f"compact: {self.partitions} host-days, {self.files_replaced} files -> "
+            f"compact: {self.partitions} host-days ({self.from_load} from the load, "
+            f"{self.partitions - self.from_load} re-read), {self.files_replaced} files -> "
             f"{self.partitions}, {self.bytes_before:,} -> {self.bytes_after:,} bytes"
         )
 
@@ -101,10 +97,8 @@ def _candidates(
     ).fetchall()
     partitions: list[_Partition] = []
     for directory, files in rows:
-        day_part = Path(directory).parent.name.removeprefix("date=")
-        try:
-            day = dt.date.fromisoformat(day_part)
-        except ValueError:
+        day = partition_day(directory)
+        if day is None:
             continue
         absolute = config.data_dir / directory
         if day >= today or not absolute.is_dir():
@@ -142,22 +136,8 @@ def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
     return ", ".join(items)
 
 
-def _collector_versions(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
-    rows = con.execute(
-        """
-        select distinct decode(value)
-        from parquet_kv_metadata($sources)
-        where decode(key) = 'gpufleet.collector_version'
-        order by 1
-        """,
-        {"sources": sources},
-    ).fetchall()
-    return ",".join(str(row[0]) for row in rows) or "unknown"
-
-
-def _write_compacted(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
-    """One file of the sources' samples, each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts),
-    in the contract's schema (types and nullability) plus any extra columns, zstd."""
+def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
+    """Compact the sources (their rows read again; each (gpu_uuid, ts) once) into `target`."""
     table: pa.Table = con.sql(
         f"""
         select * exclude (_rank)
@@ -172,38 +152,28 @@ def _write_compacted(con: duckdb.DuckDBPyConnection, sources: list[str], target:
         """,
         params={"sources": sources},
     ).to_arrow_table()
-    extras = [field for field in table.schema if field.name not in SAMPLE_SCHEMA.names]
-    schema = pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
-        {
-            **file_metadata(),
-            b"gpufleet.collector_version": _collector_versions(con, sources).encode(),
-            b"gpufleet.compacted_from": str(len(sources)).encode(),
-        }
-    )
-    # One row group per GPU: a reader of some GPUs (a full build's slices) skips the rest
-    # by the row groups' gpu_uuid statistics.
-    runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
-    ends = runs.run_ends.to_pylist()
-    row_groups = tuple(end - start for start, end in itertools.pairwise([0, *ends]))
-    write_table_atomically(
-        table.cast(schema), target, row_groups=row_groups, encodings=COMPACTED_ENCODINGS
-    )
+    versions = joined_versions(list(collector_versions(con, sources).values()))
+    write_compacted(table, target, versions=versions, sources=len(sources))
 
 
 def _compact_one(
-    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition
+    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition, written: bool
 ) -> tuple[int, int] | None:
-    """Rebuild one partition as a single file and swap it in; (bytes before, after), or
-    None when its files could not be read (they stay as they are, with a warning)."""
+    """Swap in one partition's single file (`written` ahead from the load, else built from
+    its files now); (bytes before, after), or None when its files could not be read (they
+    stay as they are, with a warning)."""
     directory = partition.directory
-    staging = directory.with_name(f".{directory.name}.compacting")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    target_name = f"{COMPACTED_PREFIX}{partition.day.isoformat()}.parquet"
+    staging = staging_directory(directory)
+    target_name = compacted_name(partition.day)
     sources = [str(config.data_dir / path) for path in partition.files]
     before = sum(os.path.getsize(path) for path in sources)
     try:
-        _write_compacted(con, [literal_path(path) for path in sources], staging / target_name)
+        if not written:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            _compact_from_files(
+                con, [literal_path(path) for path in sources], staging / target_name
+            )
     except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         relative = directory.relative_to(config.data_dir).as_posix()
@@ -262,21 +232,28 @@ def compact_completed_days(
     today: dt.date | None = None,
     exclude: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
+    ahead: CompactAhead | None = None,
 ) -> CompactionResult:
     """Compact every fully loaded host-day before `today` (UTC) inside a write transaction.
 
-    Host-days holding a path of `exclude` (files this ingest set aside) are left alone.
+    Host-days holding a path of `exclude` (files this ingest set aside) are left alone; the
+    files `ahead` wrote from the load are used where they were written from the same files.
     """
     day = today or dt.datetime.now(dt.UTC).date()
     partitions = _candidates(con, config, day, set(exclude))
-    compacted = before_total = after_total = replaced = 0
+    compacted = before_total = after_total = replaced = from_load = 0
     for number, partition in enumerate(partitions, start=1):
-        outcome = _compact_one(con, config, partition)
+        relative = partition.directory.relative_to(config.data_dir).as_posix()
+        written = ahead is not None and ahead.take(relative, partition.files) is not None
+        outcome = _compact_one(con, config, partition, written)
         if outcome is not None:
+            from_load += written
             compacted += 1
             before_total += outcome[0]
             after_total += outcome[1]
             replaced += len(partition.files)
         if progress and (number % 50 == 0 or number == len(partitions)):
             progress(f"compact: {number}/{len(partitions)} host-days")
-    return CompactionResult(compacted, replaced, before_total, after_total)
+    if ahead is not None:
+        ahead.discard_rest()
+    return CompactionResult(compacted, replaced, before_total, after_total, from_load)

@@ -17,6 +17,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.compact import CompactionResult, compact_completed_days
+from gpufleet.warehouse.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.ingest_batch import BatchOutcome
 from gpufleet.warehouse.ingest_files import (
     SampleFile,
@@ -25,7 +26,7 @@ from gpufleet.warehouse.ingest_files import (
     record_loaded,
     split_new_files,
 )
-from gpufleet.warehouse.ingest_schemas import read_schemas, schema_problem
+from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, read_schemas, schema_problem
 from gpufleet.warehouse.ingest_staged import load_staged_batch
 from gpufleet.warehouse.ingest_uniform import load_uniform_batch, uniform_contract_columns
 from gpufleet.warehouse.quarantine import (
@@ -151,7 +152,11 @@ def load_warehouse(
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         opened = time.perf_counter()
         con.execute("set memory_limit = ?", [INGEST_MEMORY_LIMIT])
-        result = load_samples(con, config, files, progress=progress)
+        # Loading, writing ahead and compacting read the same footers.
+        con.execute("set parquet_metadata_cache = true")
+        day = today or dt.datetime.now(dt.UTC).date()
+        ahead = CompactAhead.plan(config, files, day) if compact else None
+        result = load_samples(con, config, files, progress=progress, ahead=ahead)
         loaded = time.perf_counter()
         references_changed = replace_references(con, references)
         compacting = time.perf_counter()
@@ -161,7 +166,8 @@ def load_warehouse(
                 config,
                 exclude=[item.path for item in result.quarantined],
                 progress=progress,
-                today=today,
+                today=day,
+                ahead=ahead,
             )
             if compact
             else None
@@ -197,8 +203,10 @@ def load_samples(
     *,
     now: dt.datetime | None = None,
     progress: Log | None = None,
+    ahead: CompactAhead | None = None,
 ) -> IngestResult:
-    """Load the files not loaded yet into `samples` through `con` (inside a transaction)."""
+    """Load the files not loaded yet into `samples` through `con` (inside a transaction),
+    writing the compacted files `ahead` asks for from the rows loaded."""
     now = now or dt.datetime.now(dt.UTC)
     say = progress or logger.info
     started = time.perf_counter()
@@ -223,7 +231,7 @@ def load_samples(
         first = batch[0].path.split("/")
         where = next((p for p in first if p.startswith("date=")), first[-1])
         say(f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {where})")
-        outcome = load_batch(con, config, batch, schemas)
+        outcome = load_batch(con, config, batch, schemas, ahead=ahead)
         bad.update(outcome.bad)
         record_loaded(con, outcome.loaded, now)
         files_loaded += len(outcome.loaded)
@@ -249,14 +257,25 @@ def load_batch(
     config: Config,
     batch: Sequence[SampleFile],
     schemas: dict[str, dict[str, str]],
+    *,
+    ahead: CompactAhead | None = None,
 ) -> BatchOutcome:
     """Insert one batch's new rows into `samples`: straight from the files in the common
-    case, else staged, with bad files set aside and duplicates dropped."""
+    case (and write the compacted files of its whole host-days `ahead` asks for), else
+    staged, with bad files set aside and duplicates dropped."""
     columns = uniform_contract_columns(batch, schemas)
     if columns is not None:
-        outcome = load_uniform_batch(con, config, batch, columns)
-        if outcome is not None:
+        parts = (
+            ahead.parts(batch, schemas, set(CONTRACT_TYPES))
+            if ahead is not None
+            else [NOT_AHEAD] * len(batch)
+        )
+        loaded = load_uniform_batch(con, config, batch, columns, parts=parts)
+        if loaded is not None:
             logger.debug("ingest: %d files loaded straight from the files", len(batch))
+            outcome, rows = loaded
+            if ahead is not None:
+                ahead.write(con, rows, batch, parts)
             return outcome
     logger.debug("ingest: %d files staged", len(batch))
     return load_staged_batch(con, config, batch, schemas)

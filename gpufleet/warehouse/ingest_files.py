@@ -119,19 +119,28 @@ def _ns_iso(ns: int) -> str:
 def plan_batches(
     files: Sequence[SampleFile], max_files: int = MAX_FILES_PER_BATCH
 ) -> list[list[SampleFile]]:
-    """Consecutive runs of files (sorted by path) of one `date=` partition, at most `max_files`.
+    """Runs of files (sorted by path) of one `date=` partition, at most `max_files`, made of
+    whole directories: a host-day's files stay in one batch unless they alone are more.
 
     One day per batch keeps each batch's time range, and so the part of `samples` that
-    deduplication has to look at, about one day wide.
+    deduplication has to look at, about one day wide; a whole host-day in one batch can be
+    compacted from the rows as they are loaded (`CompactAhead`).
     """
+    directories: dict[str, list[SampleFile]] = {}
+    for file in sorted(files, key=lambda f: f.path):
+        directories.setdefault(file.path.rsplit("/", 1)[0], []).append(file)
     batches: list[list[SampleFile]] = []
     current_key: str | None = None
-    for file in sorted(files, key=lambda f: f.path):
-        key = next((part for part in file.path.split("/") if part.startswith("date=")), "")
-        if not batches or key != current_key or len(batches[-1]) >= max_files:
+    for directory, members in directories.items():
+        key = next((part for part in directory.split("/") if part.startswith("date=")), "")
+        fits = batches and len(batches[-1]) + len(members) <= max_files
+        if not batches or key != current_key or not fits:
             batches.append([])
             current_key = key
-        batches[-1].append(file)
+        for file in members:
+            if len(batches[-1]) >= max_files:
+                batches.append([])
+            batches[-1].append(file)
     return batches
 
 

@@ -2,7 +2,8 @@
 
 A batch qualifies when every file has the same contract columns of the contract's exact
 types, no required column holds a NULL, and no (gpu_uuid, ts) is repeated in the batch or
-already loaded: the keys are read and checked first, then the rows go into `samples_stored`.
+already loaded. The files are read once: the keys of the rows read are checked, then the
+rows go into `samples_stored`, and the caller writes compacted host-days from them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import duckdb
+import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest_batch import (
@@ -55,40 +57,54 @@ def load_uniform_batch(
     config: Config,
     batch: Sequence[SampleFile],
     columns: dict[str, str],
-) -> BatchOutcome | None:
-    """Load a batch of the common case (see the module's docstring) from its files, sorted;
+    *,
+    parts: list[int],
+) -> tuple[BatchOutcome, pa.Table] | None:
+    """Load a batch of the common case (see the module's docstring) from its files, read
+    once, sorted; with the rows read (sorted by `parts`, gpu_uuid, ts; see `CompactAhead`).
     None when the batch is not such a case (`load_batch` then stages it)."""
     paths = [literal_path(str(config.data_dir / file.path)) for file in batch]
+    selects = ", ".join(
+        f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
+        for name, kind in SAMPLE_COLUMNS
+    )
     try:
-        con.execute(
+        rows = con.sql(
             f"""
-            create or replace temp table _ingest_keys as
-            select file_index::integer as _file_index, gpu_uuid, ts, {_REQUIRED_NULL} as _null,
-            from {_SOURCE}
+            select
+                {selects},
+                file_index::integer as _file_index,
+                list_extract($parts, file_index::integer + 1) as _part,
+                {_REQUIRED_NULL} as _null,
+            from {_SOURCE} as src
+            order by _part, gpu_uuid, ts
             """,
-            {"paths": paths},
-        )
+            params={"paths": paths, "parts": parts},
+        ).to_arrow_table()
     except duckdb.Error:
         return None  # a file that does not read: staging finds which
-    outcome = BatchOutcome()
+    con.register("_ingest_keys", rows)
     try:
+        outcome = BatchOutcome()
         if not _keys_are_new(con, config):
             return None
         add_loaded_files(con, "_ingest_keys", batch, outcome)
+        inserted = con.execute(
+            f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+            f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys order by gpu_uuid, ts",
+            {"load_id": current_generation(con)},
+        ).fetchall()
     finally:
-        con.execute("drop table if exists _ingest_keys")
-    inserted = _insert_from_files(con, paths, columns)
-    if inserted is None:
-        return None
-    outcome.rows_inserted = inserted
-    return outcome
+        con.unregister("_ingest_keys")
+    outcome.rows_inserted = int(inserted[0][0]) if inserted else 0
+    return outcome, rows
 
 
 def _keys_are_new(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     """Whether the keys read (`_ingest_keys`) hold no NULL in a required column, and no
     (gpu_uuid, ts) twice or already loaded."""
-    bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchone()
-    min_ts, max_ts = bounds if bounds else (None, None)
+    bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchall()
+    min_ts, max_ts = bounds[0] if bounds else (None, None)
     create_existing_view(con, config, min_ts, max_ts)
     problems = con.execute(
         f"""
@@ -100,27 +116,5 @@ def _keys_are_new(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
             + (select count(*) from _ingest_keys semi join existing using (gpu_uuid, ts))
         """,
         {"min_ts": min_ts, "max_ts": max_ts},
-    ).fetchone()
-    return problems is not None and not problems[0]
-
-
-def _insert_from_files(
-    con: duckdb.DuckDBPyConnection, paths: list[str], columns: dict[str, str]
-) -> int | None:
-    """Insert the files' rows into samples_stored, sorted; the rows inserted, or None if a
-    column past the keys does not read."""
-    selects = ", ".join(
-        f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
-        for name, kind in SAMPLE_COLUMNS
-    )
-    try:
-        inserted = con.execute(
-            f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
-            f"select {selects}, $load_id from {_SOURCE} as src order by gpu_uuid, ts",
-            {"paths": paths, "load_id": current_generation(con)},
-        ).fetchone()
-    except duckdb.Error:
-        # A column past the keys does not read; the insert left nothing (it is one
-        # statement: the write transaction's connection autocommits), staging finds the file.
-        return None
-    return int(inserted[0]) if inserted else 0
+    ).fetchall()
+    return bool(problems) and not problems[0][0]

@@ -1,0 +1,200 @@
+"""Compacted files written from the rows as ingest loads them, so a backfill reads each
+collector file once.
+
+A host-day whose every listed file is new and in one batch (a backfill, or a day that
+arrives whole) is compacted from that batch's rows, already read for the load: the file
+goes into the partition's staging directory, and compaction swaps it in if the host-day
+still has exactly those files then. Any other host-day is compacted from its files as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import shutil
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collectors.schema import SAMPLE_SCHEMA, file_metadata
+from collectors.writer import write_table_atomically
+from gpufleet.config import Config
+from gpufleet.warehouse.ingest_files import SampleFile
+from gpufleet.warehouse.raw_tables import literal_path
+
+COMPACTED_PREFIX = "compacted-"
+# Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary.
+# Times and cumulative counters grow by small steps (delta encoding stores the steps), and
+# measured floats differ in their low bytes (byte stream split lets zstd find the repeated
+# high ones): on a simulated host-day 26.5 -> 9.7 bytes/sample, the same values.
+COMPACTED_ENCODINGS = {
+    **dict.fromkeys(
+        ("ts", "energy_mj", "thermal_violation_ns", "power_violation_ns"), "DELTA_BINARY_PACKED"
+    ),
+    **dict.fromkeys(("gpu_util_pct", "mem_util_pct", "power_w"), "BYTE_STREAM_SPLIT"),
+}
+NOT_AHEAD = -1  # the part of a file whose host-day is not written ahead
+
+
+def staging_directory(directory: Path) -> Path:
+    """Where a partition's compacted file is built before the swap (hidden from listings)."""
+    return directory.with_name(f".{directory.name}.compacting")
+
+
+def compacted_name(day: dt.date) -> str:
+    return f"{COMPACTED_PREFIX}{day.isoformat()}.parquet"
+
+
+def partition_day(directory: str) -> dt.date | None:
+    """The UTC day of a `raw/samples/date=D/host=H` directory, None if it names none."""
+    try:
+        return dt.date.fromisoformat(PurePosixPath(directory).parent.name.removeprefix("date="))
+    except ValueError:
+        return None
+
+
+def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: int) -> None:
+    """Write one host-day's rows (each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts)) in the
+    contract's schema plus any extra columns, zstd, one row group per GPU."""
+    extras = [field for field in table.schema if field.name not in SAMPLE_SCHEMA.names]
+    schema = pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
+        {
+            **file_metadata(),
+            b"gpufleet.collector_version": versions.encode(),
+            b"gpufleet.compacted_from": str(sources).encode(),
+        }
+    )
+    # One row group per GPU: a reader of some GPUs (a full build's slices) skips the rest
+    # by the row groups' gpu_uuid statistics.
+    runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
+    ends = runs.run_ends.to_pylist()
+    row_groups = tuple(end - start for start, end in itertools.pairwise([0, *ends]))
+    write_table_atomically(
+        table.cast(schema), target, row_groups=row_groups, encodings=COMPACTED_ENCODINGS
+    )
+
+
+def collector_versions(con: duckdb.DuckDBPyConnection, sources: list[str]) -> dict[str, str]:
+    """Each source's collector versions (from its Parquet metadata), by path as given."""
+    rows = con.execute(
+        """
+        select file_name, decode(value)
+        from parquet_kv_metadata($sources)
+        where decode(key) = 'gpufleet.collector_version'
+        """,
+        {"sources": sources},
+    ).fetchall()
+    return {str(name): str(version) for name, version in rows}
+
+
+def joined_versions(versions: Sequence[str]) -> str:
+    return ",".join(sorted(set(versions))) or "unknown"
+
+
+@dataclass
+class CompactAhead:
+    """The host-days an ingest may write ahead, and the ones it wrote."""
+
+    config: Config
+    today: dt.date
+    listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
+    written: dict[str, tuple[tuple[str, ...], Path]] = field(default_factory=dict)
+
+    @classmethod
+    def plan(cls, config: Config, files: Sequence[SampleFile], today: dt.date) -> CompactAhead:
+        listed: dict[str, list[str]] = {}
+        for file in files:
+            listed.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+        return cls(config, today, {d: tuple(sorted(paths)) for d, paths in listed.items()})
+
+    def parts(
+        self,
+        batch: Sequence[SampleFile],
+        schemas: dict[str, dict[str, str]],
+        contract: Collection[str],
+    ) -> list[int]:
+        """Each file's part: one number per host-day to write from this batch's rows, or
+        NOT_AHEAD. A host-day qualifies when every file listed in its directory is in the
+        batch, its day is over and no file has a column beyond the `contract`'s (a newer
+        collector's extra column, which only compaction from the files keeps)."""
+        in_batch: dict[str, list[str]] = {}
+        for file in batch:
+            in_batch.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+        numbers: dict[str, int] = {}
+        for directory, paths in in_batch.items():
+            day = partition_day(directory)
+            if (
+                day is not None
+                and day < self.today
+                and tuple(sorted(paths)) == self.listed.get(directory)
+                and all(schemas[path].keys() <= set(contract) for path in paths)
+            ):
+                numbers[directory] = len(numbers)
+        return [numbers.get(file.path.rsplit("/", 1)[0], NOT_AHEAD) for file in batch]
+
+    def write(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        rows: pa.Table,
+        batch: Sequence[SampleFile],
+        parts: list[int],
+    ) -> None:
+        """Write the compacted file of each part from `rows` (sorted by _part, gpu_uuid, ts;
+        `_file_index`, `_part` and `_null` are dropped) into its staging directory."""
+        directories = {part: batch[i].path.rsplit("/", 1)[0] for i, part in enumerate(parts)}
+        sources = {
+            i: str(self.config.data_dir / file.path)
+            for i, file in enumerate(batch)
+            if parts[i] != NOT_AHEAD
+        }
+        versions = (
+            collector_versions(con, [literal_path(path) for path in sources.values()])
+            if sources
+            else {}
+        )
+        runs = pc.run_end_encode(rows.column("_part").combine_chunks())
+        values = runs.values.to_pylist()
+        ends = runs.run_ends.to_pylist()
+        for part, start, end in zip(values, [0, *ends[:-1]], ends, strict=True):
+            if part == NOT_AHEAD:
+                continue
+            directory = directories[part]
+            files = tuple(sorted(batch[i].path for i, p in enumerate(parts) if p == part))
+            staging = staging_directory(self.config.data_dir / directory)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            day = partition_day(directory)
+            assert day is not None
+            target = staging / compacted_name(day)
+            part_versions = [
+                versions[path]
+                for i, path in sources.items()
+                if parts[i] == part and path in versions
+            ]
+            write_compacted(
+                rows.slice(start, end - start).drop_columns(["_file_index", "_part", "_null"]),
+                target,
+                versions=joined_versions(part_versions),
+                sources=len(files),
+            )
+            self.written[directory] = (files, target)
+
+    def take(self, directory: str, files: tuple[str, ...]) -> Path | None:
+        """The file written ahead for this partition if it was written from exactly `files`."""
+        found = self.written.pop(directory, None)
+        if found is None:
+            return None
+        if found[0] == files and found[1].is_file():
+            return found[1]
+        shutil.rmtree(found[1].parent, ignore_errors=True)
+        return None
+
+    def discard_rest(self) -> None:
+        """Remove the files written ahead that compaction did not use."""
+        for _, target in self.written.values():
+            shutil.rmtree(target.parent, ignore_errors=True)
+        self.written.clear()

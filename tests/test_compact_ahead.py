@@ -1,0 +1,147 @@
+"""Compaction from the rows as ingest loads them: a backfill reads each file once, and the
+file it writes is the one compaction from the files would write."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpufleet.config import Config
+from gpufleet.warehouse.compact import compact_completed_days
+from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, plan_batches
+from gpufleet.warehouse.ingest import load_warehouse as load
+from gpufleet.warehouse.refs import read_references
+from gpufleet.warehouse.slots import write_transaction
+from tests.test_ingest import sample, write_samples, write_table
+
+DAY = dt.date(2026, 11, 16)
+T0 = dt.datetime.combine(DAY, dt.time(), tzinfo=dt.UTC)
+TODAY = DAY + dt.timedelta(days=1)
+
+
+def host_day(host: str, day: dt.date = DAY) -> str:
+    return f"raw/samples/date={day.isoformat()}/host={host}"
+
+
+def write_host_day(data_dir: Path, host: str, files: int = 3) -> None:
+    """`files` ten-minute files of two GPUs, written out of key order on purpose."""
+    for part in range(files):
+        rows = [
+            sample(600 * part + 10 * tick, gpu=gpu, util=float(tick), day=T0)
+            for gpu in (f"GPU-z-{host}", f"GPU-a-{host}")
+            for tick in range(60)
+        ]
+        write_samples(data_dir, f"{host_day(host)}/{host}-{part}.parquet", rows)
+
+
+def compacted(config: Config, host: str) -> pa.Table:
+    directory = config.data_dir / host_day(host)
+    names = [p.name for p in directory.iterdir()]
+    assert names == [f"compacted-{DAY}.parquet"]
+    return pq.read_table(directory / names[0])
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(data_dir=tmp_path / "data")
+
+
+def test_a_backfill_compacts_each_host_day_from_the_rows_it_loads(
+    config: Config, tmp_path: Path
+) -> None:
+    for host in ("h1", "h2"):
+        write_host_day(config.data_dir, host)
+    twin = Config(data_dir=tmp_path / "twin")
+    shutil.copytree(config.data_dir, twin.data_dir)
+
+    result = ingest(config, today=TODAY)
+
+    assert result.compaction is not None
+    assert (result.compaction.partitions, result.compaction.from_load) == (2, 2)
+    assert "(2 from the load, 0 re-read)" in str(result)
+    # The same files compacted the other way (loaded, then re-read): the same file.
+    ingest(twin, compact=False)
+    with write_transaction(twin) as con:
+        again = compact_completed_days(con, twin, today=TODAY)
+    assert (again.partitions, again.from_load) == (2, 0)
+    for host in ("h1", "h2"):
+        ahead, reread = compacted(config, host), compacted(twin, host)
+        assert ahead.num_rows == 3 * 60 * 2
+        assert ahead.equals(reread)
+        assert ahead.schema.metadata == reread.schema.metadata
+        files = [config.data_dir / host_day(host), twin.data_dir / host_day(host)]
+        groups = [pq.ParquetFile(next(d.iterdir())).metadata.num_row_groups for d in files]
+        assert groups == [2, 2]  # one per GPU either way
+    assert not [p for p in config.samples_dir.rglob(".*")]  # no staging left behind
+
+
+def test_a_day_loaded_in_pieces_is_compacted_from_its_files(config: Config) -> None:
+    write_host_day(config.data_dir, "h1", files=2)
+    first = ingest(config, today=DAY)  # the day is not over: nothing compacted
+    assert first.compaction is not None and first.compaction.partitions == 0
+    late = [sample(1200 + 10 * tick, gpu="GPU-a", day=T0) for tick in range(60)]
+    write_samples(config.data_dir, f"{host_day('h1')}/h1-2.parquet", late)
+
+    result = ingest(config, today=TODAY)
+
+    assert result.compaction is not None
+    assert (result.compaction.partitions, result.compaction.from_load) == (1, 0)
+    assert compacted(config, "h1").num_rows == 2 * 60 * 2 + 60
+
+
+def test_a_newer_collectors_extra_column_is_kept_by_compacting_from_the_files(
+    config: Config,
+) -> None:
+    write_host_day(config.data_dir, "h1", files=1)
+    rows = pa.Table.from_pylist([sample(600 + 10 * tick, day=T0) for tick in range(6)])
+    extra = rows.append_column("fan_speed_pct", pa.array([40.0] * 6, pa.float32()))
+    write_table(config.data_dir, f"{host_day('h1')}/h1-9.parquet", extra)
+
+    result = ingest(config, today=TODAY)
+
+    assert result.compaction is not None
+    assert (result.compaction.partitions, result.compaction.from_load) == (1, 0)
+    table = compacted(config, "h1")
+    assert table.num_rows == 60 * 2 + 6
+    assert table.column("fan_speed_pct").drop_null().to_pylist() == [40.0] * 6
+
+
+def test_a_file_arriving_during_the_ingest_keeps_the_day_as_it_is(config: Config) -> None:
+    write_host_day(config.data_dir, "h1", files=2)
+    listing = find_sample_files(config)
+    late = [sample(1200 + 10 * tick, gpu="GPU-a", day=T0) for tick in range(60)]
+    write_samples(config.data_dir, f"{host_day('h1')}/h1-2.parquet", late)
+
+    # The ingest listed the directory before the late file came: it writes the day ahead
+    # from the two files, and compaction, seeing a file not loaded, leaves the day alone.
+    result = load(config, read_references(config), listing, today=TODAY)
+
+    assert result.compaction is not None and result.compaction.partitions == 0
+    directory = config.data_dir / host_day("h1")
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "h1-0.parquet",
+        "h1-1.parquet",
+        "h1-2.parquet",
+    ]
+    assert not [p for p in config.samples_dir.rglob(".*")]
+    # The next ingest loads it and compacts the day from its files.
+    after = ingest(config, today=TODAY)
+    assert after.compaction is not None
+    assert (after.compaction.partitions, after.compaction.from_load) == (1, 0)
+    assert compacted(config, "h1").num_rows == 2 * 60 * 2 + 60
+
+
+def test_batches_keep_a_host_days_files_together() -> None:
+    files = [
+        SampleFile(f"{host_day(host)}/{n}.parquet", 1, 1) for host in ("a", "b") for n in range(3)
+    ]
+    batches = plan_batches(files, max_files=4)
+    assert [[f.path.split("/")[3] for f in batch] for batch in batches] == [
+        ["host=a"] * 3,
+        ["host=b"] * 3,
+    ]
