@@ -16,7 +16,7 @@ from gpufleet.warehouse.compact import compact_completed_days
 from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, plan_batches
 from gpufleet.warehouse.ingest import load_warehouse as load
 from gpufleet.warehouse.refs import read_references
-from gpufleet.warehouse.slots import write_transaction
+from gpufleet.warehouse.slots import connect_read_only, write_transaction
 from tests.test_ingest import sample, write_samples, write_table
 
 DAY = dt.date(2026, 11, 16)
@@ -78,6 +78,32 @@ def test_a_backfill_compacts_each_host_day_from_the_rows_it_loads(
         groups = [pq.ParquetFile(next(d.iterdir())).metadata.num_row_groups for d in files]
         assert groups == [2, 2]  # one per GPU either way
     assert not [p for p in config.samples_dir.rglob(".*")]  # no staging left behind
+    # Straight into the lake: no sample of theirs in the warehouse file, each file listed
+    # with the load that wrote it, and the `samples` view reads them.
+    with connect_read_only(config) as con:
+        stored = con.execute("select count(*) from samples_stored").fetchall()
+        lake = con.execute("select path, row_count, load_id from build_state.lake_files").fetchall()
+        in_view = con.execute("select count(*) from samples").fetchall()
+    assert stored == [(0,)] and in_view == [(2 * 3 * 60 * 2,)]
+    assert sorted(path for path, _, _ in lake) == [
+        f"{host_day(host)}/compacted-{DAY}.parquet" for host in ("h1", "h2")
+    ]
+    assert {(rows, load) for _, rows, load in lake} == {(360, 1)}
+
+
+def test_a_copy_of_a_written_days_rows_in_a_later_batch_is_a_duplicate(config: Config) -> None:
+    write_host_day(config.data_dir, "h1", files=1)
+    copied = pq.read_table(config.data_dir / host_day("h1") / "h1-0.parquet")
+    next_day = DAY + dt.timedelta(days=1)
+    write_table(config.data_dir, f"{host_day('h2', next_day)}/copy.parquet", copied)
+
+    result = ingest(config, today=next_day + dt.timedelta(days=1))
+
+    assert result.batches == 2  # one per date: h1's day is written before h2's is read
+    assert (result.samples_loaded, result.duplicates_skipped) == (120, 120)
+    assert result.compaction is not None and result.compaction.from_load == 1
+    with connect_read_only(config) as con:
+        assert con.execute("select count(*) from samples").fetchall() == [(120,)]
 
 
 def test_a_day_loaded_in_pieces_is_compacted_from_its_files(config: Config) -> None:
@@ -122,6 +148,10 @@ def test_a_file_arriving_during_the_ingest_keeps_the_day_as_it_is(config: Config
     result = load(config, read_references(config), listing, today=TODAY)
 
     assert result.compaction is not None and result.compaction.partitions == 0
+    with connect_read_only(config) as con:  # its rows went into the warehouse file after all
+        stored = con.execute("select count(*) from samples_stored").fetchall()
+        lake = con.execute("select count(*) from build_state.lake_files").fetchall()
+    assert (stored, lake) == ([(2 * 60 * 2,)], [(0,)])
     directory = config.data_dir / host_day("h1")
     assert sorted(p.name for p in directory.iterdir()) == [
         "h1-0.parquet",

@@ -192,7 +192,12 @@ def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
 ) -> None:
     config = Config(data_dir=tmp_path)
     write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=DAY1 + dt.timedelta(hours=1))
+    # The day arrives in two ingests, as a live one does: compaction reads its files and a
+    # build checks them before they join the lake (a backfill's go there at once).
+    half = DAY1 + dt.timedelta(minutes=30)
+    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=half)
+    ingest(config, today=DAY1.date())
+    simulate_window(SPEC, data_dir=config.data_dir, start=half, end=DAY1 + dt.timedelta(hours=1))
     ingest(config, today=DAY2.date())
     changed, unchanged = _lake_dir(config, DAY1)
     table = pq.read_table(changed)
@@ -220,8 +225,41 @@ def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
 def test_a_missing_lake_file_stops_a_build_with_its_name(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path)
     write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    assert _arrive(config, DAY1, DAY1 + dt.timedelta(hours=1), today=DAY2).evicted > 0
+    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=1), today=DAY2)  # a backfill
+    with connect_read_only(config) as con:
+        lake = _rows(con, "select count(*) from build_state.lake_files where load_id > 0")
+    assert lake == [(2,)]  # straight from the ingest: 16 GPUs on 2 hosts
     gone = _lake_dir(config, DAY1)[0]
     gone.unlink()
     with pytest.raises(GpufleetError, match=f"{re.escape(str(gone))}: this compacted file"):
         build(config, full=True)
+
+
+def test_a_whole_day_arriving_late_goes_straight_to_the_lake_and_builds_incrementally(
+    tmp_path: Path,
+) -> None:
+    """Day 2's morning is built first; then all of day 1 arrives (a host's backfill): the
+    ingest writes day 1 compacted from the rows it loads, straight into the lake, and the
+    next build takes its samples as new. The marts equal a warehouse of everything."""
+    config = Config(data_dir=tmp_path / "lake")
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    first = _arrive(config, DAY2, DAY2 + dt.timedelta(hours=6), today=DAY2)
+    late = _arrive(config, DAY1, DAY2, today=DAY2)
+
+    assert (first.mode, late.mode, late.evicted) == ("full", "incremental", 0)
+    with connect_read_only(config) as con:
+        lake = _rows(con, "select count(*), sum(row_count) from build_state.lake_files")
+        stored = _rows(con, f"select count(*) from samples_stored where ts < '{DAY2}'")
+        in_view = _rows(con, f"select count(*) from samples where ts < '{DAY2}'")
+        got = {mart: _mart(con, mart) for mart in (*MARTS, "samples")}
+    assert stored == [(0,)] and lake == [(2, in_view[0][0])] and in_view[0][0] > 0
+    plain = Config(data_dir=tmp_path / "plain")  # the same files, loaded and built at once
+    shutil.copytree(config.data_dir / "raw", plain.data_dir / "raw")
+    shutil.copytree(config.data_dir / "ref", plain.data_dir / "ref")
+    for compacted in plain.samples_dir.glob("*/*/compacted-*.parquet"):
+        compacted.rename(compacted.with_name("day.parquet"))  # a file like any other
+    ingest(plain, compact=False)
+    assert build(plain).mode == "full"
+    with connect_read_only(plain) as con:
+        for mart, rows in got.items():
+            assert _mart(con, mart) == rows, mart

@@ -63,12 +63,19 @@ def read_state(con: duckdb.DuckDBPyConnection) -> BuildState | None:
 
 
 def samples_load_top(con: duckdb.DuckDBPyConnection, *, after: int = -1) -> int:
-    """The last load in `samples_stored` past `after`, or `after` if none (loads only grow:
-    zone maps on load_id skip the row groups of earlier ones)."""
+    """The last load past `after` in `samples_stored` or the files ingest put straight into
+    the lake, or `after` if none (loads only grow: zone maps on load_id skip the row groups
+    of earlier ones)."""
     row = con.execute(
-        "select max(load_id) from samples_stored where load_id > ?", [after]
-    ).fetchone()
-    return after if row is None or row[0] is None else int(row[0])
+        """
+        select greatest(
+            (select max(load_id) from samples_stored where load_id > $after),
+            (select max(load_id) from build_state.lake_files where load_id > $after)
+        )
+        """,
+        {"after": after},
+    ).fetchall()
+    return after if not row or row[0][0] is None else int(row[0][0])
 
 
 def fingerprint(

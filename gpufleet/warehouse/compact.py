@@ -30,6 +30,8 @@ from gpufleet.warehouse.compact_ahead import (
     staging_directory,
     write_compacted,
 )
+from gpufleet.warehouse.lake import refresh_samples_view
+from gpufleet.warehouse.publish_log import current_generation
 from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS, literal_path
 
 logger = logging.getLogger("gpufleet.compact")
@@ -189,6 +191,8 @@ def _compact_one(
     shutil.rmtree(staging)
     after = os.path.getsize(directory / target_name)
     _record(con, config, partition, directory / target_name)
+    if written:
+        _join_lake(con, config, partition, directory / target_name)
     return before, after
 
 
@@ -225,6 +229,21 @@ def _record(
     )
 
 
+def _join_lake(
+    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition, compacted: Path
+) -> None:
+    """List a file written from the rows this ingest loaded in `build_state.lake_files`,
+    with this publish's load id: its samples are read from it, and are new to a build."""
+    relative = compacted.relative_to(config.data_dir).as_posix()
+    con.execute(
+        """
+        insert into build_state.lake_files (path, day, row_count, evicted_at, load_id)
+        select path, $day, row_count, now(), $load_id from loaded_files where path = $relative
+        """,
+        {"relative": relative, "day": partition.day, "load_id": current_generation(con)},
+    )
+
+
 def compact_completed_days(
     con: duckdb.DuckDBPyConnection,
     config: Config,
@@ -236,8 +255,9 @@ def compact_completed_days(
 ) -> CompactionResult:
     """Compact every fully loaded host-day before `today` (UTC) inside a write transaction.
 
-    Host-days holding a path of `exclude` (files this ingest set aside) are left alone; the
-    files `ahead` wrote from the load are used where they were written from the same files.
+    Host-days holding a path of `exclude` (files this ingest set aside) are left alone. The
+    files `ahead` wrote from the load are swapped in where they were written from the same
+    files, and join the lake; the rows of the others go into samples_stored.
     """
     day = today or dt.datetime.now(dt.UTC).date()
     partitions = _candidates(con, config, day, set(exclude))
@@ -255,5 +275,7 @@ def compact_completed_days(
         if progress and (number % 50 == 0 or number == len(partitions)):
             progress(f"compact: {number}/{len(partitions)} host-days")
     if ahead is not None:
-        ahead.discard_rest()
+        ahead.load_rest(con)
+    if from_load:
+        refresh_samples_view(con, config)
     return CompactionResult(compacted, replaced, before_total, after_total, from_load)

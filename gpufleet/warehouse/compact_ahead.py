@@ -1,10 +1,13 @@
-"""Compacted files written from the rows as ingest loads them, so a backfill reads each
-collector file once.
+"""Compacted files written from the rows as ingest loads them, straight into the lake, so
+a backfill reads each collector file once and a build has nothing to move.
 
 A host-day whose every listed file is new and in one batch (a backfill, or a day that
-arrives whole) is compacted from that batch's rows, already read for the load: the file
-goes into the partition's staging directory, and compaction swaps it in if the host-day
-still has exactly those files then. Any other host-day is compacted from its files as before.
+arrives whole) is compacted from that batch's rows, already read and checked for the load:
+the file goes into the partition's staging directory instead of the rows into
+`samples_stored`. Compaction swaps it in if the host-day still has exactly those files
+then, and lists it in `build_state.lake_files` with this publish's load id (the samples of
+a load, for the next build); otherwise its rows go into `samples_stored` after all
+(`load_rest`). Any other host-day is compacted from its files, as before.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from collectors.schema import SAMPLE_SCHEMA, file_metadata
 from collectors.writer import write_table_atomically
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest_files import SampleFile
-from gpufleet.warehouse.raw_tables import literal_path
+from gpufleet.warehouse.publish_log import current_generation
+from gpufleet.warehouse.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 
 COMPACTED_PREFIX = "compacted-"
 # Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary.
@@ -102,6 +106,7 @@ class CompactAhead:
     config: Config
     today: dt.date
     listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
+    # directory -> (the files it was written from, the file written)
     written: dict[str, tuple[tuple[str, ...], Path]] = field(default_factory=dict)
 
     @classmethod
@@ -183,18 +188,36 @@ class CompactAhead:
             )
             self.written[directory] = (files, target)
 
-    def take(self, directory: str, files: tuple[str, ...]) -> Path | None:
-        """The file written ahead for this partition if it was written from exactly `files`."""
-        found = self.written.pop(directory, None)
-        if found is None:
-            return None
-        if found[0] == files and found[1].is_file():
-            return found[1]
-        shutil.rmtree(found[1].parent, ignore_errors=True)
-        return None
+    def paths_between(self, first: dt.date, last: dt.date) -> list[str]:
+        """The files written so far for days from `first` to `last` (absolute paths): their
+        samples are loaded, though in no table yet."""
+        return [
+            str(target)
+            for directory, (_, target) in self.written.items()
+            if first <= (partition_day(directory) or first) <= last
+        ]
 
-    def discard_rest(self) -> None:
-        """Remove the files written ahead that compaction did not use."""
+    def take(self, directory: str, files: tuple[str, ...]) -> Path | None:
+        """The file written ahead for this partition if it was written from exactly `files`
+        (it is then compaction's to swap in)."""
+        found = self.written.get(directory)
+        if found is None or found[0] != files or not found[1].is_file():
+            return None
+        del self.written[directory]
+        return found[1]
+
+    def load_rest(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Insert the rows of the files compaction did not take into `samples_stored` (they
+        were loaded, but their day stays as collector files) and remove the files; the rows."""
+        rows = 0
         for _, target in self.written.values():
+            inserted = con.execute(
+                f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+                f"select {QUOTED_SAMPLE_COLUMNS}, $load_id "
+                "from read_parquet($path, hive_partitioning = false)",
+                {"path": literal_path(str(target)), "load_id": current_generation(con)},
+            ).fetchall()
+            rows += int(inserted[0][0]) if inserted else 0
             shutil.rmtree(target.parent, ignore_errors=True)
         self.written.clear()
+        return rows

@@ -12,7 +12,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.build_state import ALLOCATION_CHANGES_SQL
-from gpufleet.warehouse.lake import create_samples_since
+from gpufleet.warehouse.lake import create_samples_since, lake_source
 
 
 def from_cut(rows: str) -> str:
@@ -49,7 +49,7 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
     row = con.execute("select min(start_ts) from _inc_allocation_changes").fetchone()
     create_samples_since(con, config, "_inc_allocation_samples", row[0] if row else None)
     con.execute(
-        """
+        f"""
         create or replace temp table _inc_series as
         with changes as (
             select
@@ -61,6 +61,7 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
             from samples_stored
             where load_id > $after and load_id <= $top
             group by gpu_uuid
+            {_new_lake_series(con, config, after=after, top=top)}
             union all
             select
                 samples.gpu_uuid,
@@ -90,6 +91,25 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
         """,
         {"gap_factor": config.series.max_gap_factor, "after": after, "top": top},
     )
+
+
+def _new_lake_series(
+    con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int
+) -> str:
+    """SQL (`union all` ...) of each series' new samples in the files that ingests after
+    `after` put straight into the lake, as `_create_series` counts them; '' if none."""
+    rows = con.execute(
+        "select path from build_state.lake_files where load_id > $after and load_id <= $top",
+        {"after": after, "top": top},
+    ).fetchall()
+    if not rows:
+        return ""
+    root = config.data_dir.absolute()
+    return f"""
+            union all
+            select gpu_uuid, min(ts), max(gpu_name), max(interval_s), count(*),
+            from ({lake_source(str(root / path) for (path,) in rows)})
+            group by gpu_uuid"""
 
 
 def _create_samples(con: duckdb.DuckDBPyConnection, config: Config) -> None:

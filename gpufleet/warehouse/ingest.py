@@ -29,6 +29,7 @@ from gpufleet.warehouse.ingest_files import (
 from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, read_schemas, schema_problem
 from gpufleet.warehouse.ingest_staged import load_staged_batch
 from gpufleet.warehouse.ingest_uniform import load_uniform_batch, uniform_contract_columns
+from gpufleet.warehouse.models import apply_table_docs
 from gpufleet.warehouse.quarantine import (
     QuarantinedFile,
     QuarantineWarning,
@@ -172,6 +173,8 @@ def load_warehouse(
             if compact
             else None
         )
+        if compaction is not None and compaction.from_load:
+            apply_table_docs(con, "samples")  # the view names the lake's new files
         compacted = time.perf_counter()
     steps = (
         ("opening the warehouse", opened - started),
@@ -270,12 +273,9 @@ def load_batch(
             if ahead is not None
             else [NOT_AHEAD] * len(batch)
         )
-        loaded = load_uniform_batch(con, config, batch, columns, parts=parts)
-        if loaded is not None:
+        outcome = load_uniform_batch(con, config, batch, columns, ahead=ahead, parts=parts)
+        if outcome is not None:
             logger.debug("ingest: %d files loaded straight from the files", len(batch))
-            outcome, rows = loaded
-            if ahead is not None:
-                ahead.write(con, rows, batch, parts)
             return outcome
     logger.debug("ingest: %d files staged", len(batch))
-    return load_staged_batch(con, config, batch, schemas)
+    return load_staged_batch(con, config, batch, schemas, ahead)

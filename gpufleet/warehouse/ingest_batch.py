@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.compact_ahead import CompactAhead
 from gpufleet.warehouse.ingest_files import LoadedFile, SampleFile
 from gpufleet.warehouse.lake import evicted_paths, samples_sql
 
@@ -43,19 +44,17 @@ def create_existing_view(
     config: Config,
     min_ts: dt.datetime | None,
     max_ts: dt.datetime | None,
+    ahead: CompactAhead | None = None,
 ) -> None:
     """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows from
-    `min_ts` to `max_ts` could repeat (samples_stored and the lake's files of those days)."""
-    paths = (
-        evicted_paths(
-            con,
-            config,
-            first_day=min_ts.astimezone(dt.UTC).date(),
-            last_day=max_ts.astimezone(dt.UTC).date(),
-        )
-        if min_ts is not None and max_ts is not None
-        else []
-    )
+    `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those days and
+    the files this ingest wrote `ahead` for them)."""
+    if min_ts is None or max_ts is None:
+        paths: list[str] = []
+    else:
+        first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
+        paths = evicted_paths(con, config, first_day=first, last_day=last)
+        paths += ahead.paths_between(first, last) if ahead is not None else []
     con.execute(
         "create or replace temp view _ingest_existing as "
         + samples_sql(paths, columns="gpu_uuid, ts")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.compact_ahead import CompactAhead
 from gpufleet.warehouse.ingest_batch import (
     EXISTING_KEYS_SQL,
     BatchOutcome,
@@ -66,16 +67,17 @@ def load_staged_batch(
     config: Config,
     batch: Sequence[SampleFile],
     schemas: dict[str, dict[str, str]],
+    ahead: CompactAhead | None = None,
 ) -> BatchOutcome:
     """Insert one batch's new rows into `samples_stored` through the staging table, with
-    bad files set aside and duplicates dropped."""
+    bad files set aside and duplicates dropped (also those of the files written `ahead`)."""
     outcome = BatchOutcome()
     con.execute(_STAGING_DDL)
     _stage_batch(con, config, batch, schemas, outcome.bad)
     _set_aside_bad_files(con, batch, outcome.bad)
     add_loaded_files(con, "_ingest_batch", batch, outcome)
     if outcome.rows_read:
-        outcome.rows_inserted = _insert_new_rows(con, config)
+        outcome.rows_inserted = _insert_new_rows(con, config, ahead)
     con.execute("drop table _ingest_batch")
     return outcome
 
@@ -178,13 +180,15 @@ def _set_aside_bad_files(
         )
 
 
-def _insert_new_rows(con: duckdb.DuckDBPyConnection, config: Config) -> int:
+def _insert_new_rows(
+    con: duckdb.DuckDBPyConnection, config: Config, ahead: CompactAhead | None
+) -> int:
     """Insert the staged rows that are new (NEW_ROWS_SQL); the rows inserted."""
     min_ts, max_ts = con.execute("select min(ts), max(ts) from _ingest_batch").fetchone() or (
         None,
         None,
     )
-    create_existing_view(con, config, min_ts, max_ts)
+    create_existing_view(con, config, min_ts, max_ts, ahead)
     inserted = con.execute(
         f"insert into samples_stored ({_QUOTED}, load_id) {NEW_ROWS_SQL}",
         {"min_ts": min_ts, "max_ts": max_ts, "load_id": current_generation(con)},

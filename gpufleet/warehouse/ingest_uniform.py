@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import duckdb
-import pyarrow as pa
 
 from gpufleet.config import Config
+from gpufleet.warehouse.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.ingest_batch import (
     EXISTING_KEYS_SQL,
     BatchOutcome,
@@ -58,11 +58,13 @@ def load_uniform_batch(
     batch: Sequence[SampleFile],
     columns: dict[str, str],
     *,
+    ahead: CompactAhead | None,
     parts: list[int],
-) -> tuple[BatchOutcome, pa.Table] | None:
+) -> BatchOutcome | None:
     """Load a batch of the common case (see the module's docstring) from its files, read
-    once, sorted; with the rows read (sorted by `parts`, gpu_uuid, ts; see `CompactAhead`).
-    None when the batch is not such a case (`load_batch` then stages it)."""
+    once: the host-days of `parts` as compacted files written `ahead`, the other rows into
+    samples_stored, sorted. None when the batch is not such a case (`load_batch` then
+    stages it)."""
     paths = [literal_path(str(config.data_dir / file.path)) for file in batch]
     selects = ", ".join(
         f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
@@ -86,26 +88,31 @@ def load_uniform_batch(
     con.register("_ingest_keys", rows)
     try:
         outcome = BatchOutcome()
-        if not _keys_are_new(con, config):
+        if not _keys_are_new(con, config, ahead):
             return None
         add_loaded_files(con, "_ingest_keys", batch, outcome)
-        inserted = con.execute(
+        if ahead is not None:
+            ahead.write(con, rows, batch, parts)
+        con.execute(
             f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
-            f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys order by gpu_uuid, ts",
+            f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys "
+            f"where _part = {NOT_AHEAD} order by gpu_uuid, ts",
             {"load_id": current_generation(con)},
         ).fetchall()
     finally:
         con.unregister("_ingest_keys")
-    outcome.rows_inserted = int(inserted[0][0]) if inserted else 0
-    return outcome, rows
+    outcome.rows_inserted = rows.num_rows
+    return outcome
 
 
-def _keys_are_new(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
+def _keys_are_new(
+    con: duckdb.DuckDBPyConnection, config: Config, ahead: CompactAhead | None
+) -> bool:
     """Whether the keys read (`_ingest_keys`) hold no NULL in a required column, and no
     (gpu_uuid, ts) twice or already loaded."""
     bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchall()
     min_ts, max_ts = bounds[0] if bounds else (None, None)
-    create_existing_view(con, config, min_ts, max_ts)
+    create_existing_view(con, config, min_ts, max_ts, ahead)
     problems = con.execute(
         f"""
         with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})

@@ -200,7 +200,7 @@ def _move_to_lake(
     ).fetchone()
     con.execute(
         """
-        insert into build_state.lake_files
+        insert into build_state.lake_files (path, day, row_count, evicted_at)
         select files.relative, $day, count(*), now()
         from _lake_rows
         inner join (select unnest($names) as filename, unnest($relatives) as relative) as files

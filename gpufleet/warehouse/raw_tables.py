@@ -110,13 +110,16 @@ create table if not exists quarantined_files (
 );
 alter table quarantined_files add column if not exists moved_to varchar;
 create schema if not exists build_state;
--- The compacted host-day files whose samples left samples_stored for the lake (warehouse/lake.py).
+-- The compacted host-day files whose samples are read from the lake (warehouse/lake.py).
 create table if not exists build_state.lake_files (
     path varchar primary key,      -- relative to the data directory
     day date not null,             -- the UTC date of its samples (its date= partition)
     row_count bigint not null,
-    evicted_at timestamptz not null
+    evicted_at timestamptz not null  -- when it joined the lake
 );
+-- The publish whose ingest wrote it from the rows it loaded, straight into the lake (its
+-- samples never in samples_stored; a build takes them as new); NULL: a build evicted it.
+alter table build_state.lake_files add column if not exists load_id bigint;
 """
 
 
