@@ -190,58 +190,69 @@ def _compact_one(
             os.rename(entry.path, directory / entry.name)
     shutil.rmtree(staging)
     after = os.path.getsize(directory / target_name)
-    _record(con, config, partition, directory / target_name)
-    if written:
-        _join_lake(con, config, partition, directory / target_name)
     return before, after
 
 
 def _record(
-    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition, compacted: Path
+    con: duckdb.DuckDBPyConnection, config: Config, done: list[tuple[_Partition, bool]]
 ) -> None:
-    """Let the compacted file stand in `loaded_files` for the files it replaced."""
-    relative = compacted.relative_to(config.data_dir).as_posix()
-    stat = compacted.stat()
-    con.execute(
-        """
-        insert or replace into loaded_files
-        select
-            $relative,
-            $size,
-            $mtime,
-            sum(row_count),
-            min(min_ts),
-            max(max_ts),
-            now(),
-        from loaded_files
-        where list_contains($files, path)
-        """,
-        {
-            "relative": relative,
-            "size": stat.st_size,
-            "mtime": stat.st_mtime_ns,
-            "files": list(partition.files),
-        },
+    """Let each compacted file stand in `loaded_files` for the files it replaced (in one
+    statement for all: one per partition would scan loaded_files each time), and list those
+    written from this ingest's rows (`written`) in `build_state.lake_files` with its load
+    id: their samples are read from them, and are new to a build."""
+    if not done:
+        return
+    new, old, sizes, mtimes, days, joins = [], [], [], [], [], []
+    for partition, written in done:
+        target = partition.directory / compacted_name(partition.day)
+        stat = target.stat()
+        relative = target.relative_to(config.data_dir).as_posix()
+        for path in partition.files:
+            new.append(relative)
+            old.append(path)
+            sizes.append(stat.st_size)
+            mtimes.append(stat.st_mtime_ns)
+            days.append(partition.day)
+            joins.append(written)
+    con.register(
+        "_compacted",
+        pa.table(
+            {"new": new, "old": old, "size": sizes, "mtime": mtimes, "day": days, "join": joins}
+        ),
     )
-    con.execute(
-        "delete from loaded_files where list_contains($files, path) and path <> $relative",
-        {"files": list(partition.files), "relative": relative},
-    )
-
-
-def _join_lake(
-    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition, compacted: Path
-) -> None:
-    """List a file written from the rows this ingest loaded in `build_state.lake_files`,
-    with this publish's load id: its samples are read from it, and are new to a build."""
-    relative = compacted.relative_to(config.data_dir).as_posix()
-    con.execute(
-        """
-        insert into build_state.lake_files (path, day, row_count, evicted_at, load_id)
-        select path, $day, row_count, now(), $load_id from loaded_files where path = $relative
-        """,
-        {"relative": relative, "day": partition.day, "load_id": current_generation(con)},
-    )
+    try:
+        con.execute(
+            """
+            insert or replace into loaded_files
+            select
+                compacted.new, any_value(compacted.size), any_value(compacted.mtime),
+                sum(loaded.row_count), min(loaded.min_ts), max(loaded.max_ts), now(),
+            from loaded_files as loaded
+            inner join _compacted as compacted on compacted.old = loaded.path
+            group by compacted.new
+            """
+        )
+        con.execute(
+            """
+            delete from loaded_files
+            where path in (select old from _compacted)
+                and path not in (select new from _compacted)
+            """
+        )
+        if not any(joins):
+            return
+        con.execute(
+            """
+            insert into build_state.lake_files (path, day, row_count, evicted_at, load_id)
+            select path, compacted.day, row_count, now(), $load_id
+            from loaded_files
+            inner join (select distinct new, day from _compacted where "join") as compacted
+                on compacted.new = loaded_files.path
+            """,
+            {"load_id": current_generation(con)},
+        )
+    finally:
+        con.unregister("_compacted")
 
 
 def compact_completed_days(
@@ -262,11 +273,13 @@ def compact_completed_days(
     day = today or dt.datetime.now(dt.UTC).date()
     partitions = _candidates(con, config, day, set(exclude))
     compacted = before_total = after_total = replaced = from_load = 0
+    done: list[tuple[_Partition, bool]] = []
     for number, partition in enumerate(partitions, start=1):
         relative = partition.directory.relative_to(config.data_dir).as_posix()
         written = ahead is not None and ahead.take(relative, partition.files) is not None
         outcome = _compact_one(con, config, partition, written)
         if outcome is not None:
+            done.append((partition, written))
             from_load += written
             compacted += 1
             before_total += outcome[0]
@@ -274,6 +287,7 @@ def compact_completed_days(
             replaced += len(partition.files)
         if progress and (number % 50 == 0 or number == len(partitions)):
             progress(f"compact: {number}/{len(partitions)} host-days")
+    _record(con, config, done)
     if ahead is not None:
         ahead.load_rest(con)
     if from_load:

@@ -108,6 +108,7 @@ class CompactAhead:
     listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
     # directory -> (the files it was written from, the file written)
     written: dict[str, tuple[tuple[str, ...], Path]] = field(default_factory=dict)
+    gpus: dict[str, frozenset[str]] = field(default_factory=dict)  # directory -> its GPUs
 
     @classmethod
     def plan(cls, config: Config, files: Sequence[SampleFile], today: dt.date) -> CompactAhead:
@@ -180,21 +181,25 @@ class CompactAhead:
                 for i, path in sources.items()
                 if parts[i] == part and path in versions
             ]
+            part_rows = rows.slice(start, end - start)
             write_compacted(
-                rows.slice(start, end - start).drop_columns(["_file_index", "_part", "_null"]),
+                part_rows.drop_columns(["_file_index", "_part", "_null"]),
                 target,
                 versions=joined_versions(part_versions),
                 sources=len(files),
             )
             self.written[directory] = (files, target)
+            self.gpus[directory] = frozenset(part_rows.column("gpu_uuid").unique().to_pylist())
 
-    def paths_between(self, first: dt.date, last: dt.date) -> list[str]:
-        """The files written so far for days from `first` to `last` (absolute paths): their
-        samples are loaded, though in no table yet."""
+    def paths_between(self, first: dt.date, last: dt.date, gpus: set[str]) -> list[str]:
+        """The files written so far for days from `first` to `last` with samples of one of
+        `gpus` (absolute paths): their samples are loaded, though in no table yet. (Reading
+        only these keeps a backfill linear: a day's later batches hold other hosts' GPUs.)"""
         return [
             str(target)
             for directory, (_, target) in self.written.items()
             if first <= (partition_day(directory) or first) <= last
+            and not self.gpus[directory].isdisjoint(gpus)
         ]
 
     def take(self, directory: str, files: tuple[str, ...]) -> Path | None:

@@ -153,8 +153,6 @@ def load_warehouse(
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         opened = time.perf_counter()
         con.execute("set memory_limit = ?", [INGEST_MEMORY_LIMIT])
-        # Loading, writing ahead and compacting read the same footers.
-        con.execute("set parquet_metadata_cache = true")
         day = today or dt.datetime.now(dt.UTC).date()
         ahead = CompactAhead.plan(config, files, day) if compact else None
         result = load_samples(con, config, files, progress=progress, ahead=ahead)

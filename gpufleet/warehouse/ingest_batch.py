@@ -45,16 +45,19 @@ def create_existing_view(
     min_ts: dt.datetime | None,
     max_ts: dt.datetime | None,
     ahead: CompactAhead | None = None,
+    batch: str = "",
 ) -> None:
     """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows from
     `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those days and
-    the files this ingest wrote `ahead` for them)."""
+    the files this ingest wrote `ahead` for them with a GPU of the table `batch`)."""
     if min_ts is None or max_ts is None:
         paths: list[str] = []
     else:
         first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
         paths = evicted_paths(con, config, first_day=first, last_day=last)
-        paths += ahead.paths_between(first, last) if ahead is not None else []
+        if ahead is not None and ahead.written:
+            rows = con.execute(f"select distinct gpu_uuid from {batch}").fetchall()
+            paths += ahead.paths_between(first, last, {row[0] for row in rows})
     con.execute(
         "create or replace temp view _ingest_existing as "
         + samples_sql(paths, columns="gpu_uuid, ts")

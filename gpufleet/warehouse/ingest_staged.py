@@ -188,7 +188,7 @@ def _insert_new_rows(
         None,
         None,
     )
-    create_existing_view(con, config, min_ts, max_ts, ahead)
+    create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_batch")
     inserted = con.execute(
         f"insert into samples_stored ({_QUOTED}, load_id) {NEW_ROWS_SQL}",
         {"min_ts": min_ts, "max_ts": max_ts, "load_id": current_generation(con)},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import duckdb
+import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.warehouse.compact_ahead import NOT_AHEAD, CompactAhead
@@ -70,21 +71,30 @@ def load_uniform_batch(
         f'src."{name}"' if name in columns else f'null::{kind} as "{name}"'
         for name, kind in SAMPLE_COLUMNS
     )
+    # Each file's part joins in from a small table (a list parameter indexed per row is
+    # copied per row).
+    con.register(
+        "_ingest_parts",
+        pa.table({"file_index": pa.array(range(len(batch)), pa.int64()), "_part": parts}),
+    )
     try:
         rows = con.sql(
             f"""
             select
                 {selects},
-                file_index::integer as _file_index,
-                list_extract($parts, file_index::integer + 1) as _part,
+                src.file_index::integer as _file_index,
+                part._part,
                 {_REQUIRED_NULL} as _null,
             from {_SOURCE} as src
-            order by _part, gpu_uuid, ts
+            inner join _ingest_parts as part on part.file_index = src.file_index
+            order by part._part, src.gpu_uuid, src.ts
             """,
-            params={"paths": paths, "parts": parts},
+            params={"paths": paths},
         ).to_arrow_table()
     except duckdb.Error:
         return None  # a file that does not read: staging finds which
+    finally:
+        con.unregister("_ingest_parts")
     con.register("_ingest_keys", rows)
     try:
         outcome = BatchOutcome()
@@ -112,7 +122,7 @@ def _keys_are_new(
     (gpu_uuid, ts) twice or already loaded."""
     bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchall()
     min_ts, max_ts = bounds[0] if bounds else (None, None)
-    create_existing_view(con, config, min_ts, max_ts, ahead)
+    create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_keys")
     problems = con.execute(
         f"""
         with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
