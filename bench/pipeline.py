@@ -394,19 +394,10 @@ class PipelineBench:
             "backfill ingest peak RSS", "<= 2048 MB", [i.max_rss_mb for i in ingests], "MB", 2048
         )
         self.step_shares(f"{self.label}backfill ingest", ingests)
-        self.add(
+        self.add_builds(
             "first build after the backfill (full; a backfilled day is in the lake already)",
-            "<= 60 s",
-            [b.wall_s for b in first_builds],
-            "s",
-            limit=60,
-        )
-        self.add(
             "first build peak RSS",
-            "<= 2048 MB",
-            [b.max_rss_mb for b in first_builds],
-            "MB",
-            limit=2048,
+            first_builds,
         )
         return backfill
 
@@ -435,17 +426,13 @@ class PipelineBench:
             self.step("build", "--data-dir", str(data_dir), "--full")
             for _ in range(self.heavy_repeat or self.repeat)
         ]
-        self.add(
-            f"full build of the week{where}", "<= 60 s", [b.wall_s for b in builds], "s", limit=60
-        )
-        self.add(
-            f"full build peak RSS{where}",
-            "<= 2048 MB",
-            [b.max_rss_mb for b in builds],
-            "MB",
-            limit=2048,
-        )
+        self.add_builds(f"full build of the week{where}", f"full build peak RSS{where}", builds)
         return builds
+
+    def add_builds(self, name: str, rss_name: str, builds: Sequence[StepResult]) -> None:
+        """A row of the builds' wall time (<= 60 s) and one of their peak RSS (<= 2 GB)."""
+        self.add(name, "<= 60 s", [b.wall_s for b in builds], "s", limit=60)
+        self.add(rss_name, "<= 2048 MB", [b.max_rss_mb for b in builds], "MB", limit=2048)
 
     def cycles(self, data_dir: Path, start: dt.datetime) -> tuple[list[float], dt.datetime]:
         """Time `repeat` cycles, each one new 10-minute flush from every host, from 23:00 of
