@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from collectors.writer import SampleWriteError
 from gpufleet.config import Config
+from gpufleet.warehouse import compact_ahead
 from gpufleet.warehouse.compact import compact_completed_days
 from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, plan_batches
 from gpufleet.warehouse.ingest import load_warehouse as load
@@ -135,6 +137,30 @@ def test_a_newer_collectors_extra_column_is_kept_by_compacting_from_the_files(
     table = compacted(config, "h1")
     assert table.num_rows == 60 * 2 + 6
     assert table.column("fan_speed_pct").drop_null().to_pylist() == [40.0] * 6
+
+
+def test_a_compacted_file_that_cannot_be_written_fails_the_ingest_and_loses_nothing(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are written in a thread of their own: its error (a full disk) reaches the
+    ingest, which publishes nothing; the next ingest loads and compacts everything."""
+    for host in ("h1", "h2"):
+        write_host_day(config.data_dir, host)
+
+    def disk_full(table: pa.Table, target: Path, **_: object) -> None:
+        raise SampleWriteError(f"cannot write {target}: No space left on device")
+
+    monkeypatch.setattr(compact_ahead, "write_compacted", disk_full)
+    with pytest.raises(SampleWriteError, match="No space left on device"):
+        ingest(config, today=TODAY)
+    monkeypatch.undo()
+
+    assert len(find_sample_files(config)) == 6  # the collector files are untouched
+    result = ingest(config, today=TODAY)
+    assert result.samples_loaded == 2 * 3 * 60 * 2
+    assert result.compaction is not None and result.compaction.from_load == 2
+    assert compacted(config, "h1").num_rows == 3 * 60 * 2
+    assert not [p for p in config.samples_dir.rglob(".*")]
 
 
 def test_a_file_arriving_during_the_ingest_keeps_the_day_as_it_is(config: Config) -> None:

@@ -116,8 +116,8 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
     assert [name for name, _ in result.step_seconds] == [
         "reference files and listing",
         "opening the warehouse",
-        "new files and schema probe",
-        "batches",
+        "new files",
+        "batches (schema probes alongside)",
         "reference tables",
         "compaction",
         "publish",

@@ -16,6 +16,7 @@ import datetime as dt
 import itertools
 import shutil
 from collections.abc import Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -83,7 +84,8 @@ def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: in
 
 
 def collector_versions(con: duckdb.DuckDBPyConnection, sources: list[str]) -> dict[str, str]:
-    """Each source's collector versions (from its Parquet metadata), by path as given."""
+    """Each source's collector versions (from its Parquet metadata), by the path of the
+    file (`sources` may be `literal_path` patterns)."""
     rows = con.execute(
         """
         select file_name, decode(value)
@@ -99,16 +101,36 @@ def joined_versions(versions: Sequence[str]) -> str:
     return ",".join(sorted(set(versions))) or "unknown"
 
 
+@dataclass(frozen=True)
+class _Written:
+    files: tuple[str, ...]  # the collector files it was written from, relative
+    target: Path  # the compacted file, in the partition's staging directory
+    gpus: frozenset[str]  # the GPUs of its samples
+
+
+@dataclass(frozen=True)
+class _Job:
+    target: Path
+    rows: pa.Table
+    sources: tuple[str, ...]  # absolute paths of its collector files
+
+
 @dataclass
 class CompactAhead:
-    """The host-days an ingest may write ahead, and the ones it wrote."""
+    """The host-days an ingest may write ahead, and the ones it wrote.
+
+    The files are written in a thread of their own while the next batch is read (pyarrow
+    and DuckDB release the GIL, and a batch's read leaves part of the machine idle): one
+    batch's files at a time, so at most one batch's rows wait to be written. Everything
+    that reads the written files (`paths_between`, `take`, `load_rest`) waits for them
+    first, and a failed write raises there. `close` when done."""
 
     config: Config
     today: dt.date
     listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
-    # directory -> (the files it was written from, the file written)
-    written: dict[str, tuple[tuple[str, ...], Path]] = field(default_factory=dict)
-    gpus: dict[str, frozenset[str]] = field(default_factory=dict)  # directory -> its GPUs
+    written: dict[str, _Written] = field(default_factory=dict)  # by directory
+    _writer: ThreadPoolExecutor | None = None
+    _pending: Future[None] | None = None
 
     @classmethod
     def plan(cls, config: Config, files: Sequence[SampleFile], today: dt.date) -> CompactAhead:
@@ -142,87 +164,108 @@ class CompactAhead:
                 numbers[directory] = len(numbers)
         return [numbers.get(file.path.rsplit("/", 1)[0], NOT_AHEAD) for file in batch]
 
-    def write(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        rows: pa.Table,
-        batch: Sequence[SampleFile],
-        parts: list[int],
-    ) -> None:
-        """Write the compacted file of each part from `rows` (sorted by _part, gpu_uuid, ts;
-        `_file_index`, `_part` and `_null` are dropped) into its staging directory."""
-        directories = {part: batch[i].path.rsplit("/", 1)[0] for i, part in enumerate(parts)}
-        sources = {
-            i: str(self.config.data_dir / file.path)
-            for i, file in enumerate(batch)
-            if parts[i] != NOT_AHEAD
-        }
-        versions = (
-            collector_versions(con, [literal_path(path) for path in sources.values()])
-            if sources
-            else {}
-        )
+    def write(self, rows: pa.Table, batch: Sequence[SampleFile], parts: list[int]) -> None:
+        """Start writing the compacted file of each part from `rows` (sorted by _part,
+        gpu_uuid, ts; `_file_index`, `_part` and `_null` are dropped) into its staging
+        directory, once the previous batch's files are written."""
+        self.wait()
+        members: dict[int, list[SampleFile]] = {}
+        for file, part in zip(batch, parts, strict=True):
+            if part != NOT_AHEAD:
+                members.setdefault(part, []).append(file)
         runs = pc.run_end_encode(rows.column("_part").combine_chunks())
-        values = runs.values.to_pylist()
         ends = runs.run_ends.to_pylist()
-        for part, start, end in zip(values, [0, *ends[:-1]], ends, strict=True):
+        jobs: list[_Job] = []
+        for part, start, end in zip(runs.values.to_pylist(), [0, *ends[:-1]], ends, strict=True):
             if part == NOT_AHEAD:
                 continue
-            directory = directories[part]
-            files = tuple(sorted(batch[i].path for i, p in enumerate(parts) if p == part))
+            files = tuple(sorted(file.path for file in members[part]))
+            directory = files[0].rsplit("/", 1)[0]
             staging = staging_directory(self.config.data_dir / directory)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             day = partition_day(directory)
             assert day is not None
-            target = staging / compacted_name(day)
-            part_versions = [
-                versions[path]
-                for i, path in sources.items()
-                if parts[i] == part and path in versions
-            ]
             part_rows = rows.slice(start, end - start)
-            write_compacted(
-                part_rows.drop_columns(["_file_index", "_part", "_null"]),
-                target,
-                versions=joined_versions(part_versions),
-                sources=len(files),
+            target = staging / compacted_name(day)
+            gpus = frozenset(part_rows.column("gpu_uuid").unique().to_pylist())
+            self.written[directory] = _Written(files, target, gpus)
+            jobs.append(
+                _Job(
+                    target,
+                    part_rows.drop_columns(["_file_index", "_part", "_null"]),
+                    tuple(str(self.config.data_dir / path) for path in files),
+                )
             )
-            self.written[directory] = (files, target)
-            self.gpus[directory] = frozenset(part_rows.column("gpu_uuid").unique().to_pylist())
+        if jobs:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="gpufleet-compact")
+            self._pending = self._writer.submit(_write_jobs, jobs)
+
+    def wait(self) -> None:
+        """Until the files started are written; a failed write raises here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Stop the writer thread (after the file it is writing)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
+            self._writer = None
 
     def paths_between(self, first: dt.date, last: dt.date, gpus: set[str]) -> list[str]:
         """The files written so far for days from `first` to `last` with samples of one of
         `gpus` (absolute paths): their samples are loaded, though in no table yet. (Reading
         only these keeps a backfill linear: a day's later batches hold other hosts' GPUs.)"""
-        return [
-            str(target)
-            for directory, (_, target) in self.written.items()
+        paths = [
+            str(item.target)
+            for directory, item in self.written.items()
             if first <= (partition_day(directory) or first) <= last
-            and not self.gpus[directory].isdisjoint(gpus)
+            and not item.gpus.isdisjoint(gpus)
         ]
+        if paths:
+            self.wait()
+        return paths
 
     def take(self, directory: str, files: tuple[str, ...]) -> Path | None:
         """The file written ahead for this partition if it was written from exactly `files`
         (it is then compaction's to swap in)."""
+        self.wait()
         found = self.written.get(directory)
-        if found is None or found[0] != files or not found[1].is_file():
+        if found is None or found.files != files or not found.target.is_file():
             return None
         del self.written[directory]
-        return found[1]
+        return found.target
 
-    def load_rest(self, con: duckdb.DuckDBPyConnection) -> int:
+    def load_rest(self, con: duckdb.DuckDBPyConnection) -> None:
         """Insert the rows of the files compaction did not take into `samples_stored` (they
-        were loaded, but their day stays as collector files) and remove the files; the rows."""
-        rows = 0
-        for _, target in self.written.values():
-            inserted = con.execute(
+        were loaded, but their day stays as collector files) and remove the files."""
+        self.wait()
+        for item in self.written.values():
+            con.execute(
                 f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
                 f"select {QUOTED_SAMPLE_COLUMNS}, $load_id "
                 "from read_parquet($path, hive_partitioning = false)",
-                {"path": literal_path(str(target)), "load_id": current_generation(con)},
-            ).fetchall()
-            rows += int(inserted[0][0]) if inserted else 0
-            shutil.rmtree(target.parent, ignore_errors=True)
+                {"path": literal_path(str(item.target)), "load_id": current_generation(con)},
+            )
+            shutil.rmtree(item.target.parent, ignore_errors=True)
         self.written.clear()
-        return rows
+
+
+def _write_jobs(jobs: Sequence[_Job]) -> None:
+    """Write one batch's compacted files (in the writer thread, with a DuckDB connection
+    of its own for the sources' collector versions)."""
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        sources = [literal_path(path) for job in jobs for path in job.sources]
+        versions = collector_versions(con, sources)
+    finally:
+        con.close()
+    for job in jobs:
+        write_compacted(
+            job.rows,
+            job.target,
+            versions=joined_versions([versions[p] for p in job.sources if p in versions]),
+            sources=len(job.sources),
+        )

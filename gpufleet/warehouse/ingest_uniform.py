@@ -102,7 +102,7 @@ def load_uniform_batch(
             return None
         add_loaded_files(con, "_ingest_keys", batch, outcome)
         if ahead is not None:
-            ahead.write(con, rows, batch, parts)
+            ahead.write(rows, batch, parts)
         con.execute(
             f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
             f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys "
