@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import shutil
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -112,7 +112,8 @@ class _Written:
 class _Job:
     target: Path
     rows: pa.Table
-    sources: tuple[str, ...]  # absolute paths of its collector files
+    versions: str  # the collector versions of its files, joined
+    sources: int  # how many collector files it is written from
 
 
 @dataclass
@@ -164,10 +165,17 @@ class CompactAhead:
                 numbers[directory] = len(numbers)
         return [numbers.get(file.path.rsplit("/", 1)[0], NOT_AHEAD) for file in batch]
 
-    def write(self, rows: pa.Table, batch: Sequence[SampleFile], parts: list[int]) -> None:
+    def write(
+        self,
+        rows: pa.Table,
+        batch: Sequence[SampleFile],
+        parts: list[int],
+        versions: Mapping[str, str],
+    ) -> None:
         """Start writing the compacted file of each part from `rows` (sorted by _part,
         gpu_uuid, ts; `_file_index`, `_part` and `_null` are dropped) into its staging
-        directory, once the previous batch's files are written."""
+        directory, once the previous batch's files are written. `versions`: the collector
+        version of each file, by absolute path (`collector_versions`)."""
         self.wait()
         members: dict[int, list[SampleFile]] = {}
         for file, part in zip(batch, parts, strict=True):
@@ -190,11 +198,13 @@ class CompactAhead:
             target = staging / compacted_name(day)
             gpus = frozenset(part_rows.column("gpu_uuid").unique().to_pylist())
             self.written[directory] = _Written(files, target, gpus)
+            sources = [str(self.config.data_dir / path) for path in files]
             jobs.append(
                 _Job(
                     target,
                     part_rows.drop_columns(["_file_index", "_part", "_null"]),
-                    tuple(str(self.config.data_dir / path) for path in files),
+                    joined_versions([versions[p] for p in sources if p in versions]),
+                    len(sources),
                 )
             )
         if jobs:
@@ -254,18 +264,6 @@ class CompactAhead:
 
 
 def _write_jobs(jobs: Sequence[_Job]) -> None:
-    """Write one batch's compacted files (in the writer thread, with a DuckDB connection
-    of its own for the sources' collector versions)."""
-    con = duckdb.connect(config={"threads": 1})
-    try:
-        sources = [literal_path(path) for job in jobs for path in job.sources]
-        versions = collector_versions(con, sources)
-    finally:
-        con.close()
+    """Write one batch's compacted files (in the writer thread)."""
     for job in jobs:
-        write_compacted(
-            job.rows,
-            job.target,
-            versions=joined_versions([versions[p] for p in job.sources if p in versions]),
-            sources=len(job.sources),
-        )
+        write_compacted(job.rows, job.target, versions=job.versions, sources=job.sources)

@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import duckdb
@@ -27,7 +27,7 @@ from gpufleet.warehouse.ingest_files import (
     record_loaded,
     split_new_files,
 )
-from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, read_schemas, schema_problem
+from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, BatchProbe, probe_batch
 from gpufleet.warehouse.ingest_staged import load_staged_batch
 from gpufleet.warehouse.ingest_uniform import load_uniform_batch, uniform_contract_columns
 from gpufleet.warehouse.models import apply_table_docs
@@ -59,6 +59,8 @@ logger = logging.getLogger("gpufleet.ingest")
 # DuckDB would take up to 80 % of the machine's memory; capped, it evicts the pages it has
 # written (a week's backfill at 1,000 GPUs peaked at 2.6 GB uncapped).
 INGEST_MEMORY_LIMIT = "1536MB"
+# A batch is read (and sorted) through a connection of its own (`BatchProbe.reader`).
+READER_MEMORY_LIMIT = "1GB"
 
 Log = Callable[[str], None]
 
@@ -225,32 +227,50 @@ def load_samples(
         plural = "batch" if len(batches) == 1 else "batches"
         say(f"ingest: {len(new):,} new files in {len(batches)} {plural}")
     files_loaded = rows_read = rows_inserted = 0
-    # Each batch's schemas are probed in a thread (its own DuckDB connection) while the
-    # batch before it loads: a footer parse leaves the other core idle, and the files'
-    # footers are fresh in the page cache when the load reads them.
+    # Each batch's footers are read in a thread (a connection of its own, which then reads
+    # the batch) while the batch before it loads: a footer parse leaves the other core
+    # idle, and the load finds the footers parsed.
+    probes: list[Future[BatchProbe]] = []
     with ThreadPoolExecutor(1, thread_name_prefix="gpufleet-probe") as prober:
-        probe_con = duckdb.connect(config={"threads": 1})
+
+        def start_probe(files: Sequence[SampleFile]) -> None:
+            probes.append(
+                prober.submit(
+                    probe_batch,
+                    config,
+                    files,
+                    versions=ahead is not None,
+                    memory_limit=READER_MEMORY_LIMIT,
+                )
+            )
+
         try:
-            probes = [prober.submit(_probe, probe_con, config, batches[0])] if batches else []
+            if batches:
+                start_probe(batches[0])
             for number, batch in enumerate(batches, start=1):
-                schemas, problems = probes[-1].result()
+                probe = probes[-1].result()
                 if number < len(batches):
-                    probes.append(prober.submit(_probe, probe_con, config, batches[number]))
-                bad.update(problems)
-                loadable = [file for file in batch if file.path not in problems]
-                first = batch[0].path.split("/")
-                where = next((p for p in first if p.startswith("date=")), first[-1])
-                say(f"ingest: batch {number}/{len(batches)} ({len(loadable):,} files, {where})")
-                if not loadable:
-                    continue
-                outcome = load_batch(con, config, loadable, schemas, ahead=ahead)
+                    start_probe(batches[number])
+                try:
+                    bad.update(probe.problems)
+                    loadable = [file for file in batch if file.path not in probe.problems]
+                    first = batch[0].path.split("/")
+                    where = next((p for p in first if p.startswith("date=")), first[-1])
+                    say(f"ingest: batch {number}/{len(batches)} ({len(loadable):,} files, {where})")
+                    if not loadable:
+                        continue
+                    outcome = load_batch(con, config, loadable, probe, ahead=ahead)
+                finally:
+                    probe.reader.close()
                 bad.update(outcome.bad)
                 record_loaded(con, outcome.loaded, now)
                 files_loaded += len(outcome.loaded)
                 rows_read += outcome.rows_read
                 rows_inserted += outcome.rows_inserted
         finally:
-            probe_con.close()
+            for future in probes:  # a probe not taken yet, when the load failed
+                if not future.cancel() and future.exception() is None:
+                    future.result().reader.close()
 
     quarantined = record_quarantined(con, config, sorted(bad.items()), now)
     return IngestResult(
@@ -266,29 +286,18 @@ def load_samples(
     )
 
 
-def _probe(
-    con: duckdb.DuckDBPyConnection, config: Config, files: Sequence[SampleFile]
-) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """(schemas of the files that can load, {path: reason} for those that cannot)."""
-    schemas, problems = read_schemas(con, config, files)
-    for path, columns in schemas.items():
-        problem = schema_problem(columns)
-        if problem:
-            problems[path] = problem
-    return {p: c for p, c in schemas.items() if p not in problems}, problems
-
-
 def load_batch(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     batch: Sequence[SampleFile],
-    schemas: dict[str, dict[str, str]],
+    probe: BatchProbe,
     *,
     ahead: CompactAhead | None = None,
 ) -> BatchOutcome:
     """Insert one batch's new rows into `samples`: straight from the files in the common
     case (and write the compacted files of its whole host-days `ahead` asks for), else
     staged, with bad files set aside and duplicates dropped."""
+    schemas = probe.schemas
     columns = uniform_contract_columns(batch, schemas)
     if columns is not None:
         parts = (
@@ -296,7 +305,7 @@ def load_batch(
             if ahead is not None
             else [NOT_AHEAD] * len(batch)
         )
-        outcome = load_uniform_batch(con, config, batch, columns, ahead=ahead, parts=parts)
+        outcome = load_uniform_batch(con, config, batch, columns, probe, ahead=ahead, parts=parts)
         if outcome is not None:
             logger.debug("ingest: %d files loaded straight from the files", len(batch))
             return outcome

@@ -1,19 +1,22 @@
 """Schema acceptance: which raw files' columns load into the contract's sample columns.
 
 The type rules (`schema_problem`), the files' schemas read in bulk with `parquet_schema`
-(`read_schemas`), and the quarantine reason for a file DuckDB cannot read. The rules are
-listed in `docs/warehouse.md` (type acceptance).
+(`read_schemas`), a batch's probe before it loads (`probe_batch`), and the quarantine
+reason for a file DuckDB cannot read. The rules are listed in `docs/warehouse.md` (type
+acceptance).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.compact_ahead import collector_versions
 from gpufleet.warehouse.ingest_files import MAX_FILES_PER_BATCH, SampleFile
 from gpufleet.warehouse.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, literal_path
 
@@ -68,6 +71,43 @@ def contract_type_names() -> dict[str, str]:
         assert row is not None
         names[name] = row[0]
     return names
+
+
+@dataclass
+class BatchProbe:
+    """What a batch's files are, read from their footers before the batch loads."""
+
+    schemas: dict[str, dict[str, str]]  # the files that can load: {path: {column: type}}
+    problems: dict[str, str]  # the files that cannot: {path: reason}
+    versions: dict[str, str]  # collector version by absolute path (when asked for)
+    # The connection that read the footers, which it keeps (DuckDB's Parquet metadata
+    # cache): the batch is read through it, so each footer is parsed once. Close it.
+    reader: duckdb.DuckDBPyConnection
+
+
+def probe_batch(
+    config: Config, files: Sequence[SampleFile], *, versions: bool, memory_limit: str
+) -> BatchProbe:
+    """Read the schemas (and the collector `versions`) of a batch's files through a new
+    in-memory connection of one thread (it runs beside the previous batch's load)."""
+    reader = duckdb.connect(config={"threads": 1, "memory_limit": memory_limit})
+    try:
+        reader.execute("set parquet_metadata_cache = true")  # once parquet is loaded
+        schemas, problems = read_schemas(reader, config, files)
+        for path, columns in schemas.items():
+            problem = schema_problem(columns)
+            if problem:
+                problems[path] = problem
+        good = {p: c for p, c in schemas.items() if p not in problems}
+        found = (
+            collector_versions(reader, [literal_path(str(config.data_dir / p)) for p in good])
+            if versions and good
+            else {}
+        )
+    except BaseException:
+        reader.close()
+        raise
+    return BatchProbe(good, problems, found, reader)
 
 
 def read_schemas(

@@ -22,7 +22,7 @@ from gpufleet.warehouse.ingest_batch import (
     create_existing_view,
 )
 from gpufleet.warehouse.ingest_files import SampleFile
-from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, contract_type_names
+from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, BatchProbe, contract_type_names
 from gpufleet.warehouse.publish_log import current_generation
 from gpufleet.warehouse.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
@@ -58,6 +58,7 @@ def load_uniform_batch(
     config: Config,
     batch: Sequence[SampleFile],
     columns: dict[str, str],
+    probe: BatchProbe,
     *,
     ahead: CompactAhead | None,
     parts: list[int],
@@ -73,12 +74,15 @@ def load_uniform_batch(
     )
     # Each file's part joins in from a small table (a list parameter indexed per row is
     # copied per row).
-    con.register(
+    # Read through the probe's connection, which has the files' footers parsed already.
+    reader = probe.reader
+    reader.execute("reset threads")  # all cores (it probed with one)
+    reader.register(
         "_ingest_parts",
         pa.table({"file_index": pa.array(range(len(batch)), pa.int64()), "_part": parts}),
     )
     try:
-        rows = con.sql(
+        rows = reader.sql(
             f"""
             select
                 {selects},
@@ -94,7 +98,7 @@ def load_uniform_batch(
     except duckdb.Error:
         return None  # a file that does not read: staging finds which
     finally:
-        con.unregister("_ingest_parts")
+        reader.unregister("_ingest_parts")
     con.register("_ingest_keys", rows)
     try:
         outcome = BatchOutcome()
@@ -102,7 +106,7 @@ def load_uniform_batch(
             return None
         add_loaded_files(con, "_ingest_keys", batch, outcome)
         if ahead is not None:
-            ahead.write(rows, batch, parts)
+            ahead.write(rows, batch, parts, probe.versions)
         con.execute(
             f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
             f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys "
