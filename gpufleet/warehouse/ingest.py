@@ -261,7 +261,9 @@ def load_samples(
                         continue
                     outcome = load_batch(con, config, loadable, probe, ahead=ahead)
                 finally:
-                    probe.reader.close()
+                    # In the probe's thread: closing frees the connection's memory (0.2 s
+                    # a batch), which the next batch's load need not wait for.
+                    prober.submit(probe.reader.close)
                 bad.update(outcome.bad)
                 record_loaded(con, outcome.loaded, now)
                 files_loaded += len(outcome.loaded)
