@@ -452,7 +452,8 @@ class PipelineBench:
 
     def step_shares(self, what: str, results: Sequence[StepResult]) -> None:
         """Each step's median seconds and share of the total, from the steps' own timings
-        (`IngestResult.step_seconds`), as a note: where the next regression is found."""
+        (`IngestResult.step_seconds`), and the work of the threads alongside the batches
+        (`alongside_seconds`), as notes: where the next regression is found."""
         by_step: dict[str, list[float]] = {}
         for result in results:
             for name, seconds in result.output.get("steps", []):
@@ -468,6 +469,20 @@ class PipelineBench:
                 for name, seconds in medians.items()
             )
         )
+        alongside: dict[str, list[float]] = {}
+        for result in results:
+            for name, seconds in result.output.get("alongside", []):
+                alongside.setdefault(name, []).append(float(seconds))
+        if alongside:
+            self.notes.append(
+                f"{what}, median seconds of the work in threads alongside the batches (share "
+                "of the batches' time it kept a core busy): "
+                + ", ".join(
+                    f"{name} {statistics.median(values):,.1f} s "
+                    f"({100 * statistics.median(values) / (medians.get('batches') or 1.0):.0f}%)"
+                    for name, values in alongside.items()
+                )
+            )
 
     def full_builds(self, data_dir: Path, where: str) -> list[StepResult]:
         """Time `gpufleet build --full` (wall time and peak RSS) on `data_dir`."""

@@ -69,6 +69,7 @@ def step_ingest(args: argparse.Namespace) -> dict[str, Any]:
         "files": result.files_loaded,
         "samples": result.samples_loaded,
         "steps": [[name, seconds] for name, seconds in result.step_seconds],
+        "alongside": [[name, seconds] for name, seconds in result.alongside_seconds],
     }
 
 

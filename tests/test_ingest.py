@@ -117,7 +117,8 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
         "reference files and listing",
         "opening the warehouse",
         "new files",
-        "batches (schema probes alongside)",
+        "waiting for schema probes",
+        "batches",
         "reference tables",
         "compaction",
         "publish",
@@ -128,6 +129,15 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
     line = str(result).splitlines()[1]
     assert line.startswith("  ") and "s: reference files and listing " in line
     assert ", batches " in line and ", publish " in line
+    # The threads' work overlaps the batches: its own line, not part of the steps' sum.
+    assert [name for name, _ in result.alongside_seconds] == [
+        "schema probes",
+        "compacted files written",
+    ]
+    probe_seconds, written_seconds = (seconds for _, seconds in result.alongside_seconds)
+    assert 0 < probe_seconds <= wall and 0 <= written_seconds <= wall
+    alongside = str(result).splitlines()[2]
+    assert alongside.startswith("  alongside the batches, in threads: schema probes ")
 
 
 def test_loads_every_column_and_records_the_file(config: Config) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import shutil
+import time
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -130,6 +131,7 @@ class CompactAhead:
     today: dt.date
     listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
     written: dict[str, _Written] = field(default_factory=dict)  # by directory
+    write_seconds: float = 0.0  # how long the writer thread spent writing, so far
     _writer: ThreadPoolExecutor | None = None
     _pending: Future[None] | None = None
 
@@ -210,7 +212,16 @@ class CompactAhead:
         if jobs:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="gpufleet-compact")
-            self._pending = self._writer.submit(_write_jobs, jobs)
+            self._pending = self._writer.submit(self._write_jobs, jobs)
+
+    def _write_jobs(self, jobs: Sequence[_Job]) -> None:
+        """Write one batch's compacted files (in the writer thread)."""
+        started = time.perf_counter()
+        try:
+            for job in jobs:
+                write_compacted(job.rows, job.target, versions=job.versions, sources=job.sources)
+        finally:
+            self.write_seconds += time.perf_counter() - started
 
     def wait(self) -> None:
         """Until the files started are written; a failed write raises here."""
@@ -261,9 +272,3 @@ class CompactAhead:
             )
             shutil.rmtree(item.target.parent, ignore_errors=True)
         self.written.clear()
-
-
-def _write_jobs(jobs: Sequence[_Job]) -> None:
-    """Write one batch's compacted files (in the writer thread)."""
-    for job in jobs:
-        write_compacted(job.rows, job.target, versions=job.versions, sources=job.sources)

@@ -9,6 +9,7 @@ acceptance).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,7 @@ class BatchProbe:
     # The connection that read the footers, which it keeps (DuckDB's Parquet metadata
     # cache): the batch is read through it, so each footer is parsed once. Close it.
     reader: duckdb.DuckDBPyConnection
+    seconds: float  # how long the probe took (in its thread)
 
 
 def probe_batch(
@@ -90,6 +92,7 @@ def probe_batch(
 ) -> BatchProbe:
     """Read the schemas (and the collector `versions`) of a batch's files through a new
     in-memory connection of one thread (it runs beside the previous batch's load)."""
+    started = time.perf_counter()
     reader = duckdb.connect(config={"threads": 1, "memory_limit": memory_limit})
     try:
         reader.execute("set parquet_metadata_cache = true")  # once parquet is loaded
@@ -107,7 +110,7 @@ def probe_batch(
     except BaseException:
         reader.close()
         raise
-    return BatchProbe(good, problems, found, reader)
+    return BatchProbe(good, problems, found, reader, time.perf_counter() - started)
 
 
 def read_schemas(
@@ -142,31 +145,33 @@ def read_schemas(
 def _parquet_schemas(
     con: duckdb.DuckDBPyConnection, absolute_paths: list[str]
 ) -> dict[str, dict[str, str]]:
-    # One signature per file (its schema elements in order); each distinct one is parsed once.
-    # A list of structs, not joined text: column names come from the files, and may hold
-    # any character.
+    # One signature per file (its schema elements in order), and the files grouped by it in
+    # SQL: each distinct signature reaches Python, and is parsed, once (a batch's 2,000
+    # files usually share one). A list of structs, not joined text: column names come from
+    # the files, and may hold any character.
     rows = con.execute(
         """
-        select
-            file_name,
-            list(
-                (name, coalesce(num_children, 0), coalesce(duckdb_type, ''))
-                order by column_id
-            ) as elements,
-        from parquet_schema($files)
-        group by file_name
+        select elements, list(file_name) as files
+        from (
+            select
+                file_name,
+                list(
+                    (name, coalesce(num_children, 0), coalesce(duckdb_type, ''))
+                    order by column_id
+                ) as elements,
+            from parquet_schema($files)
+            group by file_name
+        )
+        group by elements
         """,
         {"files": [literal_path(path) for path in absolute_paths]},
     ).fetchall()
-    parsed: dict[tuple[tuple[str, int, str], ...], dict[str, str]] = {}
     result: dict[str, dict[str, str]] = {}
-    for file, elements in rows:
-        signature = tuple((str(n), int(c), str(t)) for n, c, t in elements)
-        columns = parsed.get(signature)
-        if columns is None:
-            tree = [("", name, children, kind) for name, children, kind in signature]
-            columns = parsed[signature] = _top_level_columns(tree).get("", {})
-        result[file] = dict(columns)
+    for elements, files in rows:
+        tree = [("", str(n), int(c), str(t)) for n, c, t in elements]
+        columns = _top_level_columns(tree).get("", {})
+        for file in files:
+            result[file] = dict(columns)
     return result
 
 
