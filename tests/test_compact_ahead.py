@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -161,6 +162,37 @@ def test_a_compacted_file_that_cannot_be_written_fails_the_ingest_and_loses_noth
     assert result.compaction is not None and result.compaction.from_load == 2
     assert compacted(config, "h1").num_rows == 3 * 60 * 2
     assert not [p for p in config.samples_dir.rglob(".*")]
+
+
+def test_a_write_failing_while_the_next_batch_is_probed_fails_the_ingest_cleanly(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three days, three batches: the first batch's failed write surfaces in the second's
+    load, while the third batch's probe (a connection of its own) is under way; the ingest
+    raises the write's error, leaves no probe thread behind, and the next ingest loads and
+    compacts all three days."""
+    days = [DAY - dt.timedelta(days=back) for back in (2, 1, 0)]
+    for day in days:
+        start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+        rows = [sample(10 * tick, gpu="GPU-a", day=start) for tick in range(60)]
+        write_samples(config.data_dir, f"{host_day('h1', day)}/h1-0.parquet", rows)
+    assert len(plan_batches(find_sample_files(config))) == 3
+
+    def disk_full(table: pa.Table, target: Path, **_: object) -> None:
+        raise SampleWriteError(f"cannot write {target}: No space left on device")
+
+    monkeypatch.setattr(compact_ahead, "write_compacted", disk_full)
+    with pytest.raises(SampleWriteError, match="No space left on device"):
+        ingest(config, today=TODAY)
+    monkeypatch.undo()
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpufleet-probe")]
+
+    result = ingest(config, today=TODAY)
+    assert result.samples_loaded == 3 * 60
+    assert result.compaction is not None and result.compaction.from_load == 3
+    for day in days:
+        names = [p.name for p in (config.data_dir / host_day("h1", day)).iterdir()]
+        assert names == [f"compacted-{day}.parquet"]
 
 
 def test_a_file_arriving_during_the_ingest_keeps_the_day_as_it_is(config: Config) -> None:

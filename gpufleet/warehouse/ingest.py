@@ -255,17 +255,19 @@ def load_samples(
                 )
             )
 
+        taken = 0  # the probes whose batch took them (and whose connection it closes)
         try:
             if batches:
                 start_probe(batches[0])
             for number, batch in enumerate(batches, start=1):
                 waiting = time.perf_counter()
-                probe = probes[-1].result()
-                waited += time.perf_counter() - waiting
-                probe_seconds += probe.seconds
-                if number < len(batches):
-                    start_probe(batches[number])
+                probe = probes[number - 1].result()
+                taken = number
                 try:
+                    waited += time.perf_counter() - waiting
+                    probe_seconds += probe.seconds
+                    if number < len(batches):
+                        start_probe(batches[number])
                     bad.update(probe.problems)
                     loadable = [file for file in batch if file.path not in probe.problems]
                     first = batch[0].path.split("/")
@@ -284,7 +286,7 @@ def load_samples(
                 rows_read += outcome.rows_read
                 rows_inserted += outcome.rows_inserted
         finally:
-            for future in probes:  # a probe not taken yet, when the load failed
+            for future in probes[taken:]:  # a probe no batch took, when the load failed
                 if not future.cancel() and future.exception() is None:
                     future.result().reader.close()
 
