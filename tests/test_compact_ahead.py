@@ -7,7 +7,9 @@ import datetime as dt
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,9 +17,11 @@ import pytest
 from collectors.writer import SampleWriteError
 from gpufleet.config import Config
 from gpufleet.warehouse import compact_ahead
+from gpufleet.warehouse import ingest as ingest_module
 from gpufleet.warehouse.compact import compact_completed_days
 from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, plan_batches
 from gpufleet.warehouse.ingest import load_warehouse as load
+from gpufleet.warehouse.ingest_schemas import BatchProbe, probe_batch
 from gpufleet.warehouse.refs import read_references
 from gpufleet.warehouse.slots import connect_read_only, write_transaction
 from tests.test_ingest import sample, write_samples, write_table
@@ -140,13 +144,9 @@ def test_a_newer_collectors_extra_column_is_kept_by_compacting_from_the_files(
     assert table.column("fan_speed_pct").drop_null().to_pylist() == [40.0] * 6
 
 
-def test_a_compacted_file_that_cannot_be_written_fails_the_ingest_and_loses_nothing(
-    config: Config, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The files are written in a thread of their own: its error (a full disk) reaches the
-    ingest, which publishes nothing; the next ingest loads and compacts everything."""
-    for host in ("h1", "h2"):
-        write_host_day(config.data_dir, host)
+def ingest_onto_a_full_disk(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest whose compacted files cannot be written (a full disk) fails with that
+    error; the patches are undone after it."""
 
     def disk_full(table: pa.Table, target: Path, **_: object) -> None:
         raise SampleWriteError(f"cannot write {target}: No space left on device")
@@ -155,6 +155,17 @@ def test_a_compacted_file_that_cannot_be_written_fails_the_ingest_and_loses_noth
     with pytest.raises(SampleWriteError, match="No space left on device"):
         ingest(config, today=TODAY)
     monkeypatch.undo()
+
+
+def test_a_compacted_file_that_cannot_be_written_fails_the_ingest_and_loses_nothing(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are written in a thread of their own: its error (a full disk) reaches the
+    ingest, which publishes nothing; the next ingest loads and compacts everything."""
+    for host in ("h1", "h2"):
+        write_host_day(config.data_dir, host)
+
+    ingest_onto_a_full_disk(config, monkeypatch)
 
     assert len(find_sample_files(config)) == 6  # the collector files are untouched
     result = ingest(config, today=TODAY)
@@ -169,8 +180,8 @@ def test_a_write_failing_while_the_next_batch_is_probed_fails_the_ingest_cleanly
 ) -> None:
     """Three days, three batches: the first batch's failed write surfaces in the second's
     load, while the third batch's probe (a connection of its own) is under way; the ingest
-    raises the write's error, leaves no probe thread behind, and the next ingest loads and
-    compacts all three days."""
+    raises the write's error, leaves no probe thread or connection behind, and the next
+    ingest loads and compacts all three days."""
     days = [DAY - dt.timedelta(days=back) for back in (2, 1, 0)]
     for day in days:
         start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
@@ -178,13 +189,20 @@ def test_a_write_failing_while_the_next_batch_is_probed_fails_the_ingest_cleanly
         write_samples(config.data_dir, f"{host_day('h1', day)}/h1-0.parquet", rows)
     assert len(plan_batches(find_sample_files(config))) == 3
 
-    def disk_full(table: pa.Table, target: Path, **_: object) -> None:
-        raise SampleWriteError(f"cannot write {target}: No space left on device")
+    # Every probe's connection is closed, the taken ones' and the one no batch took.
+    readers: list[duckdb.DuckDBPyConnection] = []
 
-    monkeypatch.setattr(compact_ahead, "write_compacted", disk_full)
-    with pytest.raises(SampleWriteError, match="No space left on device"):
-        ingest(config, today=TODAY)
-    monkeypatch.undo()
+    def recording_probe(*args: Any, **kwargs: Any) -> BatchProbe:
+        probe = probe_batch(*args, **kwargs)
+        readers.append(probe.reader)
+        return probe
+
+    monkeypatch.setattr(ingest_module, "probe_batch", recording_probe)
+    ingest_onto_a_full_disk(config, monkeypatch)
+    assert len(readers) >= 2
+    for reader in readers:
+        with pytest.raises(duckdb.ConnectionException, match="closed"):
+            reader.execute("select 1")
     assert not [t for t in threading.enumerate() if t.name.startswith("gpufleet-probe")]
 
     result = ingest(config, today=TODAY)
