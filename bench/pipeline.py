@@ -147,7 +147,8 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     started = time.perf_counter()
     for number, batch in enumerate(batches):
         rows = con.sql(
-            f"select {QUOTED_SAMPLE_COLUMNS} from read_parquet($paths) order by host, gpu_uuid, ts",
+            f"select {QUOTED_SAMPLE_COLUMNS} from read_parquet($paths, hive_partitioning = false) "
+            "order by host, gpu_uuid, ts",
             params={"paths": batch},
         ).to_arrow_table()
         runs = pc.run_end_encode(rows.column("host").combine_chunks())
