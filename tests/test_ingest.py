@@ -187,6 +187,28 @@ def test_duplicates_across_files_and_within_a_file_count_once_first_loaded_wins(
     assert run_ingest(config).samples_loaded == 1
 
 
+@pytest.mark.parametrize("second_ts", [(10, 20), (20, 30)], ids=["repeated", "new"])
+def test_a_gpu_in_two_hosts_folders_of_a_day_counts_each_key_once(
+    config: Config, second_ts: tuple[int, int]
+) -> None:
+    # A compacting ingest reads each folder's host-day as a part of its own, sorted by GPU
+    # and time within it, so a GPU's rows in two folders are not neighbours.
+    h2 = DAY1.replace("host=h1", "host=h2")
+    write_samples(
+        config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10), sample(0, gpu="GPU-b")]
+    )
+    write_samples(config.data_dir, f"{h2}/a.parquet", [sample(s, util=99.0) for s in second_ts])
+    result = ingest(config)
+    repeated = 10 in second_ts
+    assert (result.samples_loaded, result.duplicates_skipped) == (5 - repeated, int(repeated))
+    loaded = query(
+        config,
+        "select epoch(ts)::int % 100, gpu_util_pct from samples "
+        "where gpu_uuid = 'GPU-a' order by ts",
+    )
+    assert loaded == [(0, 50.0), (10, 50.0), *((s, 99.0) for s in second_ts if s != 10)]
+
+
 def test_rows_already_in_the_warehouse_are_skipped_on_a_later_ingest(config: Config) -> None:
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10)])
     run_ingest(config)

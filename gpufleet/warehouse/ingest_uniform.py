@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpufleet.config import Config
 from gpufleet.warehouse.compact_ahead import NOT_AHEAD, CompactAhead
@@ -102,17 +103,18 @@ def load_uniform_batch(
     con.register("_ingest_keys", rows)
     try:
         outcome = BatchOutcome()
-        if not _keys_are_new(con, config, ahead):
+        if not _keys_are_new(con, config, ahead, rows):
             return None
         add_loaded_files(con, "_ingest_keys", batch, outcome)
         if ahead is not None:
             ahead.write(rows, batch, parts, probe.versions)
-        con.execute(
-            f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
-            f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys "
-            f"where _part = {NOT_AHEAD} order by gpu_uuid, ts",
-            {"load_id": current_generation(con)},
-        ).fetchall()
+        if NOT_AHEAD in parts:  # (a backfill writes every part ahead: nothing to insert)
+            con.execute(
+                f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+                f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from _ingest_keys "
+                f"where _part = {NOT_AHEAD} order by gpu_uuid, ts",
+                {"load_id": current_generation(con)},
+            ).fetchall()
     finally:
         con.unregister("_ingest_keys")
     outcome.rows_inserted = rows.num_rows
@@ -120,22 +122,46 @@ def load_uniform_batch(
 
 
 def _keys_are_new(
-    con: duckdb.DuckDBPyConnection, config: Config, ahead: CompactAhead | None
+    con: duckdb.DuckDBPyConnection, config: Config, ahead: CompactAhead | None, rows: pa.Table
 ) -> bool:
-    """Whether the keys read (`_ingest_keys`) hold no NULL in a required column, and no
-    (gpu_uuid, ts) twice or already loaded."""
-    bounds = con.execute("select min(ts), max(ts) from _ingest_keys").fetchall()
-    min_ts, max_ts = bounds[0] if bounds else (None, None)
+    """Whether the keys read (`rows`, registered as `_ingest_keys`) hold no NULL in a
+    required column, and no (gpu_uuid, ts) twice or already loaded."""
+    if pc.any(rows.column("_null")).as_py():
+        return False
+    times = pc.min_max(rows.column("ts"))
+    min_ts, max_ts = times["min"].as_py(), times["max"].as_py()
+    if _repeats_a_key(con, rows):
+        return False
     create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_keys")
-    problems = con.execute(
+    existing = con.execute(
         f"""
         with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
-        select
-            (select count(*) from _ingest_keys where _null)
-            + (select count(*) from (
-                select 1 from _ingest_keys group by gpu_uuid, ts having count(*) > 1))
-            + (select count(*) from _ingest_keys semi join existing using (gpu_uuid, ts))
+        select count(*) from _ingest_keys semi join existing using (gpu_uuid, ts)
         """,
         {"min_ts": min_ts, "max_ts": max_ts},
     ).fetchall()
-    return bool(problems) and not problems[0][0]
+    return bool(existing) and not existing[0][0]
+
+
+def _repeats_a_key(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> bool:
+    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts) twice.
+
+    When each GPU's rows are together (its files are in one part, as a host's are) and in
+    strictly increasing time, no key repeats: two comparisons of neighbours, no hash table
+    of the batch's keys. Otherwise the keys are counted."""
+    gpus = rows.column("gpu_uuid").combine_chunks()
+    if len(gpus) > 1:
+        together = len(pc.run_end_encode(gpus).values) == len(pc.unique(gpus))
+        times = rows.column("ts").combine_chunks()
+        earlier, later = slice(0, len(gpus) - 1), slice(1, None)
+        increasing = pc.or_(
+            pc.not_equal(gpus[later], gpus[earlier]),
+            pc.greater(times[later], times[earlier]),
+        )
+        if together and pc.all(increasing).as_py():
+            return False
+    repeated = con.execute(
+        "select count(*) from "
+        "(select 1 from _ingest_keys group by gpu_uuid, ts having count(*) > 1)"
+    ).fetchall()
+    return bool(repeated) and bool(repeated[0][0])
