@@ -252,6 +252,7 @@ def load_samples(
                     files,
                     versions=ahead is not None,
                     memory_limit=READER_MEMORY_LIMIT,
+                    alone=not probes,
                 )
             )
 

@@ -88,12 +88,19 @@ class BatchProbe:
 
 
 def probe_batch(
-    config: Config, files: Sequence[SampleFile], *, versions: bool, memory_limit: str
+    config: Config,
+    files: Sequence[SampleFile],
+    *,
+    versions: bool,
+    memory_limit: str,
+    alone: bool = False,
 ) -> BatchProbe:
     """Read the schemas (and the collector `versions`) of a batch's files through a new
-    in-memory connection of one thread (it runs beside the previous batch's load)."""
+    in-memory connection: of one thread, as it runs beside the previous batch's load, or of
+    every core when it runs `alone` (the first batch's, which the load waits for)."""
     started = time.perf_counter()
-    reader = duckdb.connect(config={"threads": 1, "memory_limit": memory_limit})
+    threads = {} if alone else {"threads": 1}
+    reader = duckdb.connect(config={**threads, "memory_limit": memory_limit})
     try:
         reader.execute("set parquet_metadata_cache = true")  # once parquet is loaded
         schemas, problems = read_schemas(reader, config, files)

@@ -77,7 +77,7 @@ def load_uniform_batch(
     # copied per row).
     # Read through the probe's connection, which has the files' footers parsed already.
     reader = probe.reader
-    reader.execute("reset threads")  # all cores (it probed with one)
+    reader.execute("reset threads")  # all cores (a probe beside a load has one)
     reader.register(
         "_ingest_parts",
         pa.table({"file_index": pa.array(range(len(batch)), pa.int64()), "_part": parts}),
