@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -131,31 +132,69 @@ def file_list_scan_seconds(data_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
-    """What a compacting backfill cannot avoid, done plainly with no warehouse: every column
-    of each of ingest's batches read sorted by (host, GPU, time) into Arrow, and each
-    host-day written as a compacted file (the same writer), one after the other."""
+def compact_work_seconds(data_dir: Path, scratch: Path, *, probed: bool = False) -> float:
+    """What a compacting backfill cannot avoid, done as cheaply as ingest could do it, with
+    no warehouse: every column of each of ingest's batches read sorted by (host, GPU, time)
+    into Arrow, and each host-day written as a compacted file (the same writer) in a thread
+    while the next batch is read. `probed`: each batch's footers are also read first by
+    ingest's own schema probe (in a thread, beside the previous batch, read through its
+    connection), as ingest must to set bad files aside."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    from gpufleet.config import Config
     from gpufleet.warehouse.compact_ahead import write_compacted
-    from gpufleet.warehouse.raw_tables import QUOTED_SAMPLE_COLUMNS
+    from gpufleet.warehouse.ingest import READER_MEMORY_LIMIT, find_sample_files, plan_batches
+    from gpufleet.warehouse.ingest_schemas import probe_batch
+    from gpufleet.warehouse.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    batches = _batches(data_dir)
-    con = duckdb.connect()
-    started = time.perf_counter()
-    for number, batch in enumerate(batches):
-        rows = con.sql(
-            f"select {QUOTED_SAMPLE_COLUMNS} from read_parquet($paths, hive_partitioning = false) "
-            "order by host, gpu_uuid, ts",
-            params={"paths": batch},
-        ).to_arrow_table()
-        runs = pc.run_end_encode(rows.column("host").combine_chunks())
-        ends = runs.run_ends.to_pylist()
+    config = Config(data_dir=data_dir)
+    batches = plan_batches(find_sample_files(config))
+
+    def write(number: int, rows: pa.Table) -> None:
+        ends = pc.run_end_encode(rows.column("host").combine_chunks()).run_ends.to_pylist()
         for part, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
             target = scratch / f"{number}-{part}.parquet"
             write_compacted(rows.slice(start, end - start), target, versions="", sources=0)
+
+    def probe(number: int) -> duckdb.DuckDBPyConnection:
+        found = probe_batch(
+            config,
+            batches[number],
+            versions=True,
+            memory_limit=READER_MEMORY_LIMIT,
+            alone=number == 0,
+        )
+        return found.reader
+
+    plain = duckdb.connect()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(1) as writer, ThreadPoolExecutor(1) as prober:
+        written: Future[None] | None = None
+        probes = [prober.submit(probe, 0)] if probed and batches else []
+        for number, batch in enumerate(batches):
+            con = plain
+            if probed:
+                con = probes[number].result()
+                if number + 1 < len(batches):
+                    probes.append(prober.submit(probe, number + 1))
+                con.execute("reset threads")
+            paths = [literal_path(str(data_dir / file.path)) for file in batch]
+            rows = con.sql(
+                f"select {QUOTED_SAMPLE_COLUMNS} "
+                "from read_parquet($paths, hive_partitioning = false) "
+                "order by host, gpu_uuid, ts",
+                params={"paths": paths},
+            ).to_arrow_table()
+            if probed:
+                prober.submit(con.close)
+            if written is not None:
+                written.result()
+            written = writer.submit(write, number, rows)
+        if written is not None:
+            written.result()
     seconds = time.perf_counter() - started
     shutil.rmtree(scratch, ignore_errors=True)
     return seconds
@@ -397,6 +436,7 @@ class PipelineBench:
         self.log("1. backfill ingest (default: loads and compacts) vs the fastest bare scan")
         scans: dict[str, list[float]] = {"one glob": [], "ingest's batches": [], "file list": []}
         compact_work: list[float] = []  # the work a compacting ingest cannot avoid
+        probed_work: list[float] = []  # and the schema probes, which set bad files aside
         ingests: list[StepResult] = []
         first_builds: list[StepResult] = []
         backfill = self.data_dir("backfill-churn" if self.fleet == "churn" else "backfill")
@@ -404,7 +444,9 @@ class PipelineBench:
             scans["one glob"].append(bare_scan_seconds(samples_glob))
             scans["ingest's batches"].append(batched_scan_seconds(raw_dir))
             scans["file list"].append(file_list_scan_seconds(raw_dir))
-            compact_work.append(compact_work_seconds(raw_dir, self.data_dir("compact-work")))
+            scratch = self.data_dir("compact-work")
+            compact_work.append(compact_work_seconds(raw_dir, scratch))
+            probed_work.append(compact_work_seconds(raw_dir, scratch, probed=True))
             linked_copy(raw_dir, backfill)
             ingests.append(self.step("ingest", "--data-dir", str(backfill)))
             first_builds.append(self.step("build", "--data-dir", str(backfill)))
@@ -417,9 +459,15 @@ class PipelineBench:
         for name, values in scans.items():
             self.add(f"bare DuckDB scan of the raw week, {name}", "", values, "s")
         self.add(
-            "read every column sorted and write the compacted files, no warehouse",
+            "read every column sorted and write the compacted files (overlapped), no warehouse",
             "",
             compact_work,
+            "s",
+        )
+        self.add(
+            "the same after ingest's schema probe of each batch (in a thread), no warehouse",
+            "",
+            probed_work,
             "s",
         )
         fastest = min(scans, key=lambda name: statistics.median(scans[name]))
@@ -438,6 +486,18 @@ class PipelineBench:
             "reading and writing the compacted files alone / fastest scan",
             "",
             [w / f for w, f in zip(compact_work, floor, strict=True)],
+            "x",
+        )
+        self.add(
+            "probing, reading and writing alone / fastest scan",
+            "",
+            [w / f for w, f in zip(probed_work, floor, strict=True)],
+            "x",
+        )
+        self.add(
+            "backfill ingest / probing, reading and writing alone",
+            "",
+            [i.wall_s / w for i, w in zip(ingests, probed_work, strict=True)],
             "x",
         )
         self.add(
