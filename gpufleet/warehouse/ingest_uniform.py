@@ -150,16 +150,17 @@ def _repeats_a_key(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> bool:
     strictly increasing time, no key repeats: two comparisons of neighbours, no hash table
     of the batch's keys. Otherwise the keys are counted."""
     gpus = rows.column("gpu_uuid").combine_chunks()
-    if len(gpus) > 1:
-        together = len(pc.run_end_encode(gpus).values) == len(pc.unique(gpus))
-        times = rows.column("ts").combine_chunks()
-        earlier, later = slice(0, len(gpus) - 1), slice(1, None)
-        increasing = pc.or_(
-            pc.not_equal(gpus[later], gpus[earlier]),
-            pc.greater(times[later], times[earlier]),
-        )
-        if together and pc.all(increasing).as_py():
-            return False
+    if len(gpus) < 2:
+        return False
+    together = len(pc.run_end_encode(gpus).values) == len(pc.unique(gpus))
+    times = rows.column("ts").combine_chunks()
+    earlier, later = slice(0, len(gpus) - 1), slice(1, None)
+    increasing = pc.or_(
+        pc.not_equal(gpus[later], gpus[earlier]),
+        pc.greater(times[later], times[earlier]),
+    )
+    if together and pc.all(increasing).as_py():
+        return False
     repeated = con.execute(
         "select count(*) from "
         "(select 1 from _ingest_keys group by gpu_uuid, ts having count(*) > 1)"
