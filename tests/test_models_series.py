@@ -196,6 +196,38 @@ def test_thermal_events_break_on_cool_sample_and_gap() -> None:
     assert not any(r["starts_idle_episode"] for r in flags)  # 50 % busy: no idle episode
 
 
+def test_idle_and_thermal_runs_that_overlap_keep_their_own_starts() -> None:
+    fleet = Fleet()
+    fleet.host_rule(1, "*", "infra")
+    # GPU-A: idle from 10 to 60, throttled from 30 to 80: a thermal event starts inside an
+    # idle episode. GPU-B the other way round: an idle episode starts inside a thermal event.
+    for seconds in range(10, 90, 10):
+        early, late = seconds <= 60, seconds >= 30
+        fleet.sample(
+            at(seconds),
+            gpu_util_pct=0.0 if early else 90.0,
+            clock_event_mask=0x20 if late else 0,
+        )
+        fleet.sample(
+            at(seconds),
+            gpu_uuid="GPU-B",
+            gpu_index=1,
+            gpu_util_pct=0.0 if late else 90.0,
+            clock_event_mask=0x20 if early else 0,
+        )
+    fleet.build()
+    runs = "select start_ts, end_ts, samples from {} where gpu_uuid = ? order by start_ts"
+    for gpu, idle, thermal in (("GPU-A", (0, 60), (20, 80)), ("GPU-B", (20, 80), (0, 60))):
+        episodes = fleet.rows(runs.format("idle_episodes"), [gpu])
+        events = fleet.rows(runs.format("thermal_events"), [gpu])
+        assert [(e["start_ts"], e["end_ts"], e["samples"]) for e in episodes] == [
+            (at(idle[0]), at(idle[1]), 6)
+        ]
+        assert [(e["start_ts"], e["end_ts"], e["samples"]) for e in events] == [
+            (at(thermal[0]), at(thermal[1]), 6)
+        ]
+
+
 def test_energy_counter_delta_reset_fallback_and_missing() -> None:
     fleet = Fleet()
     readings = [
