@@ -3,8 +3,8 @@
 -- samples from one that starts it (see samples_attributed_rows) up to the next start of
 -- the same kind, so its key is the time of the latest start at or before the sample: one
 -- as-of join of the series' samples with its starts of both kinds (a running max over a
--- window of the samples took 3 times as long; an as-of join per kind, a third longer than
--- one). Only idle and thermal samples need a key, so only they are joined.
+-- window of the samples took 3 times as long; an as-of join per kind, 1.4-1.6 times).
+-- Only idle and thermal samples need a key, so only they are joined.
 -- A piece is the samples of one idle run and one thermal run (either may be null) in one
 -- local hour and host; every measure below adds up over pieces, so int_idle_episode_days
 -- and int_thermal_events regroup this small table instead of the samples. A table: an
