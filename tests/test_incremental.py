@@ -273,6 +273,10 @@ def test_nothing_new_is_up_to_date_and_reference_change_is_full() -> None:
     fleet = _fleet()
     _arrive(fleet.con, 0, CHUNK_S, "true")
     assert build_models(fleet.con, fleet.config).mode == "full"
+    # A full build caches Parquet footers while it runs, and only then: later work on the
+    # same connection may swap a lake file under the same path.
+    cached = fleet.con.execute("select current_setting('parquet_metadata_cache')").fetchone()
+    assert cached == (False,)
     assert build_models(fleet.con, fleet.config).mode == "up to date"
     _arrive(fleet.con, CHUNK_S, 2 * CHUNK_S, "true")
     assert build_models(fleet.con, fleet.config).mode == "incremental"
