@@ -46,18 +46,22 @@ def create_existing_view(
     max_ts: dt.datetime | None,
     ahead: CompactAhead | None = None,
     batch: str = "",
+    gpus: set[str] | None = None,
 ) -> None:
     """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows from
     `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those days and
-    the files this ingest wrote `ahead` for them with a GPU of the table `batch`)."""
+    the files this ingest wrote `ahead` for them with a GPU of the table `batch`; `gpus`:
+    the batch's distinct GPUs, when the caller has them already)."""
     if min_ts is None or max_ts is None:
         paths: list[str] = []
     else:
         first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
         paths = evicted_paths(con, config, first_day=first, last_day=last)
         if ahead is not None and ahead.written:
-            rows = con.execute(f"select distinct gpu_uuid from {batch}").fetchall()
-            paths += ahead.paths_between(first, last, {row[0] for row in rows})
+            if gpus is None:
+                rows = con.execute(f"select distinct gpu_uuid from {batch}").fetchall()
+                gpus = {row[0] for row in rows}
+            paths += ahead.paths_between(first, last, gpus)
     con.execute(
         "create or replace temp view _ingest_existing as "
         + samples_sql(paths, columns="gpu_uuid, ts")

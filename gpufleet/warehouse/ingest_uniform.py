@@ -130,9 +130,13 @@ def _keys_are_new(
         return False
     times = pc.min_max(rows.column("ts"))
     min_ts, max_ts = times["min"].as_py(), times["max"].as_py()
-    if _repeats_a_key(con, rows):
+    gpus = rows.column("gpu_uuid").combine_chunks()
+    distinct = pc.unique(gpus)
+    if _repeats_a_key(con, rows, gpus, distinct):
         return False
-    create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_keys")
+    create_existing_view(
+        con, config, min_ts, max_ts, ahead, "_ingest_keys", gpus=set(distinct.to_pylist())
+    )
     existing = con.execute(
         f"""
         with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
@@ -143,16 +147,18 @@ def _keys_are_new(
     return bool(existing) and not existing[0][0]
 
 
-def _repeats_a_key(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> bool:
-    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts) twice.
+def _repeats_a_key(
+    con: duckdb.DuckDBPyConnection, rows: pa.Table, gpus: pa.Array, distinct: pa.Array
+) -> bool:
+    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts) twice; `gpus`
+    is its gpu_uuid column, `distinct` that column's distinct values.
 
     When each GPU's rows are together (its files are in one part, as a host's are) and in
     strictly increasing time, no key repeats: two comparisons of neighbours, no hash table
     of the batch's keys. Otherwise the keys are counted."""
-    gpus = rows.column("gpu_uuid").combine_chunks()
     if len(gpus) < 2:
         return False
-    together = len(pc.run_end_encode(gpus).values) == len(pc.unique(gpus))
+    together = len(pc.run_end_encode(gpus).values) == len(distinct)
     times = rows.column("ts").combine_chunks()
     earlier, later = slice(0, len(gpus) - 1), slice(1, None)
     increasing = pc.or_(
