@@ -19,11 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from gpufleet.weeks import last_complete_week, previous_week, week_monday
+
+if TYPE_CHECKING:
+    from gpufleet.warehouse.ingest_files import SampleFile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,15 +102,25 @@ def bare_scan_seconds(files_glob: str) -> float:
     return time.perf_counter() - started
 
 
-def _batches(data_dir: Path) -> list[list[str]]:
+def _planned_batches(data_dir: Path) -> list[list[SampleFile]]:
     """The raw files as ingest's batches read them (`plan_batches`: one day, at most 2,000
-    files each), as DuckDB path literals."""
+    files each)."""
     from gpufleet.config import Config
     from gpufleet.warehouse.ingest import find_sample_files, plan_batches
+
+    return plan_batches(find_sample_files(Config(data_dir=data_dir)))
+
+
+def _paths(data_dir: Path, batch: Sequence[SampleFile]) -> list[str]:
+    """A batch's files as DuckDB path literals."""
     from gpufleet.warehouse.raw_tables import literal_path
 
-    batches = plan_batches(find_sample_files(Config(data_dir=data_dir)))
-    return [[literal_path(str(data_dir / file.path)) for file in batch] for batch in batches]
+    return [literal_path(str(data_dir / file.path)) for file in batch]
+
+
+def _batches(data_dir: Path) -> list[list[str]]:
+    """Ingest's batches (`_planned_batches`) as DuckDB path literals."""
+    return [_paths(data_dir, batch) for batch in _planned_batches(data_dir)]
 
 
 def batched_scan_seconds(data_dir: Path) -> float:
@@ -144,14 +157,14 @@ def compact_work_seconds(data_dir: Path, scratch: Path, *, probed: bool = False)
 
     from gpufleet.config import Config
     from gpufleet.warehouse.compact_ahead import write_compacted
-    from gpufleet.warehouse.ingest import READER_MEMORY_LIMIT, find_sample_files, plan_batches
+    from gpufleet.warehouse.ingest import READER_MEMORY_LIMIT
     from gpufleet.warehouse.ingest_schemas import probe_batch
-    from gpufleet.warehouse.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
+    from gpufleet.warehouse.raw_tables import QUOTED_SAMPLE_COLUMNS
 
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     config = Config(data_dir=data_dir)
-    batches = plan_batches(find_sample_files(config))
+    batches = _planned_batches(data_dir)
 
     def write(number: int, rows: pa.Table) -> None:
         ends = pc.run_end_encode(rows.column("host").combine_chunks()).run_ends.to_pylist()
@@ -181,12 +194,11 @@ def compact_work_seconds(data_dir: Path, scratch: Path, *, probed: bool = False)
                 if number + 1 < len(batches):
                     probes.append(prober.submit(probe, number + 1))
                 con.execute("reset threads")
-            paths = [literal_path(str(data_dir / file.path)) for file in batch]
             rows = con.sql(
                 f"select {QUOTED_SAMPLE_COLUMNS} "
                 "from read_parquet($paths, hive_partitioning = false) "
                 "order by host, gpu_uuid, ts",
-                params={"paths": paths},
+                params={"paths": _paths(data_dir, batch)},
             ).to_arrow_table()
             if probed:
                 prober.submit(con.close)
