@@ -117,8 +117,9 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
         "reference files and listing",
         "opening the warehouse",
         "new files",
-        "waiting for schema probes",
+        "waiting for reads",
         "batches",
+        "schema probes",
         "reference tables",
         "compaction",
         "publish",
@@ -129,15 +130,15 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
     line = str(result).splitlines()[1]
     assert line.startswith("  ") and "s: reference files and listing " in line
     assert ", batches " in line and ", publish " in line
-    # The threads' work overlaps the batches: its own line, not part of the steps' sum.
-    assert [name for name, _ in result.alongside_seconds] == [
-        "schema probes",
-        "compacted files written",
-    ]
-    probe_seconds, written_seconds = (seconds for _, seconds in result.alongside_seconds)
-    assert 0 < probe_seconds <= wall and 0 <= written_seconds <= wall
+    # The writer thread's work overlaps the batches: its own line, not part of the steps' sum.
+    assert [name for name, _ in result.alongside_seconds] == ["compacted files written"]
+    (written_seconds,) = (seconds for _, seconds in result.alongside_seconds)
+    assert 0 < written_seconds <= wall
     alongside = str(result).splitlines()[2]
-    assert alongside.startswith("  alongside the batches, in threads: schema probes ")
+    assert alongside.startswith("  alongside the batches, in a thread: compacted files written ")
+    # A collector's files need no schema probe.
+    assert dict(result.step_seconds)["schema probes"] == 0 and result.batches_probed == 0
+    assert "probed" not in line
 
 
 def test_loads_every_column_and_records_the_file(config: Config) -> None:
@@ -241,38 +242,46 @@ def test_rows_are_inserted_in_series_order(config: Config) -> None:
     assert rows == sorted(rows)
 
 
-def test_files_loaded_straight_and_staged_give_the_same_rows(
+def test_files_read_with_no_probe_probed_and_staged_give_the_same_rows(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Collector files go from the files straight into `samples`; a batch with one file
-    whose utilization is float64 is staged (cast) instead. Same rows, same file records."""
-    straight, staged = Config(data_dir=tmp_path / "a"), Config(data_dir=tmp_path / "b")
+    """Collector files are read in one pass with no schema probe; a batch with a file that
+    stored no Arrow schema is probed first, then loaded straight from its files; one with a
+    file whose utilization is float64 is staged (cast). Same rows, same file records."""
+    paths = ("no probe", "probed", "staged")
+    configs = {path: Config(data_dir=tmp_path / path.replace(" ", "-")) for path in paths}
     first = [sample(0), sample(10, util=3.5), sample(0, gpu="GPU-b", util=None)]
     second = [sample(20), sample(10, gpu="GPU-b")]
-    for target in (straight, staged):
+    for target in configs.values():
         write_samples(target.data_dir, f"{DAY1}/a.parquet", first)
-    write_samples(straight.data_dir, f"{DAY1}/b.parquet", second)
-    wide = pa.Table.from_pylist(second, schema=SAMPLE_SCHEMA)
-    index = wide.schema.get_field_index("gpu_util_pct")
-    wide = wide.set_column(index, "gpu_util_pct", wide.column("gpu_util_pct").cast(pa.float64()))
-    write_table(staged.data_dir, f"{DAY1}/b.parquet", wide)
+    write_samples(configs["no probe"].data_dir, f"{DAY1}/b.parquet", second)
+    plain = pa.Table.from_pylist(second, schema=SAMPLE_SCHEMA)
+    (configs["probed"].data_dir / DAY1 / "b.parquet").parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(plain, configs["probed"].data_dir / DAY1 / "b.parquet", store_schema=False)
+    index = plain.schema.get_field_index("gpu_util_pct")
+    wide = plain.set_column(index, "gpu_util_pct", plain.column("gpu_util_pct").cast(pa.float64()))
+    write_table(configs["staged"].data_dir, f"{DAY1}/b.parquet", wide)
 
-    paths = {}
-    for name, target in (("straight", straight), ("staged", staged)):
+    messages, probed = {}, {}
+    for path, target in configs.items():
         caplog.clear()
         with caplog.at_level(logging.DEBUG, logger="gpufleet.ingest"):
             result = run_ingest(target)
         assert (result.samples_loaded, result.duplicates_skipped) == (5, 0)
-        paths[name] = [r.message for r in caplog.records if r.levelno == logging.DEBUG]
-    assert paths == {
-        "straight": ["ingest: 2 files loaded straight from the files"],
+        messages[path] = [r.message for r in caplog.records if r.levelno == logging.DEBUG]
+        probed[path] = result.batches_probed
+    assert messages == {
+        "no probe": ["ingest: 2 files loaded straight, read with no probe"],
+        "probed": ["ingest: 2 files loaded straight from the files"],
         "staged": ["ingest: 2 files staged"],
     }
+    assert probed == {"no probe": 0, "probed": 1, "staged": 1}
     everything = "select * from samples order by gpu_uuid, ts"
     files = "select path, row_count, min_ts, max_ts from loaded_files order by path"
-    assert query(straight, everything) == query(staged, everything)
-    assert query(straight, files) == query(staged, files)
-    assert len(query(straight, everything)) == 5
+    for path in ("probed", "staged"):
+        assert query(configs["no probe"], everything) == query(configs[path], everything)
+        assert query(configs["no probe"], files) == query(configs[path], files)
+    assert len(query(configs["no probe"], everything)) == 5
 
 
 def test_empty_file_is_recorded_with_no_rows(config: Config) -> None:

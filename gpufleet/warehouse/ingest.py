@@ -29,7 +29,12 @@ from gpufleet.warehouse.ingest_files import (
 )
 from gpufleet.warehouse.ingest_schemas import CONTRACT_TYPES, BatchProbe, probe_batch
 from gpufleet.warehouse.ingest_staged import load_staged_batch
-from gpufleet.warehouse.ingest_uniform import load_uniform_batch, uniform_contract_columns
+from gpufleet.warehouse.ingest_strict import StrictRead, read_strict
+from gpufleet.warehouse.ingest_uniform import (
+    load_rows,
+    load_uniform_batch,
+    uniform_contract_columns,
+)
 from gpufleet.warehouse.models import apply_table_docs
 from gpufleet.warehouse.quarantine import (
     QuarantinedFile,
@@ -59,10 +64,13 @@ logger = logging.getLogger("gpufleet.ingest")
 # DuckDB would take up to 80 % of the machine's memory; capped, it evicts the pages it has
 # written (a week's backfill at 1,000 GPUs peaked at 2.6 GB uncapped).
 INGEST_MEMORY_LIMIT = "1536MB"
-# A batch is read (and sorted) through a connection of its own (`BatchProbe.reader`).
+# A probed batch is read (and sorted) through a connection of its own (`BatchProbe.reader`).
 READER_MEMORY_LIMIT = "1GB"
 
 Log = Callable[[str], None]
+
+_DONE: Future[StrictRead | None] = Future()
+_DONE.set_result(None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +82,7 @@ class IngestResult:
     duplicates_skipped: int = 0
     quarantined: tuple[QuarantinedFile, ...] = ()
     batches: int = 0
+    batches_probed: int = 0  # the batches with a file unlike the contract's (read twice)
     users: int = 0
     host_rules: int = 0
     price_rules: int = 0
@@ -83,8 +92,8 @@ class IngestResult:
     compaction: CompactionResult | None = None
     # Wall seconds of each step, in order (where the time of a slow ingest goes).
     step_seconds: tuple[tuple[str, float], ...] = ()
-    # Seconds of the work done in threads of its own while the batches load (schema probes,
-    # compacted files written): it overlaps the steps, so it is not part of their sum.
+    # Seconds of the work done in a thread of its own while the batches load (compacted
+    # files written): it overlaps the steps, so it is not part of their sum.
     alongside_seconds: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -104,10 +113,11 @@ class IngestResult:
         if self.step_seconds:
             total = sum(seconds for _, seconds in self.step_seconds)
             steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.step_seconds)
-            lines.append(f"  {total:.1f} s: {steps}")
+            probed = f" ({self.batches_probed} of {self.batches} batches probed)"
+            lines.append(f"  {total:.1f} s: {steps}" + (probed if self.batches_probed else ""))
         if self.alongside_seconds:
             work = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.alongside_seconds)
-            lines.append(f"  alongside the batches, in threads: {work}")
+            lines.append(f"  alongside the batches, in a thread: {work}")
         lines += [f"  quarantined {q.path}: {q.reason}" for q in self.quarantined]
         if self.compaction is not None and self.compaction.partitions:
             lines.append(str(self.compaction))
@@ -200,6 +210,7 @@ def load_warehouse(
         duplicates_skipped=result.duplicates_skipped,
         quarantined=result.quarantined,
         batches=result.batches,
+        batches_probed=result.batches_probed,
         users=len(references.users),
         host_rules=len(references.hosts),
         price_rules=len(references.prices),
@@ -236,60 +247,67 @@ def load_samples(
     if batches:
         plural = "batch" if len(batches) == 1 else "batches"
         say(f"ingest: {len(new):,} new files in {len(batches)} {plural}")
-    files_loaded = rows_read = rows_inserted = 0
+    files_loaded = rows_read = rows_inserted = probed = 0
     probe_seconds = waited = 0.0
-    # Each batch's footers are read in a thread (a connection of its own, which then reads
-    # the batch) while the batch before it loads: a footer parse leaves the other core
-    # idle, and the load finds the footers parsed.
-    probes: list[Future[BatchProbe]] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="gpufleet-probe") as prober:
-
-        def start_probe(files: Sequence[SampleFile]) -> None:
-            probes.append(
-                prober.submit(
-                    probe_batch,
-                    config,
-                    files,
-                    versions=ahead is not None,
-                    memory_limit=READER_MEMORY_LIMIT,
-                    alone=not probes,
-                )
-            )
-
-        taken = 0  # the probes whose batch took them (and whose connection it closes)
+    # Each batch is read in a thread while the one before it loads and its compacted files
+    # are written: the read keeps the cores busy that the load's own steps leave idle.
+    with ThreadPoolExecutor(1, thread_name_prefix="gpufleet-read") as reader:
+        reads: list[Future[StrictRead | None]] = []
         try:
-            if batches:
-                start_probe(batches[0])
             for number, batch in enumerate(batches, start=1):
+                if number == 1:
+                    reads.append(reader.submit(read_strict, config, batch, ahead))
+                first = batch[0].path.split("/")
+                where = next((p for p in first if p.startswith("date=")), first[-1])
+                say(f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {where})")
                 waiting = time.perf_counter()
-                probe = probes[number - 1].result()
-                taken = number
-                try:
-                    waited += time.perf_counter() - waiting
-                    probe_seconds += probe.seconds
-                    if number < len(batches):
-                        start_probe(batches[number])
-                    bad.update(probe.problems)
-                    loadable = [file for file in batch if file.path not in probe.problems]
-                    first = batch[0].path.split("/")
-                    where = next((p for p in first if p.startswith("date=")), first[-1])
-                    say(f"ingest: batch {number}/{len(batches)} ({len(loadable):,} files, {where})")
-                    if not loadable:
-                        continue
-                    outcome = load_batch(con, config, loadable, probe, ahead=ahead)
-                finally:
-                    # In the probe's thread: closing frees the connection's memory (0.2 s
-                    # a batch), which the next batch's load need not wait for.
-                    prober.submit(probe.reader.close)
+                read = reads[number - 1].result()
+                reads[number - 1] = _DONE  # the batch's rows go when it is loaded
+                waited += time.perf_counter() - waiting
+                if number < len(batches):
+                    reads.append(reader.submit(read_strict, config, batches[number], ahead))
+                # The common case, read once with no probe; a batch with a file that differs
+                # from the contract (or does not read) is probed to find it, then loaded as
+                # it can be.
+                outcome = (
+                    load_rows(
+                        con,
+                        config,
+                        batch,
+                        read.rows,
+                        ahead=ahead,
+                        parts=read.parts,
+                        versions=read.versions,
+                    )
+                    if read is not None
+                    else None
+                )
+                del read
+                if outcome is not None:
+                    logger.debug("ingest: %d files loaded straight, read with no probe", len(batch))
+                if outcome is None:
+                    probing = time.perf_counter()
+                    probe = probe_batch(
+                        config, batch, versions=ahead is not None, memory_limit=READER_MEMORY_LIMIT
+                    )
+                    probe_seconds += time.perf_counter() - probing
+                    probed += 1
+                    try:
+                        bad.update(probe.problems)
+                        loadable = [file for file in batch if file.path not in probe.problems]
+                        if not loadable:
+                            continue
+                        outcome = load_batch(con, config, loadable, probe, ahead=ahead)
+                    finally:
+                        probe.reader.close()
                 bad.update(outcome.bad)
                 record_loaded(con, outcome.loaded, now)
                 files_loaded += len(outcome.loaded)
                 rows_read += outcome.rows_read
                 rows_inserted += outcome.rows_inserted
         finally:
-            for future in probes[taken:]:  # a probe no batch took, when the load failed
-                if not future.cancel() and future.exception() is None:
-                    future.result().reader.close()
+            for future in reads:
+                future.cancel()  # a read not started when the load failed
 
     quarantined = record_quarantined(con, config, sorted(bad.items()), now)
     return IngestResult(
@@ -298,12 +316,13 @@ def load_samples(
         duplicates_skipped=rows_read - rows_inserted,
         quarantined=quarantined,
         batches=len(batches),
+        batches_probed=probed,
         step_seconds=(
             ("new files", listed - started),
-            ("waiting for schema probes", waited),
-            ("batches", time.perf_counter() - listed - waited),
+            ("waiting for reads", waited),
+            ("batches", time.perf_counter() - listed - waited - probe_seconds),
+            ("schema probes", probe_seconds),
         ),
-        alongside_seconds=(("schema probes", probe_seconds),),
     )
 
 

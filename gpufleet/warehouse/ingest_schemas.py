@@ -84,23 +84,16 @@ class BatchProbe:
     # The connection that read the footers, which it keeps (DuckDB's Parquet metadata
     # cache): the batch is read through it, so each footer is parsed once. Close it.
     reader: duckdb.DuckDBPyConnection
-    seconds: float  # how long the probe took (in its thread)
+    seconds: float  # how long the probe took
 
 
 def probe_batch(
-    config: Config,
-    files: Sequence[SampleFile],
-    *,
-    versions: bool,
-    memory_limit: str,
-    alone: bool = False,
+    config: Config, files: Sequence[SampleFile], *, versions: bool, memory_limit: str
 ) -> BatchProbe:
     """Read the schemas (and the collector `versions`) of a batch's files through a new
-    in-memory connection: of one thread, as it runs beside the previous batch's load, or of
-    every core when it runs `alone` (the first batch's, which the load waits for)."""
+    in-memory connection, which the batch is then read through."""
     started = time.perf_counter()
-    threads = {} if alone else {"threads": 1}
-    reader = duckdb.connect(config={**threads, "memory_limit": memory_limit})
+    reader = duckdb.connect(config={"memory_limit": memory_limit})
     try:
         reader.execute("set parquet_metadata_cache = true")  # once parquet is loaded
         schemas, problems = read_schemas(reader, config, files)

@@ -8,7 +8,7 @@ rows go into `samples_stored`, and the caller writes compacted host-days from th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -77,7 +77,6 @@ def load_uniform_batch(
     # copied per row).
     # Read through the probe's connection, which has the files' footers parsed already.
     reader = probe.reader
-    reader.execute("reset threads")  # all cores (a probe beside a load has one)
     reader.register(
         "_ingest_parts",
         pa.table({"file_index": pa.array(range(len(batch)), pa.int64()), "_part": parts}),
@@ -100,6 +99,23 @@ def load_uniform_batch(
         return None  # a file that does not read: staging finds which
     finally:
         reader.unregister("_ingest_parts")
+    return load_rows(con, config, batch, rows, ahead=ahead, parts=parts, versions=probe.versions)
+
+
+def load_rows(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    rows: pa.Table,
+    *,
+    ahead: CompactAhead | None,
+    parts: list[int],
+    versions: Mapping[str, str],
+) -> BatchOutcome | None:
+    """Load a batch's rows, read once (the contract's columns, then `_file_index`, `_part`
+    and `_null`, sorted by _part, gpu_uuid, ts): the host-days of `parts` as compacted files
+    written `ahead` (`versions`: each file's collector version, by absolute path), the other
+    rows into samples_stored. None when a required column holds a NULL or a key repeats."""
     con.register("_ingest_keys", rows)
     try:
         outcome = BatchOutcome()
@@ -107,7 +123,7 @@ def load_uniform_batch(
             return None
         add_loaded_files(con, "_ingest_keys", batch, outcome)
         if ahead is not None:
-            ahead.write(rows, batch, parts, probe.versions)
+            ahead.write(rows, batch, parts, versions)
         if NOT_AHEAD in parts:  # (a backfill writes every part ahead: nothing to insert)
             con.execute(
                 f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
