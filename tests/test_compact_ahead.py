@@ -97,6 +97,37 @@ def test_a_backfill_compacts_each_host_day_from_the_rows_it_loads(
     assert {(rows, load) for _, rows, load in lake} == {(360, 1)}
 
 
+@pytest.mark.parametrize(
+    "order",
+    ["files named against time order", "rows of a file against time order", "in time order"],
+)
+def test_a_days_rows_are_compacted_by_gpu_and_time_whatever_order_they_come_in(
+    config: Config, order: str
+) -> None:
+    """The read sorts by GPU alone, keeping the order rows come in, when that already puts
+    each GPU's samples in time order (a collector's files): files whose names sort against
+    their times, or a file whose rows run backwards, are sorted by time as well."""
+    for part in range(3):
+        name = 2 - part if order == "files named against time order" else part
+        ticks = range(60)[:: -1 if order == "rows of a file against time order" else 1]
+        rows = [
+            sample(600 * part + 10 * tick, gpu=gpu, util=float(tick), day=T0)
+            for tick in ticks
+            for gpu in ("GPU-z", "GPU-a")
+        ]
+        write_samples(config.data_dir, f"{host_day('h1')}/h1-{name}.parquet", rows)
+
+    result = ingest(config, today=TODAY)
+
+    assert result.compaction is not None and result.compaction.from_load == 1
+    table = compacted(config, "h1")
+    gpus, times = table.column("gpu_uuid").to_pylist(), table.column("ts").to_pylist()
+    keys = list(zip(gpus, times, strict=True))
+    assert keys == sorted(keys) and len(set(keys)) == len(keys) == 2 * 3 * 60
+    util = table.column("gpu_util_pct").to_pylist()  # each row's values came along with it
+    assert util[:3] == [0.0, 1.0, 2.0]
+
+
 def test_a_copy_of_a_written_days_rows_in_a_later_batch_is_a_duplicate(config: Config) -> None:
     write_host_day(config.data_dir, "h1", files=1)
     copied = pq.read_table(config.data_dir / host_day("h1") / "h1-0.parquet")

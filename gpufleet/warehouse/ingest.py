@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -68,9 +69,6 @@ INGEST_MEMORY_LIMIT = "1536MB"
 READER_MEMORY_LIMIT = "1GB"
 
 Log = Callable[[str], None]
-
-_DONE: Future[StrictRead | None] = Future()
-_DONE.set_result(None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,54 +250,29 @@ def load_samples(
     # Each batch is read in a thread while the one before it loads and its compacted files
     # are written: the read keeps the cores busy that the load's own steps leave idle.
     with ThreadPoolExecutor(1, thread_name_prefix="gpufleet-read") as reader:
-        reads: list[Future[StrictRead | None]] = []
+        reads: deque[Future[StrictRead | None]] = deque()
+
+        def start_reading(index: int) -> None:
+            if index < len(batches):
+                reads.append(reader.submit(read_strict, config, batches[index], ahead))
+
+        start_reading(0)
         try:
             for number, batch in enumerate(batches, start=1):
-                if number == 1:
-                    reads.append(reader.submit(read_strict, config, batch, ahead))
                 first = batch[0].path.split("/")
                 where = next((p for p in first if p.startswith("date=")), first[-1])
                 say(f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {where})")
                 waiting = time.perf_counter()
-                read = reads[number - 1].result()
-                reads[number - 1] = _DONE  # the batch's rows go when it is loaded
+                read = reads.popleft().result()
                 waited += time.perf_counter() - waiting
-                if number < len(batches):
-                    reads.append(reader.submit(read_strict, config, batches[number], ahead))
-                # The common case, read once with no probe; a batch with a file that differs
-                # from the contract (or does not read) is probed to find it, then loaded as
-                # it can be.
-                outcome = (
-                    load_rows(
-                        con,
-                        config,
-                        batch,
-                        read.rows,
-                        ahead=ahead,
-                        parts=read.parts,
-                        versions=read.versions,
-                    )
-                    if read is not None
-                    else None
-                )
-                del read
-                if outcome is not None:
-                    logger.debug("ingest: %d files loaded straight, read with no probe", len(batch))
-                if outcome is None:
+                start_reading(number)
+                outcome = _load_read(con, config, batch, read, ahead=ahead)
+                del read  # its rows are loaded or written ahead
+                if outcome is None:  # a file unlike a collector's: probe the batch
                     probing = time.perf_counter()
-                    probe = probe_batch(
-                        config, batch, versions=ahead is not None, memory_limit=READER_MEMORY_LIMIT
-                    )
+                    outcome = _load_probed(con, config, batch, ahead=ahead)
                     probe_seconds += time.perf_counter() - probing
                     probed += 1
-                    try:
-                        bad.update(probe.problems)
-                        loadable = [file for file in batch if file.path not in probe.problems]
-                        if not loadable:
-                            continue
-                        outcome = load_batch(con, config, loadable, probe, ahead=ahead)
-                    finally:
-                        probe.reader.close()
                 bad.update(outcome.bad)
                 record_loaded(con, outcome.loaded, now)
                 files_loaded += len(outcome.loaded)
@@ -324,6 +297,46 @@ def load_samples(
             ("schema probes", probe_seconds),
         ),
     )
+
+
+def _load_read(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    read: StrictRead | None,
+    *,
+    ahead: CompactAhead | None,
+) -> BatchOutcome | None:
+    """Load a batch `read_strict` read (a collector's files), as `load_rows` does; None when
+    it could not read it so, or its rows hold a NULL key or a repeated one."""
+    if read is None:
+        return None
+    outcome = load_rows(
+        con, config, batch, read.rows, ahead=ahead, parts=read.parts, versions=read.versions
+    )
+    if outcome is not None:
+        logger.debug("ingest: %d files loaded straight, read with no probe", len(batch))
+    return outcome
+
+
+def _load_probed(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    *,
+    ahead: CompactAhead | None,
+) -> BatchOutcome:
+    """Probe a batch's files (`probe_batch`), set aside those that cannot load, and load the
+    rest as they can be (`load_batch`)."""
+    probe = probe_batch(config, batch, versions=ahead is not None, memory_limit=READER_MEMORY_LIMIT)
+    try:
+        loadable = [file for file in batch if file.path not in probe.problems]
+        outcome = load_batch(con, config, loadable, probe, ahead=ahead) if loadable else None
+    finally:
+        probe.reader.close()
+    outcome = outcome or BatchOutcome()
+    outcome.bad.update(probe.problems)
+    return outcome
 
 
 def load_batch(
