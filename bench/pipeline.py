@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -206,11 +207,11 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     started = time.perf_counter()
     with ThreadPoolExecutor(1) as writer, ThreadPoolExecutor(1) as reader:
         written: Future[None] | None = None
-        reads: list[Future[StrictRead | None]] = [
-            reader.submit(read_strict, config, b, ahead) for b in batches[:1]
-        ]
+        reads: deque[Future[StrictRead | None]] = deque(
+            reader.submit(read_strict, config, batch, ahead) for batch in batches[:1]
+        )
         for number in range(len(batches)):
-            read = reads[number].result()
+            read = reads.popleft().result()
             if number + 1 < len(batches):
                 reads.append(reader.submit(read_strict, config, batches[number + 1], ahead))
             if read is None:
@@ -218,7 +219,7 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
             if written is not None:
                 written.result()
             written = writer.submit(write, number, read.rows)
-            reads[number] = Future()
+            del read
         if written is not None:
             written.result()
     seconds = time.perf_counter() - started
