@@ -146,12 +146,6 @@ def file_list_scan_seconds(data_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-POLARS_SCAN_COLUMNS = (
-    "ts", "interval_s", "gpu_uuid", "gpu_util_pct", "mem_used_bytes", "power_w", "energy_mj",
-    "temp_gpu_c", "sm_clock_mhz", "clock_event_mask", "processes", "host", "status", "gpu_name",
-)  # fmt: skip
-
-
 def polars_scan_seconds(data_dir: Path) -> float:
     """BARE_SCAN_SQL's columns read and aggregated by polars (the reader ingest uses) over
     ingest's batches: not the issue's floor, which is DuckDB's, but shown beside it."""

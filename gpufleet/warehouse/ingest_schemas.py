@@ -9,7 +9,6 @@ acceptance).
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +83,6 @@ class BatchProbe:
     # The connection that read the footers, which it keeps (DuckDB's Parquet metadata
     # cache): the batch is read through it, so each footer is parsed once. Close it.
     reader: duckdb.DuckDBPyConnection
-    seconds: float  # how long the probe took
 
 
 def probe_batch(
@@ -92,7 +90,6 @@ def probe_batch(
 ) -> BatchProbe:
     """Read the schemas (and the collector `versions`) of a batch's files through a new
     in-memory connection, which the batch is then read through."""
-    started = time.perf_counter()
     reader = duckdb.connect(config={"memory_limit": memory_limit})
     try:
         reader.execute("set parquet_metadata_cache = true")  # once parquet is loaded
@@ -110,7 +107,7 @@ def probe_batch(
     except BaseException:
         reader.close()
         raise
-    return BatchProbe(good, problems, found, reader, time.perf_counter() - started)
+    return BatchProbe(good, problems, found, reader)
 
 
 def read_schemas(
