@@ -575,6 +575,20 @@ def test_hidden_and_underscore_names_are_ignored(config: Config) -> None:
     assert (result.files_loaded, result.quarantined) == (1, ())
 
 
+def test_the_listing_lists_linked_files_but_does_not_enter_linked_folders(
+    config: Config, tmp_path: Path
+) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    elsewhere = tmp_path / "elsewhere"
+    write_samples(elsewhere, "b.parquet", [sample(1)])
+    (config.data_dir / DAY1 / "b.parquet").symlink_to(elsewhere / "b.parquet")
+    (config.data_dir / "raw" / "samples" / "date=2026-11-17").symlink_to(elsewhere)
+    listing = find_sample_files(config)
+    assert [f.path for f in listing] == [f"{DAY1}/a.parquet", f"{DAY1}/b.parquet"]
+    target = (elsewhere / "b.parquet").stat()
+    assert (listing[1].size_bytes, listing[1].mtime_ns) == (target.st_size, target.st_mtime_ns)
+
+
 # --- batching and cost -----------------------------------------------------------------
 
 

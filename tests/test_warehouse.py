@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse import catch_up
+from gpufleet.warehouse import catch_up, slots
 from gpufleet.warehouse.slots import (
     connect_read_only,
     current_generation,
@@ -272,6 +273,14 @@ def test_a_backfill_since_the_other_file_is_copied_not_replayed(
     monkeypatch.setattr(catch_up, "_WHOLE_TABLE_LIMIT", 3)
     _write_twice(config)
     before = config.warehouse_path.stat().st_ino
+    tried: list[str] = []
+    catch_up_table = catch_up._catch_up_table
+
+    def recorded(con: duckdb.DuckDBPyConnection, name: str, *args: Any, **kwargs: Any) -> bool:
+        tried.append(name)
+        return catch_up_table(con, name, *args, **kwargs)
+
+    monkeypatch.setattr(catch_up, "_catch_up_table", recorded)
     with write_transaction(config) as con:  # in place (nothing gained since)
         con.execute(
             "insert into samples_stored (ts, interval_s, host, gpu_index, gpu_uuid, status, "
@@ -280,12 +289,41 @@ def test_a_backfill_since_the_other_file_is_copied_not_replayed(
         )
     after_backfill = config.warehouse_path.stat().st_ino
     assert after_backfill != before
+    tried.clear()
     with write_transaction(config) as con:  # 10 samples behind: a copy, not in place
         con.execute("insert into t values (3)")
+    assert tried == ["main.samples_stored"]  # given up before copying or replaying any table
     assert config.warehouse_path.stat().st_ino not in (before, after_backfill)
     assert _values(config) == [1, 2, 3]
     with connect_read_only(config) as con:
         assert con.execute("select count(*) from samples").fetchone() == (10,)
+
+
+def test_a_writers_connection_is_memory_capped_before_the_catch_up(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB's default is 80 % of the machine; a writer is capped from its first statement,
+    the catch-up included, whether it copies the file or works in a slot in place."""
+    capped = duckdb.connect()
+    capped.execute("set memory_limit = ?", [slots.WRITER_MEMORY_LIMIT])
+    cap = capped.execute("select current_setting('memory_limit')").fetchone()
+    default = duckdb.connect().execute("select current_setting('memory_limit')").fetchone()
+    assert cap != default
+    seen: list[object] = []
+    real_catch_up = slots.catch_up
+
+    def recorded(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any) -> bool:
+        seen.append(con.execute("select current_setting('memory_limit')").fetchone())
+        return real_catch_up(con, *args, **kwargs)
+
+    monkeypatch.setattr(slots, "catch_up", recorded)
+    for x in (1, 2, 3):  # a new file, a copy, then a slot caught up in place
+        with write_transaction(config) as con:
+            seen.append(con.execute("select current_setting('memory_limit')").fetchone())
+            con.execute("create table if not exists t (x integer)")
+            con.execute("insert into t values (?)", [x])
+    assert len(seen) == 4 and set(seen) == {cap}
+    assert _values(config) == [1, 2, 3]
 
 
 def test_without_hard_links_every_write_copies_and_publishes(

@@ -58,8 +58,10 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
             return True
         if not rebuild and not _log_covers(con, behind=behind, ahead=ahead):
             return False
-        # Stops at the first table that cannot be caught up.
-        return all(_catch_up_table(con, name, behind, rebuild=rebuild) for name in tables)
+        # Stops at the first table that cannot be caught up: the samples first, as a load
+        # too large to add (a backfill, hours loaded at once) comes with as large a replay.
+        order = sorted(tables, key=lambda name: name != f"main.{_APPEND_ONLY}")
+        return all(_catch_up_table(con, name, behind, rebuild=rebuild) for name in order)
     finally:
         con.execute("detach _published")
 

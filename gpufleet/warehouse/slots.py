@@ -49,6 +49,10 @@ __all__ = [
 
 LOCK_FILE_NAME = ".warehouse.lock"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
+# A writer's connection is capped from the moment it opens (ingest and build set their own
+# caps later): uncapped, DuckDB takes up to 80 % of the machine, and catching a slot up
+# with hours of samples loaded at once peaked at 2.5 GB at 1,000 GPUs.
+WRITER_MEMORY_LIMIT = "1536MB"
 
 # A file with more free blocks than blocks in use, and this many bytes free, is written
 # afresh before it is published: DuckDB reuses free blocks but never gives them back, so
@@ -193,6 +197,7 @@ def _open_slot_in_place(
         return None
     dirty_marker(target).touch()
     try:
+        connection.execute("set memory_limit = ?", [WRITER_MEMORY_LIMIT])
         ensure_raw_tables(connection)
         connection.execute(GENERATION_DDL)
         if catch_up(connection, warehouse, rebuild=rebuild):
@@ -213,6 +218,7 @@ def _open_copy(warehouse: Path, work: Path) -> duckdb.DuckDBPyConnection:
             # Left by a read-write session that did not checkpoint: replayed on open.
             copy_file(old_wal, work.with_name(work.name + ".wal"))
     connection = duckdb.connect(str(work))
+    connection.execute("set memory_limit = ?", [WRITER_MEMORY_LIMIT])
     ensure_raw_tables(connection)
     connection.execute(GENERATION_DDL)
     return connection
