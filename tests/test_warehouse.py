@@ -15,6 +15,7 @@ import pytest
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse import catch_up, slots
+from gpufleet.warehouse.publish_log import LOG_KEPT
 from gpufleet.warehouse.slots import (
     connect_read_only,
     current_generation,
@@ -199,6 +200,58 @@ def test_writes_alternate_between_two_files_each_caught_up_in_place(config: Conf
         assert con.execute("select value from build_state.generation").fetchone() == (5,)
     assert _leftovers(config) == []
     assert not list(config.data_dir.glob("*.dirty"))
+
+
+def test_a_slot_caught_up_in_place_has_the_published_rows_copies_nulls_and_lists_included(
+    config: Config,
+) -> None:
+    """The catch-up writes only the rows that differ: a row repeated, a NULL (equal to no
+    NULL in SQL) and a list must still come out exactly as published."""
+    writes = [
+        "create table u (a integer, b varchar, c varchar[]);"
+        "insert into u values (1, 'x', ['p']), (1, 'x', ['p']), (2, null, null)",
+        "delete from u where a = 2; insert into u values (3, null, []), (4, 'z', null)",
+        "delete from u where rowid = (select min(rowid) from u where a = 1);"
+        "insert into u values (3, null, [])",
+        "update u set b = 'y' where a = 3 and rowid = (select min(rowid) from u where a = 3)",
+        "insert into u select * from u",
+        "delete from u where a = 3",
+    ]
+    expected = duckdb.connect()
+    inodes = set()
+    for statements in writes:
+        expected.execute(statements)
+        with write_transaction(config) as con:
+            con.execute(statements)
+        inodes.add(config.warehouse_path.stat().st_ino)
+        with connect_read_only(config) as con:
+            published = con.execute("select * from u order by all").fetchall()
+        assert published == expected.execute("select * from u order by all").fetchall()
+    assert len(inodes) == 2  # every write after the second caught a slot up in place
+
+
+def test_the_publish_log_in_a_slot_caught_up_in_place_is_the_published_one(
+    config: Config,
+) -> None:
+    """Each publish logs its rows under its generation and the log forgets the oldest
+    (LOG_KEPT); a slot caught up in place gains the later ones and forgets the same."""
+    inodes = set()
+    for _ in range(LOG_KEPT + 6):
+        with write_transaction(config) as con:
+            generation = current_generation(con)
+            con.execute(
+                "insert into build_state.replaced (generation, table_name, key, day) "
+                "select ?, 'gpu_daily', 'day', date '2026-11-16' + k::integer from range(?) r(k)",
+                [generation, generation % 3],  # some publishes replace nothing
+            )
+        inodes.add(config.warehouse_path.stat().st_ino)
+        kept = range(max(1, generation - LOG_KEPT), generation + 1)
+        with connect_read_only(config) as con:
+            logged = con.execute(
+                "select generation, count(*) from build_state.replaced group by 1 order by 1"
+            ).fetchall()
+        assert logged == [(g, g % 3) for g in kept if g % 3]
+    assert len(inodes) == 2
 
 
 def test_a_reader_in_this_process_on_the_older_file_makes_the_writer_copy(
