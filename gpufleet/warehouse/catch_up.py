@@ -33,7 +33,7 @@ _APPEND_ONLY = "samples_stored"
 # that generation is forgotten (publish_log.start_publish).
 _LOG = "build_state.replaced"
 # More rows than this (a table copied whole, or samples gained) are not copied row by row:
-# the file is (the catch-up runs before the build's memory cap, and row by row is slower).
+# the file is (row by row is slower).
 _WHOLE_TABLE_LIMIT = 5_000_000
 
 
@@ -136,9 +136,9 @@ def _catch_up_table(
 def _copy_rows(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Give the table the published one's rows (as a multiset), writing only what differs:
     most tables change by a few rows a publish, or none (`loaded_files`, the allocations,
-    the publish log grow with the history; copied whole, they cost a cycle 1 s at 1,000
-    GPUs x 4 weeks). Every copy of a row the published table has fewer of is deleted, then
-    the published rows missing are added back."""
+    the publish log grow with the history; copied whole, they cost a cycle about 1 s at
+    1,000 GPUs x 4 weeks on the bench's slowest machine). Every copy of a row the
+    published table has fewer of is deleted, then the published rows missing are added."""
     schema, table = name.split(".", 1)
     columns = [
         row[0]
