@@ -64,17 +64,19 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
         # Stops at the first table that cannot be caught up: the samples first, as a load
         # too large to add (a backfill, hours loaded at once) comes with as large a replay.
         order = sorted(tables, key=lambda name: name != f"main.{_APPEND_ONLY}")
-        return all(_catch_up_table(con, name, behind, rebuild=rebuild) for name in order)
+        return all(
+            _catch_up_table(con, name, tables[name], behind, rebuild=rebuild) for name in order
+        )
     finally:
         con.execute("detach _published")
 
 
-def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[str]]:
-    """Each table's columns (and types), by schema.table."""
+def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[tuple[str, str]]]:
+    """Each table's columns, as (name, type) in order, by schema.table."""
     rows = con.execute(
         """
         select schema_name || '.' || table_name,
-            list(column_name || ' ' || data_type order by column_index),
+            list([column_name, data_type] order by column_index),
         from duckdb_columns()
         where database_name = $database and schema_name in ('main', 'build_state')
             and not internal
@@ -86,7 +88,7 @@ def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[st
         """,
         {"database": database},
     ).fetchall()
-    return {name: columns for name, columns in rows}
+    return {name: [(column, kind) for column, kind in columns] for name, columns in rows}
 
 
 def _views(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, str]:
@@ -114,9 +116,15 @@ def _log_covers(con: duckdb.DuckDBPyConnection, *, behind: int, ahead: int) -> b
 
 
 def _catch_up_table(
-    con: duckdb.DuckDBPyConnection, name: str, behind: int, *, rebuild: bool
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    columns: list[tuple[str, str]],
+    behind: int,
+    *,
+    rebuild: bool,
 ) -> bool:
-    """Bring one table (schema.table) up to the published one's rows; False if it cannot."""
+    """Bring one table (schema.table, its `columns` as `_columns` gives them) up to the
+    published one's rows; False if it cannot."""
     if name == f"main.{_APPEND_ONLY}":
         return _append_samples(con, name)
     if name.removeprefix("main.") in LOGGED_TABLES:
@@ -129,28 +137,16 @@ def _catch_up_table(
     size = con.execute(f"select count(*) from _published.{name}").fetchone()
     if size and size[0] > _WHOLE_TABLE_LIMIT:
         return False
-    _copy_rows(con, name)
+    _copy_rows(con, name, [column for column, _ in columns])
     return True
 
 
-def _copy_rows(con: duckdb.DuckDBPyConnection, name: str) -> None:
+def _copy_rows(con: duckdb.DuckDBPyConnection, name: str, columns: list[str]) -> None:
     """Give the table the published one's rows (as a multiset), writing only what differs:
     most tables change by a few rows a publish, or none (`loaded_files`, the allocations,
     the publish log grow with the history; copied whole, they cost a cycle about 1 s at
     1,000 GPUs x 4 weeks on the bench's slowest machine). Every copy of a row the
     published table has fewer of is deleted, then the published rows missing are added."""
-    schema, table = name.split(".", 1)
-    columns = [
-        row[0]
-        for row in con.execute(
-            """
-            select column_name from duckdb_columns()
-            where database_name = current_database() and schema_name = ? and table_name = ?
-            order by column_index
-            """,
-            [schema, table],
-        ).fetchall()
-    ]
     same = " and ".join(
         f'rows."{column}" is not distinct from gone."{column}"'
         for column in (column.replace('"', '""') for column in columns)

@@ -62,9 +62,6 @@ __all__ = [
 
 logger = logging.getLogger("gpufleet.ingest")
 
-# DuckDB would take up to 80 % of the machine's memory; capped, it evicts the pages it has
-# written (a week's backfill at 1,000 GPUs peaked at 2.6 GB uncapped).
-INGEST_MEMORY_LIMIT = "1536MB"
 # A probed batch is read (and sorted) through a connection of its own (`BatchProbe.reader`).
 READER_MEMORY_LIMIT = "1GB"
 
@@ -168,8 +165,9 @@ def load_warehouse(
     and the compaction of host-days before `today` (UTC; default: the real today)."""
     started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
+        # Capped by the writer's connection (`slots.WRITER_MEMORY_LIMIT`): DuckDB then evicts
+        # the pages it has written (a week's backfill at 1,000 GPUs peaked at 2.6 GB uncapped).
         opened = time.perf_counter()
-        con.execute("set memory_limit = ?", [INGEST_MEMORY_LIMIT])
         day = today or dt.datetime.now(dt.UTC).date()
         ahead = CompactAhead.plan(config, files, day) if compact else None
         try:
