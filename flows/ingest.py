@@ -21,7 +21,7 @@ from gpufleet.warehouse.ingest import (
     load_warehouse,
     move_to_quarantine,
 )
-from gpufleet.warehouse.refs import References, read_references
+from gpufleet.warehouse.refs import References, published_allocation_files, read_references
 
 
 def _is_io_error(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -73,7 +73,7 @@ def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> Inges
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
         # Plain call, not a task: a bad file must fail in one line, without a traceback.
-        references = read_references(config)
+        references = read_references(config, known=published_allocation_files(config))
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import pytest
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.refs import read_references
+from gpufleet.warehouse.ingest import ingest, load_warehouse
+from gpufleet.warehouse.refs import published_allocation_files, read_references
+from gpufleet.warehouse.slots import write_transaction
 from tests.test_ingest import DAY1, sample, write_samples
 
 USERS = "user,team\nalice,vision\nbob,nlp\nalice,vision\n"
@@ -208,3 +210,111 @@ def test_a_file_that_is_not_utf8_fails_with_its_name(config: Config) -> None:
     (config.data_dir / "ref/users.csv").write_bytes(b"user,team\n\xff\xfe,vision\n")
     with pytest.raises(GpufleetError, match=r"ref/users\.csv: not UTF-8 text"):
         read_references(config)
+
+
+def _rewrite_keeping_size_and_mtime(path: Path, old: str, new: str) -> None:
+    """Change a file's text as no collector or scheduler would: same size, same mtime."""
+    assert len(old) == len(new)
+    stat = path.stat()
+    path.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _touch_later(path: Path) -> None:
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+ALLOCATION_USERS = 'select "user" from allocations order by source_file, job_id'
+
+
+def test_an_allocation_file_is_read_again_only_when_its_size_or_mtime_changed(
+    config: Config,
+) -> None:
+    path = config.data_dir / "raw/allocations/slurm-2026-11-16.csv"
+    ingest(config)
+    assert rows(config, ALLOCATION_USERS) == [("alice",), ("bob",)]
+
+    _rewrite_keeping_size_and_mtime(path, "alice", "carol")
+    assert read_references(config, known=published_allocation_files(config)).allocations == ()
+    unchanged = ingest(config)
+    assert rows(config, ALLOCATION_USERS) == [("alice",), ("bob",)]
+    assert not unchanged.references_changed
+    assert unchanged.allocations == 2  # counted in the warehouse, not among the rows read
+
+    _touch_later(path)
+    assert ingest(config).references_changed
+    assert rows(config, ALLOCATION_USERS) == [("carol",), ("bob",)]
+
+
+def test_a_changed_or_removed_allocation_file_replaces_only_its_own_rows(config: Config) -> None:
+    write(config, "raw/allocations/slurm-2026-11-17.csv", ALLOCATIONS.replace("\n10", "\n20"))
+    first = config.data_dir / "raw/allocations/slurm-2026-11-16.csv"
+    ingest(config)
+    assert rows(config, "select job_id from allocations order by 1") == [
+        ("101",),
+        ("102",),
+        ("201",),
+        ("202",),
+    ]
+    # The first file's rows stay as the warehouse has them: it is not read again.
+    _rewrite_keeping_size_and_mtime(first, "alice", "carol")
+    write(
+        config,
+        "raw/allocations/slurm-2026-11-17.csv",
+        ALLOCATIONS.replace("\n10", "\n30").replace("alice", "dave"),
+    )
+    assert ingest(config).references_changed
+    assert rows(config, 'select job_id, "user" from allocations order by 1') == [
+        ("101", "alice"),
+        ("102", "bob"),
+        ("301", "dave"),
+        ("302", "bob"),
+    ]
+    (config.data_dir / "raw/allocations/slurm-2026-11-17.csv").unlink()
+    assert ingest(config).references_changed
+    assert rows(config, "select job_id from allocations order by 1") == [("101",), ("102",)]
+    assert rows(config, "select path from build_state.allocation_files") == [
+        ("raw/allocations/slurm-2026-11-16.csv",)
+    ]
+
+
+def test_a_warehouse_that_never_listed_its_allocation_files_reads_them_all(
+    config: Config,
+) -> None:
+    ingest(config)
+    # As a warehouse from before the list: no list, and rows of a file since removed.
+    with write_transaction(config) as con:
+        con.execute("drop table build_state.allocation_files")
+        con.execute(
+            "insert into allocations select * replace ('raw/allocations/gone.csv' as"
+            " source_file) from allocations"
+        )
+    _rewrite_keeping_size_and_mtime(
+        config.data_dir / "raw/allocations/slurm-2026-11-16.csv", "alice", "carol"
+    )
+    assert ingest(config).references_changed
+    assert rows(config, ALLOCATION_USERS) == [("carol",), ("bob",)]
+
+
+def test_an_allocation_file_another_ingest_read_differently_is_read_in_the_transaction(
+    config: Config,
+) -> None:
+    """`known` comes from the published warehouse before the write transaction opens; a
+    file it calls unchanged that this warehouse read at another (size, mtime) is read then,
+    and a bad one fails as a bad file read first does, changing nothing."""
+    path = config.data_dir / "raw/allocations/slurm-2026-11-16.csv"
+    stat = path.stat()
+    known = {"raw/allocations/slurm-2026-11-16.csv": (stat.st_size, stat.st_mtime_ns)}
+    references = read_references(config, known=known)
+    assert references.allocations == ()
+    load_warehouse(config, references, [])
+    assert rows(config, ALLOCATION_USERS) == [("alice",), ("bob",)]
+
+    before = config.warehouse_path.read_bytes()
+    write(config, "raw/allocations/slurm-2026-11-16.csv", ALLOCATIONS + "103,eve,,h1,x,,\n")
+    stat = path.stat()
+    known = {"raw/allocations/slurm-2026-11-16.csv": (stat.st_size, stat.st_mtime_ns)}
+    with pytest.raises(GpufleetError, match=r"slurm-2026-11-16\.csv: line 4: 'start_ts' is empty"):
+        load_warehouse(config, read_references(config, known=known), [])
+    assert config.warehouse_path.read_bytes() == before

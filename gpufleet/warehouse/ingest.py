@@ -43,7 +43,12 @@ from gpufleet.warehouse.quarantine import (
     move_to_quarantine,
     record_quarantined,
 )
-from gpufleet.warehouse.refs import References, read_references, replace_references
+from gpufleet.warehouse.refs import (
+    References,
+    published_allocation_files,
+    read_references,
+    replace_references,
+)
 from gpufleet.warehouse.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 
 __all__ = [
@@ -129,7 +134,7 @@ def ingest(
 ) -> IngestResult:
     """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine."""
     started = time.perf_counter()
-    references = read_references(config)
+    references = read_references(config, known=published_allocation_files(config))
     files = find_sample_files(config)
     listed = time.perf_counter()
     result = load_warehouse(
@@ -174,6 +179,7 @@ def load_warehouse(
             result = load_samples(con, config, files, progress=progress, ahead=ahead)
             loaded = time.perf_counter()
             references_changed = replace_references(con, references)
+            allocations = con.execute("select count(*) from allocations").fetchone()
             compacting = time.perf_counter()
             compaction = (
                 compact_completed_days(
@@ -210,7 +216,7 @@ def load_warehouse(
         users=len(references.users),
         host_rules=len(references.hosts),
         price_rules=len(references.prices),
-        allocations=len(references.allocations),
+        allocations=int(allocations[0]) if allocations else 0,
         references_changed=references_changed,
         compaction=compaction,
         step_seconds=steps,

@@ -12,14 +12,20 @@ with no content at all.
 The contacts (users' addresses, teams' leads) are kept in tables of their own,
 `ref_user_emails` and `ref_teams`: the models never read them, so a changed address neither
 changes `ref_users` nor makes the next build a full one.
+
+An allocation file is read again only when its size or modification time differs from
+those it had when the warehouse last read it (`build_state.allocation_files`, as
+`loaded_files` does for the sample files): a scheduler writes a file a day, and the
+15-minute cycle would otherwise parse weeks of them each time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -83,16 +89,31 @@ class Allocation(NamedTuple):
     source_file: str  # relative to the data directory
 
 
+class AllocationFile(NamedTuple):
+    """One raw/allocations/*.csv file as listed, before its rows were read."""
+
+    source: str  # relative to the data directory, as in allocations.source_file
+    path: Path
+    size_bytes: int
+    mtime_ns: int
+
+    @property
+    def signature(self) -> tuple[int, int]:
+        return (self.size_bytes, self.mtime_ns)
+
+
 @dataclass(frozen=True, kw_only=True)
 class References:
-    """Everything in ref/ and raw/allocations/, validated."""
+    """Everything in ref/ and raw/allocations/, validated; the rows of the allocation files
+    in `unread` were not read (the warehouse has them: `read_references`' `known`)."""
 
     users: tuple[UserTeam, ...] = ()
     teams: tuple[TeamContact, ...] = ()
     hosts: tuple[HostRule, ...] = ()
     prices: tuple[PriceRule, ...] = ()
     allocations: tuple[Allocation, ...] = ()
-    allocation_files: tuple[str, ...] = ()
+    allocation_files: tuple[AllocationFile, ...] = ()
+    unread: frozenset[str] = frozenset()
 
 
 class _Row(NamedTuple):
@@ -340,8 +361,12 @@ def _visible(path: Path) -> bool:
     return not path.name.startswith((".", "_"))
 
 
-def read_references(config: Config) -> References:
-    """Read and validate every reference file; missing files give empty tables."""
+def read_references(
+    config: Config, *, known: Mapping[str, tuple[int, int]] | None = None
+) -> References:
+    """Read and validate every reference file; missing files give empty tables. An
+    allocation file whose (size, mtime_ns) is `known[its source]` is listed, not read."""
+    known = known or {}
     ref_dir = config.ref_dir
     users_path, teams_path, hosts_path, prices_path = (
         ref_dir / USERS_FILE,
@@ -355,19 +380,56 @@ def read_references(config: Config) -> References:
         else []
     )
     allocations: list[Allocation] = []
-    sources: list[str] = []
+    listed: list[AllocationFile] = []
+    unread: set[str] = set()
     for path in allocation_paths:
-        source = path.relative_to(config.data_dir).as_posix()
-        sources.append(source)
-        allocations.extend(read_allocations(path, source))
+        try:
+            stat = path.stat()  # before the read: a file changed during it is read again
+        except OSError as exc:
+            raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        file = AllocationFile(
+            path.relative_to(config.data_dir).as_posix(), path, stat.st_size, stat.st_mtime_ns
+        )
+        listed.append(file)
+        if known.get(file.source) == file.signature:
+            unread.add(file.source)
+        else:
+            allocations.extend(read_allocations(path, file.source))
     return References(
         users=read_users(users_path) if users_path.is_file() else (),
         teams=read_teams(teams_path) if teams_path.is_file() else (),
         hosts=read_hosts(hosts_path) if hosts_path.is_file() else (),
         prices=read_prices(prices_path) if prices_path.is_file() else (),
         allocations=tuple(allocations),
-        allocation_files=tuple(sources),
+        allocation_files=tuple(listed),
+        unread=frozenset(unread),
     )
+
+
+def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of each allocation file as the published warehouse last read it,
+    for `read_references(known=...)`; empty when there is no warehouse (or none readable:
+    every file is read then, as on the first ingest)."""
+    if not config.warehouse_path.is_file():
+        return {}
+    try:
+        with contextlib.closing(duckdb.connect(str(config.warehouse_path), read_only=True)) as con:
+            return _allocation_files(con)
+    except duckdb.Error:
+        return {}
+
+
+def _allocation_files(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
+    exists = con.execute(
+        "select count(*) from duckdb_tables() where database_name = current_database()"
+        " and schema_name = 'build_state' and table_name = 'allocation_files'"
+    ).fetchone()
+    if not (exists and exists[0]):
+        return {}
+    rows = con.execute(
+        "select path, size_bytes, mtime_ns from build_state.allocation_files"
+    ).fetchall()
+    return {path: (size, mtime) for path, size, mtime in rows}
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -399,9 +461,14 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
 
 
 def _replace_table(
-    con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]]
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    keep: str = "false",
 ) -> bool:
-    """Replace every row of `table` with `rows` (one insert through Arrow); True if changed."""
+    """Replace every row of `table` but those `keep` (a condition on its columns) holds
+    for with `rows` (one insert through Arrow); True if anything changed."""
     schema = _ARROW_SCHEMAS[table]
     arrays = [
         pa.array([row[position] for row in rows], type=column.type)
@@ -411,18 +478,19 @@ def _replace_table(
     names = ", ".join(f'"{name}"' for name in schema.names)
     con.register("_ref_rows", arrow)
     try:
+        replaced = f"(select {names} from {table} where not ({keep}))"
         difference = con.execute(
             f"""
             select count(*) from (
-                (select {names} from {table} except all select {names} from _ref_rows)
+                (select {names} from {replaced} except all select {names} from _ref_rows)
                 union all
-                (select {names} from _ref_rows except all select {names} from {table})
+                (select {names} from _ref_rows except all select {names} from {replaced})
             )
             """
         ).fetchall()  # fetched to the end: DuckDB refuses to unregister under an open result
         changed = bool(difference[0][0])
         if changed:
-            con.execute(f"delete from {table}")
+            con.execute(f"delete from {table} where not ({keep})")
             con.execute(f"insert into {table} ({names}) select {names} from _ref_rows")
     finally:
         con.unregister("_ref_rows")
@@ -468,6 +536,53 @@ def ensure_contact_tables(con: duckdb.DuckDBPyConnection) -> None:
     document(con, CONTACT_TABLES_DOCS)
 
 
+ALLOCATION_FILES_DDL = """
+create schema if not exists build_state;
+create table if not exists build_state.allocation_files (
+    path varchar primary key,      -- relative to the data directory
+    size_bytes bigint not null,
+    mtime_ns bigint not null
+);
+"""
+
+
+def _replace_allocations(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+    """Make `allocations` the rows of the files listed: the files not read keep their rows
+    when this warehouse read them at the same (size, mtime) (else they are read now: another
+    ingest published in between); every other row is replaced. True if any row changed."""
+    con.execute(ALLOCATION_FILES_DDL)
+    stored = _allocation_files(con)
+    rows = list(references.allocations)
+    kept: list[str] = []
+    for file in references.allocation_files:
+        if file.source not in references.unread:
+            continue
+        if stored.get(file.source) == file.signature:
+            kept.append(file.source)
+        else:
+            rows.extend(read_allocations(file.path, file.source))
+    con.execute("create or replace temp table _kept_sources (source_file varchar)")
+    try:
+        con.execute("insert into _kept_sources select unnest(?::varchar[])", [kept])
+        changed = _replace_table(
+            con,
+            "allocations",
+            rows,
+            keep="source_file in (select source_file from _kept_sources)",
+        )
+    finally:
+        con.execute("drop table temp._kept_sources")
+    listed = {file.source: file.signature for file in references.allocation_files}
+    if stored != listed:
+        con.execute("delete from build_state.allocation_files")
+        con.execute(
+            "insert into build_state.allocation_files"
+            " select unnest(?::varchar[]), unnest(?::bigint[]), unnest(?::bigint[])",
+            [list(listed), [size for size, _ in listed.values()], [m for _, m in listed.values()]],
+        )
+    return changed
+
+
 def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
     """Replace ref_users, ref_hosts, ref_prices and allocations, and the contacts; True if a
     row the models read changed (a changed address needs no build)."""
@@ -475,7 +590,7 @@ def replace_references(con: duckdb.DuckDBPyConnection, references: References) -
         _replace_table(con, "ref_users", references.users),
         _replace_table(con, "ref_hosts", references.hosts),
         _replace_table(con, "ref_prices", references.prices),
-        _replace_table(con, "allocations", references.allocations),
+        _replace_allocations(con, references),
     ]
     ensure_contact_tables(con)
     emails = [(user.user, user.email) for user in references.users if user.email is not None]
