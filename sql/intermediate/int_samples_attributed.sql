@@ -64,8 +64,9 @@ with_allocation as (
 with_top_process as (
     -- The process a sample is attributed to (CONTRACT 6, rule 2): of several, the one
     -- holding the most memory, ties to the lowest pid (the maximum of (memory, -pid)).
-    -- Only a sample no allocation covers needs it: reading the process structs of every
-    -- sample took about a tenth of the full build, and most samples are allocated.
+    -- Only a sample no allocation covers is attributed by process, so only its top process
+    -- is worked out. A single process is taken as it is: building the sort key for it too
+    -- tripled the cost (1.7 s against 0.6 s for 6 million samples).
     select
         with_allocation.* exclude (processes),
         case
