@@ -37,6 +37,7 @@ from gpufleet.warehouse.incremental_window import (
     select_new_samples,
     window_is_a_suffix,
 )
+from gpufleet.warehouse.memory import fit_memory_limit
 from gpufleet.warehouse.models import Model, create_model, drop_model
 
 # Every mart an incremental build knows how to replace; any other means a full build.
@@ -112,6 +113,7 @@ def _run_models(
         model = models[name]
         if model.materialized == "view":
             continue  # a view of other marts: nothing to recompute
+        fit_memory_limit(con)
         if model.layer != "marts":
             create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
             created.append(model)

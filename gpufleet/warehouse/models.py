@@ -18,17 +18,17 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.ids import ensure_id_tables, record_new_ids
+from gpufleet.warehouse.memory import fit_memory_limit
 from gpufleet.warehouse.raw_tables import ensure_raw_tables
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
 MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
-BUILD_MEMORY_LIMIT = "1536MB"
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZATIONS = ("temp_view", "temp_table", "table", "view")
 PERSISTENT = ("table", "view")  # the materializations that stay in the warehouse
 # A full build of more samples than this builds the per-series models a slice of the
-# GPUs at a time (the window over 60 million samples does not fit in BUILD_MEMORY_LIMIT).
+# GPUs at a time (the window over 60 million samples does not fit in the build's memory).
 # At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
 # slices of 4 M and 63 s in slices of 16 M (where run_pieces spills: 25 s instead of 15).
 FULL_BUILD_CHUNK_SAMPLES = 8_000_000
@@ -260,7 +260,8 @@ def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = S
     con.execute("set disabled_optimizers = 'build_side_probe_side'")
     # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);
     # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
-    con.execute("set memory_limit = ?", [BUILD_MEMORY_LIMIT])
+    # The cap is set again before each step: gpufleet/warehouse/memory.py.
+    fit_memory_limit(con)
 
 
 def build_all_models(
@@ -281,6 +282,7 @@ def build_all_models(
     con.execute("set parquet_metadata_cache = true")
     try:
         for name in order:
+            fit_memory_limit(con)
             if chunks > 1 and name in CHUNKED_MODELS:
                 _create_in_chunks(con, models, name, chunks)
             else:
@@ -330,6 +332,7 @@ def _create_in_chunks(
     con.execute(f"create or replace temp view _chunk as select * from {source} where {in_slice}")
     try:
         for first, last in bounds:
+            fit_memory_limit(con)
             con.execute("set variable chunk_first_uuid = ?", [first])
             con.execute("set variable chunk_last_uuid = ?", [last])
             if source_model is not None:

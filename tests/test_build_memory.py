@@ -1,0 +1,90 @@
+"""A build's DuckDB takes what the rest of the process leaves of its memory budget (issue 19).
+
+A cycle ingests, then builds, in one process: after a cycle that loaded many hours at once,
+the ingest's freed pages are still held by polars' allocator, and a build that let DuckDB
+take its whole cap on top of them peaked at 2.6 GB. The build caps DuckDB before each step.
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+import pytest
+
+from gpufleet.warehouse import memory
+from gpufleet.warehouse import models as models_module
+from gpufleet.warehouse.build import build_models
+from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, _mart
+
+MIB = memory.MIB
+
+
+def _limit_bytes(con: duckdb.DuckDBPyConnection) -> float:
+    row = con.execute("select current_setting('memory_limit')").fetchone()
+    assert row is not None
+    number, unit = re.fullmatch(r"([0-9.]+) (KiB|MiB|GiB)", str(row[0])).groups()  # type: ignore[union-attr]
+    return float(number) * {"KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB}[unit]
+
+
+def test_duckdb_gets_what_the_rest_of_the_process_leaves() -> None:
+    little, budget = 300 * MIB, memory.PROCESS_MEMORY_BUDGET
+    assert memory.build_memory_limit(little, 0) == memory.BUILD_MEMORY_LIMIT
+    # what DuckDB holds itself is not taken from it
+    assert memory.build_memory_limit(little + 1000 * MIB, 1000 * MIB) == memory.BUILD_MEMORY_LIMIT
+    assert memory.build_memory_limit(1200 * MIB, 100 * MIB) == budget - 1100 * MIB
+    assert memory.build_memory_limit(5000 * MIB, 0) == memory.MIN_BUILD_MEMORY
+    assert memory.build_memory_limit(None, 0) == memory.BUILD_MEMORY_LIMIT  # no /proc
+
+
+def test_resident_bytes_counts_memory_the_process_touches() -> None:
+    before = memory.resident_bytes()
+    assert before is not None
+    held = b"\x01" * (200 * MIB)
+    after = memory.resident_bytes()
+    assert after is not None and after - before >= 190 * MIB
+    del held
+
+
+def test_a_build_in_a_process_holding_memory_caps_duckdb_and_builds_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every step of a full build (in slices) and of an incremental one is capped by what
+    the process holds outside DuckDB; the marts are those of a build in a process holding
+    less."""
+    monkeypatch.setattr(models_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices
+    # the reference's caps are whatever this test process leaves (pytest holds much)
+    reference, capped = _fleet(), _fleet()
+    for fleet in (reference, capped):
+        _arrive(fleet.con, 0, SAMPLES_PER_GPU * 5, "true")
+    assert build_models(reference.con, reference.config).mode == "full"
+
+    caps: list[float] = []
+    real_fit = memory.fit_memory_limit
+
+    def fit(con: duckdb.DuckDBPyConnection) -> int:
+        limit = real_fit(con)
+        caps.append(_limit_bytes(con))
+        return limit
+
+    monkeypatch.setattr(models_module, "fit_memory_limit", fit)
+    monkeypatch.setattr("gpufleet.warehouse.incremental.fit_memory_limit", fit)
+    resident = memory.resident_bytes()
+    assert resident is not None
+    # enough that the rest of the process leaves DuckDB 300 MB less than its full cap
+    rest = resident - memory.duckdb_bytes(capped.con)
+    budget, full_cap = memory.PROCESS_MEMORY_BUDGET, memory.BUILD_MEMORY_LIMIT
+    held = b"\x01" * max(0, budget - full_cap - rest + 300 * MIB)
+    assert build_models(capped.con, capped.config).mode == "full"
+    full_steps = len(caps)
+    for fleet in (reference, capped):
+        _arrive(fleet.con, SAMPLES_PER_GPU * 5, SAMPLES_PER_GPU * 10, "true")
+    assert build_models(reference.con, reference.config).mode == "incremental"
+    assert build_models(capped.con, capped.config).mode == "incremental"
+    assert full_steps > 4 and len(caps) > full_steps  # every model, every slice, and then some
+    assert all(memory.MIN_BUILD_MEMORY <= cap <= full_cap - 250 * MIB for cap in caps)
+    for mart in MARTS:
+        assert _mart(capped.con, mart) == _mart(reference.con, mart), mart
+    del held
+    limit = memory.fit_memory_limit(capped.con)  # what it sets is what it works out
+    assert _limit_bytes(capped.con) == pytest.approx(limit, abs=MIB)
