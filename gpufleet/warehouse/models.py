@@ -260,8 +260,8 @@ def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = S
     con.execute("set disabled_optimizers = 'build_side_probe_side'")
     # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);
     # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
-    # The cap is set again before each step: gpufleet/warehouse/memory.py.
-    fit_memory_limit(con)
+    # Below 1.5 GB when the rest of the process holds much: gpufleet/warehouse/memory.py.
+    fit_memory_limit(con, measure=True)
 
 
 def build_all_models(
