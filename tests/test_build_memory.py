@@ -42,9 +42,10 @@ def test_duckdb_gets_what_the_rest_of_the_process_leaves() -> None:
 def test_the_cap_is_measured_at_a_builds_start_and_while_it_is_lower(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A build that starts with the full cap keeps it (the rest of the process does not grow
-    while it builds); one that starts lower measures again before each step, and gets the
-    full cap back once the rest has let go of its memory. The process's size is set here,
+    """A build that starts with the full cap keeps it unless the process grows past
+    MEASURE_ABOVE (the rest of the process does not grow while it builds); one that starts
+    lower measures again before each step, and gets the full cap back once the rest has let
+    go of its memory. The process's size is set here,
     as no test can make polars' allocator hold pages on demand."""
     con = duckdb.connect()
     held = 0
@@ -52,10 +53,14 @@ def test_the_cap_is_measured_at_a_builds_start_and_while_it_is_lower(
     monkeypatch.setattr(memory, "resident_bytes", lambda: held + memory.duckdb_bytes(con))
     held = 100 * MIB
     assert memory.fit_memory_limit(con, measure=True) == memory.BUILD_MEMORY_LIMIT
-    held = 1700 * MIB
-    assert memory.fit_memory_limit(con) == memory.BUILD_MEMORY_LIMIT  # not measured
+    held = 1000 * MIB  # below MEASURE_ABOVE: not measured
+    assert memory.fit_memory_limit(con) == memory.BUILD_MEMORY_LIMIT
     assert _limit_bytes(con) == memory.BUILD_MEMORY_LIMIT
-    assert memory.fit_memory_limit(con, measure=True) == memory.MIN_BUILD_MEMORY
+    assert memory.fit_memory_limit(con, measure=True) == memory.PROCESS_MEMORY_BUDGET - held
+    held = 100 * MIB
+    assert memory.fit_memory_limit(con) == memory.BUILD_MEMORY_LIMIT
+    held = 1700 * MIB  # above MEASURE_ABOVE: measured even at the full cap
+    assert memory.fit_memory_limit(con) == memory.MIN_BUILD_MEMORY
     assert _limit_bytes(con) == memory.MIN_BUILD_MEMORY
     held = 1000 * MIB
     assert memory.fit_memory_limit(con) == memory.PROCESS_MEMORY_BUDGET - held
