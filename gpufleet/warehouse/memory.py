@@ -5,10 +5,10 @@ at once (a deployment that stopped for a day), polars' allocator still holds the
 ingest's batches freed (it keeps them 30 s: `gpufleet/__init__.py`), and a build that let
 DuckDB take its whole cap on top of them peaked at 2.6 GB at 1,000 GPUs. So a build sets
 DuckDB's cap at its start: `BUILD_MEMORY_LIMIT`, or less when the rest of the process
-holds more than the budget leaves, and, while it is less, again before each step (so
-that it rises once polars' allocator has given its pages back). It never goes below
-`MIN_BUILD_MEMORY`: a tighter cap only makes DuckDB spill to disk sooner. That cycle
-peaked at 1.90 GB so.
+holds more than the budget leaves, and again before each step while it is less (so that
+it rises once polars' allocator has given its pages back) or while the process holds more
+than `MEASURE_ABOVE`. It never goes below `MIN_BUILD_MEMORY`: a tighter cap only makes
+DuckDB spill to disk sooner. That cycle peaked at 1.90 GB so.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ MIB = 1024 * 1024
 PROCESS_MEMORY_BUDGET = 1900 * MIB  # the whole process, DuckDB included
 BUILD_MEMORY_LIMIT = 1536 * MIB  # DuckDB's cap when the rest of the process holds little
 MIN_BUILD_MEMORY = 512 * MIB
-# A process this large between two steps is measured (DuckDB's freed pages handed back
-# first) even at the full cap: a full build at 1,000 GPUs x 4 weeks that was not peaked
-# at 2.6 GB. The builds of a week stay below it between steps (1.36 GB at most).
+# A process this large between two steps is measured even at the full cap (DuckDB's own
+# freed pages handed back first): measured only at its start, a full build at 1,000 GPUs
+# x 4 weeks peaked at 2.64 GB, and at 2.12 GB so. The builds of a week stay below it
+# between steps (1.36 GB at most in a full build of the second fleet), so they are not
+# measured again.
 MEASURE_ABOVE = 1536 * MIB
+_CAP_VARIABLE = "gpufleet_build_memory_limit"  # the cap fit_memory_limit set last, in bytes
 
 
 def resident_bytes() -> int | None:
@@ -57,9 +60,9 @@ def fit_memory_limit(con: duckdb.DuckDBPyConnection, *, measure: bool = False) -
 
     The process is measured at a build's start (`measure`), and after that while the cap
     is below `BUILD_MEMORY_LIMIT` or the process holds more than `MEASURE_ABOVE`: the rest
-    of the process does not grow while it builds, and measuring before every step made
-    full builds of the second fleet slower (78.6 / 97.6 s against 73.7 / 85.2 s,
-    alternated pairs on a noisy machine)."""
+    of the process does not grow while it builds (only DuckDB's own freed pages do), and
+    measuring before every step made full builds of the second fleet slower (78.6 / 97.6 s
+    against 73.7 / 85.2 s, alternated pairs on a noisy machine)."""
     row = con.execute(f"select getvariable('{_CAP_VARIABLE}')").fetchone()
     current = int(row[0]) if row and row[0] is not None else None
     if not measure and current is not None and current >= BUILD_MEMORY_LIMIT:
@@ -74,6 +77,3 @@ def fit_memory_limit(con: duckdb.DuckDBPyConnection, *, measure: bool = False) -
     con.execute(f"set memory_limit = '{limit}B'")
     con.execute(f"set variable {_CAP_VARIABLE} = {limit}")
     return limit
-
-
-_CAP_VARIABLE = "gpufleet_build_memory_limit"  # the cap fit_memory_limit set last, in bytes
