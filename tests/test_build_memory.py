@@ -2,7 +2,8 @@
 
 A cycle ingests, then builds, in one process: after a cycle that loaded many hours at once,
 the ingest's freed pages are still held by polars' allocator, and a build that let DuckDB
-take its whole cap on top of them peaked at 2.6 GB. The build caps DuckDB before each step.
+take its whole cap on top of them peaked at 2.6 GB. The build caps DuckDB at its start, and
+again before each step while the cap is lower or the process is large.
 """
 
 from __future__ import annotations
@@ -21,11 +22,26 @@ MIB = memory.MIB
 SHOWN = 103 * MIB  # DuckDB shows its cap to a tenth of a GiB ('1.0 GiB' for 1.09)
 
 
-def _limit_bytes(con: duckdb.DuckDBPyConnection) -> float:
-    """DuckDB's cap as it shows it (to SHOWN)."""
+def _shown(limit: int) -> str:
+    """How DuckDB shows a cap of `limit` bytes."""
+    con = duckdb.connect()
+    con.execute(f"set memory_limit = '{limit}B'")
     row = con.execute("select current_setting('memory_limit')").fetchone()
     assert row is not None
-    number, unit = re.fullmatch(r"([0-9.]+) (KiB|MiB|GiB)", str(row[0])).groups()  # type: ignore[union-attr]
+    return str(row[0])
+
+
+def _setting(con: duckdb.DuckDBPyConnection) -> str:
+    row = con.execute("select current_setting('memory_limit')").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _limit_bytes(con: duckdb.DuckDBPyConnection) -> float:
+    """DuckDB's cap as it shows it (to SHOWN)."""
+    shown = re.fullmatch(r"([0-9.]+) (KiB|MiB|GiB)", _setting(con))
+    assert shown is not None
+    number, unit = shown.groups()
     return float(number) * {"KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB}[unit]
 
 
@@ -45,8 +61,8 @@ def test_the_cap_is_measured_at_a_builds_start_and_while_it_is_lower(
     """A build that starts with the full cap keeps it unless the process grows past
     MEASURE_ABOVE (the rest of the process does not grow while it builds); one that starts
     lower measures again before each step, and gets the full cap back once the rest has let
-    go of its memory. The process's size is set here,
-    as no test can make polars' allocator hold pages on demand."""
+    go of its memory. The process's size is set here, as no test can make polars'
+    allocator hold pages on demand."""
     con = duckdb.connect()
     held = 0
 
@@ -55,18 +71,18 @@ def test_the_cap_is_measured_at_a_builds_start_and_while_it_is_lower(
     assert memory.fit_memory_limit(con, measure=True) == memory.BUILD_MEMORY_LIMIT
     held = 1000 * MIB  # below MEASURE_ABOVE: not measured
     assert memory.fit_memory_limit(con) == memory.BUILD_MEMORY_LIMIT
-    assert _limit_bytes(con) == memory.BUILD_MEMORY_LIMIT
+    assert _setting(con) == _shown(memory.BUILD_MEMORY_LIMIT)
     assert memory.fit_memory_limit(con, measure=True) == memory.PROCESS_MEMORY_BUDGET - held
     held = 100 * MIB
     assert memory.fit_memory_limit(con) == memory.BUILD_MEMORY_LIMIT
     held = 1700 * MIB  # above MEASURE_ABOVE: measured even at the full cap
     assert memory.fit_memory_limit(con) == memory.MIN_BUILD_MEMORY
-    assert _limit_bytes(con) == memory.MIN_BUILD_MEMORY
+    assert _setting(con) == _shown(memory.MIN_BUILD_MEMORY)
     held = 1000 * MIB
     assert memory.fit_memory_limit(con) == memory.PROCESS_MEMORY_BUDGET - held
     held = 100 * MIB
     assert memory.fit_memory_limit(con) == memory.BUILD_MEMORY_LIMIT
-    assert _limit_bytes(con) == memory.BUILD_MEMORY_LIMIT
+    assert _setting(con) == _shown(memory.BUILD_MEMORY_LIMIT)
 
 
 def test_resident_bytes_counts_memory_the_process_touches() -> None:

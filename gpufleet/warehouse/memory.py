@@ -19,7 +19,9 @@ import duckdb
 
 MIB = 1024 * 1024
 PROCESS_MEMORY_BUDGET = 1900 * MIB  # the whole process, DuckDB included
-BUILD_MEMORY_LIMIT = 1536 * MIB  # DuckDB's cap when the rest of the process holds little
+# DuckDB's cap when the rest of the process holds little: '1536MB' as DuckDB reads it
+# (10^6 bytes a MB), the cap builds had before this module
+BUILD_MEMORY_LIMIT = 1536 * 1000 * 1000
 MIN_BUILD_MEMORY = 512 * MIB
 # A process this large between two steps is measured even at the full cap (DuckDB's own
 # freed pages handed back first): measured only at its start, a full build at 1,000 GPUs

@@ -282,10 +282,10 @@ def build_all_models(
     con.execute("set parquet_metadata_cache = true")
     try:
         for name in order:
-            fit_memory_limit(con)
             if chunks > 1 and name in CHUNKED_MODELS:
-                _create_in_chunks(con, models, name, chunks)
+                _create_in_chunks(con, models, name, chunks)  # fits the cap before each slice
             else:
+                fit_memory_limit(con)
                 create_model(con, models[name])
             record_new_ids(con, name)
         for name in marts:
