@@ -274,13 +274,14 @@ def build_all_models(
     undocumented = sorted(set(marts) - docs.keys())
     if undocumented:
         raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
-    row = con.execute("select count(*) from samples").fetchone()  # the lake's: its footers
-    chunks = max(1, -(-int(row[0] if row else 0) // FULL_BUILD_CHUNK_SAMPLES))
     # The models open each lake file a dozen times (the id models, then every slice), and
     # no file changes during a full build: its footer is parsed once (about 3 s of 50 at
-    # 1,000 GPUs x 7 days). Off again after, as a cycle swaps files under the same paths.
+    # 1,000 GPUs x 7 days), by the count below. Off again after, as a cycle swaps files
+    # under the same paths.
     con.execute("set parquet_metadata_cache = true")
     try:
+        row = con.execute("select count(*) from samples").fetchone()  # the lake's footers
+        chunks = max(1, -(-int(row[0] if row else 0) // FULL_BUILD_CHUNK_SAMPLES))
         for name in order:
             if chunks > 1 and name in CHUNKED_MODELS:
                 _create_in_chunks(con, models, name, chunks)  # fits the cap before each slice
