@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,48 @@ def test_collect_does_not_import_the_pipeline() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def _gpufleet(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_ingest_and_build_without_a_prefect_server_call_the_engine(tmp_path: Path) -> None:
+    """Without PREFECT_API_URL, `ingest` and `build` run without Prefect's temporary server
+    (which would write its database into PREFECT_HOME): 15 s less a run on 2 cores."""
+    prefect_home = tmp_path / "prefect-home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}
+    env["PREFECT_HOME"] = str(prefect_home)
+    data_dir = str(tmp_path / "data")
+    simulated = _gpufleet(env, "--data-dir", data_dir, "simulate", "--gpus", "2", "--days", "1")
+    assert simulated.returncode == 0, simulated.stderr
+    ingested = _gpufleet(env, "--data-dir", data_dir, "ingest")
+    assert ingested.returncode == 0, ingested.stderr
+    assert "ingest: " in ingested.stdout and " 0 new samples" not in ingested.stdout
+    built = _gpufleet(env, "--data-dir", data_dir, "build")
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.startswith("full build (first build)")
+    assert not (prefect_home / "prefect.db").exists()
+    assert "temporary server" not in ingested.stderr + built.stderr
+
+
+def test_build_with_a_prefect_server_is_a_recorded_flow_run(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    def build_runs() -> int:
+        with get_client(sync_client=True) as client:
+            flows = {flow.id: flow.name for flow in client.read_flows()}
+            return sum(flows.get(run.flow_id) == "build" for run in client.read_flow_runs())
+
+    before = build_runs()
+    assert main(["--data-dir", str(tmp_path / "data"), "build"]) == 0
+    assert build_runs() == before + 1
