@@ -397,7 +397,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
             print(summary)
             return 0
         if command == "ingest":
-            if not _prefect_server_configured():
+            from flows.server import prefect_server_configured
+
+            if not prefect_server_configured():
                 from gpufleet.warehouse.ingest import ingest
 
                 print(ingest(config, progress=_progress))
@@ -408,7 +410,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
             print(result)
             return 0
         if command == "build":
-            if not _prefect_server_configured():
+            from flows.server import prefect_server_configured
+
+            if not prefect_server_configured():
                 from gpufleet.warehouse.build import build
 
                 print(build(config, full=args.full))
@@ -474,19 +478,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
             ) from exc
         raise
     raise AssertionError(f"unhandled command {command}")
-
-
-def _prefect_server_configured() -> bool:
-    """Whether a Prefect server records the runs: PREFECT_API_URL in the environment or in
-    the active Prefect profile. Without one, `ingest` and `build` call the engine the flows
-    call, as the deployments' flows would, minus the run's record: a flow would start
-    Prefect's temporary server, 15-18 s of a 20 s `gpufleet build` with nothing to build
-    (0.1 s of work) on a 2-core machine."""
-    if os.environ.get("PREFECT_API_URL"):
-        return True
-    from prefect.settings import get_current_settings
-
-    return bool(get_current_settings().api.url)
 
 
 def _source(config: Config) -> str | None:
