@@ -111,6 +111,64 @@ def test_ingest_and_build_without_a_prefect_server_call_the_engine(tmp_path: Pat
     assert "temporary server" not in ingested.stderr + built.stderr
 
 
+_SERVER_CHECK = (
+    "import sys\n"
+    "from flows.server import prefect_server_configured\n"
+    "print(prefect_server_configured(), 'prefect' in sys.modules)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("none", "False False"),
+        ("environment", "True False"),
+        ("profile variable", "False True"),  # asked: Prefect finds no such profile
+        ("profiles file", "True True"),
+        ("dotenv", "True True"),
+        ("prefect.toml", "True True"),
+        ("pyproject.toml", "True True"),
+        ("pyproject.toml of another tool", "False False"),
+    ],
+)
+def test_the_server_check_asks_prefect_only_where_a_setting_could_name_one(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    """Importing Prefect's settings costs about 2 s: without a profile, a settings file or
+    PREFECT_API_URL the answer is known without it; with one, Prefect's settings decide."""
+    url = "http://127.0.0.1:4200/api"
+    prefect_home = tmp_path / "prefect-home"
+    prefect_home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(prefect_home)
+    if setting == "environment":
+        env["PREFECT_API_URL"] = url
+    elif setting == "profile variable":
+        env["PREFECT_PROFILE"] = "local"
+    elif setting == "profiles file":
+        (prefect_home / "profiles.toml").write_text(
+            f'active = "mine"\n[profiles.mine]\nPREFECT_API_URL = "{url}"\n'
+        )
+    elif setting == "dotenv":
+        (tmp_path / ".env").write_text(f"PREFECT_API_URL={url}\n")
+    elif setting == "prefect.toml":
+        (tmp_path / "prefect.toml").write_text(f'[api]\nurl = "{url}"\n')
+    elif setting == "pyproject.toml":
+        (tmp_path / "pyproject.toml").write_text(f'[tool.prefect.api]\nurl = "{url}"\n')
+    elif setting == "pyproject.toml of another tool":
+        (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 99\n")
+    result = subprocess.run(
+        [sys.executable, "-c", _SERVER_CHECK],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.strip() == expected
+
+
 def test_build_with_a_prefect_server_is_a_recorded_flow_run(
     tmp_path: Path, prefect_harness: None
 ) -> None:
