@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -398,6 +399,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
             return 0
         if command == "ingest":
             from flows.server import prefect_server_configured
+            from gpufleet.warehouse.quarantine import QuarantineWarning
+
+            # The log line on stderr names each quarantined file; the warning (for code
+            # that calls ingest) would name it again, with a line of gpufleet's source.
+            warnings.filterwarnings("ignore", category=QuarantineWarning)
 
             if not prefect_server_configured():
                 from gpufleet.warehouse.ingest import ingest

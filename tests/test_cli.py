@@ -111,6 +111,19 @@ def test_ingest_and_build_without_a_prefect_server_call_the_engine(tmp_path: Pat
     assert "temporary server" not in ingested.stderr + built.stderr
 
 
+def test_ingest_names_a_quarantined_file_once_on_stderr(tmp_path: Path) -> None:
+    bad = tmp_path / "raw" / "samples" / "date=2026-11-20" / "host=h1" / "bad.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("not parquet")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    result = _gpufleet(env, "--data-dir", str(tmp_path), "ingest")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("quarantined raw/samples/date=2026-11-20/host=h1/bad.parquet") == 1
+    assert "QuarantineWarning" not in result.stderr
+    assert " 1 quarantined" in result.stdout
+
+
 _SERVER_CHECK = (
     "import sys\n"
     "from flows.server import prefect_server_configured\n"
