@@ -280,6 +280,10 @@ class PipelineBench:
     figures: list[Figure] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     on_figure: Callable[[], None] = lambda: None  # called after each figure (partial results)
+    # The median of the backfill's floor (the fastest bare scan of the raw week), once
+    # measured: each build is also given as a multiple of it, a figure that the machine's
+    # speed (which changes within minutes on a shared one) moves less than seconds.
+    scan_floor_s: float | None = None
 
     @property
     def label(self) -> str:
@@ -505,6 +509,7 @@ class PipelineBench:
         )
         fastest = min(scans, key=lambda name: statistics.median(scans[name]))
         floor = scans[fastest]
+        self.scan_floor_s = statistics.median(floor)
         self.notes.append(f"{self.label}the backfill's floor is the fastest scan: {fastest}")
         self.add("backfill `gpufleet ingest` of the week", "", [i.wall_s for i in ingests], "s")
         ratios = [i.wall_s / f for i, f in zip(ingests, floor, strict=True)]
@@ -585,6 +590,13 @@ class PipelineBench:
     def add_builds(self, name: str, rss_name: str, builds: Sequence[StepResult]) -> None:
         """A row of the builds' wall time (<= 60 s) and one of their peak RSS (<= 2 GB)."""
         self.add(name, "<= 60 s", [b.wall_s for b in builds], "s", limit=60)
+        if self.scan_floor_s:
+            self.add(
+                f"{name.split(' (')[0]} / fastest scan of the raw week",
+                "",
+                [b.wall_s / self.scan_floor_s for b in builds],
+                "x",
+            )
         self.add(rss_name, "<= 2048 MB", [b.max_rss_mb for b in builds], "MB", limit=2048)
 
     def cycles(self, data_dir: Path, start: dt.datetime) -> tuple[list[float], dt.datetime]:
