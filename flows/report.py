@@ -1,8 +1,9 @@
-"""The weekly report flow: write the page and the email, publish a summary, send on request."""
+"""The weekly report flow: `reports.run.run_report` with each step a task, and the week's
+summary published as a Prefect artifact."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import flow, task
@@ -10,50 +11,12 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config, load_config
-from gpufleet.errors import GpufleetError
-from gpufleet.weeks import last_complete_week, week_monday
-from reports.mail import read_message, send_message
+from reports.run import ReportResult, ReportSteps, run_report, send_report
 from reports.team import TeamEmail, send_team_emails, write_team_emails
 from reports.weekly import ReportFiles, write_report
 
 ARTIFACT_KEY = "gpufleet-weekly-report"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReportResult:
-    """What one report run wrote and whom it mailed; `str()` is what the CLI prints."""
-
-    files: ReportFiles
-    sent_to: tuple[str, ...] = ()
-    team_emails: tuple[TeamEmail, ...] = ()
-    fleet_not_sent: bool = False  # --send --per-team without report.recipients
-
-    @property
-    def page_path(self) -> Path:
-        return self.files.page_path
-
-    @property
-    def email_path(self) -> Path:
-        return self.files.email_path
-
-    def __str__(self) -> str:
-        text = str(self.files)
-        if self.sent_to:
-            text += f"\n  sent to: {', '.join(self.sent_to)}"
-        if self.fleet_not_sent:
-            text += "\n  not sent: report.recipients is empty (team emails only)"
-        if self.team_emails:
-            text += "\nteam emails:\n" + "\n".join(str(email) for email in self.team_emails)
-        return text
-
-
-def check_week(week: str) -> str:
-    """`week` if it is an ISO week like 2026-W46, else a GpufleetError."""
-    try:
-        week_monday(week)
-    except ValueError as exc:
-        raise GpufleetError(f"'{week}' is not an ISO week like 2026-W46") from exc
-    return week
+__all__ = ["ARTIFACT_KEY", "ReportResult", "report_flow"]
 
 
 @task(name="write-report", cache_policy=NO_CACHE)
@@ -73,9 +36,9 @@ def publish_summary(files: ReportFiles) -> None:
 
 
 @task(name="send-report", cache_policy=NO_CACHE)
-def send_report(config: Config, email_path: Path) -> tuple[str, ...]:
+def send_report_task(config: Config, email_path: Path) -> tuple[str, ...]:
     """Send the written report.eml over SMTP (no retries: the failure is reported at once)."""
-    return send_message(config, read_message(email_path))
+    return send_report(config, email_path)
 
 
 @task(name="write-team-emails", cache_policy=NO_CACHE)
@@ -85,9 +48,18 @@ def write_team_emails_task(config: Config, week: str) -> tuple[TeamEmail, ...]:
 
 
 @task(name="send-team-emails", cache_policy=NO_CACHE)
-def send_team_emails_task(config: Config, emails: tuple[TeamEmail, ...]) -> tuple[TeamEmail, ...]:
+def send_team_emails_task(config: Config, emails: Sequence[TeamEmail]) -> tuple[TeamEmail, ...]:
     """Mail each written team email that has a lead (no retries, as the report)."""
     return tuple(send_team_emails(config, emails))
+
+
+TASKS = ReportSteps(
+    write=write_report_task,
+    publish=publish_summary,
+    write_team_emails=write_team_emails_task,
+    send=send_report_task,
+    send_team_emails=send_team_emails_task,
+)
 
 
 @flow(name="weekly-report", log_prints=False)
@@ -101,21 +73,7 @@ def report_flow(
     """Render one week's report (default: the last complete week) and email it on request;
     with `per_team`, also each team's email to its lead (ref/teams.csv)."""
     config = load_config(config_path=config_path, data_dir=data_dir)
-    label = check_week(week) if week else last_complete_week(config.timezone)
-    files = write_report_task(config, label)
-    publish_summary(files)
-    team_emails = write_team_emails_task(config, label) if per_team else ()
-    # With team emails to send, a fleet without report.recipients is not an error.
-    send_fleet = send and (bool(config.report.recipients) or not per_team)
-    sent_to = send_report(config, files.email_path) if send_fleet else ()
-    if send and team_emails:
-        team_emails = send_team_emails_task(config, team_emails)
-    return ReportResult(
-        files=files,
-        sent_to=sent_to,
-        team_emails=team_emails,
-        fleet_not_sent=send and not send_fleet,
-    )
+    return run_report(config, week, send=send, per_team=per_team, steps=TASKS)
 
 
 if __name__ == "__main__":

@@ -432,6 +432,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
             )
             return 0
         if command == "report":
+            from flows.server import prefect_server_configured
+
+            if not prefect_server_configured():
+                from reports.run import run_report
+
+                report = run_report(config, args.week, send=args.send, per_team=args.per_team)
+                print(report)
+                return 0
             from flows.report import report_flow
 
             paths = report_flow(

@@ -92,9 +92,11 @@ def _gpufleet(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[st
     )
 
 
-def test_ingest_and_build_without_a_prefect_server_call_the_engine(tmp_path: Path) -> None:
-    """Without PREFECT_API_URL, `ingest` and `build` run without Prefect's temporary server
-    (which would write its database into PREFECT_HOME): 15 s less a run on 2 cores."""
+def test_ingest_build_and_report_without_a_prefect_server_call_the_engine(
+    tmp_path: Path,
+) -> None:
+    """Without PREFECT_API_URL, `ingest`, `build` and `report` run without Prefect's temporary
+    server (which would write its database into PREFECT_HOME): 15 s less a run on 2 cores."""
     prefect_home = tmp_path / "prefect-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}
     env["PREFECT_HOME"] = str(prefect_home)
@@ -107,8 +109,12 @@ def test_ingest_and_build_without_a_prefect_server_call_the_engine(tmp_path: Pat
     built = _gpufleet(env, "--data-dir", data_dir, "build")
     assert built.returncode == 0, built.stderr
     assert built.stdout.startswith("full build (first build)")
+    reported = _gpufleet(env, "--data-dir", data_dir, "report")
+    assert reported.returncode == 0, reported.stderr
+    assert "(no data for week" not in reported.stdout
+    assert "index.html" in reported.stdout and "report.eml" in reported.stdout
     assert not (prefect_home / "prefect.db").exists()
-    assert "temporary server" not in ingested.stderr + built.stderr
+    assert "temporary server" not in ingested.stderr + built.stderr + reported.stderr
 
 
 def test_ingest_names_a_quarantined_file_once_on_stderr(tmp_path: Path) -> None:

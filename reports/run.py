@@ -1,0 +1,103 @@
+"""One report run, as `gpufleet report` and the weekly-report flow make it: write the week's
+page and email, the teams' emails on request, and send them on request.
+
+The steps are parameters: the flow (flows/report.py) passes its Prefect tasks, so that each is
+a task run of its own, and publishes the week's summary as an artifact; without a Prefect
+server, the command passes nothing and runs the plain functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.weeks import last_complete_week, week_monday
+from reports.mail import read_message, send_message
+from reports.team import TeamEmail, send_team_emails, write_team_emails
+from reports.weekly import ReportFiles, write_report
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportResult:
+    """What one report run wrote and whom it mailed; `str()` is what the CLI prints."""
+
+    files: ReportFiles
+    sent_to: tuple[str, ...] = ()
+    team_emails: tuple[TeamEmail, ...] = ()
+    fleet_not_sent: bool = False  # --send --per-team without report.recipients
+
+    @property
+    def page_path(self) -> Path:
+        return self.files.page_path
+
+    @property
+    def email_path(self) -> Path:
+        return self.files.email_path
+
+    def __str__(self) -> str:
+        text = str(self.files)
+        if self.sent_to:
+            text += f"\n  sent to: {', '.join(self.sent_to)}"
+        if self.fleet_not_sent:
+            text += "\n  not sent: report.recipients is empty (team emails only)"
+        if self.team_emails:
+            text += "\nteam emails:\n" + "\n".join(str(email) for email in self.team_emails)
+        return text
+
+
+def check_week(week: str) -> str:
+    """`week` if it is an ISO week like 2026-W46, else a GpufleetError."""
+    try:
+        week_monday(week)
+    except ValueError as exc:
+        raise GpufleetError(f"'{week}' is not an ISO week like 2026-W46") from exc
+    return week
+
+
+def send_report(config: Config, email_path: Path) -> tuple[str, ...]:
+    """Send the written report.eml over SMTP (no retries: the failure is reported at once)."""
+    return send_message(config, read_message(email_path))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSteps:
+    """The steps of a run: the plain functions unless a caller (the flow) passes others."""
+
+    write: Callable[[Config, str], ReportFiles] = write_report
+    publish: Callable[[ReportFiles], None] | None = None  # the summary, where it has a home
+    write_team_emails: Callable[[Config, str], Sequence[TeamEmail]] = write_team_emails
+    send: Callable[[Config, Path], tuple[str, ...]] = send_report
+    send_team_emails: Callable[[Config, Sequence[TeamEmail]], Sequence[TeamEmail]] = (
+        send_team_emails
+    )
+
+
+def run_report(
+    config: Config,
+    week: str | None = None,
+    *,
+    send: bool = False,
+    per_team: bool = False,
+    steps: ReportSteps = ReportSteps(),
+) -> ReportResult:
+    """Render one week's report (default: the last complete week) and email it on request;
+    with `per_team`, also each team's email to its lead (ref/teams.csv)."""
+    label = check_week(week) if week else last_complete_week(config.timezone)
+    files = steps.write(config, label)
+    if steps.publish is not None:
+        steps.publish(files)
+    team_emails = tuple(steps.write_team_emails(config, label)) if per_team else ()
+    # With team emails to send, a fleet without report.recipients is not an error.
+    send_fleet = send and (bool(config.report.recipients) or not per_team)
+    sent_to = steps.send(config, files.email_path) if send_fleet else ()
+    if send and team_emails:
+        team_emails = tuple(steps.send_team_emails(config, team_emails))
+    return ReportResult(
+        files=files,
+        sent_to=sent_to,
+        team_emails=team_emails,
+        fleet_not_sent=send and not send_fleet,
+    )
