@@ -1,4 +1,5 @@
-"""Whether a Prefect server records the runs of the commands (`gpufleet ingest`, `build`)."""
+"""Whether a Prefect server records the runs of the commands (`gpufleet ingest`, `build`,
+`report`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ _WORKING_DIRECTORY_FILES = (".env", "prefect.toml")
 
 
 def prefect_server_configured() -> bool:
-    """PREFECT_API_URL in the environment or in Prefect's settings. Without one, `ingest`
-    and `build` call the engine the flows call, as the deployments' flows would, minus the
-    run's record: a flow would start Prefect's temporary server, 15-18 s of a 20 s
-    `gpufleet build` with nothing to build (0.1 s of work) on a 2-core machine.
+    """PREFECT_API_URL in the environment or in Prefect's settings. Without one, `ingest`,
+    `build` and `report` call the engine the flows call, as the deployments' flows would,
+    minus the run's record: a flow would start Prefect's temporary server, 15-18 s of a
+    20 s `gpufleet build` with nothing to build (0.1 s of work) on a 2-core machine.
 
     Prefect's settings are asked only where something could set the URL: importing them
     takes about 2 s, as long as the rest of such a build."""

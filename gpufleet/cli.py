@@ -380,6 +380,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     # start can take longer than Prefect's default 20 s.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     try:
+        # ingest, build and report are flows that a configured Prefect server records;
+        # without one they call the engine the flows call (flows/server.py).
+        on_server = False
+        if command in ("ingest", "build", "report"):
+            from flows.server import prefect_server_configured
+
+            on_server = prefect_server_configured()
         if command == "simulate":
             from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 
@@ -398,14 +405,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
             print(summary)
             return 0
         if command == "ingest":
-            from flows.server import prefect_server_configured
             from gpufleet.warehouse.quarantine import QuarantineWarning
 
             # The log line on stderr names each quarantined file; the warning (for code
             # that calls ingest) would name it again, with a line of gpufleet's source.
             warnings.filterwarnings("ignore", category=QuarantineWarning)
-
-            if not prefect_server_configured():
+            if not on_server:
                 from gpufleet.warehouse.ingest import ingest
 
                 print(ingest(config, progress=_progress))
@@ -416,9 +421,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             print(result)
             return 0
         if command == "build":
-            from flows.server import prefect_server_configured
-
-            if not prefect_server_configured():
+            if not on_server:
                 from gpufleet.warehouse.build import build
 
                 print(build(config, full=args.full))
@@ -432,9 +435,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             )
             return 0
         if command == "report":
-            from flows.server import prefect_server_configured
-
-            if not prefect_server_configured():
+            if not on_server:
                 from reports.run import run_report
 
                 report = run_report(config, args.week, send=args.send, per_team=args.per_team)
