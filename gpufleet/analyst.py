@@ -19,7 +19,7 @@ import polars as pl
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.slots import connect_read_only
-from gpufleet.weeks import week_bounds, week_monday
+from gpufleet.weeks import check_week, week_bounds, week_monday
 
 # Statements that only read: one of these, and only one, per query.
 READ_STATEMENTS = frozenset(
@@ -56,10 +56,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _week_days(week: str) -> tuple[dt.date, dt.date]:
     """The Monday and the Sunday of an ISO week, or a GpufleetError."""
-    try:
-        monday = week_monday(week)
-    except ValueError as exc:
-        raise GpufleetError(f"'{week}' is not an ISO week like 2026-W47") from exc
+    monday = week_monday(check_week(week))
     return monday, monday + dt.timedelta(days=6)
 
 

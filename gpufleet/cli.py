@@ -18,20 +18,15 @@ from pathlib import Path
 from gpufleet import __version__
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-
-_WEEK_RE = re.compile(r"^(\d{4})-W(\d{2})$")
+from gpufleet.weeks import week_monday
 
 
 def iso_week(value: str) -> str:
     """argparse type for `YYYY-Www`."""
-    match = _WEEK_RE.match(value)
-    if not match:
-        raise argparse.ArgumentTypeError(f"'{value}' is not an ISO week like 2026-W47")
-    year, week = int(match.group(1)), int(match.group(2))
     try:
-        dt.date.fromisocalendar(year, week, 1)
+        week_monday(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a valid ISO week") from exc
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 

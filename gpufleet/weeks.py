@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import zoneinfo
+
+from gpufleet.errors import GpufleetError
+
+_LABEL = re.compile(r"(\d{4})-W(\d{2})")
 
 
 def week_label(day: dt.date) -> str:
@@ -13,9 +18,24 @@ def week_label(day: dt.date) -> str:
 
 
 def week_monday(label: str) -> dt.date:
-    """The Monday of an ISO week `YYYY-Www`."""
-    year, week = label.split("-W")
-    return dt.date.fromisocalendar(int(year), int(week), 1)
+    """The Monday of an ISO week `YYYY-Www`; a ValueError that quotes `label` if it is none
+    (not of that form, or a week its year does not have, like 2026-W54)."""
+    match = _LABEL.fullmatch(label)
+    try:
+        if match is None:
+            raise ValueError(label)
+        return dt.date.fromisocalendar(int(match[1]), int(match[2]), 1)
+    except ValueError:
+        raise ValueError(f"'{label}' is not an ISO week like 2026-W47") from None
+
+
+def check_week(label: str) -> str:
+    """`label` if it is an ISO week like 2026-W47, else a GpufleetError saying so."""
+    try:
+        week_monday(label)
+    except ValueError as exc:
+        raise GpufleetError(str(exc)) from None
+    return label
 
 
 def last_complete_week(timezone: str, now: dt.datetime | None = None) -> str:

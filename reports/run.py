@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.config import Config
-from gpufleet.errors import GpufleetError
-from gpufleet.weeks import last_complete_week, week_monday
+from gpufleet.weeks import check_week, last_complete_week
 from reports.mail import read_message, send_message
 from reports.team import TeamEmail, send_team_emails, write_team_emails
 from reports.weekly import ReportFiles, write_report
@@ -46,15 +45,6 @@ class ReportResult:
         if self.team_emails:
             text += "\nteam emails:\n" + "\n".join(str(email) for email in self.team_emails)
         return text
-
-
-def check_week(week: str) -> str:
-    """`week` if it is an ISO week like 2026-W46, else a GpufleetError."""
-    try:
-        week_monday(week)
-    except ValueError as exc:
-        raise GpufleetError(f"'{week}' is not an ISO week like 2026-W46") from exc
-    return week
 
 
 def send_report(config: Config, email_path: Path) -> tuple[str, ...]:

@@ -38,7 +38,8 @@ def test_help_lists_every_contract_command(capsys: pytest.CaptureFixture[str]) -
     ("argv", "message"),
     [
         (["report", "--week", "2026-47"], "is not an ISO week"),
-        (["report", "--week", "2026-W54"], "is not a valid ISO week"),
+        (["report", "--week", "2026-W54"], "is not an ISO week like 2026-W47"),
+        (["report", "--week", "2026-W4"], "is not an ISO week like 2026-W47"),
         (["collect", "--interval", "0"], "must be greater than 0"),
         (["simulate", "--gpus", "many"], "is not a whole number"),
         (["simulate", "--start", "yesterday"], "is not a date"),
