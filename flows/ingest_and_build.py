@@ -3,7 +3,7 @@ update the models when anything was loaded, in one warehouse transaction."""
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.states import Failed
 
 from gpufleet.config import load_config
@@ -16,7 +16,8 @@ def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> 
     """Load new raw files; update the models when the ingest loaded anything (samples, refs)."""
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
-        ingested, built = ingest_then_build(config)
+        logger = get_run_logger()
+        ingested, built = ingest_then_build(config, progress=logger.info, warn=logger.warning)
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]

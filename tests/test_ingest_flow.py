@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -29,21 +30,27 @@ def test_the_flow_loads_and_returns_a_printable_result(tmp_path: Path) -> None:
     assert ingest_flow(data_dir=str(data_dir)).samples_loaded == 0
 
 
-def test_the_flow_warns_about_quarantined_files_through_its_logger(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("name", ["ingest", "ingest-and-build"])
+def test_the_flows_report_a_quarantined_file_once_through_their_run_logger(
+    name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from flows.ingest_and_build import ingest_and_build
+
     data_dir = tmp_path / "data"
     write_samples(data_dir, f"{DAY1}/a.parquet", [sample(0)])
     (data_dir / DAY1 / "b.parquet").write_bytes(b"garbage")
-    with caplog.at_level(logging.WARNING), pytest.warns(QuarantineWarning):
-        result = ingest_flow(data_dir=str(data_dir))
-    assert result.files_loaded == 1
+    flow = ingest_flow if name == "ingest" else ingest_and_build
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings():
+        warnings.simplefilter("error", QuarantineWarning)  # the run logger says it, not a warning
+        result = flow(data_dir=str(data_dir))
+    assert "1 files, 1 new samples" in str(result)
     message = f"quarantined {DAY1}/b.parquet: cannot read Parquet"
-    from_run_logger = [
-        r for r in caplog.records if r.name.startswith("prefect") and message in r.getMessage()
-    ]
-    assert from_run_logger, [r.name for r in caplog.records]
+    said = [r for r in caplog.records if message in r.getMessage()]
+    assert len(said) == 1 and said[0].name.startswith("prefect"), [r.name for r in said]
     assert (data_dir / "quarantine" / DAY1 / "b.parquet").is_file()
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        recorded = con.execute("select path, moved_to from quarantined_files").fetchall()
+    assert recorded == [(f"{DAY1}/b.parquet", f"quarantine/{DAY1}/b.parquet")]
 
 
 def test_the_flow_fails_on_a_bad_reference_file_and_reads_a_config_file(tmp_path: Path) -> None:

@@ -6,16 +6,21 @@ import datetime as dt
 
 from gpufleet.config import Config
 from gpufleet.warehouse.build import BuildResult, build
-from gpufleet.warehouse.ingest import IngestResult, ingest
+from gpufleet.warehouse.ingest import IngestResult, Log, load_new_files, quarantine_after_publish
 from gpufleet.warehouse.slots import write_transaction
 
 
 def ingest_then_build(
-    config: Config, *, today: dt.date | None = None
+    config: Config,
+    *,
+    today: dt.date | None = None,
+    progress: Log | None = None,
+    warn: Log | None = None,
 ) -> tuple[IngestResult, BuildResult | None]:
-    """Ingest, then build when anything was loaded, in one published warehouse transaction
-    (`today`: the UTC day whose files are not compacted yet; default: the real today)."""
+    """Ingest, then build when anything was loaded, in one published warehouse transaction;
+    quarantined files are moved once it is published (`today`: the UTC day whose files are
+    not compacted yet, default the real today; `progress` and `warn` as for `ingest`)."""
     with write_transaction(config):
-        ingested = ingest(config, today=today)
-        built = build(config) if ingested.loaded_anything else None
-    return ingested, built
+        loaded = load_new_files(config, today=today, progress=progress)
+        built = build(config) if loaded.loaded_anything else None
+    return quarantine_after_publish(config, loaded, warn=warn), built

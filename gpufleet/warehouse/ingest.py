@@ -128,11 +128,31 @@ def ingest(
     config: Config,
     *,
     progress: Log | None = None,
+    warn: Log | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     compact: bool = True,
     today: dt.date | None = None,
 ) -> IngestResult:
-    """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine."""
+    """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine
+    (`warn`: where each quarantined file is reported; default: a log line and a
+    QuarantineWarning)."""
+    loaded = load_new_files(
+        config, progress=progress, lock_timeout_s=lock_timeout_s, compact=compact, today=today
+    )
+    return quarantine_after_publish(config, loaded, warn=warn)
+
+
+def load_new_files(
+    config: Config,
+    *,
+    progress: Log | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    compact: bool = True,
+    today: dt.date | None = None,
+) -> IngestResult:
+    """Validate the reference files, list the raw files and load the new ones (published
+    with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
+    `quarantine_after_publish` does, once the caller's transaction is published."""
     started = time.perf_counter()
     references = read_references(config, known=published_allocation_files(config))
     files = find_sample_files(config)
@@ -146,14 +166,23 @@ def ingest(
         compact=compact,
         today=today,
     )
-    moving = time.perf_counter()
-    move_to_quarantine(config, result.quarantined)
-    steps = (
-        ("reference files and listing", listed - started),
-        *result.step_seconds,
-        ("quarantine", time.perf_counter() - moving),
+    return replace(
+        result,
+        step_seconds=(("reference files and listing", listed - started), *result.step_seconds),
     )
-    return replace(result, step_seconds=steps)
+
+
+def quarantine_after_publish(
+    config: Config, result: IngestResult, *, warn: Log | None = None
+) -> IngestResult:
+    """Move the files `result` quarantined to quarantine/ and report each (after the
+    publish that recorded them, so that a failed transaction moves nothing)."""
+    moving = time.perf_counter()
+    move_to_quarantine(config, result.quarantined, warn=warn)
+    return replace(
+        result,
+        step_seconds=(*result.step_seconds, ("quarantine", time.perf_counter() - moving)),
+    )
 
 
 def load_warehouse(

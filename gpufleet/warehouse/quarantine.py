@@ -82,7 +82,9 @@ def move_to_quarantine(
     *,
     warn: Callable[[str], None] | None = None,
 ) -> None:
-    """Move each quarantined file to its destination and warn about it (after the publish)."""
+    """Move each quarantined file to its destination (after the publish) and report it once:
+    to `warn` (a flow's run logger) where given, else as a log line of gpufleet.ingest and
+    a QuarantineWarning (for code that calls the engine)."""
     for item in quarantined:
         source = config.data_dir / item.path
         target = config.data_dir / item.moved_to
@@ -90,7 +92,8 @@ def move_to_quarantine(
         if source.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(source, target)
-        logger.warning(message)
-        warnings.warn(message, QuarantineWarning, stacklevel=2)
         if warn is not None:
             warn(message)
+        else:
+            logger.warning(message)
+            warnings.warn(message, QuarantineWarning, stacklevel=2)
