@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +86,15 @@ def write_sample_files(
     return written
 
 
-def _leaf_paths(schema: pa.Schema) -> list[str]:
+@functools.lru_cache(maxsize=16)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
     """The Parquet leaf column paths of `schema` (`processes.list.element.pid`...), as
-    pyarrow's writer names them (from the footer of an empty file written in memory)."""
+    pyarrow's writer names them (from the footer of an empty file written in memory).
+    Cached: a compacting ingest writes a thousand files of one schema."""
     sink = pa.BufferOutputStream()
     pq.write_table(schema.empty_table(), sink)
     parquet_schema = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
-    return [parquet_schema.column(i).path for i in range(len(parquet_schema))]
+    return tuple(parquet_schema.column(i).path for i in range(len(parquet_schema)))
 
 
 def write_table_atomically(
@@ -100,18 +103,24 @@ def write_table_atomically(
     *,
     row_groups: tuple[int, ...] = (),
     encodings: Mapping[str, str] | None = None,
+    statistics: Sequence[str] | None = None,
+    compression: str = "zstd",
 ) -> None:
-    """Write `table` as zstd Parquet under a temporary `.` name, fsync, rename into place.
+    """Write `table` as Parquet (zstd unless `compression` says otherwise) under a temporary
+    `.` name, fsync, rename into place.
 
     `row_groups`: the rows of each row group, in order (pyarrow's default size without).
     `encodings`: a Parquet encoding by column (its leaf path, as `ParquetFile.schema` names
-    it); every other column is dictionary-encoded, pyarrow's default."""
+    it); every other column is dictionary-encoded, pyarrow's default. `statistics`: the
+    columns (leaf paths) whose min and max each row group stores; every column without."""
     temporary = target.with_name(f".{target.name}.tmp")
-    options: dict[str, Any] = {"compression": "zstd"}
+    options: dict[str, Any] = {"compression": compression}
+    if statistics is not None:
+        options["write_statistics"] = list(statistics)
     if encodings:
         options["column_encoding"] = dict(encodings)
         options["use_dictionary"] = [
-            path for path in _leaf_paths(table.schema) if path not in encodings
+            path for path in _leaf_paths(table.schema.remove_metadata()) if path not in encodings
         ]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

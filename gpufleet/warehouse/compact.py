@@ -1,4 +1,4 @@
-"""Compaction of the Parquet lake: one sorted zstd file per host per completed day.
+"""Compaction of the Parquet lake: one sorted lz4 file per host per completed day.
 
 `compact_completed_days` replaces the collector files of each fully loaded host-day before
 today with one file, swapped in atomically, and records it in `loaded_files` in their place.

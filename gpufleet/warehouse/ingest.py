@@ -71,6 +71,9 @@ logger = logging.getLogger("gpufleet.ingest")
 READER_MEMORY_LIMIT = "1GB"
 
 Log = Callable[[str], None]
+# Batches read ahead, by as many threads: one thread's read leaves a core idle in its
+# single-threaded steps (each file's metadata, the sort), which the other read fills.
+READ_AHEAD = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,14 +285,15 @@ def load_samples(
     probe_seconds = waited = 0.0
     # Each batch is read in a thread while the one before it loads and its compacted files
     # are written: the read keeps the cores busy that the load's own steps leave idle.
-    with ThreadPoolExecutor(1, thread_name_prefix="gpufleet-read") as reader:
+    with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="gpufleet-read") as reader:
         reads: deque[Future[StrictRead | None]] = deque()
 
         def start_reading(index: int) -> None:
             if index < len(batches):
                 reads.append(reader.submit(read_strict, config, batches[index], ahead))
 
-        start_reading(0)
+        for index in range(READ_AHEAD):
+            start_reading(index)
         try:
             for number, batch in enumerate(batches, start=1):
                 first = batch[0].path.split("/")
@@ -298,7 +302,7 @@ def load_samples(
                 waiting = time.perf_counter()
                 read = reads.popleft().result()
                 waited += time.perf_counter() - waiting
-                start_reading(number)
+                start_reading(number + READ_AHEAD - 1)
                 outcome = _load_read(con, config, batch, read, ahead=ahead)
                 del read  # its rows are loaded or written ahead
                 if outcome is None:  # a file unlike a collector's: probe the batch
