@@ -60,6 +60,7 @@ class _Partition:
     directory: Path  # raw/samples/date=D/host=H
     day: dt.date
     files: tuple[str, ...]  # paths relative to the data directory
+    size_bytes: int  # of those files together
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -114,7 +115,8 @@ def _candidates(
         # Only when every visible file there is loaded and unchanged since: a late file
         # waits for the next ingest, a changed one for its quarantine.
         if present == loaded and not exclude & loaded.keys():
-            partitions.append(_Partition(absolute, day, tuple(sorted(loaded))))
+            size = sum(size for size, _ in loaded.values())
+            partitions.append(_Partition(absolute, day, tuple(sorted(loaded)), size))
     return partitions
 
 
@@ -167,15 +169,12 @@ def _compact_one(
     directory = partition.directory
     staging = staging_directory(directory)
     target_name = compacted_name(partition.day)
-    sources = [str(config.data_dir / path) for path in partition.files]
-    before = sum(os.path.getsize(path) for path in sources)
     try:
         if not written:
+            sources = [literal_path(str(config.data_dir / path)) for path in partition.files]
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
-            _compact_from_files(
-                con, [literal_path(path) for path in sources], staging / target_name
-            )
+            _compact_from_files(con, sources, staging / target_name)
     except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         relative = directory.relative_to(config.data_dir).as_posix()
@@ -184,13 +183,13 @@ def _compact_one(
         return None
     _exchange(directory, staging)
     # `staging` now holds the originals; a file that arrived meanwhile goes back to the lake.
+    names = {path.rsplit("/", 1)[-1] for path in partition.files}
     for entry in os.scandir(staging):
-        relative = f"{directory.relative_to(config.data_dir).as_posix()}/{entry.name}"
-        if not entry.name.startswith((".", "_")) and relative not in partition.files:
+        if not entry.name.startswith((".", "_")) and entry.name not in names:
             os.rename(entry.path, directory / entry.name)
     shutil.rmtree(staging)
     after = os.path.getsize(directory / target_name)
-    return before, after
+    return partition.size_bytes, after
 
 
 def _record(

@@ -129,6 +129,7 @@ class _Written:
     files: tuple[str, ...]  # the collector files it was written from, relative
     target: Path  # the compacted file, in the partition's staging directory
     gpus: frozenset[str]  # the GPUs of its samples
+    day: dt.date  # the partition's UTC day
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class CompactAhead:
             part_rows = rows.slice(start, end - start)
             target = staging / compacted_name(day)
             gpus = frozenset(part_rows.column("gpu_uuid").unique().to_pylist())
-            self.written[directory] = _Written(files, target, gpus)
+            self.written[directory] = _Written(files, target, gpus, day)
             sources = [str(self.config.data_dir / path) for path in files]
             jobs.append(
                 _Job(
@@ -268,9 +269,8 @@ class CompactAhead:
         only these keeps a backfill linear: a day's later batches hold other hosts' GPUs.)"""
         paths = [
             str(item.target)
-            for directory, item in self.written.items()
-            if first <= (partition_day(directory) or first) <= last
-            and not item.gpus.isdisjoint(gpus)
+            for item in self.written.values()
+            if first <= item.day <= last and not item.gpus.isdisjoint(gpus)
         ]
         if paths:
             self.wait()

@@ -33,6 +33,9 @@ from gpufleet.warehouse.raw_tables import REQUIRED_SAMPLE_COLUMNS
 _PATH = "_path"  # the column polars names each row's file in (no contract column starts _)
 _ARROW_SCHEMA_KEY = "ARROW:schema"
 _VERSION_KEY = "gpufleet.collector_version"
+# The sort key of a row: (_part + 1) * _PART_STEP + its GPU's number (_NO_GPU for none, last).
+_PART_STEP = 1 << 32
+_NO_GPU = _PART_STEP - 1
 
 
 @functools.cache
@@ -114,10 +117,13 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` sorted by (_part, gpu_uuid, ts). A collector's files list a GPU's samples in
     time order and a batch's files come in time order per host, so a stable sort by part
     and GPU alone usually sorts it (a third of the work); only when it does not are the
-    times sorted too."""
-    by_gpu = frame.sort("_part", "_gpu", maintain_order=True, nulls_last=True)
-    same_series = (pl.col("_part").diff() == 0) & (pl.col("_gpu").diff() == 0)
+    times sorted too. Part and GPU are sorted as one 64-bit key: polars sorts several
+    columns by comparing their rows as bytes, four times as long here."""
+    gpu = pl.col("_gpu").cast(pl.Int64).fill_null(_NO_GPU)
+    keyed = frame.with_columns(((pl.col("_part") + 1) * _PART_STEP + gpu).alias("_key"))
+    by_gpu = keyed.sort("_key", maintain_order=True)
+    same_series = pl.col("_key").diff() == 0
     out_of_order = by_gpu.select((same_series & (pl.col("ts").diff() <= pl.duration())).any())
     if not out_of_order.item():
-        return by_gpu
-    return frame.sort("_part", "_gpu", "ts", nulls_last=True)
+        return by_gpu.drop("_key")
+    return keyed.sort("_key", "ts", nulls_last=True).drop("_key")

@@ -150,9 +150,21 @@ def _keys_are_new(
     distinct = pc.unique(gpus)
     if _repeats_a_key(con, rows, gpus, distinct):
         return False
-    create_existing_view(
-        con, config, min_ts, max_ts, ahead, "_ingest_keys", gpus=set(distinct.to_pylist())
-    )
+    gpu_names = distinct.to_pylist()
+    create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_keys", gpus=set(gpu_names))
+    # Most batches (a backfill's, a cycle's new flush) have no sample loaded before in their
+    # time range for their GPUs: asked first, that spares a join over the batch's keys.
+    overlap = con.execute(
+        """
+        select exists (
+            select 1 from _ingest_existing
+            where ts between $min_ts and $max_ts and gpu_uuid in (select unnest($gpus))
+        )
+        """,
+        {"min_ts": min_ts, "max_ts": max_ts, "gpus": gpu_names},
+    ).fetchall()
+    if overlap and not overlap[0][0]:
+        return True
     existing = con.execute(
         f"""
         with existing as ({EXISTING_KEYS_SQL.format(batch="_ingest_keys")})
