@@ -181,17 +181,17 @@ def polars_scan_seconds(data_dir: Path) -> float:
 def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     """What a compacting backfill cannot avoid, with ingest's own reader and writer and no
     warehouse: each of ingest's batches read as ingest reads it (`read_strict`: every
-    file's key-value metadata, every column read by polars, sorted) in a thread, and each
-    host-day written as a compacted file (the same writer) in another, while the next batch
-    is read."""
+    file's key-value metadata, every column read by polars, sorted), `READ_AHEAD` batches
+    at a time in as many threads, and each host-day written as a compacted file (the same
+    writer) by `WRITER_THREADS` threads, while the next batches are read."""
     import datetime as dt
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from gpufleet.config import Config
-    from gpufleet.warehouse.compact_ahead import CompactAhead, write_compacted
-    from gpufleet.warehouse.ingest import find_sample_files
+    from gpufleet.warehouse.compact_ahead import WRITER_THREADS, CompactAhead, write_compacted
+    from gpufleet.warehouse.ingest import READ_AHEAD, find_sample_files
     from gpufleet.warehouse.ingest_strict import StrictRead, read_strict
 
     shutil.rmtree(scratch, ignore_errors=True)
@@ -200,31 +200,40 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     batches = _planned_batches(data_dir)
     ahead = CompactAhead.plan(config, find_sample_files(config), dt.date.max)
 
-    def write(number: int, rows: pa.Table) -> None:
+    def write(number: int, rows: pa.Table, first: int) -> None:
+        """Write every WRITER_THREADS-th host-day of a batch, from the `first`."""
         ends = pc.run_end_encode(rows.column("_part").combine_chunks()).run_ends.to_pylist()
-        for part, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+        days = list(enumerate(zip([0, *ends[:-1]], ends, strict=True)))
+        for part, (start, end) in days[first::WRITER_THREADS]:
             target = scratch / f"{number}-{part}.parquet"
             slice_ = rows.slice(start, end - start).drop_columns(["_file_index", "_part", "_null"])
             write_compacted(slice_, target, versions="", sources=0)
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(1) as writer, ThreadPoolExecutor(1) as reader:
-        written: Future[None] | None = None
+    with (
+        ThreadPoolExecutor(WRITER_THREADS) as writer,
+        ThreadPoolExecutor(READ_AHEAD) as reader,
+    ):
+        written: list[Future[None]] = []
         reads: deque[Future[StrictRead | None]] = deque(
-            reader.submit(read_strict, config, batch, ahead) for batch in batches[:1]
+            reader.submit(read_strict, config, batch, ahead) for batch in batches[:READ_AHEAD]
         )
         for number in range(len(batches)):
             read = reads.popleft().result()
-            if number + 1 < len(batches):
-                reads.append(reader.submit(read_strict, config, batches[number + 1], ahead))
+            if number + READ_AHEAD < len(batches):
+                reads.append(
+                    reader.submit(read_strict, config, batches[number + READ_AHEAD], ahead)
+                )
             if read is None:
                 raise RuntimeError(f"batch {number} is not all collector files")
-            if written is not None:
-                written.result()
-            written = writer.submit(write, number, read.rows)
+            for future in written:
+                future.result()
+            written = [
+                writer.submit(write, number, read.rows, first) for first in range(WRITER_THREADS)
+            ]
             del read
-        if written is not None:
-            written.result()
+        for future in written:
+            future.result()
     seconds = time.perf_counter() - started
     shutil.rmtree(scratch, ignore_errors=True)
     return seconds

@@ -1,8 +1,8 @@
 """What the two ways of loading a batch of files share, and what loading one gives.
 
 `BatchOutcome` (rows read and inserted, files loaded and set aside), the samples already
-loaded that a batch's rows could repeat (`create_existing_view`, `EXISTING_KEYS_SQL`), and
-each loaded file's row count and time range.
+loaded that a batch's rows could repeat (`create_existing_view`, `EXISTING_KEYS_SQL`,
+`ANY_EXISTING_SQL`), and each loaded file's row count and time range.
 """
 
 from __future__ import annotations
@@ -36,6 +36,16 @@ select gpu_uuid, ts
 from _ingest_existing
 where ts between $min_ts and $max_ts
     and gpu_uuid in (select gpu_uuid from {batch})
+"""
+# Whether EXISTING_KEYS_SQL has any row, the batch's GPUs given as a list ($gpus): most
+# batches (a backfill's, a cycle's new flush) have none, and asking first spares the join
+# of their keys (2 ms against 20 for a batch of 415,000 rows).
+ANY_EXISTING_SQL = """
+select exists (
+    select 1
+    from _ingest_existing
+    where ts between $min_ts and $max_ts and gpu_uuid in (select unnest($gpus))
+)
 """
 
 

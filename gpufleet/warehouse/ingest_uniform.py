@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from gpufleet.config import Config
 from gpufleet.warehouse.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.ingest_batch import (
+    ANY_EXISTING_SQL,
     EXISTING_KEYS_SQL,
     BatchOutcome,
     add_loaded_files,
@@ -152,16 +153,8 @@ def _keys_are_new(
         return False
     gpu_names = distinct.to_pylist()
     create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_keys", gpus=set(gpu_names))
-    # Most batches (a backfill's, a cycle's new flush) have no sample loaded before in their
-    # time range for their GPUs: asked first, that spares a join over the batch's keys.
     overlap = con.execute(
-        """
-        select exists (
-            select 1 from _ingest_existing
-            where ts between $min_ts and $max_ts and gpu_uuid in (select unnest($gpus))
-        )
-        """,
-        {"min_ts": min_ts, "max_ts": max_ts, "gpus": gpu_names},
+        ANY_EXISTING_SQL, {"min_ts": min_ts, "max_ts": max_ts, "gpus": gpu_names}
     ).fetchall()
     if overlap and not overlap[0][0]:
         return True
