@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.schema import PROCESS_TYPE, STATUS_OK, schema_with_metadata
+from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_OK, schema_with_metadata
 
 MIB = 1024 * 1024
 SCHEMA = schema_with_metadata()

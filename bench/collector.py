@@ -40,7 +40,7 @@ def _child(data_dir: Path) -> dict[str, Any]:
     """Runs in the subprocess: FILES x TICKS_PER_FILE ticks of a GPUS-GPU host."""
     import pynvml
 
-    from collectors.collect import Collector
+    from gpufleet.collectors.collect import Collector
     from tests.fake_nvml import FakeNvml, ManualClock, fleet_scenario
 
     mono = ManualClock(10_000.0)

@@ -100,7 +100,7 @@ def step_cycle(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def step_report(args: argparse.Namespace) -> dict[str, Any]:
-    from reports.weekly import write_report
+    from gpufleet.reports.weekly import write_report
 
     files = write_report(_config(args.data_dir), args.week)
     return {"page_bytes": Path(files.page_path).stat().st_size}

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import pynvml
 
-from collectors.nvml import (
+from gpufleet.collectors.nvml import (
     GpuLostError,
     GpuReader,
     GpuSample,
@@ -29,9 +29,9 @@ from collectors.nvml import (
     list_gpus,
     shutdown_nvml,
 )
-from collectors.procinfo import ProcessInfo
-from collectors.spool import Spool, read_segment
-from collectors.writer import (
+from gpufleet.collectors.procinfo import ProcessInfo
+from gpufleet.collectors.spool import Spool, read_segment
+from gpufleet.collectors.writer import (
     InvalidSpoolError,
     SampleWriteError,
     safe_host,

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from collectors.procinfo import ProcessInfo
-from collectors.schema import STATUS_LOST, STATUS_OK
+from gpufleet.collectors.procinfo import ProcessInfo
+from gpufleet.collectors.schema import STATUS_LOST, STATUS_OK
 from gpufleet.errors import GpufleetError
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.schema import partition_dir, schema_with_metadata
+from gpufleet.collectors.schema import partition_dir, schema_with_metadata
 from gpufleet.errors import GpufleetError
 
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._-]")

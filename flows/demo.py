@@ -13,13 +13,13 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.build import build_flow
-from flows.ingest import ingest_flow
-from flows.report import report_flow
 from gpufleet.config import Config, load_config
 from gpufleet.demo import HISTORY_WEEKS, simulate_demo, write_demo_notices
+from gpufleet.flows.build import build_flow
+from gpufleet.flows.ingest import ingest_flow
+from gpufleet.flows.report import report_flow
+from gpufleet.reports.run import ReportResult
 from gpufleet.weeks import last_complete_week, week_monday
-from reports.run import ReportResult
 
 
 @task(name="simulate-fleet", cache_policy=NO_CACHE)

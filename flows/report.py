@@ -1,4 +1,4 @@
-"""The weekly report flow: `reports.run.run_report` with each step a task, and the week's
+"""The weekly report flow: `gpufleet.reports.run.run_report` with each step a task, and the week's
 summary published as a Prefect artifact."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config, load_config
-from reports.run import ReportResult, ReportSteps, run_report, send_report
-from reports.team import TeamEmail, send_team_emails, write_team_emails
-from reports.weekly import ReportFiles, write_report
+from gpufleet.reports.run import ReportResult, ReportSteps, run_report, send_report
+from gpufleet.reports.team import TeamEmail, send_team_emails, write_team_emails
+from gpufleet.reports.weekly import ReportFiles, write_report
 
 ARTIFACT_KEY = "gpufleet-weekly-report"
 __all__ = ["ARTIFACT_KEY", "ReportResult", "report_flow"]

@@ -21,10 +21,10 @@ from prefect import serve as prefect_serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron, Interval
 
-from flows.ingest_and_build import ingest_and_build
-from flows.notify import idle_notices_flow
-from flows.report import report_flow
 from gpufleet.config import Config
+from gpufleet.flows.ingest_and_build import ingest_and_build
+from gpufleet.flows.notify import idle_notices_flow
+from gpufleet.flows.report import report_flow
 
 INGEST_EVERY = dt.timedelta(minutes=15)
 REPORT_CRON = "0 7 * * 1"  # Monday 07:00

@@ -360,7 +360,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     """Dispatch one parsed command; returns the exit status."""
     command: str = args.command
     if command == "collect":
-        from collectors.collect import run_collector
+        from gpufleet.collectors.collect import run_collector
 
         return run_collector(
             data_dir=config.data_dir,
@@ -379,7 +379,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         # without one they call the engine the flows call (flows/server.py).
         on_server = False
         if command in ("ingest", "build", "report"):
-            from flows.server import prefect_server_configured
+            from gpufleet.flows.server import prefect_server_configured
 
             on_server = prefect_server_configured()
         if command == "simulate":
@@ -410,7 +410,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
                 print(ingest(config, progress=_progress))
                 return 0
-            from flows.ingest import ingest_flow
+            from gpufleet.flows.ingest import ingest_flow
 
             result = ingest_flow(data_dir=str(config.data_dir), config_path=_source(config))
             print(result)
@@ -421,7 +421,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
                 print(build(config, full=args.full))
                 return 0
-            from flows.build import build_flow
+            from gpufleet.flows.build import build_flow
 
             print(
                 build_flow(
@@ -431,12 +431,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
             return 0
         if command == "report":
             if not on_server:
-                from reports.run import run_report
+                from gpufleet.reports.run import run_report
 
                 report = run_report(config, args.week, send=args.send, per_team=args.per_team)
                 print(report)
                 return 0
-            from flows.report import report_flow
+            from gpufleet.flows.report import report_flow
 
             paths = report_flow(
                 data_dir=str(config.data_dir),
@@ -469,7 +469,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
                 print(written)
             return 0
         if command == "serve":
-            from flows.serve import serve
+            from gpufleet.flows.serve import serve
 
             return serve(config)
     except ModuleNotFoundError as exc:

@@ -20,13 +20,13 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.notices.idle import DRY_RUN, notify_idle
+from gpufleet.reports.team import TeamEmail, write_team_emails
+from gpufleet.reports.weekly import ReportFiles, report_dir, write_atomically, write_report
 from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.slots import connect_read_only
 from gpufleet.weeks import last_complete_week, week_bounds, week_monday
-from reports.team import TeamEmail, write_team_emails
-from reports.weekly import ReportFiles, report_dir, write_atomically, write_report
 
 Progress = Callable[[str], None]
 

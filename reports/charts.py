@@ -1,4 +1,4 @@
-"""The report's Altair charts, built from the polars DataFrames of `reports.data`.
+"""The report's Altair charts, built from the polars DataFrames of `gpufleet.reports.data`.
 
 Each chart carries its rows inline (no URL), has tooltips, and renders the same in the page
 (interactive, through vegaEmbed) and in the email (a PNG through vl-convert). Times are
@@ -15,7 +15,7 @@ import altair as alt
 import polars as pl
 import polars.selectors as cs
 
-from reports.records import WeekData
+from gpufleet.reports.records import WeekData
 
 WIDTH = 860
 MAX_TEAM_PANELS = 9  # the per-team heatmap shows the teams with the most GPU-hours

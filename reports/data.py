@@ -2,7 +2,7 @@
 
 Everything the report shows comes from here: totals are sums of mart rows, and the one
 sample-grain read is the hour-of-day utilization aggregate that no mart holds. The queries
-are in `reports.queries`, the records they fill in `reports.records`.
+are in `gpufleet.reports.queries`, the records they fill in `gpufleet.reports.records`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import polars.selectors as cs
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.reports import queries
+from gpufleet.reports.hosts import host_weeks
+from gpufleet.reports.records import FleetTotals, Kpi, WeekData
 from gpufleet.weeks import previous_week, week_bounds
-from reports import queries
-from reports.hosts import host_weeks
-from reports.records import FleetTotals, Kpi, WeekData
 
 __all__ = ["MART_TABLES", "FleetTotals", "Kpi", "WeekData", "connect_read_only", "load_week"]
 

@@ -1,4 +1,4 @@
-"""Each host's week from its days (`reports.queries.host_days`), with the problems a reader
+"""Each host's week from its days (`gpufleet.reports.queries.host_days`), with the problems a reader
 should look at."""
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ import vl_convert
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from reports.charts import NamedChart
-from reports.data import WeekData
-from reports.render import render_email_html, render_email_text, subject
-from reports.smtp import deliver
+from gpufleet.reports.charts import NamedChart
+from gpufleet.reports.data import WeekData
+from gpufleet.reports.render import render_email_html, render_email_text, subject
+from gpufleet.reports.smtp import deliver
 
 
 def chart_png(chart: NamedChart) -> bytes:
@@ -91,7 +91,7 @@ def read_message(path: Path) -> EmailMessage:
 def send_message(config: Config, message: EmailMessage) -> tuple[str, ...]:
     """Send the report over SMTP as configured ([smtp], [report]); returns the recipients.
 
-    STARTTLS, login and errors as `reports.smtp.deliver`; no recipients is an error.
+    STARTTLS, login and errors as `gpufleet.reports.smtp.deliver`; no recipients is an error.
     """
     recipients = config.report.recipients
     if not recipients:

@@ -1,7 +1,7 @@
 """The report's reads: one parameterized query per thing it shows, each a polars DataFrame.
 
 Rows come over from DuckDB through Arrow (`.pl()`), as the marts typed them; timestamps stay
-in UTC here (`reports.data` shows them in the configured zone). `start` and `end` are the
+in UTC here (`gpufleet.reports.data` shows them in the configured zone). `start` and `end` are the
 week's bounds, local midnights; the marts' `day` columns are local days already.
 
 Ratios are computed here, in SQL, and not in polars: polars divides a column by a value
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 import duckdb
 import polars as pl
 
+from gpufleet.reports.records import FleetTotals
 from gpufleet.weeks import previous_week, week_monday
-from reports.records import FleetTotals
 
 TREND_WEEKS = 8  # weeks of waste trend, this one included
 TOP_EPISODES = 15

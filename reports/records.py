@@ -1,6 +1,6 @@
 """The week a report shows: the fleet's totals, the headline numbers and the mart rows.
 
-Every table-like field of `WeekData` is a polars DataFrame as `reports.queries` read it,
+Every table-like field of `WeekData` is a polars DataFrame as `gpufleet.reports.queries` read it,
 with its timestamps in the configured zone.
 """
 
@@ -39,7 +39,7 @@ class FleetTotals:
 
     @classmethod
     def from_sums(cls, sums: Mapping[str, Any], *, week_hours: float) -> FleetTotals:
-        """The totals from the marts' sums (`reports.queries.FLEET_SUMS`) over a week of
+        """The totals from the marts' sums (`gpufleet.reports.queries.FLEET_SUMS`) over a week of
         `week_hours` hours (167 or 169 across a daylight-saving change)."""
         gpus_seen = int(sums.get("gpus_seen") or 0)
         return cls(

@@ -18,11 +18,11 @@ import polars as pl
 import vl_convert
 from markupsafe import Markup
 
-from reports.charts import NamedChart
-from reports.records import Kpi, WeekData
+from gpufleet.reports.charts import NamedChart
+from gpufleet.reports.records import Kpi, WeekData
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("reports", "templates"),
+    loader=jinja2.PackageLoader("gpufleet.reports", "templates"),
     autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default=False),
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.config import Config
+from gpufleet.reports.mail import read_message, send_message
+from gpufleet.reports.team import TeamEmail, send_team_emails, write_team_emails
+from gpufleet.reports.weekly import ReportFiles, write_report
 from gpufleet.weeks import check_week, last_complete_week
-from reports.mail import read_message, send_message
-from reports.team import TeamEmail, send_team_emails, write_team_emails
-from reports.weekly import ReportFiles, write_report
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,15 +24,15 @@ import polars as pl
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.reports import queries
+from gpufleet.reports.charts import NamedChart, utilization_heatmap, waste_trend
+from gpufleet.reports.data import connect_read_only, local
+from gpufleet.reports.mail import add_chart_images, read_message
+from gpufleet.reports.records import KPIS, Kpi
+from gpufleet.reports.render import format_usd, render_template
+from gpufleet.reports.smtp import deliver
+from gpufleet.reports.weekly import report_dir, write_atomically
 from gpufleet.weeks import previous_week, week_bounds
-from reports import queries
-from reports.charts import NamedChart, utilization_heatmap, waste_trend
-from reports.data import connect_read_only, local
-from reports.mail import add_chart_images, read_message
-from reports.records import KPIS, Kpi
-from reports.render import format_usd, render_template
-from reports.smtp import deliver
-from reports.weekly import report_dir, write_atomically
 
 TEAMS_FOLDER = "teams"
 # The models' stand-ins for "no team": nobody leads them, so no email is written for them.

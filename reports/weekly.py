@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.config import Config
-from reports.charts import build_charts
-from reports.data import WeekData, load_week
-from reports.mail import build_message
-from reports.render import render_page, subject, summary_markdown
+from gpufleet.reports.charts import build_charts
+from gpufleet.reports.data import WeekData, load_week
+from gpufleet.reports.mail import build_message
+from gpufleet.reports.render import render_page, subject, summary_markdown
 
 PAGE_NAME = "index.html"
 EMAIL_NAME = "report.eml"

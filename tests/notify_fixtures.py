@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.schema import SAMPLE_SCHEMA, file_metadata
+from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config, load_config
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.weekly import write_report
+from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.build import build_flow
 from gpufleet.config import Config
+from gpufleet.flows.build import build_flow
 from gpufleet.warehouse.slots import write_transaction
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.schema import SAMPLE_SCHEMA
+from gpufleet.collectors.schema import SAMPLE_SCHEMA
 from tests.fake_nvml import fleet_scenario
 
 REPO = Path(__file__).resolve().parents[1]

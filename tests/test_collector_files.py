@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import collectors.writer
-from collectors.collect import Collector
-from collectors.schema import SAMPLE_SCHEMA
-from collectors.spool import Spool, read_segment
-from collectors.writer import safe_host
+import gpufleet.collectors.writer
+from gpufleet.collectors.collect import Collector
+from gpufleet.collectors.schema import SAMPLE_SCHEMA
+from gpufleet.collectors.spool import Spool, read_segment
+from gpufleet.collectors.writer import safe_host
 from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
 
 MIDNIGHT = dt.datetime(2026, 11, 18, tzinfo=dt.UTC).timestamp()
@@ -194,12 +194,12 @@ def test_disk_full_mid_write_never_shows_a_partial_file(monkeypatch, tmp_path):
         real_write(table.slice(0, 1), where, **kwargs)  # something reached the disk...
         raise OSError(28, "No space left on device")  # ...then ENOSPC
 
-    monkeypatch.setattr(collectors.writer.pq, "write_table", full_disk)
+    monkeypatch.setattr(gpufleet.collectors.writer.pq, "write_table", full_disk)
     assert collector.flush() is False
     assert "No space left on device" in collector._stderr.getvalue()
     assert visible_entries(tmp_path) == []  # not even the temporary file
     assert len(collector.spool.closed_segments()) == 1
-    monkeypatch.setattr(collectors.writer.pq, "write_table", real_write)
+    monkeypatch.setattr(gpufleet.collectors.writer.pq, "write_table", real_write)
     assert collector.close() is True
     [path] = sample_files(tmp_path)
     assert pq.read_table(path).num_rows == 2
@@ -245,7 +245,7 @@ def test_spool_lines_round_trip_to_the_arrow_types(tmp_path):
     spool.append([record], stamp="s", date_iso="2026-11-17")
     spool.rotate()
     [segment] = spool.closed_segments()
-    table = collectors.writer.records_to_table(read_segment(segment))
+    table = gpufleet.collectors.writer.records_to_table(read_segment(segment))
     row = table.to_pylist()[0]
     assert row["clock_event_mask"] == 2**63 + 0x40
     assert row["ts"] == dt.datetime(2026, 11, 18, 11, 6, 40, 123456, tzinfo=dt.UTC)

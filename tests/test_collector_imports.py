@@ -42,7 +42,7 @@ def test_gpufleet_collect_needs_no_pipeline_package():
         "import sys\n"
         "for name in ('duckdb', 'prefect', 'polars', 'altair', 'numpy', 'jinja2'):\n"
         "    sys.modules[name] = None\n"
-        "import collectors.collect, gpufleet.cli\n"
+        "import gpufleet.collectors.collect, gpufleet.cli\n"
         "print('ok')\n"
     )
     completed = subprocess.run(

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from collectors.collect import Collector, StopFlag, run_collector
-from collectors.spool import read_segment
 from gpufleet.cli import main
+from gpufleet.collectors.collect import Collector, StopFlag, run_collector
+from gpufleet.collectors.spool import read_segment
 from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
 
 WALL_START = 1_795_000_000.0  # 2026-11-18T11:06:40Z

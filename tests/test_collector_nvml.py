@@ -8,7 +8,7 @@ import pwd
 import pynvml
 import pytest
 
-from collectors.nvml import (
+from gpufleet.collectors.nvml import (
     GPU_SAMPLES,
     MEMORY_SAMPLES,
     GpuLostError,
@@ -20,7 +20,7 @@ from collectors.nvml import (
     list_gpus,
     sample_pairs,
 )
-from collectors.procinfo import ProcessInfo
+from gpufleet.collectors.procinfo import ProcessInfo
 from tests.fake_nvml import FakeNvml, ManualClock, fleet_scenario, gpu_scenario, install_fake
 
 

@@ -7,7 +7,11 @@ import pwd
 
 import pytest
 
-from collectors.procinfo import ProcessInfo, slurm_job_id_from_cgroup, slurm_job_id_from_environ
+from gpufleet.collectors.procinfo import (
+    ProcessInfo,
+    slurm_job_id_from_cgroup,
+    slurm_job_id_from_environ,
+)
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 

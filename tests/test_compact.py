@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.schema import SAMPLE_SCHEMA, file_metadata
+from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
 from gpufleet.warehouse.compact import compact_completed_days
 from gpufleet.warehouse.raw_tables import ensure_raw_tables

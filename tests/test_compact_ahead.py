@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.writer import SampleWriteError
+from gpufleet.collectors.writer import SampleWriteError
 from gpufleet.config import Config
 from gpufleet.warehouse import compact_ahead
 from gpufleet.warehouse import ingest as ingest_module

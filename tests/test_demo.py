@@ -16,9 +16,9 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.config import load_config
 from gpufleet.demo import run_demo
+from gpufleet.reports.data import load_week
+from gpufleet.reports.mail import read_message
 from gpufleet.weeks import last_complete_week, week_monday
-from reports.data import load_week
-from reports.mail import read_message
 from tests.test_browser import BlackHoleProxy, rendered_dom
 
 pytestmark = pytest.mark.slow
@@ -109,7 +109,7 @@ def test_demo_command_prints_where_the_report_is(
 def test_the_demo_flow_runs_the_same_steps_as_prefect_flows(
     tmp_path: Path, prefect_harness: None
 ) -> None:
-    from flows.demo import demo_flow
+    from gpufleet.flows.demo import demo_flow
 
     data_dir = tmp_path / "data"
     result = demo_flow(str(data_dir), None, gpus=8, days=1, history_weeks=0)

@@ -17,8 +17,8 @@ import pytest
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
 from gpufleet.cli import main
-from reports.mail import read_message
-from reports.weekly import write_report
+from gpufleet.reports.mail import read_message
+from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 from tests.report_fixtures import Inbox, free_port, smtp_inbox
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.schema import SAMPLE_SCHEMA, file_metadata
+from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest import (
     IngestResult,

@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.ingest import ingest_flow
 from gpufleet.errors import GpufleetError
+from gpufleet.flows.ingest import ingest_flow
 from gpufleet.warehouse.ingest import IngestResult, QuarantineWarning
 from tests.test_ingest import DAY1, sample, write_samples
 
@@ -34,7 +34,7 @@ def test_the_flow_loads_and_returns_a_printable_result(tmp_path: Path) -> None:
 def test_the_flows_report_a_quarantined_file_once_through_their_run_logger(
     name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from flows.ingest_and_build import ingest_and_build
+    from gpufleet.flows.ingest_and_build import ingest_and_build
 
     data_dir = tmp_path / "data"
     write_samples(data_dir, f"{DAY1}/a.parquet", [sample(0)])

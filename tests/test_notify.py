@@ -24,11 +24,11 @@ from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import yesterday
 from gpufleet.notices.idle import DRY_RUN, notify_idle
 from gpufleet.notices.messages import clock, hours, usd
+from gpufleet.reports.mail import read_message
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.slot_files import writer_lock
 from gpufleet.warehouse.slots import lock_path
-from reports.mail import read_message
 from tests import notify_fixtures as fx
 from tests.report_fixtures import Inbox, free_port, smtp_inbox
 
@@ -412,7 +412,7 @@ def test_the_command_line_checks_its_arguments(capsys: pytest.CaptureFixture[str
 def test_the_flow_sends_and_records(
     tmp_path: Path, inbox: tuple[Inbox, int], prefect_harness: None
 ) -> None:
-    from flows.notify import idle_notices_flow
+    from gpufleet.flows.notify import idle_notices_flow
 
     handler, port = inbox
     config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))

@@ -14,10 +14,10 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
-from reports import charts as report_charts
-from reports.data import load_week
-from reports.render import change, format_duration, format_value, script_json
-from reports.weekly import write_report
+from gpufleet.reports import charts as report_charts
+from gpufleet.reports.data import load_week
+from gpufleet.reports.render import change, format_duration, format_value, script_json
+from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 
 
@@ -414,7 +414,7 @@ def test_report_flow_publishes_the_summary_artifact(tmp_path: Path, prefect_harn
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.report import ARTIFACT_KEY, report_flow
+    from gpufleet.flows.report import ARTIFACT_KEY, report_flow
 
     _, config_path = fx.fixture_config(tmp_path)
     result = report_flow(data_dir=str(tmp_path), config_path=str(config_path), week=fx.WEEK)
@@ -431,7 +431,7 @@ def test_report_flow_publishes_the_summary_artifact(tmp_path: Path, prefect_harn
 
 
 def test_report_flow_rejects_a_bad_week(tmp_path: Path, prefect_harness: None) -> None:
-    from flows.report import report_flow
+    from gpufleet.flows.report import report_flow
 
     _, config_path = fx.fixture_config(tmp_path)
     with pytest.raises(GpufleetError, match="not an ISO week"):

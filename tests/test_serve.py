@@ -20,7 +20,8 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
 from prefect.exceptions import ObjectNotFound
 
-from flows.serve import (
+from gpufleet.config import load_config
+from gpufleet.flows.serve import (
     INGEST_DEPLOYMENT,
     NOTICES_CRON,
     NOTICES_DEPLOYMENT,
@@ -28,7 +29,6 @@ from flows.serve import (
     REPORT_DEPLOYMENT,
     build_deployments,
 )
-from gpufleet.config import load_config
 from tests import report_fixtures as fx
 from tests.report_fixtures import smtp_inbox
 
@@ -63,8 +63,8 @@ def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> Non
     assert report_schedule.schedule.timezone == "Europe/Berlin"
     assert report.parameters["send"] is True
     assert report.parameters["week"] is None
-    assert report.entrypoint == "flows.report.report_flow"
-    assert ingest.entrypoint == "flows.ingest_and_build.ingest_and_build"
+    assert report.entrypoint == "gpufleet.flows.report.report_flow"
+    assert ingest.entrypoint == "gpufleet.flows.ingest_and_build.ingest_and_build"
 
     assert (notices.flow_name, notices.name) == ("idle-notices", NOTICES_DEPLOYMENT)
     assert NOTICES_DEPLOYMENT == "daily-0800"
@@ -78,7 +78,7 @@ def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> Non
         "day": None,
         "send": True,
     }
-    assert notices.entrypoint == "flows.notify.idle_notices_flow"
+    assert notices.entrypoint == "gpufleet.flows.notify.idle_notices_flow"
 
 
 def _wait_for_deployments(client, proc: subprocess.Popen[bytes], log: Path, timeout_s: float):
@@ -107,7 +107,7 @@ def test_serve_registers_the_schedules_and_runs_the_report(
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL
 
-    from flows.report import ARTIFACT_KEY
+    from gpufleet.flows.report import ARTIFACT_KEY
 
     with smtp_inbox() as (inbox, smtp_port):
         fx.make_warehouse(tmp_path)
@@ -181,7 +181,7 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
 ) -> None:
     import duckdb
 
-    from flows.ingest_and_build import ingest_and_build
+    from gpufleet.flows.ingest_and_build import ingest_and_build
     from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 
     config_path = fx.write_config(tmp_path)

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.schema import SAMPLE_SCHEMA, THERMAL_MASK, file_metadata
+from gpufleet.collectors.schema import SAMPLE_SCHEMA, THERMAL_MASK, file_metadata
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.simulate.fleet import (

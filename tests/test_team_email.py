@@ -13,16 +13,16 @@ from gpufleet.cli import main
 from gpufleet.config import load_config
 from gpufleet.demo import run_demo_steps
 from gpufleet.errors import GpufleetError
-from gpufleet.weeks import last_complete_week
-from reports.mail import read_message
-from reports.render import format_usd
-from reports.team import (
+from gpufleet.reports.mail import read_message
+from gpufleet.reports.render import format_usd
+from gpufleet.reports.team import (
     NOT_TEAMS,
     load_team_weeks,
     send_team_emails,
     team_file_name,
     write_team_emails,
 )
+from gpufleet.weeks import last_complete_week
 from tests import report_fixtures as fx
 from tests.report_fixtures import smtp_inbox
 from tests.test_browser import BlackHoleProxy, run_chromium
@@ -185,7 +185,7 @@ def test_an_unreachable_server_is_one_error_and_the_files_stay(
 def test_per_team_send_without_fleet_recipients_mails_the_leads_only(
     tmp_path: Path, prefect_harness: None
 ) -> None:
-    from flows.report import report_flow
+    from gpufleet.flows.report import report_flow
 
     with smtp_inbox() as (inbox, port):
         config_path = _warehouse(tmp_path, port)  # no report.recipients
@@ -245,9 +245,10 @@ def _team_weekly(data_dir: Path, week: str) -> dict[str, tuple[float, float]]:
 def test_the_users_beyond_the_top_ones_are_summed_in_one_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reports.team
 
-    monkeypatch.setattr(reports.team, "TOP_USERS", 1)
+    import gpufleet.reports.team
+
+    monkeypatch.setattr(gpufleet.reports.team, "TOP_USERS", 1)
     config = load_config(config_path=_warehouse(tmp_path))
     vision = next(e for e in write_team_emails(config, fx.WEEK) if e.team == "vision")
     text = read_message(vision.path).get_body(("plain",)).get_content()  # type: ignore[union-attr]

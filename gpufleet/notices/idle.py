@@ -29,9 +29,9 @@ from gpufleet.notices.episodes import day_episodes, read_contacts, yesterday
 from gpufleet.notices.messages import build_notice, hours, usd
 from gpufleet.notices.plan import USER, Notice, NoticePlan, plan_notices
 from gpufleet.notices.sent_log import SentEpisode, ensure_sent_log, record_sent
+from gpufleet.reports.smtp import deliver
 from gpufleet.warehouse.slot_files import writer_lock
 from gpufleet.warehouse.slots import DEFAULT_LOCK_TIMEOUT_S, connect_read_only, write_transaction
-from reports.smtp import deliver
 
 DRY_RUN, WRITE, SEND = "dry-run", "write", "send"
 NOTIFY_LOCK_NAME = ".notify.lock"  # in the data directory: one sending run at a time

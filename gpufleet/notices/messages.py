@@ -39,7 +39,7 @@ def clock(value: dt.datetime) -> str:
 @functools.cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("reports", "templates"),
+        loader=jinja2.PackageLoader("gpufleet.reports", "templates"),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default=False),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from collectors.schema import PROCESS_TYPE, STATUS_LOST, STATUS_OK
-from collectors.schema import schema_with_metadata as _schema_with_metadata
+from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_LOST, STATUS_OK
+from gpufleet.collectors.schema import schema_with_metadata as _schema_with_metadata
 from gpufleet.simulate.layout import GpuPlan, HostPlan
 from gpufleet.simulate.noise import (
     NOISE_CLOCK,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collectors.schema import partition_dir
+from gpufleet.collectors.schema import partition_dir
 from gpufleet.simulate.layout import HostPlan
 from gpufleet.simulate.rows import HostWindow, host_window
 from gpufleet.simulate.scenario import Scenario

@@ -25,8 +25,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.schema import SAMPLE_SCHEMA, file_metadata
-from collectors.writer import write_table_atomically
+from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
+from gpufleet.collectors.writer import write_table_atomically
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest_files import SampleFile
 from gpufleet.warehouse.publish_log import current_generation

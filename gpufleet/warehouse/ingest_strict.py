@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
-from collectors.schema import SAMPLE_SCHEMA
+from gpufleet.collectors.schema import SAMPLE_SCHEMA
 from gpufleet.config import Config
 from gpufleet.warehouse.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.ingest_files import SampleFile

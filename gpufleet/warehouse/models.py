@@ -21,7 +21,7 @@ from gpufleet.warehouse.ids import ensure_id_tables, record_new_ids
 from gpufleet.warehouse.memory import fit_memory_limit
 from gpufleet.warehouse.raw_tables import ensure_raw_tables
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
 MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 LAYERS = ("staging", "intermediate", "marts")
