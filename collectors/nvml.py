@@ -1,6 +1,7 @@
 """NVML access for the collector: one wrapper around every pynvml call, and the per-GPU reader.
 
-Every query goes through `Nvml.query`, which applies the policy of NVML.md section 11:
+Every query goes through one `Nvml` wrapper (`call` for a pynvml function by name, `query`
+for any other call), which applies one policy to NVML's errors:
 
 - NotSupported / NoPermission: the value is null and the (GPU, metric) pair is never asked again;
 - FunctionNotFound / NVMLLibraryMismatchError: the next, older API of the query is used, and
@@ -9,23 +10,32 @@ Every query goes through `Nvml.query`, which applies the policy of NVML.md secti
 - GpuIsLost / ResetRequired / Unknown: `GpuLostError`, so the GPU's row becomes `status='lost'`;
 - Uninitialized: `NvmlUninitializedError`, so the collector calls `nvmlInit` again.
 
-pynvml functions are looked up on the module at call time, so tests can replace them.
+pynvml functions are looked up on the module at call time, so tests can replace them. The
+plain readings are data (`METRICS` in metrics.py); `GpuReader.read` loops over them and reads
+the rest (utilization, MIG, memory, memory temperature, processes) itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
-import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pynvml
 
+from gpufleet.collectors.metrics import (
+    INT64_MAX,
+    METRICS,
+    PROCESS_LISTS,
+    GpuProcess,
+    GpuSample,
+    Metric,
+)
 from gpufleet.collectors.procinfo import ProcessInfo
 from gpufleet.collectors.schema import STATUS_LOST, STATUS_OK
+from gpufleet.collectors.values import sample_pairs, value_member
 from gpufleet.errors import GpufleetError
 
 T = TypeVar("T")
@@ -38,11 +48,6 @@ _NO_DRIVER = (
     pynvml.NVMLError_DriverNotLoaded,
     pynvml.NVMLError_LibRmVersionMismatch,
 )
-
-# The member of c_nvmlValue_t that holds a sample, by NVML value type (pynvml py:288-296).
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-_MIG_NO_INSTANCE = 0xFFFFFFFF
-_INT64_MAX = 2**63 - 1
 
 GPU_SAMPLES = pynvml.NVML_GPU_UTILIZATION_SAMPLES
 MEMORY_SAMPLES = pynvml.NVML_MEMORY_UTILIZATION_SAMPLES
@@ -95,6 +100,17 @@ class Nvml:
         """Ask everything again (after a driver reload, support may have changed)."""
         self._unsupported.clear()
 
+    def call(
+        self, uuid: str, metric: str, apis: Sequence[str], *args: Any, not_found: Any = None
+    ) -> Any:
+        """The first of `apis` (pynvml function names, newest first) that this library has,
+        called with `args`.
+
+        Returns None when the metric is unsupported for this GPU (and caches that), or
+        `not_found` when NVML answers NotFound. Other transient errors give None this time.
+        """
+        return self._first(uuid, metric, apis, lambda name: getattr(pynvml, name)(*args), not_found)
+
     def query(
         self,
         uuid: str,
@@ -102,18 +118,25 @@ class Nvml:
         *apis: tuple[str, Callable[[], T]],
         not_found: T | None = None,
     ) -> T | None:
-        """The first of `apis` (newest first, each `(name, call)`) that this library has.
+        """Like `call`, for calls that are not one pynvml function by name: each `(name, call)`."""
+        calls = dict(apis)
+        return self._first(uuid, metric, calls, lambda name: calls[name](), not_found)
 
-        Returns None when the metric is unsupported for this GPU (and caches that), or
-        `not_found` when NVML answers NotFound. Other transient errors give None this time.
-        """
+    def _first(
+        self,
+        uuid: str,
+        metric: str,
+        apis: Iterable[str],
+        invoke: Callable[[str], Any],
+        not_found: Any,
+    ) -> Any:
         if (uuid, metric) in self._unsupported:
             return None
-        for name, call in apis:
+        for name in apis:
             if name in self._missing_apis:
                 continue
             try:
-                return call()
+                return invoke(name)
             except _MISSING_API:
                 self._missing_apis.add(name)
             except _UNSUPPORTED:
@@ -129,83 +152,6 @@ class Nvml:
                 return None
         self._unsupported.add((uuid, metric))
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
-    pid: int
-    user: str | None
-    used_mem_bytes: int | None
-    job_id: str | None
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "user": self.user,
-            "used_mem_bytes": self.used_mem_bytes,
-            "job_id": self.job_id,
-        }
-
-
-@dataclass(slots=True, kw_only=True)
-class GpuSample:
-    """One row of CONTRACT section 2; field names are the column names."""
-
-    ts: int  # microseconds since the Unix epoch, UTC
-    interval_s: float
-    host: str
-    gpu_index: int
-    gpu_uuid: str
-    gpu_name: str | None
-    status: str
-    gpu_util_pct: float | None = None
-    mem_util_pct: float | None = None
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    energy_mj: int | None = None
-    temp_gpu_c: int | None = None
-    temp_mem_c: int | None = None
-    sm_clock_mhz: int | None = None
-    sm_clock_max_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    clock_event_mask: int | None = None
-    thermal_violation_ns: int | None = None
-    power_violation_ns: int | None = None
-    mig_enabled: bool | None = None
-    processes: list[GpuProcess] | None = None
-
-    def to_record(self) -> dict[str, Any]:
-        """A plain dict for the spool (JSON) and for `pyarrow.Table.from_pylist`."""
-        return {
-            "ts": self.ts,
-            "interval_s": self.interval_s,
-            "host": self.host,
-            "gpu_index": self.gpu_index,
-            "gpu_uuid": self.gpu_uuid,
-            "gpu_name": self.gpu_name,
-            "status": self.status,
-            "gpu_util_pct": self.gpu_util_pct,
-            "mem_util_pct": self.mem_util_pct,
-            "mem_used_bytes": self.mem_used_bytes,
-            "mem_total_bytes": self.mem_total_bytes,
-            "power_w": self.power_w,
-            "power_limit_w": self.power_limit_w,
-            "energy_mj": self.energy_mj,
-            "temp_gpu_c": self.temp_gpu_c,
-            "temp_mem_c": self.temp_mem_c,
-            "sm_clock_mhz": self.sm_clock_mhz,
-            "sm_clock_max_mhz": self.sm_clock_max_mhz,
-            "mem_clock_mhz": self.mem_clock_mhz,
-            "clock_event_mask": self.clock_event_mask,
-            "thermal_violation_ns": self.thermal_violation_ns,
-            "power_violation_ns": self.power_violation_ns,
-            "mig_enabled": self.mig_enabled,
-            "processes": (
-                None if self.processes is None else [p.to_record() for p in self.processes]
-            ),
-        }
 
 
 @dataclass(slots=True)
@@ -238,41 +184,6 @@ def list_gpus() -> list[GpuState]:
     return gpus
 
 
-# c_nvmlSample_t is a u64 timestamp and an 8-byte c_nvmlValue_t union; struct codes by value
-# type (dVal, uiVal, ulVal, ullVal, sllVal, siVal, usVal), padded to the union's 8 bytes,
-# in native byte order.
-_ULONG = "=QQ" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=QI4x"
-_SAMPLE_FORMATS = ("=Qd", "=QI4x", _ULONG, "=QQ", "=Qq", "=Qi4x", "=QH6x")
-
-
-def sample_pairs(samples: Sequence[Any], value_type: int) -> Iterable[tuple[int, float]]:
-    """(timestamp_us, value) of NVML samples.
-
-    pynvml returns the samples as views into one ctypes array, and its structures read every
-    field through a Python-level `__getattribute__` (about 0.5 us each): 60 samples x 2 kinds
-    x 8 GPUs per tick add up. So, when the views are contiguous, the whole buffer is
-    unpacked in one `struct.iter_unpack`; otherwise each sample is read field by field.
-    """
-    if not samples:
-        return ()
-    known_type = 0 <= value_type < len(_SAMPLE_FORMATS)
-    size = ctypes.sizeof(pynvml.c_nvmlSample_t)
-    if known_type and size == 16 and type(samples[0]) is pynvml.c_nvmlSample_t:
-        start = ctypes.addressof(samples[0])
-        with contextlib.suppress(TypeError):  # not all ctypes objects: read field by field
-            addresses = list(map(ctypes.addressof, samples))
-            if addresses == list(range(start, start + size * len(samples), size)):
-                raw = ctypes.string_at(start, size * len(samples))
-                return [
-                    (t, float(v)) for t, v in struct.iter_unpack(_SAMPLE_FORMATS[value_type], raw)
-                ]
-    member = _VALUE_MEMBERS[value_type] if known_type else "uiVal"
-    pairs = []
-    for s in samples:
-        pairs.append((int(s.timeStamp), float(getattr(s.sampleValue, member))))
-    return pairs
-
-
 def _clamp_pct(value: float) -> float:
     return min(max(float(value), 0.0), 100.0)
 
@@ -301,16 +212,22 @@ class GpuReader:
                 gpu.cursors_us[kind] = newest
 
     def _newest_sample_us(self, gpu: GpuState, kind: int) -> int | None:
-        handle = gpu.handle
-        result: Any = self._nvml.query(
-            gpu.uuid,
-            f"samples.{kind}",
-            ("nvmlDeviceGetSamples", lambda: pynvml.nvmlDeviceGetSamples(handle, kind, 0)),
-            not_found=(0, []),
-        )
+        result = self._samples(gpu, kind, 0)
         if not result or not result[1]:
             return None
         return max(int(s.timeStamp) for s in result[1])
+
+    def _samples(self, gpu: GpuState, kind: int, cursor: int) -> Any:
+        """(value type, samples newer than `cursor`) of one sample buffer; None if unsupported."""
+        return self._nvml.call(
+            gpu.uuid,
+            f"samples.{kind}",
+            ("nvmlDeviceGetSamples",),
+            gpu.handle,
+            kind,
+            cursor,
+            not_found=(0, []),
+        )
 
     def lost_sample(self, gpu: GpuState, *, ts_us: int, interval_s: float) -> GpuSample:
         return GpuSample(
@@ -325,9 +242,7 @@ class GpuReader:
 
     def read(self, gpu: GpuState, *, ts_us: int, interval_s: float) -> GpuSample:
         """Every metric of one GPU. Raises GpuLostError / NvmlUninitializedError."""
-        q = self._nvml.query
-        u = gpu.uuid
-        h = gpu.handle
+        u, h = gpu.uuid, gpu.handle
         sample = GpuSample(
             ts=ts_us,
             interval_s=interval_s,
@@ -337,116 +252,44 @@ class GpuReader:
             gpu_name=gpu.name,
             status=STATUS_OK,
         )
-
-        mig_mode: Any = q(
-            u, "mig_mode", ("nvmlDeviceGetMigMode", lambda: pynvml.nvmlDeviceGetMigMode(h))
-        )
+        mig_mode = self._nvml.call(u, "mig_mode", ("nvmlDeviceGetMigMode",), h)
         mig_enabled = bool(mig_mode) and mig_mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
         sample.mig_enabled = mig_enabled
+        # Utilization (rates and sample buffers) is NotSupported on a MIG-enabled GPU; memory
+        # and processes are read per MIG device, the rest from the parent GPU.
+        if not mig_enabled:
+            sample.gpu_util_pct, sample.mem_util_pct = self._utilization(gpu)
+        handles = self._mig_handles(gpu) if mig_enabled else [(u, h)]
+        sample.mem_used_bytes, sample.mem_total_bytes = self._memory(handles)
+        for metric in METRICS:
+            setattr(sample, metric.field, self._metric(u, h, metric))
+        sample.temp_mem_c = self._memory_temp(u, h)
+        sample.processes = self._processes(handles)
+        return sample
 
-        if not mig_enabled:  # utilization is unsupported on MIG (NVML.md section 10)
-            rates: Any = None
-            gpu_util = self._mean_from_samples(gpu, GPU_SAMPLES)
-            mem_util = self._mean_from_samples(gpu, MEMORY_SAMPLES)
-            if gpu_util is None or mem_util is None:
-                rates = q(
-                    u,
-                    "utilization",
-                    (
-                        "nvmlDeviceGetUtilizationRates",
-                        lambda: pynvml.nvmlDeviceGetUtilizationRates(h),
-                    ),
-                )
+    def _metric(self, u: str, h: Any, metric: Metric) -> Any:
+        answer = self._nvml.call(u, metric.field, metric.apis, h, *metric.args)
+        return None if answer is None else metric.convert(answer)
+
+    def _utilization(self, gpu: GpuState) -> tuple[float | None, float | None]:
+        """(GPU, memory) utilization: the mean of the sample buffers over the interval, or the
+        instant reading where a buffer has nothing new or is unsupported."""
+        gpu_util = self._mean_from_samples(gpu, GPU_SAMPLES)
+        mem_util = self._mean_from_samples(gpu, MEMORY_SAMPLES)
+        if gpu_util is None or mem_util is None:
+            rates = self._nvml.call(
+                gpu.uuid, "utilization", ("nvmlDeviceGetUtilizationRates",), gpu.handle
+            )
             if gpu_util is None and rates is not None:
                 gpu_util = _clamp_pct(rates.gpu)
             if mem_util is None and rates is not None:
                 mem_util = _clamp_pct(rates.memory)
-            sample.gpu_util_pct = gpu_util
-            sample.mem_util_pct = mem_util
-
-        handles = self._mig_handles(gpu) if mig_enabled else [(u, h)]
-        used_total = [0, 0]
-        have_memory = False
-        for key, handle in handles:
-            memory = self._memory(key, handle)
-            if memory is not None:
-                have_memory = True
-                used_total[0] += int(memory.used)
-                used_total[1] += int(memory.total)
-        if have_memory:
-            sample.mem_used_bytes, sample.mem_total_bytes = used_total
-
-        power_mw = q(
-            u, "power", ("nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(h))
-        )
-        sample.power_w = None if power_mw is None else power_mw / 1000.0
-        limit_mw = q(
-            u,
-            "power_limit",
-            ("nvmlDeviceGetEnforcedPowerLimit", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h)),
-        )
-        sample.power_limit_w = None if limit_mw is None else limit_mw / 1000.0
-        energy = q(
-            u,
-            "energy",
-            (
-                "nvmlDeviceGetTotalEnergyConsumption",
-                lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h),
-            ),
-        )
-        sample.energy_mj = None if energy is None else min(int(energy), _INT64_MAX)
-
-        gpu_sensor = pynvml.NVML_TEMPERATURE_GPU
-        sample.temp_gpu_c = q(
-            u,
-            "temp_gpu",
-            ("nvmlDeviceGetTemperatureV", lambda: pynvml.nvmlDeviceGetTemperatureV(h, gpu_sensor)),
-            ("nvmlDeviceGetTemperature", lambda: pynvml.nvmlDeviceGetTemperature(h, gpu_sensor)),
-        )
-        sample.temp_mem_c = self._memory_temp(u, h)
-
-        sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
-        sample.sm_clock_mhz = q(
-            u, "sm_clock", ("nvmlDeviceGetClockInfo", lambda: pynvml.nvmlDeviceGetClockInfo(h, sm))
-        )
-        sample.sm_clock_max_mhz = q(
-            u,
-            "sm_clock_max",
-            ("nvmlDeviceGetMaxClockInfo", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, sm)),
-        )
-        sample.mem_clock_mhz = q(
-            u,
-            "mem_clock",
-            ("nvmlDeviceGetClockInfo", lambda: pynvml.nvmlDeviceGetClockInfo(h, mem)),
-        )
-        sample.clock_event_mask = q(
-            u,
-            "clock_events",
-            (
-                "nvmlDeviceGetCurrentClocksEventReasons",
-                lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
-            ),
-            (
-                "nvmlDeviceGetCurrentClocksThrottleReasons",
-                lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h),
-            ),
-        )
-        sample.thermal_violation_ns = self._violation_ns(u, h, pynvml.NVML_PERF_POLICY_THERMAL)
-        sample.power_violation_ns = self._violation_ns(u, h, pynvml.NVML_PERF_POLICY_POWER)
-
-        sample.processes = self._processes(u, handles)
-        return sample
+        return gpu_util, mem_util
 
     def _mean_from_samples(self, gpu: GpuState, kind: int) -> float | None:
         """Mean of the sample buffer since the cursor; None when unsupported or empty."""
         cursor = gpu.cursors_us.get(kind, 0)
-        handle = gpu.handle
-        result: Any = self._nvml.query(
-            gpu.uuid,
-            f"samples.{kind}",
-            ("nvmlDeviceGetSamples", lambda: pynvml.nvmlDeviceGetSamples(handle, kind, cursor)),
-            not_found=(0, []),
-        )
+        result = self._samples(gpu, kind, cursor)
         if not result:
             return None
         value_type, samples = result
@@ -460,28 +303,33 @@ class GpuReader:
         return math.fsum(values) / len(values)
 
     def _mig_handles(self, gpu: GpuState) -> list[tuple[str, Any]]:
-        """(cache key, handle) of every MIG device of a MIG-enabled GPU, queried each tick."""
-        h = gpu.handle
-        count = self._nvml.query(
-            gpu.uuid,
-            "mig_count",
-            ("nvmlDeviceGetMaxMigDeviceCount", lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(h)),
-        )
+        """(cache key, handle) of every MIG device of a MIG-enabled GPU, queried each tick
+        (the handles go stale when instances change)."""
+        u, h = gpu.uuid, gpu.handle
+        count = self._nvml.call(u, "mig_count", ("nvmlDeviceGetMaxMigDeviceCount",), h)
         handles: list[tuple[str, Any]] = []
         for slot in range(count or 0):
-            mig = self._nvml.query(
-                gpu.uuid,
-                "mig_handle",
-                (
-                    "nvmlDeviceGetMigDeviceHandleByIndex",
-                    lambda slot=slot: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot),  # type: ignore[misc]
-                ),
+            mig = self._nvml.call(
+                u, "mig_handle", ("nvmlDeviceGetMigDeviceHandleByIndex",), h, slot
             )
             if mig is not None:  # an empty slot answers NotFound: skip it and go on
-                handles.append((f"{gpu.uuid}/mig{slot}", mig))
+                handles.append((f"{u}/mig{slot}", mig))
         return handles
 
-    def _memory(self, key: str, h: Any) -> Any:
+    def _memory(self, handles: list[tuple[str, Any]]) -> tuple[int | None, int | None]:
+        """(used, total) bytes summed over the handles; v2's `used` leaves out the memory the
+        driver reserves, v1's (drivers without v2) includes it."""
+        used_total: list[int] = [0, 0]
+        have_memory = False
+        for key, h in handles:
+            memory = self._memory_info(key, h)
+            if memory is not None:
+                have_memory = True
+                used_total[0] += int(memory.used)
+                used_total[1] += int(memory.total)
+        return (used_total[0], used_total[1]) if have_memory else (None, None)
+
+    def _memory_info(self, key: str, h: Any) -> Any:
         return self._nvml.query(
             key,
             "memory",
@@ -493,94 +341,41 @@ class GpuReader:
         )
 
     def _memory_temp(self, u: str, h: Any) -> int | None:
-        values = self._nvml.query(
-            u,
-            "temp_mem",
-            (
-                "nvmlDeviceGetFieldValues",
-                lambda: pynvml.nvmlDeviceGetFieldValues(h, [pynvml.NVML_FI_DEV_MEMORY_TEMP]),
-            ),
-        )
+        """°C of the memory (HBM), field NVML_FI_DEV_MEMORY_TEMP, where the board reports it."""
+        field_ids = [pynvml.NVML_FI_DEV_MEMORY_TEMP]
+        values = self._nvml.call(u, "temp_mem_c", ("nvmlDeviceGetFieldValues",), h, field_ids)
         if not values:
             return None
-        entry = values[0]
+        entry = values[0]  # the call succeeds as a whole; each entry has its own return code
         if entry.nvmlReturn != pynvml.NVML_SUCCESS:
             if entry.nvmlReturn in (
                 pynvml.NVML_ERROR_NOT_SUPPORTED,
                 pynvml.NVML_ERROR_NO_PERMISSION,
             ):
-                self._nvml.mark_unsupported(u, "temp_mem")
+                self._nvml.mark_unsupported(u, "temp_mem_c")
             return None
-        vt = entry.valueType
-        member = _VALUE_MEMBERS[vt] if 0 <= vt < len(_VALUE_MEMBERS) else "uiVal"
-        celsius = int(getattr(entry.value, member))
+        celsius = int(getattr(entry.value, value_member(entry.valueType)))
         return celsius if 0 < celsius < 200 else None  # 0 is what boards without a sensor say
 
-    def _violation_ns(self, u: str, h: Any, policy: int) -> int | None:
-        status = self._nvml.query(
-            u,
-            f"violation.{policy}",
-            (
-                "nvmlDeviceGetViolationStatus",
-                lambda: pynvml.nvmlDeviceGetViolationStatus(h, policy),
-            ),
-        )
-        return None if status is None else min(int(status.violationTime), _INT64_MAX)
-
-    def _processes(self, u: str, handles: list[tuple[str, Any]]) -> list[GpuProcess] | None:
-        """Compute, graphics and MPS processes, one entry per pid (the largest memory seen)."""
+    def _processes(self, handles: list[tuple[str, Any]]) -> list[GpuProcess] | None:
+        """Compute, graphics and MPS processes, one entry per pid (the largest memory seen).
+        NVML gives host pids, so their owners are read from the host's /proc."""
         memory_by_pid: dict[int, int | None] = {}
         answered = False
         for key, h in handles:
-            for metric, apis in (
-                (
-                    "compute_processes",
-                    (
-                        (
-                            "nvmlDeviceGetComputeRunningProcesses",
-                            lambda h=h: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
-                        ),
-                        (
-                            "nvmlDeviceGetComputeRunningProcesses_v2",
-                            lambda h=h: pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h),
-                        ),
-                    ),
-                ),
-                (
-                    "graphics_processes",
-                    (
-                        (
-                            "nvmlDeviceGetGraphicsRunningProcesses",
-                            lambda h=h: pynvml.nvmlDeviceGetGraphicsRunningProcesses(h),
-                        ),
-                        (
-                            "nvmlDeviceGetGraphicsRunningProcesses_v2",
-                            lambda h=h: pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2(h),
-                        ),
-                    ),
-                ),
-                (
-                    "mps_processes",
-                    (
-                        (
-                            "nvmlDeviceGetMPSComputeRunningProcesses",
-                            lambda h=h: pynvml.nvmlDeviceGetMPSComputeRunningProcesses(h),
-                        ),
-                    ),
-                ),
-            ):
-                listed: Any = self._nvml.query(key, metric, *apis, not_found=[])
+            for metric, apis in PROCESS_LISTS:
+                listed = self._nvml.call(key, metric, apis, h, not_found=[])
                 if listed is None:
                     continue
                 answered = True
                 for proc in listed:
                     pid = int(proc.pid)
-                    used = proc.usedGpuMemory
+                    used = proc.usedGpuMemory  # None: NVML_VALUE_NOT_AVAILABLE
                     previous = memory_by_pid.get(pid)
                     if used is None:
                         memory_by_pid.setdefault(pid, None)
                     else:
-                        used = min(int(used), _INT64_MAX)
+                        used = min(int(used), INT64_MAX)
                         memory_by_pid[pid] = used if previous is None else max(previous, used)
         if not answered:
             return None

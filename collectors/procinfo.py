@@ -1,8 +1,8 @@
 """Who owns a GPU process: the user from /proc, the Slurm job id from its cgroup or environment.
 
-NVML reports host PIDs (NVML.md section 9), so the collector must see the host's /proc
-(run it on the host, or with `--pid=host` in a container). A PID that has gone away gives
-an owner with nulls.
+NVML reports host PIDs (the driver ignores PID namespaces), so the collector must see the
+host's /proc (run it on the host, or with `--pid=host` in a container). A PID that has gone
+away gives an owner with nulls.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sample file schema (CONTRACT section 2): one row per GPU per collector tick."""
+"""The sample file schema: one row per GPU per collector tick (columns: docs/reference.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The file is written under a temporary name starting with `.` (ignored by loaders), flushed
 to disk and renamed into `raw/samples/date=YYYY-MM-DD/host=<host>/`, so no partial file
-ever becomes visible (CONTRACT section 1).
+ever becomes visible: a file there is complete the moment it appears.
 """
 
 from __future__ import annotations
