@@ -1,12 +1,13 @@
 # The README's commands. Each target creates the virtual environment and installs what it
-# needs on a bare machine (Python 3.11+; `make test` also installs Debian's chromium).
+# needs on a bare machine (Python 3.11+; `make test` also installs Debian's chromium,
+# prometheus and Slurm).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: demo test lint bench install browser clean
+.PHONY: demo test lint docs bench install browser prometheus slurm clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,14 +21,21 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/gpufleet demo
 
-## make test: lint, type-check and run the whole test suite (installs chromium if missing)
-test: $(STAMP) browser lint
+## make test: lint, type-check, build the docs and run the whole test suite (installs
+## chromium, prometheus and Slurm if missing)
+test: $(STAMP) browser prometheus slurm lint
 	$(VENV)/bin/pytest
 
-lint: $(STAMP)
+lint: $(STAMP) docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+## make docs: the user docs (docs/, mkdocs.yml) as a site in site/; strict, so a broken link
+## or anchor, or a page missing from the nav, fails (never --quiet: it hides the warnings
+## that strict mode counts, and the build passes)
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -35,10 +43,31 @@ browser:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
+# Debian's prometheus (promtool included): the import tests start a real one on loopback.
+prometheus:
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus for the Prometheus import test"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus >/dev/null; }
+
+# Debian's Slurm 22.05, munge and MariaDB, and the two users the Slurm tests submit jobs as;
+# the tests start their own daemons under a temporary directory (tests/slurm_stack.py), as
+# root. On a machine with systemd, installing also starts the packages' own services.
+SLURM_PACKAGES := slurmctld slurmd slurmdbd slurm-client munge mariadb-server \
+	slurm-wlm-mysql-plugin slurm-wlm-basic-plugins
+slurm:
+	@PATH="$$PATH:/usr/sbin:/sbin"; for program in munged mariadbd slurmdbd slurmctld slurmd; do \
+	  command -v $$program >/dev/null 2>&1 || missing=1; done; [ -z "$$missing" ] || { \
+	  echo "installing Debian's Slurm, munge and MariaDB for the Slurm tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
+	    -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null; }
+	@for user in gf-alice gf-bob; do id -u $$user >/dev/null 2>&1 || \
+	  $(SUDO) useradd --no-create-home --shell /usr/sbin/nologin $$user; done
+
 ## make bench: the benchmarks (the collector, then the 1,000-GPU pipeline: about an hour);
 ## BENCH=collector or BENCH=pipeline runs one of them
 bench: $(STAMP)
 	$(PY) -m bench.run $(if $(BENCH),--suite $(BENCH),)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

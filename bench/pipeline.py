@@ -27,7 +27,7 @@ import duckdb
 from gpufleet.weeks import last_complete_week, previous_week, week_monday
 
 if TYPE_CHECKING:
-    from gpufleet.warehouse.ingest_files import SampleFile
+    from gpufleet.warehouse.base import SampleFile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def _planned_batches(data_dir: Path, max_files: int | None = None) -> list[list[
     `MAX_FILES_PER_BATCH` files each, or `max_files`)."""
     from gpufleet.config import Config
     from gpufleet.warehouse.ingest import find_sample_files, plan_batches
-    from gpufleet.warehouse.ingest_files import MAX_FILES_PER_BATCH
+    from gpufleet.warehouse.ingest.files import MAX_FILES_PER_BATCH
 
     files = find_sample_files(Config(data_dir=data_dir))
     return plan_batches(files, max_files or MAX_FILES_PER_BATCH)
@@ -122,7 +122,7 @@ def _planned_batches(data_dir: Path, max_files: int | None = None) -> list[list[
 
 def _paths(data_dir: Path, batch: Sequence[SampleFile]) -> list[str]:
     """A batch's files as DuckDB path literals."""
-    from gpufleet.warehouse.raw_tables import literal_path
+    from gpufleet.warehouse.base import literal_path
 
     return [literal_path(str(data_dir / file.path)) for file in batch]
 
@@ -190,9 +190,11 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     import pyarrow.compute as pc
 
     from gpufleet.config import Config
-    from gpufleet.warehouse.compact_ahead import WRITER_THREADS, CompactAhead, write_compacted
-    from gpufleet.warehouse.ingest import READ_AHEAD, find_sample_files
-    from gpufleet.warehouse.ingest_strict import StrictRead, read_strict
+    from gpufleet.warehouse.ingest import find_sample_files
+    from gpufleet.warehouse.ingest.load import READ_AHEAD
+    from gpufleet.warehouse.ingest.strict import StrictRead, read_strict
+    from gpufleet.warehouse.lake import CompactAhead
+    from gpufleet.warehouse.lake.compact_ahead import WRITER_THREADS, write_compacted
 
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)

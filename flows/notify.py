@@ -42,6 +42,9 @@ def idle_notices_flow(
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
+    if run.failures:  # refused addresses: the others went out, and the run says so
+        refused = GpufleetError(f"{run}\n" + "\n".join(run.failures))
+        return Failed(message="; ".join(run.failures), data=refused)  # type: ignore[return-value]
     return str(run)
 
 

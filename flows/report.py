@@ -4,7 +4,6 @@ summary published as a Prefect artifact."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
@@ -12,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config, load_config
 from gpufleet.reports.run import ReportResult, ReportSteps, run_report, send_report
+from gpufleet.reports.sent_log import Sending
 from gpufleet.reports.team import TeamEmail, send_team_emails, write_team_emails
 from gpufleet.reports.weekly import ReportFiles, write_report
 
@@ -36,9 +36,10 @@ def publish_summary(files: ReportFiles) -> None:
 
 
 @task(name="send-report", cache_policy=NO_CACHE)
-def send_report_task(config: Config, email_path: Path) -> tuple[str, ...]:
-    """Send the written report.eml over SMTP (no retries: the failure is reported at once)."""
-    return send_report(config, email_path)
+def send_report_task(config: Config, files: ReportFiles) -> Sending:
+    """Send the written report.eml over SMTP to whom it has not gone yet (no retries: a
+    failure is reported at once)."""
+    return send_report(config, files)
 
 
 @task(name="write-team-emails", cache_policy=NO_CACHE)

@@ -6,7 +6,11 @@
 - `weekly-report/monday-0700`: the last complete week's report, emailed, every Monday at
   07:00 in the configured time zone;
 - `idle-notices/daily-0800`: yesterday's idle notices, sent, every day at 08:00 in the
-  configured time zone.
+  configured time zone;
+- `import-prometheus/every-15-minutes` (when `[prometheus] url` is set): what is new in
+  Prometheus, three minutes before each ingest-and-build run;
+- `import-slurm/every-15-minutes` (when `[slurm] enabled = true`): Slurm's jobs as
+  allocation rows, three minutes before each ingest-and-build run.
 
 Runs are executed by this process (Prefect's `serve`), against the Prefect API that
 $PREFECT_API_URL names (a `prefect server start`), or a temporary local one without it.
@@ -22,6 +26,8 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron, Interval
 
 from gpufleet.config import Config
+from gpufleet.flows.import_prometheus import prometheus_deployment
+from gpufleet.flows.import_slurm import slurm_deployment
 from gpufleet.flows.ingest_and_build import ingest_and_build
 from gpufleet.flows.notify import idle_notices_flow
 from gpufleet.flows.report import report_flow
@@ -74,6 +80,10 @@ def build_deployments(config: Config) -> list[RunnerDeployment]:
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
     built = [ingest, report, notices]
+    if config.prometheus.url:
+        built.append(prometheus_deployment(config, parameters=_location(config), before=ingest))
+    if config.slurm.enabled:
+        built.append(slurm_deployment(config, parameters=_location(config), before=ingest))
     assert all(isinstance(deployment, RunnerDeployment) for deployment in built)
     return cast(list[RunnerDeployment], built)
 

@@ -5,20 +5,31 @@
 result over as a polars DataFrame (DuckDB's `.pl()`, through Arrow) and closes the file at
 once, so a notebook never holds the warehouse open between calls and the scheduled
 writers never have to work around it.
+
+The query runs in a sandbox (`connect_sandboxed`), not just behind a statement filter: a
+DuckDB of its own attaches the warehouse read-only, the lake's files are read through
+Arrow, and DuckDB's file access is then switched off and its settings locked. No statement
+(`explain analyze copy ... to`, `pragma enable_profiling`, `read_text('/proc/self/environ')`,
+`attach`, `load`, `set enable_external_access = true`) can read or write a file, the
+lake's included; DuckDB only spills to a temporary directory of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow.dataset as pads
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.slots import connect_read_only
+from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
+from gpufleet.warehouse.lake.samples import STORED, evicted_paths
 from gpufleet.weeks import check_week, week_bounds, week_monday
 
 # Statements that only read: one of these, and only one, per query.
@@ -52,6 +63,79 @@ def check_read_only(query: str) -> None:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+# The name the sandbox attaches the warehouse as: a file's own stem, as when it is opened.
+WAREHOUSE_ALIAS = "warehouse"
+# The registered Arrow dataset of the lake's evicted files that the sandbox's `samples` reads.
+LAKE_DATASET = "_lake_samples"
+
+
+@contextlib.contextmanager
+def connect_sandboxed(config: Config) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection that reads the published warehouse and its lake, and no other file.
+
+    An in-memory DuckDB of its own (a file opened twice in one process shares one DuckDB
+    and its settings; this one shares nothing) attaches the warehouse read-only, and a
+    temporary view `samples` reads the lake's evicted files through Arrow rather than
+    DuckDB. Then DuckDB's external access is switched off and its configuration locked:
+    no statement reads or writes a file, the lake's included (a path DuckDB may read, it may
+    also write), or turns that back on. DuckDB spills only to a temporary directory of this
+    connection's own, removed on close.
+    """
+    warehouse = config.warehouse_path
+    if not warehouse.is_file():
+        raise GpufleetError(f"{warehouse}: no warehouse yet; run 'gpufleet ingest' first")
+    with (
+        tempfile.TemporaryDirectory(prefix="gpufleet-query-") as spill,
+        contextlib.closing(duckdb.connect(":memory:", config={"temp_directory": spill})) as con,
+    ):
+        try:
+            con.execute(
+                f"attach $path as {WAREHOUSE_ALIAS} (read_only)",
+                {"path": str(warehouse.absolute())},
+            )
+        except duckdb.Error as exc:
+            raise GpufleetError(
+                f"{warehouse}: cannot open the warehouse: {_one_line(exc)}"
+            ) from exc
+        con.execute(f"use {WAREHOUSE_ALIAS}")
+        _read_lake_through_arrow(con, config)
+        con.execute("set autoinstall_known_extensions = false")
+        con.execute("set python_enable_replacements = false")
+        con.execute("set enable_external_access = false")
+        con.execute("set lock_configuration = true")
+        yield con
+
+
+def _read_lake_through_arrow(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """Temporary view `samples` (found before the warehouse's own): the warehouse's
+    `samples_stored` and the lake's evicted files, these read by Arrow, with the view's
+    columns and types. Without evicted files the warehouse's view reads no file at all.
+    With one missing, `samples` fails saying so, and the other tables still read."""
+    has_lake = con.execute(
+        "select 1 from duckdb_tables() where database_name = current_database()"
+        " and schema_name = 'build_state' and table_name = 'lake_files'"
+    ).fetchone()
+    stored = f"{WAREHOUSE_ALIAS}.main.{STORED}"
+    try:
+        paths = evicted_paths(con, config) if has_lake else []
+    except GpufleetError as exc:
+        message = "'" + str(exc).replace("'", "''") + "'"
+        con.execute(
+            f"create temp view samples as select {QUOTED_SAMPLE_COLUMNS} from {stored} "
+            f"where error({message}) is null"
+        )
+        return
+    if not paths:
+        return
+    schema = con.sql(f"select {QUOTED_SAMPLE_COLUMNS} from {stored} limit 0").to_arrow_table()
+    con.register(LAKE_DATASET, pads.dataset(paths, schema=schema.schema, format="parquet"))
+    con.execute(
+        f"create temp view samples as "
+        f"select {QUOTED_SAMPLE_COLUMNS} from {stored} "
+        f"union all select {QUOTED_SAMPLE_COLUMNS} from {LAKE_DATASET}"
+    )
 
 
 def _week_days(week: str) -> tuple[dt.date, dt.date]:
@@ -89,7 +173,7 @@ class ReadOnlyWarehouse:
     def sql(self, query: str, params: Parameters = None) -> pl.DataFrame:
         """Run one read-only SQL statement (values as `?` or `$name` parameters)."""
         check_read_only(query)
-        with connect_read_only(self.config) as con:
+        with connect_sandboxed(self.config) as con:
             try:
                 # A relation hands its rows to polars through Arrow without a copy (DuckDB
                 # 2's DB-API results would copy them first).
@@ -105,10 +189,13 @@ class ReadOnlyWarehouse:
             select table_name as name, table_type as kind, comment,
             from (
                 select table_name, 'table' as table_type, comment
-                from duckdb_tables() where schema_name = 'main' and not temporary
+                from duckdb_tables()
+                where database_name = current_database() and schema_name = 'main'
                 union all
                 select view_name, 'view', comment
-                from duckdb_views() where schema_name = 'main' and not internal
+                from duckdb_views()
+                where database_name = current_database() and schema_name = 'main'
+                    and not internal
             )
             order by name
             """

@@ -1,4 +1,7 @@
-"""Configuration: command-line flag > environment > TOML file > default (CONTRACT section 4)."""
+"""Configuration: command-line flag > environment > TOML file > default.
+
+The keys, their defaults and their checks: docs/reference.md#configuration.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import os
 import re
 import tomllib
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +61,74 @@ class SmtpConfig:
         return os.environ.get(ENV_SMTP_PASSWORD, "")
 
 
+# Contract column (or helper value) -> the Prometheus series names that give it, first found
+# wins: dcgm-exporter's names. `[prometheus.series]` overrides any of them for a site that
+# relabels (docs/kubernetes.md#configuration).
+DEFAULT_PROMETHEUS_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gpu_util_pct", ("DCGM_FI_DEV_GPU_UTIL",)),
+    ("engine_active_ratio", ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",)),
+    ("mem_util_pct", ("DCGM_FI_DEV_MEM_COPY_UTIL",)),
+    ("mem_used_bytes", ("DCGM_FI_DEV_FB_USED",)),
+    ("mem_free_bytes", ("DCGM_FI_DEV_FB_FREE",)),
+    ("mem_reserved_bytes", ("DCGM_FI_DEV_FB_RESERVED",)),
+    ("power_w", ("DCGM_FI_DEV_POWER_USAGE",)),
+    ("power_limit_w", ("DCGM_FI_DEV_POWER_MGMT_LIMIT",)),
+    ("energy_mj", ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",)),
+    ("temp_gpu_c", ("DCGM_FI_DEV_GPU_TEMP",)),
+    ("temp_mem_c", ("DCGM_FI_DEV_MEMORY_TEMP",)),
+    ("sm_clock_mhz", ("DCGM_FI_DEV_SM_CLOCK",)),
+    ("mem_clock_mhz", ("DCGM_FI_DEV_MEM_CLOCK",)),
+    (
+        "clock_event_mask",
+        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    ),
+    ("thermal_violation_ns", ("DCGM_FI_DEV_THERMAL_VIOLATION",)),
+    ("power_violation_ns", ("DCGM_FI_DEV_POWER_VIOLATION",)),
+)
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses a query_range with more points per series
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrometheusConfig:
+    """`gpufleet import prometheus`: where, how finely, and the names a site's series carry."""
+
+    url: str = ""  # the Prometheus server; `--url` wins
+    step_seconds: int = 60  # a row's interval_s: each row is the mean of the scrapes in its step
+    window_minutes: int = 60  # one query per series and host covers at most this much
+    delay_seconds: int = 120  # steps younger than this wait for the next run
+    timeout_seconds: float = 30.0  # per HTTP request
+    host_label: str = "Hostname"
+    uuid_label: str = "UUID"
+    gpu_label: str = "gpu"
+    model_label: str = "modelName"
+    series: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_PROMETHEUS_SERIES
+
+    def series_names(self, column: str) -> tuple[str, ...]:
+        """The series names that give `column`, first found wins."""
+        return dict(self.series)[column]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesConfig:
+    """Pods as allocations: the labels dcgm-exporter puts on a GPU that a pod holds."""
+
+    team_from: str = "namespace"  # "namespace", or the name of a label that holds the team
+    namespace_label: str = "namespace"  # "exported_namespace" behind a ServiceMonitor
+    pod_label: str = "pod"
+    user_label: str = ""  # a label that names the pod's user; empty: users stay null
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmConfig:
+    """`gpufleet import slurm`: where a job's team comes from, and whether `gpufleet serve`
+    imports every 15 minutes."""
+
+    team_from: str = "account"  # "account" (ref/accounts.csv, else the account) or "user"
+    enabled: bool = False  # `gpufleet serve` runs the import before each ingest
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     data_dir: Path = Path("data")
@@ -66,9 +138,12 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     smtp: SmtpConfig = field(default_factory=SmtpConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     source: Path | None = None  # the TOML file this came from, if any
 
-    # The data directory's layout (CONTRACT section 1).
+    # The data directory's layout (docs/reference.md#data-directory).
     @property
     def samples_dir(self) -> Path:
         return self.data_dir / "raw" / "samples"
@@ -117,6 +192,25 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "starttls": ((bool,), "true or false"),
         "username": ((str,), "a string"),
     },
+    "prometheus": {
+        "url": ((str,), "a URL"),
+        "step_seconds": ((int,), "a whole number of seconds"),
+        "window_minutes": ((int,), "a whole number of minutes"),
+        "delay_seconds": ((int,), "a whole number of seconds"),
+        "timeout_seconds": ((int, float), "a number"),
+        "host_label": ((str,), "a label name"),
+        "uuid_label": ((str,), "a label name"),
+        "gpu_label": ((str,), "a label name"),
+        "model_label": ((str,), "a label name"),
+        "series": ((dict,), "a table of column = series name(s)"),
+    },
+    "kubernetes": {
+        "team_from": ((str,), '"namespace" or a label name'),
+        "namespace_label": ((str,), "a label name"),
+        "pod_label": ((str,), "a label name"),
+        "user_label": ((str,), "a label name or an empty string"),
+    },
+    "slurm": {"team_from": ((str,), '"account" or "user"'), "enabled": ((bool,), "true or false")},
 }
 
 
@@ -180,6 +274,32 @@ def _check_file(path: Path, text: str, raw: dict[str, Any]) -> None:
                     )
 
 
+def _series_overrides(
+    path: Path, text: str, table: dict[str, Any]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`[prometheus.series]` over the defaults: each key a known column, each value a series
+    name or a list of them (first found wins)."""
+    defaults = dict(DEFAULT_PROMETHEUS_SERIES)
+    for key, value in table.items():
+        where = _where(path, text, "prometheus.series", key)
+        if key not in defaults:
+            raise GpufleetError(
+                f"{where}: unknown key 'prometheus.series.{key}' (known: {', '.join(defaults)})"
+            )
+        names = [value] if isinstance(value, str) else value
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) and _LABEL_NAME.match(n) for n in names)
+        ):
+            raise GpufleetError(
+                f"{where}: 'prometheus.series.{key}' must be a series name or a list of them, "
+                f"got {value!r}"
+            )
+        defaults[key] = tuple(names)
+    return tuple(defaults.items())
+
+
 def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -216,6 +336,13 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
         )
     if any(not entry.strip() for entry in config.notify.opt_out):
         raise fail("notify", "opt_out", "'notify.opt_out' must not hold an empty name")
+    _check_prometheus(config, fail)
+    if config.slurm.team_from not in ("account", "user"):
+        raise fail(
+            "slurm",
+            "team_from",
+            f'\'slurm.team_from\' must be "account" or "user", got {config.slurm.team_from!r}',
+        )
     if not is_address(config.report.sender):
         raise fail(
             "report", "sender", f"'report.sender' is not an email address: {config.report.sender!r}"
@@ -225,6 +352,44 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             raise fail(
                 "report", "recipients", f"'report.recipients' holds {recipient!r}, not an address"
             )
+
+
+def _check_prometheus(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
+    prometheus, kubernetes = config.prometheus, config.kubernetes
+    url = prometheus.url
+    if url and not re.match(r"^https?://[^/\s]+", url):
+        raise fail("prometheus", "url", f"'prometheus.url' is not an http(s) URL: {url!r}")
+    if prometheus.step_seconds < 1:
+        raise fail("prometheus", "step_seconds", "'prometheus.step_seconds' must be >= 1")
+    window_s = prometheus.window_minutes * 60
+    if prometheus.window_minutes < 1 or window_s % prometheus.step_seconds:
+        raise fail(
+            "prometheus",
+            "window_minutes",
+            "'prometheus.window_minutes' must be >= 1 and a whole number of steps "
+            f"({prometheus.step_seconds} s)",
+        )
+    if window_s // prometheus.step_seconds > _MAX_POINTS_PER_QUERY:
+        raise fail(
+            "prometheus",
+            "window_minutes",
+            f"'prometheus.window_minutes' holds more than {_MAX_POINTS_PER_QUERY} steps, "
+            "more than Prometheus answers in one query",
+        )
+    if prometheus.delay_seconds < 0:
+        raise fail("prometheus", "delay_seconds", "'prometheus.delay_seconds' must be >= 0")
+    if not 0 < prometheus.timeout_seconds < float("inf"):
+        raise fail("prometheus", "timeout_seconds", "'prometheus.timeout_seconds' must be > 0")
+    labels = [
+        ("prometheus", key, getattr(prometheus, key))
+        for key in ("host_label", "uuid_label", "gpu_label", "model_label")
+    ] + [
+        ("kubernetes", key, getattr(kubernetes, key))
+        for key in ("team_from", "namespace_label", "pod_label", "user_label")
+    ]
+    for section, key, value in labels:
+        if (value or key != "user_label") and not _LABEL_NAME.match(value):
+            raise fail(section, key, f"'{section}.{key}' is not a label name: {value!r}")
 
 
 def load_config(
@@ -269,6 +434,12 @@ def load_config(
         notify["opt_out"] = tuple(entry.strip() for entry in notify["opt_out"])
     if "min_waste_gpu_hours" in notify:
         notify["min_waste_gpu_hours"] = float(notify["min_waste_gpu_hours"])
+    prometheus = section("prometheus")
+    if "series" in prometheus:
+        assert path is not None
+        prometheus["series"] = _series_overrides(path, text, prometheus["series"])
+    if "timeout_seconds" in prometheus:
+        prometheus["timeout_seconds"] = float(prometheus["timeout_seconds"])
     idle = {k: float(v) for k, v in section("idle").items()}
     series = {k: float(v) for k, v in section("series").items()}
     config = Config(
@@ -279,6 +450,9 @@ def load_config(
         report=ReportConfig(**report),
         notify=NotifyConfig(**notify),
         smtp=SmtpConfig(**section("smtp")),
+        prometheus=PrometheusConfig(**prometheus),
+        kubernetes=KubernetesConfig(**section("kubernetes")),
+        slurm=SlurmConfig(**section("slurm")),
         source=path,
     )
     _check_values(config, path, text)

@@ -25,7 +25,7 @@ from gpufleet.reports.weekly import ReportFiles, report_dir, write_atomically, w
 from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.slots import connect_read_only
+from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import last_complete_week, week_bounds, week_monday
 
 Progress = Callable[[str], None]

@@ -10,6 +10,7 @@ import polars as pl
 
 from gpufleet.analyst import ReadOnlyWarehouse
 from gpufleet.config import Config
+from gpufleet.csv_cells import defuse_formulas
 from gpufleet.errors import GpufleetError
 
 FORMATS = ("csv", "parquet", "json")
@@ -48,15 +49,30 @@ def print_table(frame: pl.DataFrame, stream: TextIO) -> None:
 
 
 def write_frame(frame: pl.DataFrame, fmt: str, output: Path | None) -> None:
-    """Write CSV, Parquet or JSON (an array of row objects) to `output`, or to stdout."""
+    """Write CSV, Parquet or JSON (an array of row objects) to `output`, or to stdout.
+
+    In CSV a text cell that a spreadsheet would run as a formula (`=...`, `+...`, `-...`,
+    `@...`) gets a single quote in front (`gpufleet.csv_cells`); Parquet and JSON are exact.
+    """
+    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
+    if fmt == "csv" and nested:
+        raise GpufleetError(
+            f"CSV has no cell for a list or a struct (column{'s' * (len(nested) > 1)} "
+            f"{', '.join(nested)}): write --json or --parquet, or select it as text "
+            "(to_json(...)) or unnested"
+        )
     try:
         if fmt == "parquet":
             assert output is not None  # output_format asks for -o with --parquet
             frame.write_parquet(output, compression="zstd")
+        elif fmt == "csv" and output is not None:
+            defuse_formulas(frame).write_csv(output)
+        elif fmt == "csv":
+            sys.stdout.write(defuse_formulas(frame).write_csv())
         elif output is not None:
-            (frame.write_csv if fmt == "csv" else frame.write_json)(output)
+            frame.write_json(output)
         else:
-            sys.stdout.write(frame.write_csv() if fmt == "csv" else frame.write_json() + "\n")
+            sys.stdout.write(frame.write_json() + "\n")
     except OSError as exc:
         raise GpufleetError(f"{output}: cannot write: {exc.strerror or exc}") from exc
 

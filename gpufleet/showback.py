@@ -18,7 +18,17 @@ behind FOCUS's `x_` prefix for custom columns:
 - `BilledCost`: ConsumedQuantity * ListUnitPrice; `BillingCurrency`: `USD`;
 - custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
   `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, and `x_gpus`:
-  the distinct GPUs of that team and model in the month.
+  the distinct GPUs of that team and model in the month;
+- custom, the same in every row: `x_coverage_start`, `x_coverage_end`: the part of the
+  month the warehouse has samples for (the month's start, or the warehouse's first sample
+  when that is later; the month's end, or its last sample when that is earlier), and
+  `x_is_partial_month`: that part is not the whole month (the month is not over, the
+  latest samples are not ingested yet, or collection began during it). The export then
+  also says so in one warning line on stderr.
+
+The CSV is for spreadsheets: costs (`BilledCost`, `x_waste_usd`) are rounded to cents, and
+a text cell that a spreadsheet would run as a formula gets a single quote in front
+(`gpufleet.csv_cells`). Parquet keeps every value exact.
 """
 
 from __future__ import annotations
@@ -33,14 +43,17 @@ from pathlib import Path
 import polars as pl
 
 from gpufleet.config import Config
+from gpufleet.csv_cells import defuse_formulas
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.models import MACROS_FILE_NAME, SQL_DIR
-from gpufleet.warehouse.slots import connect_read_only
+from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR
+from gpufleet.warehouse.publish import connect_read_only
 
 FORMATS = ("csv", "parquet")
 _MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 # FOCUS's date-time format: ISO 8601 in UTC with a Z.
 _FOCUS_DATETIME = "%Y-%m-%dT%H:%M:%SZ"
+# Money columns, written in cents in the CSV (exact in Parquet).
+CENTS_COLUMNS = ("BilledCost", "x_waste_usd")
 
 SHOWBACK_SQL = r"""
 with gpu_team_days as (
@@ -70,6 +83,21 @@ gpu_prices as (
     from gpu_names
     left join price_rules on gpu_names.gpu_name like price_rules.gpu_like escape '\'
     group by gpu_names.gpu_name
+),
+
+fleet_samples as (
+    -- the warehouse's first and last sample, of any day: how much of the month it covers
+    select
+        min(first_ts) as first_ts,
+        max(last_ts) as last_ts,
+    from gpu_team_daily
+),
+
+coverage as (
+    select
+        greatest(first_ts, $period_start::timestamptz) as coverage_start,
+        least(last_ts, $period_end::timestamptz) as coverage_end,
+    from fleet_samples
 ),
 
 team_gpu_sums as (
@@ -108,8 +136,13 @@ final as (
         team_gpu_sums.waste_usd as x_waste_usd,
         team_gpu_sums.energy_kwh as x_energy_kwh,
         team_gpu_sums.gpus as x_gpus,
+        coverage.coverage_start as x_coverage_start,
+        coverage.coverage_end as x_coverage_end,
+        coverage.coverage_start > $period_start::timestamptz
+            or coverage.coverage_end < $period_end::timestamptz as x_is_partial_month,
     from team_gpu_sums
     inner join gpu_prices on gpu_prices.gpu_name is not distinct from team_gpu_sums.gpu_name
+    cross join coverage
 )
 
 select * from final
@@ -167,18 +200,42 @@ def output_format(fmt: str | None, output: Path | None) -> str:
     return suffix
 
 
+def coverage_warning(frame: pl.DataFrame, month: str, timezone: str) -> str | None:
+    """One line when the warehouse covers only part of the month (None when all of it)."""
+    if frame.is_empty():
+        return f"{month} has no samples in the warehouse: the export has no rows"
+    row = frame.row(0, named=True)
+    if not row["x_is_partial_month"]:
+        return None
+    zone = zoneinfo.ZoneInfo(timezone)
+    parts = []
+    if row["x_coverage_start"] > row["ChargePeriodStart"]:
+        parts.append(f"from {row['x_coverage_start'].astimezone(zone):%Y-%m-%d %H:%M}")
+    if row["x_coverage_end"] < row["ChargePeriodEnd"]:
+        parts.append(f"up to {row['x_coverage_end'].astimezone(zone):%Y-%m-%d %H:%M}")
+    return (
+        f"{month} is not complete: the warehouse has samples {' '.join(parts)} ({timezone}) "
+        "only; its rows say x_is_partial_month = true"
+    )
+
+
+def for_spreadsheets(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows as the CSV holds them: costs in cents, no text cell a formula."""
+    return defuse_formulas(frame.with_columns(pl.col(CENTS_COLUMNS).round(2)))
+
+
 def write_showback(frame: pl.DataFrame, fmt: str, output: Path | None) -> None:
-    """CSV (times as FOCUS writes them, `2026-11-01T00:00:00Z`) or Parquet; CSV to stdout
-    without `output`."""
+    """CSV (times as FOCUS writes them, `2026-11-01T00:00:00Z`; see `for_spreadsheets`) or
+    Parquet (exact); CSV to stdout without `output`."""
     if fmt == "parquet" and output is None:
         raise GpufleetError("--parquet needs -o FILE")
     try:
         if fmt == "parquet" and output is not None:
             frame.write_parquet(output, compression="zstd")
         elif output is None:
-            sys.stdout.write(frame.write_csv(datetime_format=_FOCUS_DATETIME))
+            sys.stdout.write(for_spreadsheets(frame).write_csv(datetime_format=_FOCUS_DATETIME))
         else:
-            frame.write_csv(output, datetime_format=_FOCUS_DATETIME)
+            for_spreadsheets(frame).write_csv(output, datetime_format=_FOCUS_DATETIME)
     except OSError as exc:
         raise GpufleetError(f"{output}: cannot write: {exc.strerror or exc}") from exc
 
@@ -187,10 +244,14 @@ def export_showback(
     config: Config, month: str, *, fmt: str | None = None, output: Path | None = None
 ) -> str:
     """The `export showback` command: write the month's rows; returns a one-line summary
-    ("" when the CSV went to stdout)."""
+    ("" when the CSV went to stdout). A month the warehouse does not cover in full is
+    written all the same, with a warning line on stderr."""
     chosen = output_format(fmt, output)
     frame = showback(config, month)
     write_showback(frame, chosen, output)
+    warning = coverage_warning(frame, month, config.timezone)
+    if warning is not None:
+        print(f"gpufleet: warning: {warning}", file=sys.stderr)
     if output is None:
         return ""
     teams = frame["SubAccountName"].n_unique()

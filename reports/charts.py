@@ -20,8 +20,10 @@ from gpufleet.reports.records import WeekData
 WIDTH = 860
 MAX_TEAM_PANELS = 9  # the per-team heatmap shows the teams with the most GPU-hours
 UTIL_SCALE = alt.Scale(domain=[0, 100], scheme="viridis")
+NO_UTILIZATION = "#e4e4e4"  # a heatmap cell without a measured utilization
 WALL_CLOCK = "%Y-%m-%dT%H:%M:%S"  # local time without an offset: Vega shows it as it is
 DAY_LABEL = "%Y-%m-%d %a"  # "2026-11-16 Mon": sorts as a date, reads as a weekday
+DAY_AXIS = "%a %d %b"  # a time axis labelled by day: "Mon 16 Nov"
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,24 @@ def utilization_heatmap(
     )
 
 
+def team_hours(heatmap: pl.DataFrame, teams: list[str]) -> pl.DataFrame:
+    """Each team's row for every hour of every day that has data: an hour in which none of
+    the team's GPUs reported gets 0 GPU-hours, so each team's panel is a full grid."""
+    grid = (
+        pl.DataFrame({"team": teams}, schema={"team": heatmap.schema["team"]})
+        .join(heatmap.select(pl.col("day").unique().sort()), how="cross")
+        .join(
+            pl.DataFrame({"hour": range(24)}, schema={"hour": heatmap.schema["hour"]}), how="cross"
+        )
+    )
+    return grid.join(heatmap, on=["team", "day", "hour"], how="left").with_columns(
+        pl.col("gpu_hours", "busy_gpu_hours", "util_hours").fill_null(0.0)
+    )
+
+
 def team_heatmaps(heatmap: pl.DataFrame) -> alt.TopLevelMixin:
-    """Utilization by day and local hour, one panel per team (the largest teams)."""
+    """Utilization by day and local hour, one panel per team (the largest teams), each a full
+    grid of the days with data: grey where none of the team's GPUs measured a utilization."""
     largest = (
         heatmap.group_by("team")
         .agg(pl.col("gpu_hours").sum())
@@ -89,15 +107,23 @@ def team_heatmaps(heatmap: pl.DataFrame) -> alt.TopLevelMixin:
         .head(MAX_TEAM_PANELS)["team"]
         .to_list()
     )
-    return (
-        alt.Chart(inline(heatmap.filter(pl.col("team").is_in(largest))))
-        .transform_calculate(
-            util_pct="datum.util_hours > 0 ? 100 * datum.busy_gpu_hours / datum.util_hours : null"
-        )
+    cells = alt.Chart().encode(
+        x=alt.X("hour:O", title="hour of day", axis=alt.Axis(values=[0, 6, 12, 18])),
+        y=alt.Y("day:O", title=None, axis=alt.Axis(labelExpr="slice(datum.value, 11)")),
+    )
+    grid = cells.mark_rect(color=NO_UTILIZATION).encode(
+        tooltip=[
+            alt.Tooltip("team:N", title="team"),
+            alt.Tooltip("day:O", title="day"),
+            alt.Tooltip("hour:O", title="hour"),
+            alt.Tooltip("gpu_hours:Q", title="GPU-hours", format=",.1f"),
+        ]
+    )
+    utilization = (
+        cells.transform_filter("datum.util_hours > 0")
+        .transform_calculate(util_pct="100 * datum.busy_gpu_hours / datum.util_hours")
         .mark_rect()
         .encode(
-            x=alt.X("hour:O", title="hour of day", axis=alt.Axis(values=[0, 6, 12, 18])),
-            y=alt.Y("day:O", title=None, axis=alt.Axis(labelExpr="slice(datum.value, 11)")),
             color=alt.Color("util_pct:Q", scale=UTIL_SCALE, title="util %"),
             tooltip=[
                 alt.Tooltip("team:N", title="team"),
@@ -107,12 +133,20 @@ def team_heatmaps(heatmap: pl.DataFrame) -> alt.TopLevelMixin:
                 alt.Tooltip("gpu_hours:Q", title="GPU-hours", format=",.1f"),
             ],
         )
+    )
+    return (
+        alt.layer(grid, utilization, data=inline(team_hours(heatmap, largest)))
         .properties(width=220, height=110)
         .facet(
             facet=alt.Facet("team:N", title=None, sort=largest),
             columns=3,
-            title="Utilization by team, day and hour",
+            title=alt.Title(
+                "Utilization by team, day and hour",
+                subtitle="grey: no GPU of the team measured a utilization in that hour",
+            ),
         )
+        # each panel draws its own axes, so the empty places of the last row draw none
+        .resolve_axis(x="independent", y="independent")
     )
 
 
@@ -202,71 +236,99 @@ def waste_trend(trend: pl.DataFrame, title: str = "Idle waste per week") -> alt.
     )
 
 
-def thermal_timeline(events: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
-    """Thermal events per host over the week, sized by how long the GPU throttled."""
-    rows = events.select(
-        "host",
-        pl.format("GPU {}", "gpu_index").alias("gpu"),
-        "team",
-        "start_ts",
-        "duration_min",
-        "max_temp_gpu_c",
-        "min_sm_clock_mhz",
-        pl.when(pl.col("is_hw"))
-        .then(pl.lit("HW slowdown"))
-        .otherwise(pl.lit("SW thermal slowdown"))
-        .alias("kind"),
-    )
-    hosts = events["host"].unique().sort().to_list()
+def thermal_heatmap(hours: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
+    """Throttled minutes by host and local hour over the week: one row per host (the most
+    throttled first), one cell per hour with throttling."""
+    hosts = hours.sort("host_rank")["host"].unique(maintain_order=True).to_list()
+    throttled = int(hours.select(pl.col("hosts_throttled").max()).item() or 0)
+    title: str | alt.TitleParams = "Throttled minutes by host and hour"
+    if len(hosts) < throttled:
+        title = alt.Title(
+            title, subtitle=f"the {len(hosts)} of {throttled} hosts that throttled most"
+        )
     domain = [data.start.strftime(WALL_CLOCK), data.end.strftime(WALL_CLOCK)]
     return (
-        alt.Chart(inline(rows), title="Thermal events per host")
-        .mark_point(filled=True, opacity=0.7)
+        alt.Chart(
+            inline(hours.select("host", "hour_start", "throttled_minutes", "gpus_throttled")),
+            title=title,
+        )
+        .mark_rect()
         .encode(
-            x=alt.X("start_ts:T", title=None, scale=alt.Scale(domain=domain)),
-            y=alt.Y("host:N", title=None, sort=hosts),
-            size=alt.Size("duration_min:Q", title="minutes", scale=alt.Scale(range=[30, 600])),
-            color=alt.Color(
-                "kind:N",
+            x=alt.X(
+                "yearmonthdatehours(hour_start):T",
                 title=None,
-                scale=alt.Scale(
-                    domain=["SW thermal slowdown", "HW slowdown"], range=["#f58518", "#e45756"]
-                ),
-                legend=alt.Legend(orient="top"),
+                scale=alt.Scale(domain=domain),
+                axis=alt.Axis(format=DAY_AXIS, tickCount="day", grid=True),
+            ),
+            y=alt.Y("host:N", sort=hosts, title=None),
+            color=alt.Color(
+                "throttled_minutes:Q",
+                title="throttled min",
+                scale=alt.Scale(scheme="orangered", domainMin=0),
             ),
             tooltip=[
                 alt.Tooltip("host:N"),
-                alt.Tooltip("gpu:N"),
-                alt.Tooltip("team:N"),
-                alt.Tooltip("start_ts:T", title="start", format="%a %d %b %H:%M"),
-                alt.Tooltip("duration_min:Q", title="minutes", format=",.1f"),
-                alt.Tooltip("max_temp_gpu_c:Q", title="max °C"),
-                alt.Tooltip("min_sm_clock_mhz:Q", title="min SM MHz"),
-                alt.Tooltip("kind:N"),
+                alt.Tooltip(
+                    "yearmonthdatehours(hour_start):T", title="hour", format="%a %d %b %H:00"
+                ),
+                alt.Tooltip("throttled_minutes:Q", title="throttled minutes", format=",.1f"),
+                alt.Tooltip("gpus_throttled:Q", title="GPUs throttled"),
             ],
         )
-        .properties(width=WIDTH - 200, height=alt.Step(18))
+        .properties(width=WIDTH - 200, height=alt.Step(16))
     )
 
 
-def hottest_gpus(gpus: pl.DataFrame) -> alt.TopLevelMixin:
-    """The hottest GPUs by peak temperature during thermal events."""
-    rows = gpus.with_columns(gpu=pl.format("{} / GPU {}", "host", "gpu_index"))
+THROTTLE_KINDS = ("SW thermal slowdown only", "with a HW slowdown")
+
+
+def throttled_split(gpus: pl.DataFrame) -> pl.DataFrame:
+    """Two rows per GPU: its throttled minutes in events with a HW slowdown, and in the
+    others."""
+    gpu = pl.format("{} / GPU {}", "host", "gpu_index").alias("gpu")
+    hw = pl.col("hw_throttled_minutes").fill_null(0.0)
+    parts = ((pl.col("throttled_minutes").fill_null(0.0) - hw).clip(lower_bound=0.0), hw)
+    return pl.concat(
+        gpus.select(
+            gpu,
+            "gpu_uuid",
+            "throttled_minutes",
+            "events",
+            "hw_events",
+            "max_temp_gpu_c",
+            "min_sm_clock_mhz",
+            kind=pl.lit(kind),
+            order=pl.lit(order),
+            minutes=part,
+        )
+        for order, (kind, part) in enumerate(zip(THROTTLE_KINDS, parts, strict=True))
+    )
+
+
+def throttled_gpus(gpus: pl.DataFrame) -> alt.TopLevelMixin:
+    """The GPUs that throttled longest, split into events with and without a HW slowdown."""
     return (
-        alt.Chart(inline(rows), title="Hottest GPUs")
+        alt.Chart(inline(throttled_split(gpus)), title="Most throttled GPUs")
         .mark_bar()
         .encode(
             y=alt.Y("gpu:N", sort="-x", title=None),
-            x=alt.X("max_temp_gpu_c:Q", title="peak temperature (°C)"),
+            x=alt.X("minutes:Q", title="throttled minutes", stack="zero"),
             color=alt.Color(
-                "throttled_minutes:Q", title="throttled min", scale=alt.Scale(scheme="orangered")
+                "kind:N",
+                title=None,
+                scale=alt.Scale(domain=list(THROTTLE_KINDS), range=["#f58518", "#e45756"]),
+                legend=alt.Legend(orient="top"),
             ),
+            order=alt.Order("order:Q"),
             tooltip=[
                 alt.Tooltip("gpu:N", title="GPU"),
                 alt.Tooltip("gpu_uuid:N", title="UUID"),
+                alt.Tooltip("kind:N", title="events"),
+                alt.Tooltip("minutes:Q", title="minutes", format=",.1f"),
+                alt.Tooltip("throttled_minutes:Q", title="throttled minutes, all", format=",.1f"),
+                alt.Tooltip("events:Q", title="events, all"),
+                alt.Tooltip("hw_events:Q", title="HW slowdowns"),
                 alt.Tooltip("max_temp_gpu_c:Q", title="peak °C"),
-                alt.Tooltip("throttled_minutes:Q", title="throttled minutes", format=",.1f"),
-                alt.Tooltip("events:Q", title="events"),
                 alt.Tooltip("min_sm_clock_mhz:Q", title="min SM MHz"),
             ],
         )
@@ -288,14 +350,16 @@ def build_charts(data: WeekData) -> list[NamedChart]:
         charts.append(NamedChart("busy-idle", "Busy versus idle", busy_versus_idle(data.teams)))
     if not data.waste_trend.is_empty():
         charts.append(NamedChart("waste-trend", "Waste trend", waste_trend(data.waste_trend)))
-    if not data.thermal_events.is_empty():
+    if not data.thermal_hours.is_empty():
         charts.append(
             NamedChart(
-                "thermal-timeline",
-                "Thermal events per host",
-                thermal_timeline(data.thermal_events, data),
+                "thermal-heatmap",
+                "Throttled minutes by host and hour",
+                thermal_heatmap(data.thermal_hours, data),
             )
         )
-    if not data.hottest_gpus.is_empty():
-        charts.append(NamedChart("hottest-gpus", "Hottest GPUs", hottest_gpus(data.hottest_gpus)))
+    if not data.throttled_gpus.is_empty():
+        charts.append(
+            NamedChart("throttled-gpus", "Most throttled GPUs", throttled_gpus(data.throttled_gpus))
+        )
     return charts

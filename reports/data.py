@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
-from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -20,9 +19,10 @@ from gpufleet.errors import GpufleetError
 from gpufleet.reports import queries
 from gpufleet.reports.hosts import host_weeks
 from gpufleet.reports.records import FleetTotals, Kpi, WeekData
+from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds
 
-__all__ = ["MART_TABLES", "FleetTotals", "Kpi", "WeekData", "connect_read_only", "load_week"]
+__all__ = ["MART_TABLES", "FleetTotals", "Kpi", "WeekData", "load_week"]
 
 MART_TABLES = (
     "team_daily",
@@ -32,34 +32,9 @@ MART_TABLES = (
     "gpu_daily",
     "host_daily",
     "gpu_hourly",
+    "run_pieces",
     "quarantined_files",
 )
-
-
-def connect_read_only(warehouse: Path) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse read-only, or fail with a message that says what to do."""
-    if not warehouse.is_file():
-        raise GpufleetError(
-            f"{warehouse}: no warehouse here; run 'gpufleet ingest' and 'gpufleet build' first"
-        )
-    try:
-        con = duckdb.connect(str(warehouse), read_only=True)
-    except duckdb.Error as exc:
-        raise GpufleetError(f"{warehouse}: cannot open the warehouse read-only: {exc}") from exc
-    present = {
-        name
-        for (name,) in con.execute(
-            "select table_name from information_schema.tables "
-            "where table_schema = 'main' and table_catalog = current_database()"
-        ).fetchall()
-    }
-    missing = [name for name in MART_TABLES if name not in present]
-    if missing:
-        con.close()
-        raise GpufleetError(
-            f"{warehouse}: the warehouse has no {', '.join(missing)}; run 'gpufleet build' first"
-        )
-    return con
 
 
 def local(frame: pl.DataFrame, timezone: str) -> pl.DataFrame:
@@ -73,7 +48,7 @@ def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> W
     start, end = week_bounds(week, tz)
     before = previous_week(week)
     before_start, before_end = week_bounds(before, tz)
-    con = connect_read_only(config.warehouse_path)
+    con = connect_read_only(config, tables=MART_TABLES)
     try:
         quarantined, quarantined_total = queries.quarantined(con)
         return WeekData(
@@ -88,9 +63,9 @@ def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> W
             teams=queries.teams(con, week),
             heatmap=queries.heatmap(con, start, end),
             waste_trend=queries.waste_trend(con, week),
-            episodes=local(queries.waste_episodes(con, start, end, top=queries.TOP_EPISODES), tz),
-            thermal_events=local(queries.thermal_events(con, start, end), tz),
-            hottest_gpus=queries.hottest_gpus(con, start, end),
+            waste_jobs=local(queries.waste_jobs(con, week, top=queries.TOP_WASTE_JOBS), tz),
+            thermal_hours=queries.thermal_hours(con, start, end),
+            throttled_gpus=queries.throttled_gpus(con, start, end),
             hosts=host_weeks(local(queries.host_days(con, start, end), tz)),
             quarantined=local(quarantined, tz),
             quarantined_total=quarantined_total,

@@ -12,12 +12,9 @@ from pathlib import Path
 
 import vl_convert
 
-from gpufleet.config import Config
-from gpufleet.errors import GpufleetError
 from gpufleet.reports.charts import NamedChart
 from gpufleet.reports.data import WeekData
 from gpufleet.reports.render import render_email_html, render_email_text, subject
-from gpufleet.reports.smtp import deliver
 
 
 def chart_png(chart: NamedChart) -> bytes:
@@ -86,18 +83,3 @@ def read_message(path: Path) -> EmailMessage:
         parsed = BytesParser(policy=policy.default).parse(handle)
     assert isinstance(parsed, EmailMessage)
     return parsed
-
-
-def send_message(config: Config, message: EmailMessage) -> tuple[str, ...]:
-    """Send the report over SMTP as configured ([smtp], [report]); returns the recipients.
-
-    STARTTLS, login and errors as `gpufleet.reports.smtp.deliver`; no recipients is an error.
-    """
-    recipients = config.report.recipients
-    if not recipients:
-        raise GpufleetError(
-            "cannot send the report: no recipients; set report.recipients in the config file"
-        )
-    return deliver(
-        config, message, sender=config.report.sender, recipients=recipients, what="the report"
-    )

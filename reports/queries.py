@@ -21,9 +21,9 @@ from gpufleet.reports.records import FleetTotals
 from gpufleet.weeks import previous_week, week_monday
 
 TREND_WEEKS = 8  # weeks of waste trend, this one included
-TOP_EPISODES = 15
+TOP_WASTE_JOBS = 15
 TOP_GPUS = 10
-MAX_THERMAL_EVENTS = 3000  # the timeline's cap; the counts cover every event
+MAX_THERMAL_HOSTS = 40  # the rows of the throttling heatmap; the counts cover every host
 MAX_QUARANTINED = 50
 MAX_WEEKS_LISTED = 8  # the weeks with data that a page without data names
 
@@ -158,30 +158,58 @@ def waste_trend(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
     )
 
 
-def thermal_events(
+def thermal_hours(
     con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
 ) -> pl.DataFrame:
-    """The week's thermal events, the longest first (up to MAX_THERMAL_EVENTS)."""
+    """Throttled minutes per host and local hour of the week, from gpu_hourly: the hours with
+    throttling of the MAX_THERMAL_HOSTS hosts that throttled most, the most throttled host
+    first. `hour_start` is the hour's local wall-clock time; `hosts_throttled` counts every
+    host that throttled, shown or not."""
     return read(
         con,
         """
+        with hours as (
+            select
+                host,
+                day,
+                hour,
+                sum(thermal_s) as thermal_s,
+                count(distinct gpu_uuid) filter (where thermal_s > 0) as gpus_throttled,
+            from gpu_hourly
+            where day >= $first_day and day < $next_monday
+            group by host, day, hour
+            having sum(thermal_s) > 0
+        ),
+        hosts as (
+            select
+                host,
+                row_number() over (order by sum(thermal_s) desc, host) as host_rank,
+                count(*) over () as hosts_throttled,
+            from hours
+            group by host
+        )
         select
-            host, gpu_index, gpu_uuid, team, start_ts, end_ts, duration_s,
-            max_temp_gpu_c, min_sm_clock_mhz, reasons_mask, is_hw,
-            coalesce(duration_s, 0) / 60 as duration_min
-        from thermal_events
-        where start_ts >= $start and start_ts < $end
-        order by duration_s desc, start_ts
-        limit $cap
+            hours.host,
+            hours.day::timestamp + to_hours(hours.hour) as hour_start,
+            hours.thermal_s / 60 as throttled_minutes,
+            hours.gpus_throttled,
+            hosts.host_rank,
+            hosts.hosts_throttled,
+        from hours
+        inner join hosts on hosts.host = hours.host
+        where hosts.host_rank <= $top_hosts
+        order by hosts.host_rank, hour_start
         """,
-        {"start": start, "end": end, "cap": MAX_THERMAL_EVENTS},
+        {**_days(start, end), "top_hosts": MAX_THERMAL_HOSTS},
     )
 
 
-def hottest_gpus(
+def throttled_gpus(
     con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
 ) -> pl.DataFrame:
-    """The GPUs that ran hottest during the week's thermal events."""
+    """The TOP_GPUS GPUs that throttled longest in the week's thermal events (and how long
+    in events with a HW slowdown), with their peak temperature and lowest SM clock during
+    them."""
     return read(
         con,
         """
@@ -191,13 +219,14 @@ def hottest_gpus(
             any_value(gpu_index order by start_ts desc) as gpu_index,
             count(*) as events,
             count(*) filter (where is_hw) as hw_events,
-            sum(duration_s) / 60 as throttled_minutes,
+            coalesce(sum(duration_s), 0) / 60 as throttled_minutes,
+            coalesce(sum(duration_s) filter (where is_hw), 0) / 60 as hw_throttled_minutes,
             max(max_temp_gpu_c) as max_temp_gpu_c,
             min(min_sm_clock_mhz) as min_sm_clock_mhz
         from thermal_events
         where start_ts >= $start and start_ts < $end
         group by gpu_uuid
-        order by max_temp_gpu_c desc nulls last, throttled_minutes desc, gpu_uuid
+        order by throttled_minutes desc, events desc, gpu_uuid
         limit $top
         """,
         {"start": start, "end": end, "top": TOP_GPUS},
@@ -305,51 +334,97 @@ def waste_episodes(
     )
 
 
-def waste_by_user_and_job(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
-    """Per team, user and job: the waste of the week, as team_weekly counts it (the hours of
-    waste episodes' samples on the week's local days; an episode crossing into another week
-    counts only its part in this one). An episode is keyed by its GPU and the hash of its
-    run's first sample time (sql/intermediate/int_idle_episode_days.sql)."""
+# The week's part of each waste episode, as team_weekly counts it: the hours of its samples
+# on the week's local days (an episode crossing into another week counts only its part in
+# this one) and that share of its cost. An episode is keyed by its GPU and the hash of its
+# run's first sample time (sql/intermediate/int_idle_episode_days.sql).
+WEEK_WASTE = """
+with pieces as (
+    select
+        gpu_uuid,
+        (hash(gpu_uuid, idle_run_start_ts) >> 1)::bigint as episode_id,
+        sum(seconds) as seconds
+    from run_pieces
+    where idle_run_start_ts is not null and day between $monday and $sunday
+    group by all
+),
+waste as (
+    select
+        episodes.*,
+        pieces.seconds as week_seconds,
+        episodes.waste_usd * pieces.seconds / episodes.idle_seconds as week_waste_usd
+    from pieces
+    inner join idle_episodes as episodes
+        on episodes.gpu_uuid = pieces.gpu_uuid
+        and episodes.episode_id = pieces.episode_id
+    where episodes.is_waste
+)
+"""
+
+
+def _week_days(week: str) -> dict[str, object]:
     monday = week_monday(week)
+    return {"monday": monday, "sunday": monday + dt.timedelta(days=6)}
+
+
+def waste_jobs(
+    con: duckdb.DuckDBPyConnection, week: str, *, top: int | None = None
+) -> pl.DataFrame:
+    """The week's idle waste per job, the costliest first (the `top` rows, or all): one row
+    for a job's waste episodes on all its GPUs; without a job, one for a user's (or, with no
+    user either, a team's) episodes on one host. `waste_gpu_hours` and `waste_usd` are the
+    week's part (see WEEK_WASTE); `start_ts` and `end_ts` span the whole episodes; `gpu_list`
+    holds each GPU's host and index."""
     return read(
         con,
-        """
-        with pieces as (
+        WEEK_WASTE
+        + """,
+        jobs as (
             select
-                gpu_uuid,
-                (hash(gpu_uuid, idle_run_start_ts) >> 1)::bigint as episode_id,
-                seconds
-            from run_pieces
-            where idle_run_start_ts is not null and day between $monday and $sunday
-        ),
-        waste as (
-            select
-                episodes.team,
-                episodes."user",
-                episodes.job_id,
-                episodes.gpu_uuid,
-                episodes.episode_id,
-                pieces.seconds,
-                episodes.waste_usd * pieces.seconds / episodes.idle_seconds as waste_usd
-            from pieces
-            inner join idle_episodes as episodes
-                on episodes.gpu_uuid = pieces.gpu_uuid
-                and episodes.episode_id = pieces.episode_id
-            where episodes.is_waste
+                team,
+                "user",
+                job_id,
+                case when job_id is null then host end as job_host,
+                count(*) as episodes,
+                count(distinct gpu_uuid) as gpus,
+                list_sort(list(distinct {'host': host, 'gpu_index': gpu_index})) as gpu_list,
+                sum(week_seconds) / 3600 as waste_gpu_hours,
+                sum(week_waste_usd) as waste_usd,
+                min(start_ts) as start_ts,
+                max(end_ts) as end_ts,
+                bool_or(held_memory) as held_memory
+            from waste
+            group by all
         )
+        select * exclude (job_host)
+        from jobs
+        order by waste_usd desc, waste_gpu_hours desc, team, "user" nulls last, job_id, job_host
+        limit $top
+        """,
+        {**_week_days(week), "top": top},
+    )
+
+
+def waste_by_user_and_job(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
+    """Per team, user and job: the waste of the week, as team_weekly counts it (see
+    WEEK_WASTE)."""
+    return read(
+        con,
+        WEEK_WASTE
+        + """
         select
             team,
             "user",
             job_id,
-            count(distinct (gpu_uuid, episode_id)) as episodes,
+            count(*) as episodes,
             count(distinct gpu_uuid) as gpus,
-            sum(seconds) / 3600 as waste_gpu_hours,
-            sum(waste_usd) as waste_usd
+            sum(week_seconds) / 3600 as waste_gpu_hours,
+            sum(week_waste_usd) as waste_usd
         from waste
         group by all
         order by team, waste_usd desc, waste_gpu_hours desc, "user" nulls last, job_id
         """,
-        {"monday": monday, "sunday": monday + dt.timedelta(days=6)},
+        _week_days(week),
     )
 
 

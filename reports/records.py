@@ -104,9 +104,9 @@ class WeekData:
     teams: pl.DataFrame
     heatmap: pl.DataFrame
     waste_trend: pl.DataFrame
-    episodes: pl.DataFrame
-    thermal_events: pl.DataFrame
-    hottest_gpus: pl.DataFrame
+    waste_jobs: pl.DataFrame  # the week's largest waste, per job (queries.waste_jobs)
+    thermal_hours: pl.DataFrame  # throttled minutes per host and hour (queries.thermal_hours)
+    throttled_gpus: pl.DataFrame
     hosts: pl.DataFrame
     quarantined: pl.DataFrame
     quarantined_total: int = 0

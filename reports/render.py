@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -134,6 +134,38 @@ def format_time(value: Any, pattern: str = "%a %d %b %H:%M") -> str:
     return "–" if value is None else value.strftime(pattern)
 
 
+MAX_GPU_HOSTS = 3  # the hosts a list of GPUs names before it says how many more
+
+
+def _index_ranges(indices: Sequence[int]) -> str:
+    """Sorted GPU indices with each run of consecutive ones as a range: `0-3,6`."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def format_gpus(gpus: Sequence[Mapping[str, Any]] | None, max_hosts: int = MAX_GPU_HOSTS) -> str:
+    """GPUs (each with its `host` and `gpu_index`) as `host:index` per host, consecutive
+    indices as ranges (`node-a:0-7; node-b:2,5`), the first `max_hosts` hosts by name and
+    then how many GPUs on how many more hosts."""
+    by_host: dict[str, set[int]] = {}
+    for gpu in gpus or ():
+        by_host.setdefault(str(gpu["host"]), set()).add(int(gpu["gpu_index"]))
+    hosts = sorted(by_host)
+    shown = [f"{host}:{_index_ranges(sorted(by_host[host]))}" for host in hosts[:max_hosts]]
+    rest = hosts[max_hosts:]
+    if rest:
+        more = sum(len(by_host[host]) for host in rest)
+        shown.append(
+            f"and {more} GPU{'s' * (more != 1)} on {len(rest)} more host{'s' * (len(rest) != 1)}"
+        )
+    return "; ".join(shown) or "–"
+
+
 def rows(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:
     """A DataFrame's rows as dicts, for a template's `for` loop."""
     return frame.iter_rows(named=True)
@@ -143,6 +175,7 @@ _ENV.filters.update(
     rows=rows,
     value=format_value,
     duration=format_duration,
+    gpus=format_gpus,
     number=format_number,
     usd=format_usd,
     time=format_time,

@@ -26,12 +26,14 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import queries
 from gpufleet.reports.charts import NamedChart, utilization_heatmap, waste_trend
-from gpufleet.reports.data import connect_read_only, local
+from gpufleet.reports.data import MART_TABLES, local
 from gpufleet.reports.mail import add_chart_images, read_message
 from gpufleet.reports.records import KPIS, Kpi
 from gpufleet.reports.render import format_usd, render_template
-from gpufleet.reports.smtp import deliver
+from gpufleet.reports.sent_log import TEAM, Outgoing, refused_line, send_once
+from gpufleet.reports.smtp import Refusal
 from gpufleet.reports.weekly import report_dir, write_atomically
+from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds
 
 TEAMS_FOLDER = "teams"
@@ -101,13 +103,32 @@ class TeamEmail:
     """One team's written email file, and to whom it went."""
 
     team: str
+    week: str
     path: Path
     lead_email: str | None
     sent_to: tuple[str, ...] = ()
+    already_sent_to: tuple[str, ...] = ()  # by an earlier run: not sent again
+    refused: tuple[Refusal, ...] = ()  # by the SMTP server, with its reply
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One error line per refused recipient."""
+        team = " ".join(self.team.split())  # one line, whatever the name holds
+        what = f"team {team}'s email for {self.week}"
+        return tuple(refused_line(what, refusal) for refusal in self.refused)
 
     def __str__(self) -> str:
-        if self.sent_to:
-            return f"  {self.team}: {self.path} (sent to {', '.join(self.sent_to)})"
+        done = [
+            f"{label} {', '.join(addresses)}"
+            for label, addresses in (
+                ("sent to", self.sent_to),
+                ("already sent to", self.already_sent_to),
+                ("refused by the SMTP server:", tuple(r.address for r in self.refused)),
+            )
+            if addresses
+        ]
+        if done:
+            return f"  {self.team}: {self.path} ({'; '.join(done)})"
         if self.lead_email is None:
             return f"  {self.team}: {self.path} (no lead in ref/teams.csv: not sent)"
         return f"  {self.team}: {self.path} (for {self.lead_email})"
@@ -143,7 +164,7 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
     tz = config.timezone
     start, end = week_bounds(week, tz)
     before = previous_week(week)
-    con = connect_read_only(config.warehouse_path)
+    con = connect_read_only(config, tables=MART_TABLES)
     try:
         weeks = queries.team_weeks(con, week)
         episodes = local(queries.waste_episodes(con, start, end), tz)
@@ -236,26 +257,35 @@ def write_team_emails(
         message = build_team_message(team, sender=config.report.sender)
         path = folder / team_file_name(team.team)
         write_atomically(path, message.as_bytes())
-        emails.append(TeamEmail(team=team.team, path=path, lead_email=team.lead_email))
+        emails.append(TeamEmail(team=team.team, week=week, path=path, lead_email=team.lead_email))
     return emails
 
 
 def send_team_emails(config: Config, emails: Sequence[TeamEmail]) -> list[TeamEmail]:
-    """Mail each written team email that has a lead, to the lead and the copied addresses."""
-    sent: list[TeamEmail] = []
-    for email in emails:
+    """Mail each written team email that has a lead, to the lead and the copied addresses
+    it has not gone to yet (`reports_sent`): a refused address does not stop the others."""
+    outgoing: dict[str, list[tuple[int, Outgoing]]] = {}  # by week
+    for index, email in enumerate(emails):
         message = read_message(email.path)
         recipients = [*message.get_all("To", []), *message.get_all("Cc", [])]
         addresses = tuple(address for _, address in getaddresses(recipients))
-        if not addresses:
-            sent.append(email)
-            continue
-        sent_to = deliver(
-            config,
-            message,
-            sender=config.report.sender,
-            recipients=addresses,
-            what=f"team {email.team}'s report",
-        )
-        sent.append(replace(email, sent_to=sent_to))
+        if addresses:
+            item = Outgoing(
+                email=TEAM,
+                team=email.team,
+                message=message,
+                recipients=addresses,
+                what=f"team {email.team}'s report",
+            )
+            outgoing.setdefault(email.week, []).append((index, item))
+    sent = list(emails)
+    for week, items in outgoing.items():
+        sendings = send_once(config, week, [item for _, item in items])
+        for (index, _), sending in zip(items, sendings, strict=True):
+            sent[index] = replace(
+                emails[index],
+                sent_to=sending.sent_to,
+                already_sent_to=sending.already_sent_to,
+                refused=sending.refused,
+            )
     return sent

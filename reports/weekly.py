@@ -5,14 +5,17 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
 from gpufleet.reports.charts import build_charts
 from gpufleet.reports.data import WeekData, load_week
 from gpufleet.reports.mail import build_message
 from gpufleet.reports.render import render_page, subject, summary_markdown
+from gpufleet.weeks import week_bounds
 
 PAGE_NAME = "index.html"
 EMAIL_NAME = "report.eml"
@@ -26,13 +29,36 @@ class ReportFiles:
     subject: str
     has_data: bool
     summary_markdown: str
+    weeks_with_data: tuple[str, ...] = ()  # the latest, newest first
 
     def __str__(self) -> str:
         lines = [f"report for {self.week}: {self.subject}"]
         if not self.has_data:
-            lines.append(f"  (no data for week {self.week})")
+            lines[0] = f"report for {self.week}: {no_samples(self.week, self.weeks_with_data)}"
         lines += [f"  page:  {self.page_path}", f"  email: {self.email_path}"]
         return "\n".join(lines)
+
+
+def no_samples(week: str, weeks_with_data: Sequence[str]) -> str:
+    """What a report of a week without samples says about it, in one line."""
+    if not weeks_with_data:
+        return f"no samples in {week}: the warehouse has none for any week yet"
+    return (
+        f"no samples in {week}: the page and email say so "
+        f"(weeks with data: {', '.join(weeks_with_data)})"
+    )
+
+
+def check_week_began(week: str, timezone: str, now: dt.datetime | None = None) -> None:
+    """A GpufleetError when `week` begins after `now`: there is nothing to report yet."""
+    start, _ = week_bounds(week, timezone)
+    moment = now or dt.datetime.now(dt.UTC)
+    if start > moment:
+        today = moment.astimezone(start.tzinfo).date()
+        raise GpufleetError(
+            f"week {week} has not begun (it starts on {start:%a %d %b %Y}, today is "
+            f"{today:%a %d %b %Y} in {timezone}); nothing written"
+        )
 
 
 def write_atomically(path: Path, content: bytes) -> None:
@@ -54,7 +80,9 @@ def report_dir(config: Config, week: str) -> Path:
 
 
 def write_report(config: Config, week: str, *, now: dt.datetime | None = None) -> ReportFiles:
-    """Read the week from the warehouse and write the page and the email file."""
+    """Read the week from the warehouse and write the page and the email file; a week that
+    has not begun is an error, and nothing is written."""
+    check_week_began(week, config.timezone, now)
     data: WeekData = load_week(config, week, now=now)
     charts = build_charts(data)
     page = render_page(data, charts)
@@ -72,4 +100,5 @@ def write_report(config: Config, week: str, *, now: dt.datetime | None = None) -
         subject=subject(data),
         has_data=data.has_data,
         summary_markdown=summary_markdown(data, str(page_path)),
+        weeks_with_data=tuple(data.weeks_with_data),
     )

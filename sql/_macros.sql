@@ -1,4 +1,4 @@
--- DuckDB macros the models share; gpufleet/warehouse/models.py runs this file before the models.
+-- DuckDB macros the models share; gpufleet/warehouse/build/models.py runs this file before the models.
 
 -- A hosts.csv / prices.csv glob, where only `*` and `?` are wildcards, as a LIKE pattern
 -- escaped with '\' (so `%`, `_` and `\` in the glob match themselves).
@@ -13,10 +13,64 @@ create or replace temp macro glob_to_like(pattern) as
         '_'
     );
 
--- The id a name keeps across builds (gpufleet/warehouse/ids.py): its id in the id table when it has
--- one, else the next free id (`known_max` + its number `n` among the new names).
-create or replace temp macro stable_id(known_id, known_max, n) as
-    coalesce(known_id, coalesce(known_max, 0) + n);
+-- The ids names keep across builds (gpufleet/warehouse/build/ids.py), for the int_* id models.
+-- `names` holds each name once, in a `name` column, beside any other columns; `known` is the
+-- id table as (name, id). A name keeps its id in `known`; the new names take the next free
+-- ids in name order. The rows: `id` (a bigint), then the columns of `names`.
+create or replace temp macro stable_ids(names, known) as table
+    with numbered as (
+        select
+            names.*,
+            known.id as known_id,
+            row_number() over (partition by known.id is null order by names.name) as n,
+        from query_table(names) as names
+        left join query_table(known) as known on known.name = names.name
+    ),
+
+    final as (
+        select
+            coalesce(known_id, coalesce((select max(id) from query_table(known)), 0) + n) as id,
+            * exclude (known_id, n),
+        from numbered
+    )
+
+    select * from final;
+
+-- team_daily's and team_weekly's measures (the sums of gpu_team_daily's rows) per period and
+-- team: `gpu_team_rows` is gpu_team_daily with the period's columns only (`day`, or
+-- `iso_week` and `week_start`), and those with `team` are the keys of the rows.
+create or replace temp macro team_measures(gpu_team_rows) as table
+    with team_sums as (
+        select
+            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'team')),
+            sum(observed_s) as observed_s,
+            sum(utilization_s) as utilization_s,
+            sum(busy_s) as busy_s,
+            sum(idle_s) as idle_s,
+            sum(waste_s) as waste_s,
+            sum(waste_usd) as waste_usd,
+            sum(energy_j) as energy_j,
+            count(distinct gpu_uuid) as gpus,
+        from query_table(gpu_team_rows)
+        group by all
+    ),
+
+    final as (
+        select
+            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'team')),
+            observed_s / 3600 as gpu_hours,
+            busy_s / 3600 as busy_gpu_hours,
+            100 * busy_s / nullif(utilization_s, 0) as avg_util_pct,
+            idle_s / 3600 as idle_gpu_hours,
+            waste_s / 3600 as waste_gpu_hours,
+            waste_usd,
+            energy_j / 3.6e6 as energy_kwh,
+            gpus,
+            utilization_s / 3600 as measured_gpu_hours,
+        from team_sums
+    )
+
+    select * from final;
 
 -- samples_attributed_rows.attribution_code as samples_attributed.attributed_by (the view
 -- spells this out: a view in the warehouse cannot use the build's temp macros)
@@ -28,7 +82,8 @@ create or replace temp macro attribution_name(code) as
         when 4 then 'none'
     end;
 
--- The ISO week (`YYYY-Www`) of a local day, and the Monday it starts on (CONTRACT 1).
+-- The ISO week (`YYYY-Www`) of a local day, and the Monday it starts on
+-- (docs/reference.md#day-and-week).
 create or replace temp macro iso_week(day) as strftime(day, '%G-W%V');
 
 create or replace temp macro week_start(day) as day - (isodow(day) - 1)::integer;
@@ -58,6 +113,6 @@ create or replace temp macro sample_flag(flags, name) as
     end != 0;
 
 -- A thermal slowdown bit (0x20 software, 0x40 hardware) in NVML's clocks-event mask
--- (CONTRACT 6); false when the mask is unknown.
+-- (docs/reference.md#thermal-event); false when the mask is unknown.
 create or replace temp macro thermal_slowdown(clock_event_mask) as
     coalesce(clock_event_mask & 96 != 0, false);

@@ -1,14 +1,21 @@
-"""Shared fixtures. Prefect runs against one temporary server for the whole session."""
+"""Shared fixtures: a configuration over an empty data directory, a local SMTP inbox, one
+temporary Prefect server and one real Slurm for the whole session."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from gpufleet.config import Config
+from tests.report_fixtures import Inbox, smtp_inbox
+from tests.slurm_stack import SlurmStack, SlurmUnavailable, slurm_stack
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -26,3 +33,28 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    """The default configuration over an empty data directory, `tmp_path / "data"`."""
+    return Config(data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def inbox() -> Iterator[tuple[Inbox, int]]:
+    """A local SMTP server that keeps what it receives: its inbox and its port."""
+    with smtp_inbox() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmStack]:
+    """A real Slurm 22.05 (munge, MariaDB, slurmdbd, slurmctld, two slurmd with fake GPUs),
+    started once per session on first use and stopped at its end (tests/slurm_stack.py)."""
+    with contextlib.ExitStack() as running:
+        try:
+            stack = running.enter_context(slurm_stack())
+        except SlurmUnavailable as exc:
+            pytest.fail(str(exc))
+        yield stack

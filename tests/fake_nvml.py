@@ -1,5 +1,5 @@
 """A fake NVML: replaces pynvml's functions, returns pynvml's own ctypes structures and raises
-pynvml's REAL exception classes (NVML.md section 13, level 1).
+pynvml's REAL exception classes (the functions are monkeypatched; the C library is not faked).
 
 A scenario is a plain dict (or JSON file) describing the GPUs:
 

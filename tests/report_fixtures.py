@@ -1,4 +1,4 @@
-"""A tiny hand-made warehouse with the marts of CONTRACT section 7, for the report's tests.
+"""A tiny hand-made warehouse with the marts of docs/reference.md#tables, for the report's tests.
 
 The numbers are chosen so that every headline figure can be computed by hand:
 
@@ -85,7 +85,7 @@ create table host_daily (
 );
 create table gpu_hourly (
     day date, hour bigint, gpu_uuid varchar, team varchar, host varchar, samples bigint,
-    observed_s double, utilization_s double, busy_s double
+    observed_s double, utilization_s double, busy_s double, thermal_s double
 );
 create table quarantined_files (path varchar, reason varchar, quarantined_at timestamptz);
 """
@@ -108,20 +108,27 @@ def _team_weekly() -> list[tuple[object, ...]]:
 
 
 def _gpu_hourly() -> list[tuple[object, ...]]:
-    """The samples (one per hour) as gpu_hourly rows (hours in UTC, the fixture's zone)."""
+    """The samples (one per hour) as gpu_hourly rows (hours in UTC, the fixture's zone), each
+    with the throttled seconds of the thermal events that ended in its hour."""
+    throttled: dict[tuple[object, dt.datetime], float] = {}
+    for gpu, _, _, _, _, end, duration, *_ in _thermal():
+        assert isinstance(end, dt.datetime) and isinstance(duration, float)
+        hour = end.replace(minute=0)
+        throttled[(gpu, hour)] = throttled.get((gpu, hour), 0.0) + duration
     rows: list[tuple[object, ...]] = []
     for gpu, ts, host, _, _, interval, util, team, *_, day, _ in _samples():
         assert isinstance(ts, dt.datetime) and isinstance(interval, float)
         measured = interval if util is not None else 0.0
         busy = float(util) / 100 * interval if isinstance(util, float) else 0.0
-        rows.append((day, ts.hour, gpu, team, host, 1, interval, measured, busy))
+        thermal = throttled.get((gpu, ts.replace(minute=0)), 0.0)
+        rows.append((day, ts.hour, gpu, team, host, 1, interval, measured, busy, thermal))
     return rows
 
 
 def _team_daily() -> list[tuple[object, ...]]:
     """The samples summed per day and team (the measures the report reads)."""
     sums: dict[tuple[object, object], list[float]] = {}
-    for day, _, _, team, _, _, observed, measured, busy in _gpu_hourly():
+    for day, _, _, team, _, _, observed, measured, busy, _ in _gpu_hourly():
         total = sums.setdefault((day, team), [0.0, 0.0, 0.0])
         total[0] += observed / 3600
         total[1] += busy / 3600
@@ -151,6 +158,12 @@ def _samples() -> list[tuple[object, ...]]:
             ("gpu-n1", _ts(day, 12), "node-b", 1, H100, 3600.0, None, "nlp", None, None,
              "host", None, None, day, WEEK)
         )  # fmt: skip
+    # gpu-v2 reports once, without a utilization, in the hour it throttles
+    thu = MONDAY + dt.timedelta(days=3)
+    rows.append(
+        ("gpu-v2", _ts(thu, 16), "node-a", 1, H100, 3600.0, None, "vision", None, None,
+         "host", None, None, thu, WEEK)
+    )  # fmt: skip
     last_week = MONDAY - dt.timedelta(days=3)
     rows.append(
         ("gpu-v1", _ts(last_week, 10), "node-a", 0, H100, 3600.0, 50.0, "vision", "alice",
@@ -186,7 +199,7 @@ def _thermal() -> list[tuple[object, ...]]:
          0x20, False),
         ("gpu-v2", "node-a", 1, "vision", _ts(thu, 16), _ts(thu, 16, 2), 120.0, 12, 86, 1500,
          0x20, False),
-        ("gpu-x1", EVIL_HOST, 3, EVIL_TEAM, _ts(MONDAY, 3), _ts(MONDAY, 3, 1), 60.0, 6, 84,
+        ("gpu-x1", EVIL_HOST, 3, EVIL_TEAM, _ts(MONDAY, 8, 59), _ts(MONDAY, 9), 60.0, 6, 84,
          1600, 0x20, False),
         # previous week
         ("gpu-v1", "node-a", 0, "vision", _ts(MONDAY - dt.timedelta(days=1), 3),
@@ -315,6 +328,27 @@ class Inbox:
         parsed = BytesParser(policy=policy.default).parsebytes(raw)
         assert isinstance(parsed, EmailMessage)
         return parsed
+
+
+REFUSAL_REPLY = "550 5.1.1 no such mailbox"
+
+
+@dataclass
+class RefusingInbox(Inbox):
+    """Refuses the `refused` addresses at RCPT TO (550) and accepts the others; `tried` is
+    every address a client gave at RCPT TO, in order."""
+
+    refused: frozenset[str] = frozenset()
+    tried: list[str] = field(default_factory=list)
+
+    async def handle_RCPT(
+        self, server: Any, session: Session, envelope: Envelope, address: str, options: Any
+    ) -> str:
+        self.tried.append(address)
+        if address in self.refused:
+            return REFUSAL_REPLY
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
 
 InboxT = TypeVar("InboxT", bound=Inbox)

@@ -152,6 +152,57 @@ def test_query_writes_csv_parquet_and_json_that_read_back(
     assert capsys.readouterr().out == "a\n1\n"
 
 
+# Each text cell a spreadsheet would run as a formula (OWASP's list: = + - @, tab, carriage
+# return), a text cell that merely looks like a negative number, and real numbers.
+FORMULA_SQL = (
+    "select '=HYPERLINK(\"http://x\",\"y\")' as link, '+cmd|'' /C calc''!A0' as plus,"
+    " '-2+3' as minus, '@SUM(A1:A9)' as at, chr(9) || '=1' as tab, chr(13) || '=1' as cr,"
+    " 'fine=1' as fine, '-5' as text_number, -5 as number, -1.5 as real, null::varchar as nothing"
+)
+
+
+def test_query_csv_writes_formula_cells_as_text_and_keeps_numbers(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _query(data_dir, FORMULA_SQL, "--csv") == 0
+    stdout = capsys.readouterr().out
+    assert _query(data_dir, FORMULA_SQL, "--csv", "-o", str(tmp_path / "out.csv")) == 0
+    assert (tmp_path / "out.csv").read_bytes().decode() == stdout
+    back = pl.read_csv(tmp_path / "out.csv", infer_schema=False).row(0, named=True)
+    assert back == {
+        "link": '\'=HYPERLINK("http://x","y")',
+        "plus": "'+cmd|' /C calc'!A0",
+        "minus": "'-2+3",
+        "at": "'@SUM(A1:A9)",
+        "tab": "'\t=1",
+        "cr": "'\r=1",
+        "fine": "fine=1",
+        "text_number": "'-5",
+        "number": "-5",
+        "real": "-1.5",
+        "nothing": None,
+    }
+
+    # JSON and Parquet keep every value exact
+    expected = _direct(data_dir, FORMULA_SQL)
+    assert _query(data_dir, FORMULA_SQL, "-o", str(tmp_path / "out.parquet")) == 0
+    assert pl.read_parquet(tmp_path / "out.parquet").rows() == [
+        tuple(float(v) if k == 9 else v for k, v in enumerate(expected[0]))
+    ]
+    assert _query(data_dir, FORMULA_SQL, "--json", "-o", str(tmp_path / "out.json")) == 0
+    (row,) = json.loads((tmp_path / "out.json").read_text())
+    assert row["link"] == '=HYPERLINK("http://x","y")' and row["cr"] == "\r=1"
+    assert row["number"] == -5
+
+
+def test_query_csv_header_names_are_defused_too(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a pivot makes columns of values: a team named like a formula becomes a header
+    assert _query(data_dir, 'select 1 as "=1+1", 2 as "ok"', "--csv") == 0
+    assert capsys.readouterr().out == "'=1+1,ok\n1,2\n"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

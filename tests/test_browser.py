@@ -30,8 +30,8 @@ CHARTS = [
     "team-utilization",
     "busy-idle",
     "waste-trend",
-    "thermal-timeline",
-    "hottest-gpus",
+    "thermal-heatmap",
+    "throttled-gpus",
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.config import Config
 from gpufleet.flows.build import build_flow
-from gpufleet.warehouse.slots import write_transaction
+from gpufleet.warehouse.publish import write_transaction
 
 
 def test_build_flow_publishes_documented_marts(prefect_harness: None, tmp_path: Path) -> None:

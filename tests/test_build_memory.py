@@ -13,9 +13,8 @@ import re
 import duckdb
 import pytest
 
-from gpufleet.warehouse import memory
-from gpufleet.warehouse import models as models_module
-from gpufleet.warehouse.build import build_models
+from gpufleet.warehouse.build import build_models, memory
+from gpufleet.warehouse.build import models as models_module
 from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, _mart
 
 MIB = memory.MIB
@@ -117,7 +116,7 @@ def test_a_build_in_a_process_holding_memory_caps_duckdb_and_builds_the_same(
         return limit
 
     monkeypatch.setattr(models_module, "fit_memory_limit", fit)
-    monkeypatch.setattr("gpufleet.warehouse.incremental.fit_memory_limit", fit)
+    monkeypatch.setattr("gpufleet.warehouse.build.incremental.run.fit_memory_limit", fit)
     resident = memory.resident_bytes()
     assert resident is not None
     # enough that the rest of the process leaves DuckDB 400 MB less than its full cap

@@ -54,6 +54,54 @@ def test_bad_arguments_are_rejected(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--data-dir", "X"],
+        ["--data-dir", "X", "report"],
+        ["--data-dir", "Y", "report", "--data-dir", "X"],
+        ["notify", "idle", "--data-dir", "X"],
+        ["--data-dir", "Y", "notify", "--data-dir", "X", "idle"],
+        ["export", "showback", "--month", "2026-11", "--data-dir", "X"],
+        ["query", "--data-dir", "X", "show tables"],
+        ["collect", "--interval", "5", "--data-dir", "X"],
+    ],
+)
+def test_data_dir_before_or_after_the_command(argv: list[str]) -> None:
+    """Given after the command (or a nested one), the global option wins over one before it."""
+    args = build_parser().parse_args(argv)
+    assert args.data_dir == "X"
+    assert args.config is None
+
+
+def test_an_option_absent_after_the_command_keeps_the_one_before_it() -> None:
+    args = build_parser().parse_args(["--config", "F", "--data-dir", "D", "notify", "idle"])
+    assert (args.config, args.data_dir) == ("F", "D")
+    args = build_parser().parse_args(["--config", "F", "query", "select 1", "--data-dir", "D"])
+    assert (args.config, args.data_dir) == ("F", "D")
+
+
+def test_config_after_a_nested_command_is_the_file_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "elsewhere.toml"
+    config.write_text("[idle]\nthreshold_pct = 'x'\n")
+    argv = ["export", "showback", "--month", "2026-11", "--config", str(config)]
+    assert main(["--data-dir", str(tmp_path), *argv]) == 1
+    assert "elsewhere.toml: line 2" in capsys.readouterr().err
+
+
+def test_query_takes_config_after_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUFLEET_DATA_DIR", raising=False)
+    data_dir = tmp_path / "data"
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(f"data_dir = '{data_dir}'\n")
+    assert main(["query", "select 42", "--config", str(config)]) == 1
+    assert f"{data_dir / 'warehouse.duckdb'}: no warehouse yet" in capsys.readouterr().err
+
+
 def test_bad_config_is_one_line_and_exit_1(tmp_path: Path) -> None:
     (tmp_path / "gpufleet.toml").write_text("[idle]\nthreshold_pct = 'x'\n")
     result = subprocess.run(
@@ -72,7 +120,7 @@ def test_bad_config_is_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_collect_does_not_import_the_pipeline() -> None:
     """A GPU host runs the collector with nvidia-ml-py and pyarrow alone."""
     code = (
-        "import sys, gpufleet.cli, collectors.collect\n"
+        "import sys, gpufleet.cli, gpufleet.collectors.collect\n"
         "heavy = {'prefect', 'duckdb', 'altair', 'polars', 'jinja2', 'vl_convert'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
@@ -104,13 +152,13 @@ def test_ingest_build_and_report_without_a_prefect_server_call_the_engine(
     data_dir = str(tmp_path / "data")
     simulated = _gpufleet(env, "--data-dir", data_dir, "simulate", "--gpus", "2", "--days", "1")
     assert simulated.returncode == 0, simulated.stderr
-    ingested = _gpufleet(env, "--data-dir", data_dir, "ingest")
+    ingested = _gpufleet(env, "ingest", "--data-dir", data_dir)
     assert ingested.returncode == 0, ingested.stderr
     assert "ingest: " in ingested.stdout and " 0 new samples" not in ingested.stdout
     built = _gpufleet(env, "--data-dir", data_dir, "build")
     assert built.returncode == 0, built.stderr
     assert built.stdout.startswith("full build (first build)")
-    reported = _gpufleet(env, "--data-dir", data_dir, "report")
+    reported = _gpufleet(env, "report", "--data-dir", data_dir)
     assert reported.returncode == 0, reported.stderr
     assert "(no data for week" not in reported.stdout
     assert "index.html" in reported.stdout and "report.eml" in reported.stdout
@@ -133,7 +181,7 @@ def test_ingest_names_a_quarantined_file_once_on_stderr(tmp_path: Path) -> None:
 
 _SERVER_CHECK = (
     "import sys\n"
-    "from flows.server import prefect_server_configured\n"
+    "from gpufleet.flows.server import prefect_server_configured\n"
     "print(prefect_server_configured(), 'prefect' in sys.modules)\n"
 )
 

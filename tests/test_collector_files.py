@@ -1,4 +1,4 @@
-"""Sample files match CONTRACT section 2; the spool survives kills and full disks."""
+"""Sample files match docs/reference.md#sample-files; the spool survives kills and full disks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The NVML wrapper and the per-GPU reader on the fake NVML (NVML.md sections 3-11)."""
+"""The NVML wrapper and the per-GPU reader on the fake NVML (docs/collector.md#how-nvml-is-read)."""
 
 from __future__ import annotations
 

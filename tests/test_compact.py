@@ -12,8 +12,8 @@ import pytest
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
-from gpufleet.warehouse.compact import compact_completed_days
-from gpufleet.warehouse.raw_tables import ensure_raw_tables
+from gpufleet.warehouse.base import ensure_raw_tables
+from gpufleet.warehouse.lake import compact_completed_days
 
 DAY = dt.date(2026, 11, 16)
 
@@ -59,7 +59,8 @@ def write_and_record(
     relative = path.relative_to(config.data_dir).as_posix()
     if record:
         con.execute(
-            "insert into loaded_files values (?, ?, ?, ?, ?, ?, now())",
+            "insert into loaded_files (path, size_bytes, mtime_ns, row_count, min_ts, max_ts,"
+            " loaded_at) values (?, ?, ?, ?, ?, ?, now())",
             [
                 relative,
                 path.stat().st_size,

@@ -15,14 +15,13 @@ import pytest
 
 from gpufleet.collectors.writer import SampleWriteError
 from gpufleet.config import Config
-from gpufleet.warehouse import compact_ahead
-from gpufleet.warehouse import ingest as ingest_module
-from gpufleet.warehouse.compact import compact_completed_days
 from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, plan_batches
+from gpufleet.warehouse.ingest import load as ingest_module
 from gpufleet.warehouse.ingest import load_warehouse as load
-from gpufleet.warehouse.ingest_strict import read_strict
+from gpufleet.warehouse.ingest.strict import read_strict
+from gpufleet.warehouse.lake import compact_ahead, compact_completed_days
+from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.refs import read_references
-from gpufleet.warehouse.slots import connect_read_only, write_transaction
 from tests.test_ingest import sample, write_samples, write_table
 
 DAY = dt.date(2026, 11, 16)
@@ -50,11 +49,6 @@ def compacted(config: Config, host: str) -> pa.Table:
     names = [p.name for p in directory.iterdir()]
     assert names == [f"compacted-{DAY}.parquet"]
     return pq.read_table(directory / names[0])
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return Config(data_dir=tmp_path / "data")
 
 
 def test_a_backfill_compacts_each_host_day_from_the_rows_it_loads(

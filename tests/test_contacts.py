@@ -24,8 +24,8 @@ TEAMS = (
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
-    config = Config(data_dir=tmp_path / "data")
+def config(config: Config) -> Config:
+    """The shared `config` (tests/conftest.py) with USERS and TEAMS written."""
     write(config, "ref/users.csv", USERS)
     write(config, "ref/teams.csv", TEAMS)
     return config

@@ -66,7 +66,7 @@ def test_demo_runs_the_whole_pipeline_and_again(
     assert GPUS * 48 - 8 * 1.5 - 0.1 <= first.totals.gpu_hours <= GPUS * 48 + 0.1
     assert first.totals.waste_usd > 0 and first.totals.thermal_events > 0
     assert first.previous.gpu_hours == pytest.approx(GPUS * 7 * 24, rel=0.02)  # the week before
-    assert not (first.episodes.is_empty() or first.teams.is_empty() or first.heatmap.is_empty())
+    assert not (first.waste_jobs.is_empty() or first.teams.is_empty() or first.heatmap.is_empty())
     assert read_message(email)["Subject"].startswith(f"gpufleet weekly report {week}: $")
 
     # again, over the same data directory: the same numbers, nothing loaded twice

@@ -96,12 +96,6 @@ def test_names_are_escaped_in_the_email(tmp_path: Path) -> None:
 # --- sending ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def inbox() -> Iterator[tuple[Inbox, int]]:
-    with smtp_inbox() as running:
-        yield running
-
-
 def smtp_config(tmp_path: Path, port: int, *, starttls: bool = False, username: str = "") -> Path:
     extra = (
         '[report]\nrecipients = ["ops@example.org", "finance@example.org"]\n'

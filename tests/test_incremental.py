@@ -1,4 +1,5 @@
-"""The incremental build equals a full one on the same data (CONTRACT 6 and 7, issue 5).
+"""The incremental build equals a full one on the same data (docs/reference.md#definitions
+and #tables, issue 5).
 
 A small fleet's samples arrive chunk by chunk, as collector flushes do (one GPU's chunk
 late, one GPU joining midway); the warehouse is built after every chunk. Its marts must
@@ -18,10 +19,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpufleet.warehouse import models as models_module
 from gpufleet.warehouse.build import BuildResult, build, build_models
-from gpufleet.warehouse.build_state import read_state
-from gpufleet.warehouse.slots import connect_read_only, write_transaction
+from gpufleet.warehouse.build import models as models_module
+from gpufleet.warehouse.build.state import read_state
+from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.test_models_fixtures import NEXT_LOAD, Fleet
 
 START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
@@ -196,7 +197,8 @@ def test_data_has_names_first_seen_in_an_incremental_build(
     built: tuple[Fleet, Fleet, list[str]],
 ) -> None:
     """A host, job, user and status that the first (full) build did not see get their ids
-    in an incremental one (gpufleet/warehouse/ids.py), and come out by name as a full build's do."""
+    in an incremental one (gpufleet/warehouse/build/ids.py), and come out by name as a full
+    build's do."""
     incremental, _, modes = built
     assert modes[0] == "full"
     for column, value in (

@@ -18,6 +18,7 @@ import pytest
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
+from gpufleet.warehouse.base import SAMPLE_COLUMNS
 from gpufleet.warehouse.ingest import (
     IngestResult,
     QuarantineWarning,
@@ -26,11 +27,10 @@ from gpufleet.warehouse.ingest import (
     ingest,
     plan_batches,
 )
-from gpufleet.warehouse.ingest_batch import create_existing_view
-from gpufleet.warehouse.ingest_schemas import schema_problem
-from gpufleet.warehouse.ingest_staged import NEW_ROWS_SQL
-from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS
-from gpufleet.warehouse.slots import write_transaction
+from gpufleet.warehouse.ingest.batch import create_existing_view
+from gpufleet.warehouse.ingest.schemas import schema_problem
+from gpufleet.warehouse.ingest.staged import NEW_ROWS_SQL
+from gpufleet.warehouse.publish import write_transaction
 
 T0 = dt.datetime(2026, 11, 16, 9, 0, tzinfo=dt.UTC)
 DAY1 = "raw/samples/date=2026-11-16/host=h1"
@@ -89,11 +89,6 @@ def query(config: Config, sql: str) -> list[tuple[Any, ...]]:
 
 def count(config: Config, table: str = "samples") -> int:
     return int(query(config, f"select count(*) from {table}")[0][0])
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return Config(data_dir=tmp_path / "data")
 
 
 def run_ingest(config: Config) -> IngestResult:

@@ -18,7 +18,7 @@ import pytest
 
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.slots import lock_path
+from gpufleet.warehouse.publish import lock_path
 from tests.test_ingest import DAY1, DAY2, T0, sample, write_samples
 
 pytestmark = pytest.mark.slow

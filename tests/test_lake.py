@@ -1,5 +1,6 @@
-"""Samples of compacted, built host-days leave the warehouse file for the lake (warehouse/lake.py),
-and nothing a user or a build reads changes: the same samples, the same marts."""
+"""Samples of compacted, built host-days leave the warehouse file for the lake
+(warehouse/lake/samples.py), and nothing a user or a build reads changes: the same samples,
+the same marts."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from gpufleet.simulate.fleet import (
     simulate_window,
     write_reference_files,
 )
-from gpufleet.warehouse import slots as warehouse
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.slots import connect_read_only
+from gpufleet.warehouse.publish import connect_read_only
+from gpufleet.warehouse.publish import slots as warehouse
 from tests.test_incremental import MARTS, _mart
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)

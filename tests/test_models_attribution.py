@@ -1,4 +1,4 @@
-"""CONTRACT section 6, attribution: allocation > process > host > none."""
+"""docs/reference.md#attribution: allocation > process > host > none."""
 
 from __future__ import annotations
 

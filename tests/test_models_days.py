@@ -1,4 +1,5 @@
-"""CONTRACT sections 6 and 7: local days and ISO weeks, daily and weekly measures, docs."""
+"""docs/reference.md#day-and-week and #measures: local days and ISO weeks, daily and weekly
+measures, docs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from gpufleet.warehouse.models import build_order, discover_models
+from gpufleet.warehouse.build.models import build_order, discover_models
 from tests.test_models_fixtures import Fleet
 
 UTC = dt.UTC

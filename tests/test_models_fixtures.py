@@ -12,8 +12,8 @@ from typing import Any
 import duckdb
 
 from gpufleet.config import Config, IdleConfig, SeriesConfig
+from gpufleet.warehouse.base import SAMPLE_COLUMNS, ensure_raw_tables
 from gpufleet.warehouse.build import BuildResult, build_models
-from gpufleet.warehouse.raw_tables import SAMPLE_COLUMNS, ensure_raw_tables
 
 H100 = "NVIDIA H100 80GB HBM3"
 T0 = dt.datetime(2026, 11, 16, 10, 0, tzinfo=dt.UTC)  # a Monday, 10:00 UTC

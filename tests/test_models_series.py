@@ -1,4 +1,5 @@
-"""CONTRACT section 6, series rules: contiguity, idle episodes, waste, thermal events, energy."""
+"""docs/reference.md#definitions, series rules: contiguity, idle episodes, waste, thermal
+events, energy."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ threshold, carol opted out, frank has neither an address nor a team lead.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
@@ -24,13 +23,13 @@ from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import yesterday
 from gpufleet.notices.idle import DRY_RUN, notify_idle
 from gpufleet.notices.messages import clock, hours, usd
+from gpufleet.notices.sent_log import ensure_sent_log, sent_episodes_sql
 from gpufleet.reports.mail import read_message
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.slot_files import writer_lock
-from gpufleet.warehouse.slots import lock_path
+from gpufleet.warehouse.publish import lock_path, writer_lock
 from tests import notify_fixtures as fx
-from tests.report_fixtures import Inbox, free_port, smtp_inbox
+from tests.report_fixtures import REFUSAL_REPLY, Inbox, RefusingInbox, free_port, smtp_inbox
 
 D = fx.DAY.isoformat()
 D1 = fx.NEXT_DAY.isoformat()
@@ -92,12 +91,6 @@ def parts(message: EmailMessage) -> tuple[str, str]:
 def notify(config: Config, *args: str) -> int:
     assert config.source is not None
     return main(["--config", str(config.source), "notify", "idle", *args])
-
-
-@pytest.fixture
-def inbox() -> Iterator[tuple[Inbox, int]]:
-    with smtp_inbox() as running:
-        yield running
 
 
 # --- what is sent -----------------------------------------------------------------------
@@ -341,42 +334,95 @@ def test_an_unreachable_server_is_one_error_line_files_written_nothing_marked_se
     assert len(handler.envelopes) == 3 and len(sent_log(config)) == 4
 
 
-@dataclass
-class RefusingInbox(Inbox):
-    """Refuses one recipient at RCPT TO, accepts the others."""
-
-    refused: str = ""
-
-    async def handle_RCPT(
-        self, server: Any, session: Session, envelope: Envelope, address: str, options: Any
-    ) -> str:
-        if address == self.refused:
-            return "550 5.1.1 no such mailbox"
-        envelope.rcpt_tos.append(address)
-        return "250 OK"
+def refusals(config: Config) -> list[tuple[Any, ...]]:
+    """(user, recipient, reply) of the refused rows of notices_sent."""
+    return rows(
+        config,
+        "select distinct \"user\", recipient, reply from notices_sent where status = 'refused'"
+        " order by all",
+    )
 
 
-def test_a_refused_message_stops_the_run_and_only_accepted_ones_are_recorded(
+def errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("gpufleet: error: ")]
+
+
+def test_a_refused_address_is_recorded_and_reported_and_the_others_are_sent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with smtp_inbox(RefusingInbox(refused="dave@example.org")) as (handler, port):
+    refusing = RefusingInbox(refused=frozenset({"dave@example.org"}))
+    with smtp_inbox(refusing) as (handler, port):
         config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
         assert notify(config, "--day", D, "--send") == 1
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "sent 1 of 3 idle notices" in err
-    assert "dave@example.org" in err
-    assert [envelope.rcpt_tos for envelope in handler.envelopes] == [["alice@example.org"]]
-    assert {(user, recipient) for _, _, user, recipient in sent_log(config)} == {
-        ("alice", "alice@example.org")
-    }
+        out, err = capsys.readouterr()
+        # dave's is refused; alice's and the nlp lead's, after it, go out all the same
+        assert sorted(e.rcpt_tos[0] for e in handler.envelopes) == [
+            "alice@example.org",
+            "nlp-lead@example.org",
+        ]
+        (line,) = errors(err)
+        assert "dave@example.org" in line and REFUSAL_REPLY in line and D in line
+        assert "sent: 2 of 3 notices, recorded in notices_sent" in out
+        assert "refused by the SMTP server: dave@example.org" in out
+        assert {(user, recipient) for _, _, user, recipient in sent_log(config)} >= {
+            ("alice", "alice@example.org"),
+            (fx.EVIL, "nlp-lead@example.org"),
+        }
+        assert refusals(config) == [("dave", "dave@example.org", REFUSAL_REPLY)]
 
-    with smtp_inbox() as (handler, port):  # the rest, and alice not again
+        # the next run tries dave again, and says so again; the others are not sent again
+        assert notify(config, "--day", D, "--send") == 1
+        out, err = capsys.readouterr()
+        (line,) = errors(err)
+        assert "dave@example.org" in line and REFUSAL_REPLY in line
+        assert refusing.tried.count("dave@example.org") == 2
+        assert len(handler.envelopes) == 2
+        assert "3 episodes already notified" in out  # alice's two, the lead's one
+
+    with smtp_inbox() as (handler, port):  # dave's mailbox is back: his notice, once
         config = fx.write_config(tmp_path, extra=fx.smtp_section(port))
         assert notify(config, "--day", D, "--send") == 0
-    assert sorted(e.rcpt_tos[0] for e in handler.envelopes) == [
-        "dave@example.org",
-        "nlp-lead@example.org",
-    ]
+        assert [e.rcpt_tos for e in handler.envelopes] == [["dave@example.org"]]
+        assert errors(capsys.readouterr().err) == []
+        assert notify(config, "--day", D, "--send") == 0
+        assert len(handler.envelopes) == 1
+
+
+def test_a_refused_copy_is_reported_once_the_notice_counts_as_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusing = RefusingInbox(refused=frozenset({"ops@example.org"}))  # the nlp lead's cc
+    with smtp_inbox(refusing) as (handler, port):
+        config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+        assert notify(config, "--day", D, "--send") == 1
+        (line,) = errors(capsys.readouterr().err)
+        assert "ops@example.org" in line and "nlp-lead@example.org" in line
+        assert "a copy" in line
+        lead = [e.rcpt_tos for e in handler.envelopes if "nlp-lead@example.org" in e.rcpt_tos]
+        assert lead == [["nlp-lead@example.org", "fin@example.org"]]
+        assert refusals(config) == [(fx.EVIL, "ops@example.org", REFUSAL_REPLY)]
+
+        assert notify(config, "--day", D, "--send") == 0  # the notice went: not again
+        assert len(handler.envelopes) == 3
+
+
+def test_a_sent_log_of_an_earlier_version_counts_as_sent_and_gains_the_new_columns() -> None:
+    with duckdb.connect() as con:
+        con.execute(
+            "create table notices_sent (day date, kind varchar, episode_id bigint,"
+            ' gpu_uuid varchar, "user" varchar, team varchar, recipient varchar,'
+            " message_id varchar, sent_at timestamptz)"
+        )
+        con.execute(
+            "insert into notices_sent values (date '2026-11-16', 'user', 7, 'GPU-a0', 'alice',"
+            " 'vision', 'alice@example.org', '<m@gpufleet>', now())"
+        )
+        assert con.execute(sent_episodes_sql(con)).fetchall() == [("GPU-a0", 7)]
+        ensure_sent_log(con)
+        assert con.execute("select status, reply from notices_sent").fetchall() == [("sent", None)]
+        assert con.execute(sent_episodes_sql(con)).fetchall() == [("GPU-a0", 7)]
+        con.execute("update notices_sent set status = 'refused'")
+        assert con.execute(sent_episodes_sql(con)).fetchall() == []
 
 
 def test_no_warehouse_or_no_build_is_one_error_line(
@@ -419,6 +465,18 @@ def test_the_flow_sends_and_records(
     summary = idle_notices_flow(data_dir=str(tmp_path), config_path=str(config.source), day=D)
     assert "sent: 3 notices" in summary
     assert len(handler.envelopes) == 3 and len(sent_log(config)) == 4
+
+
+def test_the_flow_fails_on_a_refused_address_after_sending_the_others(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    from gpufleet.flows.notify import idle_notices_flow
+
+    with smtp_inbox(RefusingInbox(refused=frozenset({"dave@example.org"}))) as (handler, port):
+        config = fx.make_fleet(tmp_path, extra=fx.smtp_section(port))
+        with pytest.raises(GpufleetError, match=f"refused dave@example.org: {REFUSAL_REPLY}"):
+            idle_notices_flow(data_dir=str(tmp_path), config_path=str(config.source), day=D)
+    assert len(handler.envelopes) == 2 and len(sent_log(config)) == 3 + 1  # + dave's refusal
 
 
 @dataclass

@@ -13,8 +13,8 @@ import pytest
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.ingest import ingest, load_warehouse
+from gpufleet.warehouse.publish import write_transaction
 from gpufleet.warehouse.refs import published_allocation_files, read_references
-from gpufleet.warehouse.slots import write_transaction
 from tests.test_ingest import DAY1, sample, write_samples
 
 USERS = "user,team\nalice,vision\nbob,nlp\nalice,vision\n"
@@ -28,8 +28,9 @@ ALLOCATIONS = (
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
-    config = Config(data_dir=tmp_path / "data")
+def config(config: Config) -> Config:
+    """The shared `config` (tests/conftest.py) with every reference file and an allocation
+    export written."""
     write(config, "ref/users.csv", USERS)
     write(config, "ref/hosts.csv", HOSTS)
     write(config, "ref/prices.csv", PRICES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -9,6 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 
 from gpufleet.cli import main
@@ -16,8 +18,15 @@ from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import charts as report_charts
 from gpufleet.reports.data import load_week
-from gpufleet.reports.render import change, format_duration, format_value, script_json
+from gpufleet.reports.render import (
+    change,
+    format_duration,
+    format_gpus,
+    format_value,
+    script_json,
+)
 from gpufleet.reports.weekly import write_report
+from gpufleet.weeks import week_label
 from tests import report_fixtures as fx
 
 
@@ -122,24 +131,93 @@ def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
     assert nlp["prev_gpu_hours"] is None  # no row last week
 
 
-def test_episodes_are_this_weeks_waste_most_expensive_first(tmp_path: Path) -> None:
+def test_waste_is_this_weeks_per_job_most_expensive_first(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
-    episodes = load_week(config, fx.WEEK).episodes.to_dicts()
-    assert [(e["team"], e["waste_usd"]) for e in episodes] == [
-        (fx.EVIL_TEAM, 1150.0),
-        ("vision", 40.0),
+    jobs = load_week(config, fx.WEEK).waste_jobs.to_dicts()
+    assert [(j["team"], j["job_id"], j["waste_usd"]) for j in jobs] == [
+        (fx.EVIL_TEAM, "j1", 1150.0),
+        ("vision", "42", 40.0),
     ]
-    assert episodes[0]["user"] == fx.EVIL_USER
-    assert episodes[0]["host"] == fx.EVIL_HOST
+    assert jobs[0]["user"] == fx.EVIL_USER
+    assert jobs[0]["gpu_list"] == [{"host": fx.EVIL_HOST, "gpu_index": 3}]
+    assert (jobs[0]["gpus"], jobs[0]["episodes"], jobs[0]["waste_gpu_hours"]) == (1, 1, 10.0)
 
 
-def test_thermal_hottest_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
+# An idle 8-GPU job (two hosts) whose episodes began 4 weeks before the week and ended in its
+# Tuesday: 28 days of waste at $1 a GPU-hour each, of which the week holds 1 day.
+LONG_START = dt.datetime(2026, 10, 13, tzinfo=dt.UTC)
+LONG_END = dt.datetime(2026, 11, 10, tzinfo=dt.UTC)
+
+
+def _add_long_job(data_dir: Path) -> None:
+    with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
+        for index in range(8):
+            host = "node-j1" if index < 6 else "node-j2"
+            con.execute(
+                "insert into idle_episodes values "
+                "(?, ?, ?, 'H100', 'nlp', 'zoe', 'big-1', 'allocation', ?, ?, ?, ?, true, false, "
+                "?, null)",
+                [f"gpu-j{index}", host, index % 6, LONG_START, LONG_END, 28 * 86400.0,
+                 28 * 1440, 28 * 24.0],
+            )  # fmt: skip
+        fx.add_run_pieces(con)
+        # each episode's pieces: 27 days before the week, then 24 h on its Monday
+        con.execute(
+            """
+            update run_pieces set seconds = 27 * 86400.0 where gpu_uuid like 'gpu-j%';
+            insert into run_pieces
+            select gpu_uuid, idle_run_start_ts, date '2026-11-09', 86400.0
+            from run_pieces where gpu_uuid like 'gpu-j%';
+            """
+        )
+
+
+def test_a_jobs_episodes_on_many_gpus_are_one_row_with_the_weeks_part(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    _add_long_job(tmp_path)
+    data = load_week(config, fx.WEEK)
+    (job,) = [j for j in data.waste_jobs.iter_rows(named=True) if j["job_id"] == "big-1"]
+    assert (job["gpus"], job["episodes"]) == (8, 8)
+    # 8 GPUs x 24 h in the week at $1, not the episodes' 8 x 672 h
+    assert job["waste_gpu_hours"] == pytest.approx(8 * 24.0)
+    assert job["waste_usd"] == pytest.approx(8 * 24.0)
+    assert (job["start_ts"], job["end_ts"]) == (LONG_START, LONG_END)
+    page = write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8")
+    cells = parse(page).table_cells
+    assert cells.count("big-1") == 1
+    assert "node-j1:0-5; node-j2:0-1" in cells
+    assert "$192" in cells and "$5,376" not in page
+    assert "cost this week" in page and "GPU-hours this week" in page
+
+
+def test_a_gpu_list_names_a_few_hosts_and_counts_the_rest() -> None:
+    gpus = [{"host": f"node-{h}", "gpu_index": i} for h in "dcba" for i in (7, 0, 1, 2, 5)]
+    assert format_gpus(gpus[:5]) == "node-d:0-2,5,7"
+    assert (
+        format_gpus(gpus)
+        == "node-a:0-2,5,7; node-b:0-2,5,7; node-c:0-2,5,7; and 5 GPUs on 1 more host"
+    )
+    assert format_gpus(gpus, max_hosts=1).endswith("and 15 GPUs on 3 more hosts")
+    assert format_gpus([]) == "–"
+
+
+def test_thermal_hours_most_throttled_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
     data = load_week(config, fx.WEEK)
-    assert len(data.thermal_events) == fx.THERMAL_EVENTS
-    hottest = data.hottest_gpus.row(0, named=True)
-    assert (hottest["gpu_uuid"], hottest["max_temp_gpu_c"], hottest["events"]) == ("gpu-v1", 91, 2)
-    assert hottest["throttled_minutes"] == pytest.approx(15.0)
+    hours = data.thermal_hours.select("host", "hour_start", "throttled_minutes").rows()
+    thu = dt.datetime(2026, 11, 12)
+    assert hours == [
+        ("node-a", thu.replace(hour=14), 10.0),
+        ("node-a", thu.replace(hour=15), 5.0),
+        ("node-a", thu.replace(hour=16), 2.0),
+        (fx.EVIL_HOST, dt.datetime(2026, 11, 9, 9), 1.0),
+    ]
+    assert set(data.thermal_hours["hosts_throttled"]) == {2}
+    top = data.throttled_gpus.row(0, named=True)
+    assert (top["gpu_uuid"], top["max_temp_gpu_c"], top["events"]) == ("gpu-v1", 91, 2)
+    assert top["throttled_minutes"] == pytest.approx(15.0)
+    assert top["hw_throttled_minutes"] == pytest.approx(10.0)
+    assert data.throttled_gpus["gpu_uuid"].to_list() == ["gpu-v1", "gpu-v2", "gpu-x1"]
     problems = {h["host"]: h["problems"] for h in data.hosts_with_problems.iter_rows(named=True)}
     assert sorted(problems) == ["node-a", "node-b"]  # node-<1> reported all week
     assert problems["node-b"] == ["silent at the end of the week", "1 day without data"]
@@ -215,8 +293,8 @@ def test_page_shows_the_fleet_in_numbers_with_changes(report) -> None:
 def test_page_tables_show_episodes_thermal_and_data_quality(report) -> None:
     _, _, page = report
     cells = parse(page).table_cells
-    assert "j1" in cells and "10 h 00 min" in cells and fx.EVIL_USER in cells
-    assert "gpu-v1" in cells  # hottest GPU
+    assert "j1" in cells and fx.EVIL_USER in cells and f"{fx.EVIL_HOST}:3" in cells
+    assert "gpu-v1" in cells  # the most throttled GPU
     assert any("silent at the end of the week" in cell for cell in cells)
     assert "raw/samples/date=2026-11-10/host=node-b/broken.parquet" in cells
 
@@ -236,8 +314,8 @@ def test_vega_is_inlined_once_and_every_chart_embedded(report) -> None:
         "team-utilization",
         "busy-idle",
         "waste-trend",
-        "thermal-timeline",
-        "hottest-gpus",
+        "thermal-heatmap",
+        "throttled-gpus",
     ]
     for key in specs:
         assert f'id="chart-{key}"' in page
@@ -308,8 +386,10 @@ def _values(spec: dict) -> list[dict]:
 
 
 def _tooltips(spec: dict) -> list[str]:
-    encoding = spec.get("spec", spec).get("encoding", {})
-    return [t["field"] for t in encoding.get("tooltip", [])]
+    """The tooltip fields of a chart, of a faceted one's panels, or of each of their layers."""
+    inner = spec.get("spec", spec)
+    encodings = [layer.get("encoding", {}) for layer in inner.get("layer", [inner])]
+    return [t["field"] for encoding in encodings for t in encoding.get("tooltip", [])]
 
 
 def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
@@ -319,8 +399,8 @@ def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
         "team-utilization",
         "busy-idle",
         "waste-trend",
-        "thermal-timeline",
-        "hottest-gpus",
+        "thermal-heatmap",
+        "throttled-gpus",
     ]
     for chart in built:
         spec = chart.spec()
@@ -358,16 +438,61 @@ def test_waste_trend_highlights_a_team_from_the_legend(tmp_path: Path) -> None:
     assert weeks == {"2026-W44", "2026-W45", "2026-W46"}
 
 
-def test_thermal_timeline_spans_the_week_in_local_time(tmp_path: Path) -> None:
+def test_thermal_heatmap_is_throttled_minutes_by_host_and_hour_of_the_week(
+    tmp_path: Path,
+) -> None:
     data = _data(tmp_path)
-    spec = report_charts.thermal_timeline(data.thermal_events, data).to_dict()
-    assert spec["encoding"]["x"]["scale"]["domain"] == [
-        "2026-11-09T00:00:00",
-        "2026-11-16T00:00:00",
-    ]
+    spec = report_charts.thermal_heatmap(data.thermal_hours, data).to_dict()
+    assert spec["mark"]["type"] == "rect"
+    assert spec["encoding"]["y"]["field"] == "host"
+    assert spec["encoding"]["y"]["sort"] == ["node-a", fx.EVIL_HOST]  # the most throttled first
+    x = spec["encoding"]["x"]
+    assert (x["field"], x["timeUnit"]) == ("hour_start", "yearmonthdatehours")
+    assert x["scale"]["domain"] == ["2026-11-09T00:00:00", "2026-11-16T00:00:00"]
+    assert spec["encoding"]["color"]["field"] == "throttled_minutes"
     rows = _values(spec)
-    assert {r["kind"] for r in rows} == {"HW slowdown", "SW thermal slowdown"}
-    assert max(r["duration_min"] for r in rows) == pytest.approx(10.0)
+    assert rows[0] == {
+        "host": "node-a",
+        "hour_start": "2026-11-12T14:00:00",
+        "throttled_minutes": 10.0,
+        "gpus_throttled": 1,
+    }
+    assert len(rows) == 4  # one cell per throttled hour: no circle per event
+
+
+def test_a_capped_thermal_heatmap_says_how_many_hosts_it_shows(tmp_path: Path) -> None:
+    data = _data(tmp_path)
+    capped = data.thermal_hours.filter(pl.col("host_rank") == 1)
+    title = report_charts.thermal_heatmap(capped, data).to_dict()["title"]
+    assert title["subtitle"] == "the 1 of 2 hosts that throttled most"
+    uncapped = report_charts.thermal_heatmap(data.thermal_hours, data).to_dict()
+    assert uncapped["title"] == "Throttled minutes by host and hour"
+
+
+def test_throttled_gpus_are_ranked_by_throttled_minutes_not_temperature(tmp_path: Path) -> None:
+    spec = report_charts.throttled_gpus(_data(tmp_path).throttled_gpus).to_dict()
+    assert spec["encoding"]["x"]["field"] == "minutes"
+    assert spec["encoding"]["y"]["sort"] == "-x"
+    split = {(r["gpu"], r["kind"]): r["minutes"] for r in _values(spec)}
+    assert split[("node-a / GPU 0", "with a HW slowdown")] == pytest.approx(10.0)
+    assert split[("node-a / GPU 0", "SW thermal slowdown only")] == pytest.approx(5.0)
+    assert "max_temp_gpu_c" in _tooltips(spec)  # the peak temperature stays in the tooltip
+
+
+def test_team_heatmaps_fill_each_panel_and_draw_no_axes_in_empty_places(tmp_path: Path) -> None:
+    heatmap = _data(tmp_path).heatmap
+    spec = report_charts.team_heatmaps(heatmap).to_dict()
+    assert spec["resolve"]["axis"] == {"x": "independent", "y": "independent"}
+    rows = _values(spec)
+    days = heatmap["day"].n_unique()
+    teams = heatmap["team"].n_unique()
+    assert len(rows) == teams * days * 24  # every hour of every day with data, per team
+    nlp = [r for r in rows if r["team"] == "nlp"]
+    assert sum(1 for r in nlp if r["util_hours"] > 0) == 0  # nlp never measured: all grey
+    assert {r["gpu_hours"] for r in nlp if r["hour"] != 12} == {0.0}
+    grid, utilization = spec["spec"]["layer"]
+    assert grid["mark"]["color"] == report_charts.NO_UTILIZATION
+    assert utilization["transform"][0] == {"filter": "datum.util_hours > 0"}
 
 
 # --- formatting ---------------------------------------------------------------------------
@@ -407,7 +532,52 @@ def test_cli_report_without_a_warehouse_fails_with_one_line(
     assert main(["--config", str(config_path), "report", "--week", fx.WEEK]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("gpufleet: error: ")
-    assert "no warehouse here" in err[-1]
+    assert "no warehouse yet" in err[-1]
+
+
+@pytest.fixture
+def without_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command as run without a Prefect server: the engine, and its own output alone."""
+    monkeypatch.setattr("gpufleet.flows.server.prefect_server_configured", lambda: False)
+
+
+def test_cli_report_of_a_week_that_has_not_begun_fails_and_writes_nothing(
+    tmp_path: Path, without_prefect: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config_path = fx.fixture_config(tmp_path)
+    week = week_label(dt.datetime.now(dt.UTC).date() + dt.timedelta(days=14))
+    args = ["--config", str(config_path), "report", "--week", week, "--per-team"]
+    assert main(args) == 1
+    output = capsys.readouterr()
+    assert output.out == ""
+    err = output.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpufleet: error: week {week} has not begun")
+    assert not (tmp_path / "reports").exists()
+    with pytest.raises(GpufleetError, match=r"2026-W47 has not begun .*today is Sun 15 Nov 2026"):
+        write_report(
+            load_config(config_path=config_path),
+            "2026-W47",
+            now=dt.datetime(2026, 11, 15, 12, tzinfo=dt.UTC),
+        )
+    # the week under way is reported, as far as it goes
+    write_report(
+        load_config(config_path=config_path),
+        fx.WEEK,
+        now=dt.datetime(2026, 11, 9, 0, 1, tzinfo=dt.UTC),
+    )
+
+
+def test_cli_report_of_a_past_week_without_samples_says_so_in_one_line(
+    tmp_path: Path, without_prefect: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config_path = fx.fixture_config(tmp_path)
+    assert main(["--config", str(config_path), "report", "--week", "2026-W30"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "report for 2026-W30: no samples in 2026-W30: the page and email say so "
+        "(weeks with data: 2026-W46, 2026-W45, 2026-W44)"
+    )
+    assert [line for line in out if "no data" in line or "no samples" in line] == [out[0]]
 
 
 def test_report_flow_publishes_the_summary_artifact(tmp_path: Path, prefect_harness: None) -> None:

@@ -48,7 +48,7 @@ def at(day: int, hour: int, minute: int = 0, month: int = 11) -> dt.datetime:
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
+def november_config(tmp_path: Path) -> Config:
     """Samples a minute apart across both ends of November in Berlin (23:00 UTC)."""
     busy, idle = fx.BUSY, fx.IDLE
     rows = [
@@ -86,8 +86,8 @@ def team_daily_month(config: Config) -> pl.DataFrame:
         ).pl()
 
 
-def test_one_row_per_team_and_gpu_model_with_the_price_used(config: Config) -> None:
-    frame = showback(config, MONTH)
+def test_one_row_per_team_and_gpu_model_with_the_price_used(november_config: Config) -> None:
+    frame = showback(november_config, MONTH)
 
     assert frame.columns[: len(FOCUS)] == FOCUS
     keys = frame.select("SubAccountName", "x_gpu_name", "ListUnitPrice").rows()
@@ -113,10 +113,12 @@ def test_one_row_per_team_and_gpu_model_with_the_price_used(config: Config) -> N
     assert set(frame["BillingCurrency"]) == {"USD"} and set(frame["x_month"]) == {MONTH}
 
 
-def test_a_teams_rows_add_up_to_its_team_daily_figures_of_the_month(config: Config) -> None:
-    frame = showback(config, MONTH)
+def test_a_teams_rows_add_up_to_its_team_daily_figures_of_the_month(
+    november_config: Config,
+) -> None:
+    frame = showback(november_config, MONTH)
     sums = frame.group_by("SubAccountName").agg(pl.col(list(MEASURES)).sum())
-    expected = team_daily_month(config)
+    expected = team_daily_month(november_config)
     assert sorted(sums["SubAccountName"]) == sorted(expected["team"]) == ["nlp", "vision"]
     for team in ("nlp", "vision"):
         ours = sums.filter(pl.col("SubAccountName") == team).row(0, named=True)
@@ -126,9 +128,9 @@ def test_a_teams_rows_add_up_to_its_team_daily_figures_of_the_month(config: Conf
     assert frame["x_energy_kwh"].min() > 0
 
 
-def test_csv_and_parquet_read_back(config: Config, tmp_path: Path, capsys) -> None:
-    frame = showback(config, MONTH)
-    toml = str(config.source)
+def test_csv_and_parquet_read_back(november_config: Config, tmp_path: Path, capsys) -> None:
+    frame = showback(november_config, MONTH)
+    toml = str(november_config.source)
     csv_path, parquet_path = tmp_path / "showback.csv", tmp_path / "showback.parquet"
 
     assert (
@@ -148,14 +150,15 @@ def test_csv_and_parquet_read_back(config: Config, tmp_path: Path, capsys) -> No
     for column in ("SubAccountName", "x_gpu_name", "x_gpus"):
         assert back[column].to_list() == frame[column].to_list()
     for column in (*MEASURES, "ListUnitPrice", "BilledCost"):
-        assert back[column].to_list() == pytest.approx(frame[column].to_list())
+        cents = 0.005 if column in ("BilledCost", "x_waste_usd") else 1e-12  # money in cents
+        assert back[column].to_list() == pytest.approx(frame[column].to_list(), abs=cents)
 
     assert main(["--config", toml, "export", "showback", "--month", MONTH]) == 0
     assert capsys.readouterr().out == text  # CSV on stdout without -o
 
 
-def test_a_month_without_data_is_a_header(config: Config) -> None:
-    frame = showback(config, "2026-09")
+def test_a_month_without_data_is_a_header(november_config: Config) -> None:
+    frame = showback(november_config, "2026-09")
     assert frame.height == 0 and frame.columns[: len(FOCUS)] == FOCUS
 
 
@@ -176,9 +179,9 @@ def test_the_command_line_checks_its_arguments(argv: list[str], message: str, ca
 
 
 def test_an_unknown_format_or_parquet_to_stdout_is_one_error_line(
-    config: Config, tmp_path: Path, capsys
+    november_config: Config, tmp_path: Path, capsys
 ) -> None:
-    toml = str(config.source)
+    toml = str(november_config.source)
     for extra, message in (
         (["-o", str(tmp_path / "x.xlsx")], "cannot tell the format from the name"),
         (["--parquet"], "--parquet needs -o FILE"),
@@ -197,3 +200,115 @@ def test_month_days_and_no_build(tmp_path: Path) -> None:
     ingest(config, compact=False)
     with pytest.raises(GpufleetError, match="no gpu_team_daily yet"):
         showback(config, MONTH)
+
+
+# --- what finance opens in a spreadsheet -------------------------------------------------
+
+# Names a spreadsheet would run as a formula if a CSV cell began with them (OWASP's
+# CSV injection list: = + - @, tab, carriage return).
+FORMULA_TEAMS = {"alice": '=HYPERLINK("http://x","y")', "bob": "@SUM(A1:A9)"}
+FORMULA_GPU = "+cmd|' /C calc'!A0"
+
+
+@pytest.fixture
+def formula_config(tmp_path: Path) -> Config:
+    """Two teams and a GPU model named like spreadsheet formulas, a day of November each."""
+    rows = [
+        *fx.samples("GPU-f1", "node-a", 0, FORMULA_GPU, "alice", "1",
+                    [(at(2, 8), at(2, 10), 50.0)]),
+        *fx.samples("GPU-f2", "node-b", 0, fx.H100, "bob", "2", [(at(3, 8), at(3, 9), 50.0)]),
+    ]  # fmt: skip
+    data_dir = tmp_path / "formulas"
+    fx.write_samples(data_dir, "fleet", rows)
+    (data_dir / "ref").mkdir()
+    users = "".join(
+        f'{user},"{team.replace(chr(34), 2 * chr(34))}"\n' for user, team in FORMULA_TEAMS.items()
+    )
+    (data_dir / "ref/users.csv").write_text("user,team\n" + users)
+    (data_dir / "ref/prices.csv").write_text(fx.PRICES_CSV)
+    path = data_dir / "gpufleet.toml"
+    path.write_text(f'timezone = "Europe/Berlin"\ndata_dir = "{data_dir}"\n')
+    config = load_config(config_path=path)
+    ingest(config, compact=False)
+    build(config)
+    return config
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_text_parquet_is_exact(
+    formula_config: Config, tmp_path: Path, capsys
+) -> None:
+    toml = str(formula_config.source)
+    csv_path, parquet_path = tmp_path / "showback.csv", tmp_path / "showback.parquet"
+    for path in (csv_path, parquet_path):
+        assert (
+            main(["--config", toml, "export", "showback", "--month", MONTH, "-o", str(path)]) == 0
+        )
+
+    exact = pl.read_parquet(parquet_path)
+    assert sorted(exact["SubAccountName"]) == sorted(FORMULA_TEAMS.values())
+    assert set(exact["x_gpu_name"]) == {FORMULA_GPU, fx.H100}
+
+    text = csv_path.read_text()
+    assert '"\'=HYPERLINK(""http://x"",""y"")"' in text
+    back = pl.read_csv(csv_path, infer_schema=False)
+    assert sorted(back["SubAccountName"]) == sorted("'" + t for t in FORMULA_TEAMS.values())
+    assert set(back["x_gpu_name"]) == {"'" + FORMULA_GPU, fx.H100}
+    for line in text.splitlines():
+        assert not any(cell.startswith(("=", "+", "-", "@")) for cell in line.split(","))
+
+
+def test_csv_costs_are_in_cents_parquet_exact(
+    november_config: Config, tmp_path: Path, capsys
+) -> None:
+    toml = str(november_config.source)
+    csv_path, parquet_path = tmp_path / "showback.csv", tmp_path / "showback.parquet"
+    for path in (csv_path, parquet_path):
+        argv = ["--config", toml, "export", "showback", "--month", MONTH, "-o", str(path)]
+        assert main(argv) == 0
+    exact = pl.read_parquet(parquet_path)
+    back = pl.read_csv(csv_path, infer_schema=False)
+    vision_h100 = (pl.col("SubAccountName") == "vision") & (pl.col("x_gpu_name") == fx.H100)
+    # 301 minutes of H100 at $2.50: $12.541666... exact in Parquet, $12.54 in the CSV
+    assert exact.filter(vision_h100)["BilledCost"].item() == pytest.approx(301 / 60 * 2.5)
+    assert back.filter(vision_h100)["BilledCost"].item() == "12.54"
+    for column in ("BilledCost", "x_waste_usd"):
+        for cell in back[column]:
+            assert len(cell.partition(".")[2]) <= 2, (column, cell)
+        assert back[column].cast(pl.Float64).to_list() == pytest.approx(
+            exact[column].to_list(), abs=0.005
+        )
+    assert exact["BilledCost"].round(2).to_list() != exact["BilledCost"].to_list()
+
+
+def test_a_month_the_warehouse_does_not_cover_is_flagged(
+    november_config: Config, tmp_path: Path, capsys
+) -> None:
+    """The samples run from Oct 31 20:01 UTC to Dec 1 01:00 UTC: November is covered,
+    October only from its last evening, December only to its first night."""
+    november = showback(november_config, MONTH)
+    assert set(november["x_is_partial_month"]) == {False}
+    assert set(november["x_coverage_start"]) == {at(31, 23, month=10)}  # the month's start
+    assert set(november["x_coverage_end"]) == {at(30, 23)}  # the month's end
+
+    december = showback(november_config, "2026-12")
+    assert december.height == 1 and december["x_is_partial_month"].item() is True
+    assert december["x_coverage_start"].item() == at(30, 23)
+    assert december["x_coverage_end"].item() == at(1, 1, month=12)  # the last sample
+    october = showback(november_config, "2026-10")
+    assert october["x_coverage_start"].item() == at(31, 20, 1, month=10)  # the first sample
+    assert october["x_coverage_end"].item() == at(31, 23, month=10)
+
+    toml = str(november_config.source)
+    csv_path = tmp_path / "december.csv"
+    argv = ["--config", toml, "export", "showback", "--month", "2026-12", "-o", str(csv_path)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpufleet: warning: ")
+    assert "2026-12 is not complete: the warehouse has samples up to 2026-12-01 02:00" in err
+    line = pl.read_csv(csv_path, infer_schema=False).row(0, named=True)
+    assert (line["x_coverage_end"], line["x_is_partial_month"]) == ("2026-12-01T01:00:00Z", "true")
+
+    assert (
+        main(["--config", toml, "export", "showback", "--month", MONTH, "-o", str(csv_path)]) == 0
+    )
+    assert capsys.readouterr().err == ""  # a complete month: no warning

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from gpufleet.reports.team import (
 )
 from gpufleet.weeks import last_complete_week
 from tests import report_fixtures as fx
-from tests.report_fixtures import smtp_inbox
+from tests.report_fixtures import REFUSAL_REPLY, RefusingInbox, smtp_inbox
 from tests.test_browser import BlackHoleProxy, run_chromium
 
 LEADS = {
@@ -198,6 +199,102 @@ def test_per_team_send_without_fleet_recipients_mails_the_leads_only(
         "evil-lead@example.org",
         "vision-lead@example.org",
     ]
+
+
+# --- re-runs and refused recipients -------------------------------------------------------
+
+
+def _point_at(config_path: Path, port: int) -> None:
+    """The configuration's [smtp] port set to `port` (another server)."""
+    text = re.sub(r"(?m)^port = \d+$", f"port = {port}", config_path.read_text())
+    config_path.write_text(text, encoding="utf-8")
+
+
+def _errors(stderr: str) -> list[str]:
+    """The command's error lines (the flow's log lines left out)."""
+    return [line for line in stderr.splitlines() if line.startswith("gpufleet: error: ")]
+
+
+def _sent_log(data_dir: Path) -> list[tuple[object, ...]]:
+    """(email, team, recipient, status, reply) of every row of reports_sent."""
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        return con.execute(
+            "select email, team, recipient, status, reply from reports_sent"
+            " order by email, team, recipient, sent_at"
+        ).fetchall()
+
+
+def test_a_rerun_sends_only_what_was_not_delivered_then_says_already_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prefect_harness: None
+) -> None:
+    argv = ["report", "--week", fx.WEEK, "--per-team", "--send"]
+    with smtp_inbox(RefusingInbox(refused=frozenset({"vision-lead@example.org"}))) as (
+        inbox,
+        port,
+    ):
+        config_path = _warehouse(tmp_path, port)
+        with config_path.open("a", encoding="utf-8") as file:
+            file.write('recipients = ["fleet@example.org"]\n')
+        argv = ["--config", str(config_path), *argv]
+        assert main(argv) == 1  # the vision lead refused; everything else went out
+    out, err = capsys.readouterr()
+    assert sorted(tuple(e.rcpt_tos) for e in inbox.envelopes) == [
+        ("evil-lead@example.org", "evil-cc@example.org"),
+        ("fleet@example.org",),
+    ]
+    (line,) = _errors(err)
+    assert "vision-lead@example.org" in line
+    assert REFUSAL_REPLY in line and "vision" in line
+    assert "sent to: fleet@example.org" in out
+
+    with smtp_inbox() as (inbox, port):  # the same command again: only the vision email
+        _point_at(config_path, port)
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert [e.rcpt_tos for e in inbox.envelopes] == [["vision-lead@example.org"]]
+        assert _errors(err) == []
+        assert "already sent to: fleet@example.org" in out
+
+        assert main(argv) == 0  # and again: nothing at all
+        out, err = capsys.readouterr()
+        assert len(inbox.envelopes) == 1 and _errors(err) == []
+        assert "already sent to: fleet@example.org" in out
+        assert out.count("already sent to") == 3  # the fleet's and two teams' emails
+
+    assert [row for row in _sent_log(tmp_path) if row[3] == "sent"] == [
+        ("fleet", None, "fleet@example.org", "sent", None),
+        ("team", fx.EVIL_TEAM, "evil-cc@example.org", "sent", None),
+        ("team", fx.EVIL_TEAM, "evil-lead@example.org", "sent", None),
+        ("team", "vision", "vision-lead@example.org", "sent", None),
+    ]
+    assert [row for row in _sent_log(tmp_path) if row[3] == "refused"] == [
+        ("team", "vision", "vision-lead@example.org", "refused", REFUSAL_REPLY)
+    ]
+
+
+def test_a_refused_fleet_recipient_does_not_stop_the_rest_and_is_tried_on_each_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prefect_harness: None
+) -> None:
+    refusing = RefusingInbox(refused=frozenset({"gone@example.org"}))
+    with smtp_inbox(refusing) as (inbox, port):
+        config_path = _warehouse(tmp_path, port)
+        with config_path.open("a", encoding="utf-8") as file:
+            file.write('recipients = ["fleet@example.org", "gone@example.org"]\n')
+        argv = ["--config", str(config_path), "report", "--week", fx.WEEK, "--per-team", "--send"]
+        for _ in range(2):  # a refused address is tried again, and reported again
+            assert main(argv) == 1
+            out, err = capsys.readouterr()
+            (line,) = _errors(err)
+            assert "gone@example.org" in line and REFUSAL_REPLY in line and "report" in line
+            assert "gone@example.org" in out
+        assert refusing.tried.count("gone@example.org") == 2
+        # the fleet's other recipient and the leads got theirs once, on the first run
+        assert sorted(tuple(e.rcpt_tos) for e in inbox.envelopes) == [
+            ("evil-lead@example.org", "evil-cc@example.org"),
+            ("fleet@example.org",),
+            ("vision-lead@example.org",),
+        ]
+    assert ("fleet", None, "gone@example.org", "refused", REFUSAL_REPLY) in _sent_log(tmp_path)
 
 
 @pytest.mark.slow

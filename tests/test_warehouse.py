@@ -14,19 +14,15 @@ import pytest
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse import catch_up, slots
-from gpufleet.warehouse.publish_log import LOG_KEPT
-from gpufleet.warehouse.slots import (
+from gpufleet.warehouse.publish import (
+    catch_up,
     connect_read_only,
     current_generation,
     lock_path,
+    slots,
     write_transaction,
 )
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return Config(data_dir=tmp_path / "data")
+from gpufleet.warehouse.publish.log import LOG_KEPT
 
 
 def _leftovers(config: Config) -> list[str]:
@@ -48,7 +44,7 @@ def test_creates_the_warehouse_with_the_raw_tables(config: Config) -> None:
             ).fetchall()
         }
     assert {"samples_stored", "loaded_files", "quarantined_files", "ref_users", "marker"} <= tables
-    assert "samples" in views  # samples_stored and the lake (gpufleet/warehouse/lake.py)
+    assert "samples" in views  # samples_stored and the lake (gpufleet/warehouse/lake/samples.py)
     assert _leftovers(config) == []
 
 

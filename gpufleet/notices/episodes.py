@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import duckdb
 
 from gpufleet.errors import GpufleetError
-from gpufleet.notices.sent_log import has_sent_log
-
-_SENT_FROM_LOG = "select gpu_uuid, episode_id from notices_sent"
-_SENT_NONE = "select null::varchar as gpu_uuid, null::bigint as episode_id where false"
+from gpufleet.notices.sent_log import sent_episodes_sql
 
 _DAY_EPISODES_SQL = """
 with episodes as (
@@ -111,6 +109,79 @@ class WasteEpisode:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoticeLine:
+    """One line of a notice: a user's waste episodes of one job on one GPU in the day (one
+    episode, or several that a busy spell or a short gap split), with their sums."""
+
+    episodes: tuple[WasteEpisode, ...]  # by start
+
+    @property
+    def _first(self) -> WasteEpisode:
+        return self.episodes[0]
+
+    @property
+    def host(self) -> str:
+        return self._first.host
+
+    @property
+    def gpu_index(self) -> int:
+        return self._first.gpu_index
+
+    @property
+    def gpu_name(self) -> str | None:
+        return self._first.gpu_name
+
+    @property
+    def user(self) -> str:
+        return self._first.user
+
+    @property
+    def job_id(self) -> str | None:
+        return self._first.job_id
+
+    @property
+    def episode_count(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def start_ts(self) -> dt.datetime:
+        return self._first.start_ts
+
+    @property
+    def end_ts(self) -> dt.datetime:
+        return max(episode.end_ts for episode in self.episodes)
+
+    @property
+    def is_open(self) -> bool:
+        """Its last episode is still idle at the GPU's last sample."""
+        return self.episodes[-1].is_open
+
+    @property
+    def held_memory(self) -> bool:
+        return any(episode.held_memory for episode in self.episodes)
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(episode.gpu_hours for episode in self.episodes)
+
+    @property
+    def waste_usd(self) -> float:
+        return sum(episode.waste_usd for episode in self.episodes)
+
+
+def notice_lines(episodes: Iterable[WasteEpisode]) -> list[NoticeLine]:
+    """The episodes as a notice lists them: those of one user, GPU and job merged into one
+    line, each line where its first episode was."""
+    merged: dict[tuple[str, str, str | None], list[WasteEpisode]] = {}
+    for episode in episodes:
+        merged.setdefault((episode.user, episode.gpu_uuid, episode.job_id), []).append(episode)
+    return [
+        NoticeLine(episodes=tuple(sorted(group, key=lambda episode: episode.start_ts)))
+        for group in merged.values()
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Team:
     """A team's lead and the addresses copied (ref/teams.csv)."""
 
@@ -155,7 +226,7 @@ def day_episodes(con: duckdb.DuckDBPyConnection, day: dt.date, timezone: str) ->
     if not _has_tables(con, "idle_episodes", "gpu_team_daily"):
         raise GpufleetError("the warehouse has no idle_episodes yet; run 'gpufleet build' first")
     start, end = day_bounds(day, timezone)
-    sql = _DAY_EPISODES_SQL.format(sent=_SENT_FROM_LOG if has_sent_log(con) else _SENT_NONE)
+    sql = _DAY_EPISODES_SQL.format(sent=sent_episodes_sql(con))
     zone = zoneinfo.ZoneInfo(timezone)
     rows = con.execute(sql, {"day_start": start, "day_end": end}).fetchall()
     return [

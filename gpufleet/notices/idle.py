@@ -6,9 +6,16 @@
 - send: write them, send each through [smtp], then record the accepted messages'
   episodes in `notices_sent` in one short warehouse transaction. A lock of its own
   (`.notify.lock`) lets one sending run at a time, so two runs never send the same episode,
-  and the warehouse's writers are not held up while the SMTP server answers. A message
-  counts as sent only once the server accepted it; the first failure stops the sending,
-  what was accepted before it is recorded, and the error is one line.
+  and the warehouse's writers are not held up while the SMTP server answers. A notice
+  counts as sent only once the server accepted it for its recipient (To:).
+
+An address the server refuses (at RCPT TO, or the message after DATA) does not stop the
+run: it is recorded in `notices_sent` with the server's reply ('refused'), the other
+notices go out, and the run ends with one error line per refused address (exit status 1).
+A notice whose To: was refused is not sent, so the next run tries it again (and its Cc:
+with it); a refused Cc: of a sent notice is reported once, and the notice is not sent
+again. An error that would fail every message (no connection, a refused login) stops the
+sending: what was accepted before it is recorded, and the error is one line.
 """
 
 from __future__ import annotations
@@ -24,14 +31,19 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import day_episodes, read_contacts, yesterday
 from gpufleet.notices.messages import build_notice, hours, usd
 from gpufleet.notices.plan import USER, Notice, NoticePlan, plan_notices
-from gpufleet.notices.sent_log import SentEpisode, ensure_sent_log, record_sent
-from gpufleet.reports.smtp import deliver
-from gpufleet.warehouse.slot_files import writer_lock
-from gpufleet.warehouse.slots import DEFAULT_LOCK_TIMEOUT_S, connect_read_only, write_transaction
+from gpufleet.notices.sent_log import REFUSED, SENT, SentEpisode, ensure_sent_log, record_sent
+from gpufleet.reports.smtp import Refusal, deliver
+from gpufleet.warehouse.publish import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    connect_read_only,
+    write_transaction,
+    writer_lock,
+)
 
 DRY_RUN, WRITE, SEND = "dry-run", "write", "send"
 NOTIFY_LOCK_NAME = ".notify.lock"  # in the data directory: one sending run at a time
@@ -40,8 +52,28 @@ _UNSAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True, kw_only=True)
+class RefusedNotice:
+    """An address the SMTP server refused for a notice, and whether the notice went."""
+
+    notice: Notice
+    refusal: Refusal
+    sent: bool  # the server accepted it for its To: (a copy was refused)
+
+    def __str__(self) -> str:
+        notice, refusal = self.notice, self.refusal
+        head = (
+            f"the idle notice for {notice.day} to {notice.to}: the SMTP server refused "
+            f"{refusal.address}: {refusal.reply}"
+        )
+        if self.sent:
+            return f"{head} (a copy; the notice was sent and is not sent again)"
+        return f"{head} (not sent; the next --send tries it again)"
+
+
+@dataclass(frozen=True, kw_only=True)
 class NoticeRun:
-    """What one run found, wrote and sent; `str()` is what the CLI prints."""
+    """What one run found, wrote and sent; `str()` is what the CLI prints, and `failures`
+    the error lines it prints after (exit status 1 when there are any)."""
 
     plan: NoticePlan
     mode: str
@@ -49,7 +81,13 @@ class NoticeRun:
     directory: Path | None = None  # where the .eml files went
     files: tuple[Path, ...] = ()
     sent: tuple[Notice, ...] = ()
+    refused: tuple[RefusedNotice, ...] = ()
     previews: tuple[str, ...] = ()  # a dry run's messages as text
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One line per refused address, naming it and the server's reply."""
+        return tuple(printable(refused) for refused in self.refused)
 
     def __str__(self) -> str:
         plan = self.plan
@@ -61,24 +99,35 @@ class NoticeRun:
             if plan.notices
             else "none"
         )
-        lines = [preview + "-" * 72 for preview in self.previews]
+        # Names are escaped (`gpufleet.console`): a CR or LF in one would forge a line.
+        lines = [_printable_lines(preview) + "-" * 72 for preview in self.previews]
         lines.append(f"idle notices for {plan.day} ({self.timezone}): {totals}")
-        lines += [f"  {_describe(notice)}" for notice in plan.notices]
-        lines += _left_out(plan)
+        lines += [f"  {printable(_describe(notice))}" for notice in plan.notices]
+        lines += [printable(line) for line in _left_out(plan)]
         if self.mode == DRY_RUN:
             lines.append("dry run: nothing written, sent or recorded")
         elif self.files:
             lines.append(f"written: {_count(len(self.files), '.eml file')} in {self.directory}")
-            lines.append(
-                f"sent: {_count(len(self.sent), 'notice')}, recorded in notices_sent"
-                if self.mode == SEND
-                else "not sent: --send sends them"
-            )
+            lines.append(self._sent_line() if self.mode == SEND else "not sent: --send sends them")
         return "\n".join(lines)
+
+    def _sent_line(self) -> str:
+        if not self.refused:
+            return f"sent: {_count(len(self.sent), 'notice')}, recorded in notices_sent"
+        addresses = ", ".join(dict.fromkeys(r.refusal.address for r in self.refused))
+        return (
+            f"sent: {len(self.sent)} of {_count(len(self.plan.notices), 'notice')}, "
+            f"recorded in notices_sent; refused by the SMTP server: {addresses}"
+        )
 
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _printable_lines(text: str) -> str:
+    """`text` with each of its lines printable (`gpufleet.console`)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _describe(notice: Notice) -> str:
@@ -149,7 +198,13 @@ def preview(notice: Notice, message: EmailMessage) -> str:
     return f"To: {notice.to}\n{cc}Subject: {message['Subject']}\n\n{body.rstrip()}\n"
 
 
-def _sent_rows(notice: Notice, message: EmailMessage, at: dt.datetime) -> list[SentEpisode]:
+def _sent_rows(
+    notice: Notice, message: EmailMessage, at: dt.datetime, refusal: Refusal | None = None
+) -> list[SentEpisode]:
+    """The sent-log rows of an accepted notice, or of one address it was refused for."""
+    recipient, status, reply = (
+        (notice.to, SENT, None) if refusal is None else (refusal.address, REFUSED, refusal.reply)
+    )
     return [
         SentEpisode(
             day=notice.day,
@@ -158,24 +213,36 @@ def _sent_rows(notice: Notice, message: EmailMessage, at: dt.datetime) -> list[S
             gpu_uuid=episode.gpu_uuid,
             user=episode.user,
             team=episode.team,
-            recipient=notice.to,
+            recipient=recipient,
             message_id=str(message["Message-ID"]),
             sent_at=at,
+            status=status,
+            reply=reply,
         )
         for episode in notice.episodes
     ]
 
 
+@dataclass
+class _Sending:
+    """What the sending did so far: the notices accepted, the refused addresses, the
+    sent-log rows of both, and the error that stopped it, if one did."""
+
+    sent: list[Notice]
+    refused: list[RefusedNotice]
+    rows: list[SentEpisode]
+    failure: GpufleetError | None = None
+
+
 def _send_all(
     config: Config, notices: Sequence[Notice], messages: Sequence[EmailMessage]
-) -> tuple[list[Notice], list[SentEpisode], GpufleetError | None]:
-    """Send each message; stop at the first failure. Returns what the server accepted and
-    the sent-log rows to record for it."""
-    sent: list[Notice] = []
-    rows: list[SentEpisode] = []
+) -> _Sending:
+    """Send each message; a refused address is recorded and the sending goes on, an error
+    that would fail every message stops it."""
+    done = _Sending(sent=[], refused=[], rows=[])
     for notice, message in zip(notices, messages, strict=True):
         try:
-            deliver(
+            delivery = deliver(
                 config,
                 message,
                 sender=config.report.sender,
@@ -183,10 +250,17 @@ def _send_all(
                 what=f"the idle notice to {notice.to}",
             )
         except GpufleetError as exc:
-            return sent, rows, exc
-        rows += _sent_rows(notice, message, dt.datetime.now(dt.UTC))
-        sent.append(notice)
-    return sent, rows, None
+            done.failure = exc
+            return done
+        at = dt.datetime.now(dt.UTC)
+        accepted = notice.to in delivery.accepted
+        if accepted:
+            done.rows += _sent_rows(notice, message, at)
+            done.sent.append(notice)
+        for refusal in delivery.refused:
+            done.rows += _sent_rows(notice, message, at, refusal)
+            done.refused.append(RefusedNotice(notice=notice, refusal=refusal, sent=accepted))
+    return done
 
 
 def _record(config: Config, rows: Sequence[SentEpisode]) -> None:
@@ -224,20 +298,22 @@ def notify_idle(config: Config, *, day: dt.date | None = None, mode: str = WRITE
             plan = _plan(con, config, day)  # what earlier runs recorded is left out
         messages = [build_notice(notice, config) for notice in plan.notices]
         files = _write(directory, plan.notices, messages)
-        sent, rows, failure = _send_all(config, plan.notices, messages)
-        if rows:
-            _record(config, rows)
-    if failure is not None:
+        done = _send_all(config, plan.notices, messages)
+        if done.rows:
+            _record(config, done.rows)
+    if done.failure is not None:
+        refused = f", {len(done.refused)} refused" if done.refused else ""
         raise GpufleetError(
-            f"sent {len(sent)} of {len(plan.notices)} idle notices for {day} (all written to "
-            f"{directory}; the sent ones recorded); then: {failure} "
+            f"sent {len(done.sent)} of {len(plan.notices)} idle notices for {day}{refused} "
+            f"(all written to {directory}; the sent ones recorded); then: {done.failure} "
             f"(run 'gpufleet notify idle --day {day} --send' again to send the rest)"
-        ) from failure
+        ) from done.failure
     return NoticeRun(
         plan=plan,
         mode=mode,
         timezone=config.timezone,
         directory=directory,
         files=tuple(files),
-        sent=tuple(sent),
+        sent=tuple(done.sent),
+        refused=tuple(done.refused),
     )

@@ -15,7 +15,7 @@ from email.utils import formatdate, make_msgid
 import jinja2
 
 from gpufleet.config import Config
-from gpufleet.notices.episodes import WasteEpisode
+from gpufleet.notices.episodes import NoticeLine, notice_lines
 from gpufleet.notices.plan import USER, Notice
 
 TEMPLATE = "idle_notice"
@@ -66,10 +66,11 @@ def subject(notice: Notice) -> str:
     )
 
 
-def _groups(notice: Notice) -> list[tuple[str, list[WasteEpisode]]]:
-    grouped: dict[str, list[WasteEpisode]] = {}
-    for episode in notice.episodes:
-        grouped.setdefault(episode.user, []).append(episode)
+def _groups(notice: Notice) -> list[tuple[str, list[NoticeLine]]]:
+    """The notice's lines by user: a job's episodes on one GPU are one line."""
+    grouped: dict[str, list[NoticeLine]] = {}
+    for line in notice_lines(notice.episodes):
+        grouped.setdefault(line.user, []).append(line)
     return list(grouped.items())
 
 

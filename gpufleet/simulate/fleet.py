@@ -1,10 +1,10 @@
 """`gpufleet simulate`: write a realistic simulated fleet in the data directory's layout.
 
 The simulator's entry points (`simulate_fleet`, `simulate_window`, `simulate_next_flush`)
-and what they report. Sample files exactly as collectors write them (CONTRACT section 2:
-schema, metadata, one zstd Parquet file per host per flush period, sorted by (gpu_uuid,
-ts)), plus the matching reference files and Slurm allocations. The story it tells, scaled
-with the fleet size:
+and what they report. Sample files exactly as collectors write them
+(docs/reference.md#sample-files: schema, metadata, one zstd Parquet file per host per flush
+period, sorted by (gpu_uuid, ts)), plus the matching reference files and Slurm allocations.
+The story it tells, scaled with the fleet size:
 
 - shared H100 hosts running multi-GPU training jobs (busy 80-100 %),
 - Jupyter notebooks holding GPU memory at 0 % for hours (idle waste with held memory),

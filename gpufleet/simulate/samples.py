@@ -1,5 +1,5 @@
 """Writing a scenario's sample files as the collectors do: one zstd Parquet file per host per
-flush window, in the `date=<UTC day>/host=<host>` partitions (CONTRACT section 2).
+flush window, in the `date=<UTC day>/host=<host>` partitions (docs/reference.md#sample-files).
 
 Generation is vectorised per host and UTC day, so memory stays bounded whatever the fleet;
 numpy and Parquet encoding release the GIL, so hosts are generated and written in threads.

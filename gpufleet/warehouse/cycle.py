@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 from gpufleet.config import Config
-from gpufleet.warehouse.build import BuildResult, build
-from gpufleet.warehouse.ingest import IngestResult, Log, load_new_files, quarantine_after_publish
-from gpufleet.warehouse.slots import write_transaction
+from gpufleet.warehouse.build.run import BuildResult, build
+from gpufleet.warehouse.ingest.result import IngestResult, Log
+from gpufleet.warehouse.ingest.run import load_new_files, quarantine_after_publish
+from gpufleet.warehouse.publish.slots import write_transaction
 
 
 def ingest_then_build(

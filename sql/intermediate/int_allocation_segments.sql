@@ -3,8 +3,9 @@
 -- (ties: the later end, then the larger job_id). An open allocation runs to infinity.
 -- Each segment is listed once per UTC hour it overlaps that has samples, so
 -- samples find their allocation with an equi-join on (host, gpu_index, hour) and a range
--- check (CONTRACT 6, rule 1): no sort of the samples, unlike an ASOF join. The job and
--- user are their integer ids (int_jobs, int_users), as samples_attributed_rows stores them.
+-- check (docs/reference.md#attribution, rule 1): no sort of the samples, unlike an ASOF
+-- join. The job and user are their integer ids (int_jobs, int_users), as
+-- samples_attributed_rows stores them.
 with allocations as (
     select * from stg_allocations
 ),

@@ -1,7 +1,7 @@
 -- Every host seen in the samples: a small integer id (the series window and
 -- samples_attributed_rows carry it instead of the name; kept across builds in
 -- build_state.hosts) and the owning team by hosts.csv, the first glob that matches in
--- file order (CONTRACT 6, rule 3); null when none matches.
+-- file order (docs/reference.md#attribution, rule 3); null when none matches.
 with samples as (
     select * from stg_samples
 ),
@@ -15,7 +15,7 @@ teams as (
 ),
 
 known as (
-    select * from build_state.hosts
+    select host as name, host_id as id, from build_state.hosts
 ),
 
 hosts as (
@@ -32,24 +32,23 @@ matches as (
     group by hosts.host
 ),
 
-numbered as (
-    select
-        hosts.host,
-        known.host_id as known_id,
-        row_number() over (partition by known.host_id is null order by hosts.host) as n,
+host_names as (
+    select host as name,
     from hosts
-    left join known on known.host = hosts.host
+),
+
+numbered as (
+    select * from stable_ids(host_names, known)
 ),
 
 final as (
     select
-        stable_id(numbered.known_id, (select max(host_id) from known), numbered.n)::integer
-            as host_id,
-        numbered.host,
+        numbered.id::integer as host_id,
+        numbered.name as host,
         matches.team,
         teams.team_id,
     from numbered
-    left join matches on matches.host = numbered.host
+    left join matches on matches.host = numbered.name
     left join teams on teams.team = matches.team
 )
 

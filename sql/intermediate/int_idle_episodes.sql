@@ -1,8 +1,8 @@
--- Idle episodes (CONTRACT 6): start = first.ts - first.interval_s, end = last.ts,
--- idle_seconds = sum of interval_s; waste when it lasts at least idle.min_minutes and is
--- attributed; user and job_id of its first sample; priced by the GPU's name. The id comes
--- from the GPU and the first sample's time (int_idle_episode_days), so a full and an
--- incremental build agree on it.
+-- Idle episodes (docs/reference.md#idle-episode): start = first.ts - first.interval_s,
+-- end = last.ts, idle_seconds = sum of interval_s; waste when it lasts at least
+-- idle.min_minutes and is attributed; user and job_id of its first sample; priced by the
+-- GPU's name. The id comes from the GPU and the first sample's time (int_idle_episode_days),
+-- so a full and an incremental build agree on it.
 with episode_days as (
     select * from int_idle_episode_days
 ),

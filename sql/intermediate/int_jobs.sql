@@ -10,28 +10,23 @@ process_owners as (
 ),
 
 known as (
-    select * from build_state.jobs
+    select job_id as name, job_key as id, from build_state.jobs
 ),
 
 jobs as (
-    select job_id from allocations where job_id is not null
+    select job_id as name from allocations where job_id is not null
     union
-    select job_id from process_owners where job_id is not null
+    select job_id as name from process_owners where job_id is not null
 ),
 
 numbered as (
-    select
-        jobs.job_id,
-        known.job_key as known_key,
-        row_number() over (partition by known.job_key is null order by jobs.job_id) as n,
-    from jobs
-    left join known on known.job_id = jobs.job_id
+    select * from stable_ids(jobs, known)
 ),
 
 final as (
     select
-        stable_id(known_key, (select max(job_key) from known), n)::integer as job_key,
-        job_id,
+        id::integer as job_key,
+        name as job_id,
     from numbered
 )
 

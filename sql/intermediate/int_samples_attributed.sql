@@ -1,8 +1,8 @@
 -- materialized: temp_view
--- Every sample with its attribution (CONTRACT 6: allocation, else process, else host, else
--- none) and whether it is idle or thermally throttled. Names the series window would have
+-- Every sample with its attribution (docs/reference.md#attribution: allocation, else
+-- process, else host, else none) and whether it is idle or thermally throttled. Names the series window would have
 -- to sort are carried as small integers (series, host, team, user, job, status, attribution
--- code: gpufleet/warehouse/ids.py); samples_attributed_rows stores them so.
+-- code: gpufleet/warehouse/build/ids.py); samples_attributed_rows stores them so.
 -- A view: it is read once, by the series model, so it is never held in memory whole.
 with samples as (
     select * from stg_samples
@@ -62,8 +62,9 @@ with_allocation as (
 ),
 
 with_top_process as (
-    -- The process a sample is attributed to (CONTRACT 6, rule 2): of several, the one
-    -- holding the most memory, ties to the lowest pid (the maximum of (memory, -pid)).
+    -- The process a sample is attributed to (docs/reference.md#attribution, rule 2): of
+    -- several, the one holding the most memory, ties to the lowest pid (the maximum of
+    -- (memory, -pid)).
     -- Only a sample no allocation covers is attributed by process, so only its top process
     -- is worked out. A single process is taken as it is: building the sort key for it too
     -- tripled the cost (1.7 s against 0.6 s for 6 million samples).

@@ -2,7 +2,8 @@
 -- The gaps of gaps-and-islands, once for idle episodes and thermal events alike. Per series
 -- (gpu_uuid ordered by ts), from each sample and the one before it: whether it is
 -- contiguous, its energy, and whether it starts an idle run (idle, and not continuing an
--- idle run of the same team and attribution) or a thermal run (CONTRACT 6).
+-- idle run of the same team and attribution) or a thermal run (the definitions of
+-- docs/reference.md: #contiguous, #energy, #idle-episode, #thermal-event).
 -- run_pieces keys the runs (the islands).
 -- A view: samples_attributed_rows materializes it once; per-sample temp tables would not
 -- fit in memory at fleet scale. The series, host, team, user, job, status and attribution

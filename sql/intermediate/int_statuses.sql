@@ -6,27 +6,22 @@ with samples as (
 ),
 
 known as (
-    select * from build_state.statuses
+    select status as name, status_id as id, from build_state.statuses
 ),
 
 statuses as (
-    select distinct status,
+    select distinct status as name,
     from samples
 ),
 
 numbered as (
-    select
-        statuses.status,
-        known.status_id as known_id,
-        row_number() over (partition by known.status_id is null order by statuses.status) as n,
-    from statuses
-    left join known on known.status = statuses.status
+    select * from stable_ids(statuses, known)
 ),
 
 final as (
     select
-        stable_id(known_id, (select max(status_id) from known), n)::integer as status_id,
-        status,
+        id::integer as status_id,
+        name as status,
     from numbered
 )
 

@@ -15,34 +15,29 @@ allocations as (
 ),
 
 teams as (
-    select team from users
+    select team as name from users
     union
-    select team from host_rules
+    select team as name from host_rules
     union
-    select team from allocations where team is not null
+    select team as name from allocations where team is not null
     union
-    select '(unmapped)' as team
+    select '(unmapped)' as name
     union
-    select '(unallocated)' as team
+    select '(unallocated)' as name
 ),
 
 known as (
-    select * from build_state.teams
+    select team as name, team_id as id, from build_state.teams
 ),
 
 numbered as (
-    select
-        teams.team,
-        known.team_id as known_id,
-        row_number() over (partition by known.team_id is null order by teams.team) as n,
-    from teams
-    left join known on known.team = teams.team
+    select * from stable_ids(teams, known)
 ),
 
 final as (
     select
-        stable_id(known_id, (select max(team_id) from known), n)::integer as team_id,
-        team,
+        id::integer as team_id,
+        name as team,
     from numbered
 )
 

@@ -1,6 +1,7 @@
--- Thermal runs summed to events (CONTRACT 6): same start/end/duration rule as idle
--- episodes; the team of the first sample; the OR of the clock-event masks. The id comes from
--- the GPU and the first sample's time, so a full and an incremental build agree on it.
+-- Thermal runs summed to events (docs/reference.md#thermal-event): same start/end/duration
+-- rule as idle episodes; the team of the first sample; the OR of the clock-event masks. The
+-- id comes from the GPU and the first sample's time, so a full and an incremental build
+-- agree on it.
 with all_pieces as (
     select * from run_pieces
 ),

@@ -19,32 +19,26 @@ teams as (
 ),
 
 known as (
-    select * from build_state.users
+    select "user" as name, user_id as id, from build_state.users
 ),
 
 users as (
-    select "user" from allocations where "user" is not null
+    select "user" as name from allocations where "user" is not null
     union
-    select "user" from process_owners where "user" is not null
+    select "user" as name from process_owners where "user" is not null
 ),
 
 numbered as (
-    select
-        users."user",
-        known.user_id as known_id,
-        row_number() over (partition by known.user_id is null order by users."user") as n,
-    from users
-    left join known on known."user" = users."user"
+    select * from stable_ids(users, known)
 ),
 
 final as (
     select
-        stable_id(numbered.known_id, (select max(user_id) from known), numbered.n)::integer
-            as user_id,
-        numbered."user",
+        numbered.id::integer as user_id,
+        numbered.name as "user",
         teams.team_id,
     from numbered
-    left join reference_users on reference_users."user" = numbered."user"
+    left join reference_users on reference_users."user" = numbered.name
     left join teams on teams.team = reference_users.team
 )
 

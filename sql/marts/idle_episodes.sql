@@ -1,5 +1,5 @@
--- One row per idle episode (CONTRACT 6): who held the idle GPU, for how long, and what the
--- waste cost.
+-- One row per idle episode (docs/reference.md#idle-episode): who held the idle GPU, for how
+-- long, and what the waste cost.
 with idle_episodes as (
     select * from int_idle_episodes
 ),

@@ -11,7 +11,7 @@
 -- incremental build replaces a GPU's pieces from the local hour of its first new sample
 -- on, and re-adds only the runs those pieces belong to. A run already open before the
 -- samples read begin gets the key '-infinity' here; the incremental build puts the run's
--- start in. Ids become names only after the pieces are summed (gpufleet/warehouse/ids.py).
+-- start in. Ids become names only after the pieces are summed (gpufleet/warehouse/build/ids.py).
 with samples as (
     select * from samples_attributed_rows
 ),

@@ -1,4 +1,4 @@
--- One row per thermal throttling event (CONTRACT 6).
+-- One row per thermal throttling event (docs/reference.md#thermal-event).
 with thermal_events as (
     select * from int_thermal_events
 ),

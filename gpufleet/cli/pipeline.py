@@ -1,0 +1,165 @@
+"""`gpufleet ingest`, `build`, `report` and `serve`: the pipeline's steps and their schedules.
+
+With a Prefect server configured, ingest, build and report run as the flows that server
+records; without one they call the engine the flows call (gpufleet/flows/server.py), with no
+temporary Prefect server to start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Callable
+
+from gpufleet.cli.common import config_source, iso_week, progress
+from gpufleet.config import Config
+
+
+def run_engine_or_flow(*, engine: Callable[[], object], flow: Callable[[], object]) -> int:
+    """Print what `flow` returns when a Prefect server is configured, else what `engine`
+    returns, then its `failures` (a report's refused recipients), if it has any, as error
+    lines: exit status 1. Each imports its own modules: the engine path never imports
+    Prefect."""
+    from gpufleet.flows.server import prefect_server_configured
+
+    run = flow if prefect_server_configured() else engine
+    result = run()
+    print(result)
+    failures: tuple[str, ...] = getattr(result, "failures", ())
+    for line in failures:
+        print(f"gpufleet: error: {line}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def add_ingest(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "ingest",
+        help="load new raw files into the warehouse (idempotent)",
+        description=(
+            "Load sample files not yet loaded, the reference CSVs and the allocations into "
+            "<data-dir>/warehouse.duckdb. Bad sample files are moved to quarantine/ and "
+            "named in a warning; the others load. Bad reference files fail with a message "
+            "and change nothing."
+        ),
+    )
+    parser.set_defaults(handler=run_ingest)
+
+
+def run_ingest(args: argparse.Namespace, config: Config) -> int:
+    from gpufleet.warehouse.ingest import QuarantineWarning
+
+    # The log line on stderr names each quarantined file; the warning (for code that calls
+    # ingest) would name it again, with a line of gpufleet's source.
+    warnings.filterwarnings("ignore", category=QuarantineWarning)
+
+    def engine() -> object:
+        from gpufleet.warehouse.ingest import ingest
+
+        return ingest(config, progress=progress)
+
+    def flow() -> object:
+        from gpufleet.flows.ingest import ingest_flow
+
+        return ingest_flow(data_dir=str(config.data_dir), config_path=config_source(config))
+
+    return run_engine_or_flow(engine=engine, flow=flow)
+
+
+def add_build(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "build",
+        help="(re)build every model in sql/",
+        description=(
+            "Run the SQL models (staging, intermediate, marts) into the warehouse. Only the "
+            "local hours and days that new samples touch are recomputed; the first build, and "
+            "any build after the SQL, the configuration or the reference data changed, "
+            "rebuilds everything."
+        ),
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="rebuild every model from all samples, even when an incremental build would do",
+    )
+    parser.set_defaults(handler=run_build)
+
+
+def run_build(args: argparse.Namespace, config: Config) -> int:
+    def engine() -> object:
+        from gpufleet.warehouse.build import build
+
+        return build(config, full=args.full)
+
+    def flow() -> object:
+        from gpufleet.flows.build import build_flow
+
+        return build_flow(
+            data_dir=str(config.data_dir), config_path=config_source(config), full=args.full
+        )
+
+    return run_engine_or_flow(engine=engine, flow=flow)
+
+
+def add_report(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="render the weekly report (and email it with --send)",
+        description=(
+            "Write <data-dir>/reports/<week>/index.html (self-contained, works offline) "
+            "and report.eml beside it; --send emails it as configured in [smtp]/[report]."
+        ),
+    )
+    parser.add_argument(
+        "--week",
+        type=iso_week,
+        metavar="YYYY-Www",
+        help="ISO week (default: the last complete week in the configured zone)",
+    )
+    parser.add_argument("--send", action="store_true", help="email the report to the recipients")
+    parser.add_argument(
+        "--per-team",
+        action="store_true",
+        help="also write each team's email to its lead (ref/teams.csv) under "
+        "reports/<week>/teams/; with --send, mail them",
+    )
+    parser.set_defaults(handler=run_report)
+
+
+def run_report(args: argparse.Namespace, config: Config) -> int:
+    def engine() -> object:
+        from gpufleet.reports import run
+
+        return run.run_report(config, args.week, send=args.send, per_team=args.per_team)
+
+    def flow() -> object:
+        from gpufleet.flows.report import report_flow
+
+        return report_flow(
+            data_dir=str(config.data_dir),
+            config_path=config_source(config),
+            week=args.week,
+            send=args.send,
+            per_team=args.per_team,
+        )
+
+    return run_engine_or_flow(engine=engine, flow=flow)
+
+
+def add_serve(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="run the Prefect deployments with their schedules",
+        description=(
+            "Serve the deployments: ingest every 15 minutes (building after each ingest that "
+            "loaded something), the weekly report with --send every Monday 07:00 and the "
+            "idle notices with --send every day at 08:00, in the configured time zone."
+        ),
+    )
+    parser.set_defaults(handler=run_serve)
+
+
+def run_serve(args: argparse.Namespace, config: Config) -> int:
+    from gpufleet.flows.serve import serve
+
+    return serve(config)

@@ -1,0 +1,139 @@
+"""The few Prometheus HTTP API calls the importer makes, through the standard library.
+
+Every failure (no answer, an HTTP error, an answer that is not the API's JSON, an error the
+API reports) becomes one `PrometheusError` naming the query and the problem.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from gpufleet.errors import GpufleetError
+
+
+class PrometheusError(GpufleetError):
+    """Prometheus could not answer a query, or answered something the importer cannot use."""
+
+
+class PrometheusApi:
+    """`query_range`, `series`, `label_values` against one server (`url`, e.g.
+    `http://prometheus:9090`, or a path prefix behind a proxy)."""
+
+    def __init__(self, *, url: str, timeout_s: float) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise PrometheusError(f"prometheus: not an http(s) URL: {url!r}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def query_range(
+        self, query: str, *, start_s: float, end_s: float, step_s: float
+    ) -> list[dict[str, Any]]:
+        """The series of a range query: each `{"metric": {labels}, "values": [[ts, "v"]]}`."""
+        data = self._get(
+            "/api/v1/query_range",
+            [
+                ("query", query),
+                ("start", _num(start_s)),
+                ("end", _num(end_s)),
+                ("step", _num(step_s)),
+            ],
+            what=f"query '{query}'",
+        )
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            raise PrometheusError(f"query '{query}': the answer is not a matrix")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise PrometheusError(f"query '{query}': the answer has no result list")
+        return result
+
+    def series(
+        self, matchers: Sequence[str], *, start_s: float, end_s: float
+    ) -> list[dict[str, str]]:
+        """The label sets of the series that match any of `matchers` in [start, end]."""
+        params = [("match[]", m) for m in matchers]
+        params += [("start", _num(start_s)), ("end", _num(end_s))]
+        data = self._get("/api/v1/series", params, what=f"series {' or '.join(matchers)}")
+        if not isinstance(data, list):
+            raise PrometheusError(f"series {' or '.join(matchers)}: the answer is not a list")
+        return data
+
+    def label_values(
+        self,
+        label: str,
+        *,
+        matchers: Sequence[str] = (),
+        start_s: float | None = None,
+        end_s: float | None = None,
+    ) -> list[str]:
+        """The values `label` takes (on the series that match `matchers`, in [start, end])."""
+        params = [("match[]", m) for m in matchers]
+        if start_s is not None and end_s is not None:
+            params += [("start", _num(start_s)), ("end", _num(end_s))]
+        what = f"values of label '{label}'" + (f" on {' or '.join(matchers)}" if matchers else "")
+        data = self._get(f"/api/v1/label/{urllib.parse.quote(label)}/values", params, what=what)
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            raise PrometheusError(f"{what}: the answer is not a list of strings")
+        return data
+
+    def _get(self, path: str, params: list[tuple[str, str]], *, what: str) -> Any:
+        address = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(address, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            raise PrometheusError(
+                f"{what}: HTTP {exc.code} from {self.url}: {_api_error(exc)}"
+            ) from exc
+        except TimeoutError as exc:
+            raise PrometheusError(self._timed_out(what)) from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise PrometheusError(self._timed_out(what)) from exc
+            raise PrometheusError(f"{what}: cannot reach {self.url}: {_reason(exc)}") from exc
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # cut off mid-answer
+            raise PrometheusError(f"{what}: cannot read the answer of {self.url}: {exc}") from exc
+        try:
+            answer = json.loads(body)
+        except ValueError as exc:
+            raise PrometheusError(
+                f"{what}: {self.url} did not answer with Prometheus API JSON"
+            ) from exc
+        if not isinstance(answer, dict) or answer.get("status") != "success":
+            problem = answer.get("error") if isinstance(answer, dict) else None
+            raise PrometheusError(f"{what}: Prometheus answered: {problem or 'not a success'}")
+        return answer.get("data")
+
+    def _timed_out(self, what: str) -> str:
+        return f"{what}: no answer from {self.url} within {self.timeout_s:g} s"
+
+
+def _num(value: float) -> str:
+    """A number as the API reads it: seconds, without a float's noise."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def _reason(exc: urllib.error.URLError) -> str:
+    reason = exc.reason
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason)
+
+
+def _api_error(exc: urllib.error.HTTPError) -> str:
+    """The API's own error text when the body carries one, else the HTTP reason."""
+    try:
+        answer = json.loads(exc.read())
+    except (ValueError, OSError):
+        return str(exc.reason)
+    if isinstance(answer, dict) and answer.get("error"):
+        return f"{answer.get('errorType', 'error')}: {answer['error']}"
+    return str(exc.reason)

@@ -1,0 +1,168 @@
+"""Writing what a window imported: allocation files and the record of imported windows.
+
+Allocation rows go to one CSV per source and UTC day, `raw/allocations/prometheus-<source>-
+<YYYY-MM-DD>.csv` (the day of a row's start), in the format ingest reads. A pod's row that
+the previous window ended where this one starts is extended rather than repeated, and a row
+already there is not added again, so importing a window twice changes nothing. Every file is
+written under a temporary `.` name, flushed and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import io
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations.prometheus.pods import PodAllocation
+
+ALLOCATION_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """`text` into `path`: a temporary `.` name, fsync, rename; nothing partial is visible."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise GpufleetError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def allocation_path(allocations_dir: Path, source: str, day: dt.date) -> Path:
+    return allocations_dir / f"prometheus-{source}-{day.isoformat()}.csv"
+
+
+def _read_rows(path: Path) -> list[PodAllocation]:
+    """The rows of an allocation file this importer wrote."""
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return [
+                PodAllocation(
+                    row["job_id"],
+                    row["user"] or None,
+                    row["team"],
+                    row["host"],
+                    int(row["gpu_index"]),
+                    dt.datetime.fromisoformat(row["start_ts"]),
+                    dt.datetime.fromisoformat(row["end_ts"]),
+                )
+                for row in csv.DictReader(handle)
+            ]
+    except (OSError, KeyError, TypeError, ValueError, csv.Error) as exc:
+        raise GpufleetError(
+            f"{path}: not an allocation file as gpufleet writes it ({exc}); "
+            "move it away to import again"
+        ) from exc
+
+
+def merged(existing: list[PodAllocation], new: Iterable[PodAllocation]) -> list[PodAllocation]:
+    """`existing` with `new` added: a row continuing one that ends where it starts extends
+    it; a row already covered adds nothing."""
+    rows = list(existing)
+    for row in new:
+        key = (row.job_id, row.host, row.gpu_index)
+        for i, old in enumerate(rows):
+            if (old.job_id, old.host, old.gpu_index) != key:
+                continue
+            if old.start_ts <= row.start_ts and row.end_ts <= old.end_ts:
+                break
+            if old.end_ts == row.start_ts:
+                rows[i] = old._replace(end_ts=row.end_ts)
+                break
+        else:
+            rows.append(row)
+    return sorted(rows, key=lambda r: (r.start_ts, r.host, r.gpu_index, r.job_id))
+
+
+def allocation_files(
+    allocations_dir: Path, source: str, rows: Iterable[PodAllocation]
+) -> dict[Path, str]:
+    """The new content of each day's allocation file that `rows` change."""
+    by_day: dict[dt.date, list[PodAllocation]] = {}
+    for row in rows:
+        by_day.setdefault(row.start_ts.astimezone(dt.UTC).date(), []).append(row)
+    contents: dict[Path, str] = {}
+    for day, new in sorted(by_day.items()):
+        path = allocation_path(allocations_dir, source, day)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(ALLOCATION_COLUMNS)
+        for r in merged(_read_rows(path), new):
+            writer.writerow(
+                [
+                    r.job_id,
+                    r.user or "",
+                    r.team,
+                    r.host,
+                    r.gpu_index,
+                    r.start_ts.astimezone(dt.UTC).isoformat(),
+                    r.end_ts.astimezone(dt.UTC).isoformat(),
+                ]
+            )
+        contents[path] = out.getvalue()
+    return contents
+
+
+class ImportedWindows:
+    """Which spans of time were imported from which Prometheus: `<data_dir>/imports/
+    prometheus.json`, {url: [[start_s, end_s], ...]}, merged spans, half-open."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.spans: dict[str, list[tuple[int, int]]] = {}
+        if path.is_file():
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                self.spans = {
+                    str(url): [(int(a), int(b)) for a, b in spans] for url, spans in raw.items()
+                }
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                raise GpufleetError(
+                    f"{path}: not the record of imported windows gpufleet writes ({exc})"
+                ) from exc
+
+    def of(self, url: str) -> list[tuple[int, int]]:
+        return self.spans.get(url, [])
+
+    def missing(self, url: str, start_s: int, end_s: int) -> list[tuple[int, int]]:
+        """The parts of [start, end) not yet imported from `url`."""
+        pieces = []
+        cursor = start_s
+        for a, b in self.of(url):
+            if b <= cursor:
+                continue
+            if a >= end_s:
+                break
+            if a > cursor:
+                pieces.append((cursor, a))
+            cursor = max(cursor, b)
+        if cursor < end_s:
+            pieces.append((cursor, end_s))
+        return pieces
+
+    def add(self, url: str, start_s: int, end_s: int) -> None:
+        """Record [start, end) as imported, and save."""
+        spans = sorted([*self.of(url), (start_s, end_s)])
+        joined: list[tuple[int, int]] = []
+        for a, b in spans:
+            if joined and a <= joined[-1][1]:
+                joined[-1] = (joined[-1][0], max(joined[-1][1], b))
+            else:
+                joined.append((a, b))
+        self.spans[url] = joined
+        data = {u: [list(s) for s in spans] for u, spans in sorted(self.spans.items())}
+        write_text_atomically(self.path, json.dumps(data, indent=1) + "\n")

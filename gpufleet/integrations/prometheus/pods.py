@@ -1,0 +1,182 @@
+"""Pods as allocations: dcgm-exporter puts a pod's `namespace` and `pod` labels on the series
+of each GPU the pod holds (absent while no pod does). A pod that holds a GPU over a run of
+steps becomes one allocation row, `namespace/pod` on that host and GPU index, from the start
+of its first step to the end of its last; a step in which the GPU was scraped without the
+pod ends the run, a step with no scrape at all (a gap) does not.
+
+The team: the value of the `[kubernetes] team_from` label when that names a label the series
+carry, else the namespace's team in ref/namespaces.csv (`namespace,team[,valid_from]`),
+else the namespace itself. The user: the `[kubernetes] user_label` label, else none.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import zoneinfo
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations.prometheus.queries import team_label
+from gpufleet.integrations.prometheus.samples import gpu_of, label, point_times
+
+NAMESPACES_FILE = "namespaces.csv"
+_NAMESPACES_COLUMNS = ("namespace", "team")
+
+
+class NamespaceTeam(NamedTuple):
+    namespace: str
+    team: str
+    valid_from: dt.date | None  # the row applies from this local date on; None: always
+
+
+class PodAllocation(NamedTuple):
+    """One row of raw/allocations/*.csv."""
+
+    job_id: str  # namespace/pod
+    user: str | None
+    team: str
+    host: str
+    gpu_index: int
+    start_ts: dt.datetime
+    end_ts: dt.datetime
+
+
+def read_namespaces(path: Path) -> tuple[NamespaceTeam, ...]:
+    """ref/namespaces.csv; a missing file is no rows. A namespace may be listed once per
+    `valid_from` (and once without)."""
+    if not path.is_file():
+        return ()
+    rows: list[NamespaceTeam] = []
+    seen: dict[tuple[str, dt.date | None], int] = {}
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle, strict=True)
+            header: list[str] | None = None
+            for record in reader:
+                if not any(cell.strip() for cell in record):
+                    continue
+                line = reader.line_num
+                if header is None:
+                    header = [cell.strip() for cell in record]
+                    _check_header(path, line, header)
+                    continue
+                if len(record) != len(header):
+                    raise GpufleetError(
+                        f"{path}: line {line}: expected {len(header)} fields, got {len(record)}"
+                    )
+                cells = {name: cell.strip() for name, cell in zip(header, record, strict=True)}
+                row = _namespace_row(path, line, cells)
+                key = (row.namespace, row.valid_from)
+                if key in seen:
+                    raise GpufleetError(
+                        f"{path}: line {line}: namespace '{row.namespace}' is listed twice "
+                        f"(first on line {seen[key]})"
+                    )
+                seen[key] = line
+                rows.append(row)
+    except csv.Error as exc:
+        raise GpufleetError(f"{path}: malformed CSV: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise GpufleetError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return tuple(rows)
+
+
+def _check_header(path: Path, line: int, header: list[str]) -> None:
+    expected = "namespace,team[,valid_from]"
+    for name in header:
+        if name not in (*_NAMESPACES_COLUMNS, "valid_from"):
+            raise GpufleetError(
+                f"{path}: line {line}: unknown column '{name}' (expected {expected})"
+            )
+    for name in _NAMESPACES_COLUMNS:
+        if header.count(name) != 1:
+            raise GpufleetError(f"{path}: line {line}: needs one column '{name}' ({expected})")
+
+
+def _namespace_row(path: Path, line: int, cells: dict[str, str]) -> NamespaceTeam:
+    for name in _NAMESPACES_COLUMNS:
+        if not cells[name]:
+            raise GpufleetError(f"{path}: line {line}: '{name}' is empty")
+    valid_from = None
+    if cells.get("valid_from"):
+        try:
+            valid_from = dt.date.fromisoformat(cells["valid_from"])
+        except ValueError:
+            raise GpufleetError(
+                f"{path}: line {line}: 'valid_from' is not a date like 2026-11-01: "
+                f"{cells['valid_from']!r}"
+            ) from None
+    return NamespaceTeam(cells["namespace"], cells["team"], valid_from)
+
+
+def namespace_team(namespace: str, day: dt.date, rows: Iterable[NamespaceTeam]) -> str | None:
+    """The team of `namespace` on local date `day`: the row with the latest `valid_from` on
+    or before it, else the row without one."""
+    dated = [r for r in rows if r.namespace == namespace and r.valid_from and r.valid_from <= day]
+    if dated:
+        return max(dated, key=lambda r: r.valid_from or dt.date.min).team
+    undated = [r.team for r in rows if r.namespace == namespace and r.valid_from is None]
+    return undated[0] if undated else None
+
+
+@dataclass
+class _PodOnGpu:
+    steps: set[int] = field(default_factory=set)
+    user: str | None = None
+    team: str | None = None
+
+
+def pod_allocations(
+    answers: Iterable[tuple[str, list[dict[str, Any]]]],
+    *,
+    config: Config,
+    namespaces: tuple[NamespaceTeam, ...],
+) -> list[PodAllocation]:
+    """The allocation rows of the pod queries' answers ((query, series) pairs) of one
+    window."""
+    prometheus, kubernetes = config.prometheus, config.kubernetes
+    step_us = prometheus.step_seconds * 1_000_000
+    pods: dict[tuple[str, str, str, int], _PodOnGpu] = {}
+    for query, answer in answers:
+        for series in answer:
+            gpu = gpu_of(series, prometheus=prometheus, query=query)
+            namespace = label(series, kubernetes.namespace_label, query=query)
+            pod = label(series, kubernetes.pod_label, query=query)
+            labels = series.get("metric") or {}
+            found = pods.setdefault((namespace, pod, gpu.host, gpu.index), _PodOnGpu())
+            found.steps.update(round(t * 1000) * 1000 for t in point_times(series, query=query))
+            found.user = found.user or labels.get(kubernetes.user_label) or None
+            found.team = found.team or labels.get(team_label(kubernetes)) or None
+    zone = zoneinfo.ZoneInfo(config.timezone)
+    rows: list[PodAllocation] = []
+    for (namespace, pod, host, index), found in sorted(pods.items()):
+        for first, last in _runs(sorted(found.steps), step_us):
+            start = dt.datetime.fromtimestamp((first - step_us) / 1e6, tz=dt.UTC)
+            team = (
+                found.team
+                or namespace_team(namespace, start.astimezone(zone).date(), namespaces)
+                or namespace
+            )
+            end = dt.datetime.fromtimestamp(last / 1e6, tz=dt.UTC)
+            rows.append(
+                PodAllocation(f"{namespace}/{pod}", found.user, team, host, index, start, end)
+            )
+    return rows
+
+
+def _runs(steps: list[int], step_us: int) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive steps in sorted `steps`."""
+    runs: list[tuple[int, int]] = []
+    for ts in steps:
+        if runs and ts - runs[-1][1] == step_us:
+            runs[-1] = (runs[-1][0], ts)
+        else:
+            runs.append((ts, ts))
+    return runs

@@ -1,0 +1,309 @@
+"""`gpufleet import prometheus`: the DCGM series of a span of time, window by window.
+
+The span is half-open, `[since, until)`, in steps: a row's `ts` is a multiple of the step
+(`[prometheus] step_seconds`) from the epoch, and the span holds the rows whose `ts` is in it.
+Without `--until` it ends `delay_seconds` ago (a later `--until` is cut there: steps not yet
+scraped would be recorded as imported). Without `--since` it starts where the last import from
+this URL ended, or a day before `until` on the first run. Spans imported before are skipped,
+so running the import again writes nothing twice.
+
+Each window (`window_minutes`, aligned to the epoch) is read whole, host by host, before
+anything is written: a failure (Prometheus gone, a bad series) writes nothing of the window,
+and the windows before it stay imported. Then one sample file per host (per UTC date), the
+pods' allocation rows, and the window's entry in `<data_dir>/imports/prometheus.json`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import math
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpufleet.collectors.schema import partition_dir
+from gpufleet.collectors.writer import safe_host, write_table_atomically
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations.prometheus.api import PrometheusApi, PrometheusError
+from gpufleet.integrations.prometheus.files import (
+    ImportedWindows,
+    allocation_files,
+    write_text_atomically,
+)
+from gpufleet.integrations.prometheus.pods import (
+    NAMESPACES_FILE,
+    NamespaceTeam,
+    PodAllocation,
+    pod_allocations,
+    read_namespaces,
+)
+from gpufleet.integrations.prometheus.queries import (
+    METRICS,
+    PRESENCE_COLUMN,
+    Metric,
+    name_matcher,
+    pod_query,
+    step_query,
+)
+from gpufleet.integrations.prometheus.samples import HostSteps
+
+# Queries in flight while the answers before them are turned into rows: Prometheus
+# evaluates and encodes them on its own cores meanwhile.
+READ_AHEAD = 3
+FIRST_IMPORT = dt.timedelta(days=1)  # how far back a first import without --since reaches
+STATE_FILE = ("imports", "prometheus.json")
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    url: str
+    start: dt.datetime  # the span asked for, [start, end), in whole steps
+    end: dt.datetime
+    windows: int = 0
+    hosts: int = 0
+    rows: int = 0
+    sample_files: int = 0
+    pods: int = 0  # pods (on a host's GPU) seen holding a GPU: their allocation rows
+
+    def __str__(self) -> str:
+        span = f"[{self.start.isoformat()}, {self.end.isoformat()})"
+        if not self.windows:
+            return f"import prometheus: nothing new in {span} from {self.url}"
+        return (
+            f"import prometheus: {self.windows} window(s) of {span} from {self.url}: "
+            f"{self.rows:,} rows of {self.hosts} host(s) in {self.sample_files} sample file(s), "
+            f"{self.pods} pod(s) on GPUs as allocations"
+        )
+
+
+@dataclass
+class _Window:
+    """What one window read, before anything is written."""
+
+    tables: dict[str, pa.Table]  # host -> its sample rows
+    allocations: list[PodAllocation]
+
+
+def source_name(url: str) -> str:
+    """The URL as a file-name part: `http://prom:9090/x` -> `prom_9090_x`."""
+    return safe_host(re.sub(r"^https?://", "", url).rstrip("/"))
+
+
+def _utc(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+
+
+def _stamp(value: int) -> str:
+    return _utc(value).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _ceil(seconds: float, step: int) -> int:
+    return math.ceil(seconds / step) * step
+
+
+def _seconds(value: dt.datetime, name: str) -> float:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must carry a UTC offset, got {value.isoformat()}")
+    return value.timestamp()
+
+
+def import_prometheus(
+    config: Config,
+    *,
+    url: str | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    now: dt.datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ImportResult:
+    """Import `[since, until)` (or what is new) from Prometheus at `url` (else
+    `[prometheus] url`) into the data directory; see the module's description."""
+    settings = config.prometheus
+    url = (url or settings.url).rstrip("/")
+    if not url:
+        raise GpufleetError(
+            "no Prometheus to import from: give --url or set 'prometheus.url' in the configuration"
+        )
+    api = PrometheusApi(url=url, timeout_s=settings.timeout_seconds)
+    step = settings.step_seconds
+    now_s = (now or dt.datetime.now(dt.UTC)).timestamp()
+    latest = _ceil(now_s - settings.delay_seconds, step)
+    end = latest if until is None else min(_ceil(_seconds(until, "until"), step), latest)
+    state = ImportedWindows(config.data_dir.joinpath(*STATE_FILE))
+    if since is not None:
+        start = _ceil(_seconds(since, "since"), step)
+    else:
+        done = state.of(url)
+        start = done[-1][1] if done else _ceil(end - FIRST_IMPORT.total_seconds(), step)
+    pending = state.missing(url, start, end) if start < end else []
+    result = ImportResult(url, _utc(start), _utc(max(start, end)))
+    if not pending:
+        return result
+    namespaces = read_namespaces(config.ref_dir / NAMESPACES_FILE)  # a bad file: before any query
+    chosen = series_names(api, config)
+    window_s = settings.window_minutes * 60
+    hosts: set[str] = set()
+    pods: set[tuple[str, str, int]] = set()
+    counts = {"windows": 0, "rows": 0, "sample_files": 0}
+    for piece_start, piece_end in pending:
+        cursor = piece_start
+        while cursor < piece_end:
+            window_end = min((cursor // window_s + 1) * window_s, piece_end)
+            window = _read_window(api, config, chosen, namespaces, cursor, window_end)
+            files = _write_window(config, url, window, cursor, window_end)
+            state.add(url, cursor, window_end)
+            rows = sum(t.num_rows for t in window.tables.values())
+            hosts.update(window.tables)
+            counts["windows"] += 1
+            counts["rows"] += rows
+            counts["sample_files"] += files
+            pods.update((a.job_id, a.host, a.gpu_index) for a in window.allocations)
+            if progress:
+                progress(
+                    f"prometheus: [{_utc(cursor).isoformat()}, {_utc(window_end).isoformat()}): "
+                    f"{rows:,} rows of {len(window.tables)} host(s), "
+                    f"{len(window.allocations)} pod allocation row(s)"
+                )
+            cursor = window_end
+    return ImportResult(url, result.start, result.end, hosts=len(hosts), pods=len(pods), **counts)
+
+
+def series_names(api: PrometheusApi, config: Config) -> dict[str, str]:
+    """Each column's series name: the first of its configured names that Prometheus has."""
+    known = set(api.label_values("__name__"))
+    chosen: dict[str, str] = {}
+    for metric in METRICS:
+        for name in config.prometheus.series_names(metric.column):
+            if name in known:
+                chosen[metric.column] = name
+                break
+    if not chosen:
+        wanted = ", ".join(n for m in METRICS for n in config.prometheus.series_names(m.column))
+        raise PrometheusError(
+            f"values of label '__name__': {api.url} has none of the DCGM series ({wanted}); "
+            "set their names in [prometheus.series] if the site renames them"
+        )
+    return chosen
+
+
+def _read_window(
+    api: PrometheusApi,
+    config: Config,
+    chosen: dict[str, str],
+    namespaces: tuple[NamespaceTeam, ...],
+    start: int,
+    end: int,
+) -> _Window:
+    """Every host's rows and pods with `ts` in [start, end)."""
+    settings = config.prometheus
+    step = settings.step_seconds
+    first_ts, last_ts = start, end - step
+    # The scrapes the window's steps cover: (start - step, end - step].
+    names = sorted(set(chosen.values()))
+    selector = name_matcher(names)
+    _check_key_labels(api, config, selector, start - step, last_ts)
+    host_names = api.label_values(
+        settings.host_label, matchers=[selector], start_s=start - step, end_s=last_ts
+    )
+    presence = chosen.get(PRESENCE_COLUMN) or names[0]
+    # Each host's queries, in order: its series, then its pods (metric None).
+    queries: list[tuple[str, Metric | None, str]] = []
+    for host in sorted(host_names):
+        for metric in METRICS:
+            name = chosen.get(metric.column)
+            if name is not None:  # else not exported: the column stays null
+                queries.append(
+                    (host, metric, step_query(metric, name, host=host, prometheus=settings))
+                )
+        pods = pod_query(presence, host=host, prometheus=settings, kubernetes=config.kubernetes)
+        queries.append((host, None, pods))
+
+    def ask(item: tuple[str, Metric | None, str]) -> list[dict[str, Any]]:
+        return api.query_range(item[2], start_s=first_ts, end_s=last_ts, step_s=step)
+
+    tables: dict[str, pa.Table] = {}
+    pod_answers: list[tuple[str, list[dict[str, Any]]]] = []
+    steps = HostSteps(step, first_ts, (end - start) // step)
+    for (host, metric, query), answer in read_ahead(queries, ask, depth=READ_AHEAD):
+        if metric is not None:
+            steps.add(metric, answer, query=query, prometheus=settings)
+            continue
+        pod_answers.append((query, answer))  # the host's last query: its rows are complete
+        table = steps.table(METRICS)
+        if table.num_rows:
+            tables[host] = table
+        steps = HostSteps(step, first_ts, (end - start) // step)
+    allocations = pod_allocations(pod_answers, config=config, namespaces=namespaces)
+    return _Window(tables, allocations)
+
+
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
+
+
+def read_ahead(
+    items: Iterable[Item], read: Callable[[Item], Answer], depth: int = 2
+) -> Iterator[tuple[Item, Answer]]:
+    """Each item with its read, in order, while up to `depth` later reads run. A read that
+    fails raises where its item comes; the reads after it are cancelled or waited for."""
+    remaining = iter(items)
+    with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="prometheus") as pool:
+        pending: deque[tuple[Item, Future[Answer]]] = deque(
+            (item, pool.submit(read, item)) for item in itertools.islice(remaining, depth)
+        )
+        try:
+            while pending:
+                item, future = pending.popleft()
+                for later in itertools.islice(remaining, 1):
+                    pending.append((later, pool.submit(read, later)))
+                yield item, future.result()
+        finally:
+            for _, future in pending:
+                future.cancel()
+
+
+def _check_key_labels(
+    api: PrometheusApi, config: Config, selector: str, start_s: float, end_s: float
+) -> None:
+    """Fail when a DCGM series lacks the host or UUID label: its rows would have no key."""
+    inner = selector[1:-1]
+    for key in (config.prometheus.host_label, config.prometheus.uuid_label):
+        matcher = f'{{{inner}, {key}=""}}'
+        found = api.series([matcher], start_s=start_s, end_s=end_s)
+        if found:
+            labels = dict(found[0])
+            name = labels.pop("__name__", "?")
+            shown = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            raise PrometheusError(
+                f"series {matcher}: {name}{{{shown}}} has no '{key}' label "
+                f"({len(found)} such series)"
+            )
+
+
+def _write_window(config: Config, url: str, window: _Window, start: int, end: int) -> int:
+    """Write a window's sample files and allocation rows; returns the number of sample
+    files. The allocation files are prepared (and any existing one checked) first."""
+    source = source_name(url)
+    allocations = allocation_files(config.allocations_dir, source, window.allocations)
+    stem = f"prometheus-{source}-{_stamp(start)}-{_stamp(end)}"
+    written = 0
+    for host, table in sorted(window.tables.items()):
+        # One file per UTC date of `ts`, as the collector's writer splits its own.
+        dates = pc.strftime(table["ts"], format="%Y-%m-%d")
+        for date in pc.unique(dates).to_pylist():
+            directory = Path(partition_dir(str(config.samples_dir), date, safe_host(host)))
+            part = table.filter(pc.equal(dates, date))
+            write_table_atomically(part, directory / f"{stem}.parquet")
+            written += 1
+    for path, text in allocations.items():
+        write_text_atomically(path, text)
+    return written

@@ -1,0 +1,178 @@
+"""The importer's files: allocation rows by cluster and day, and the watermark.
+
+Rows go to `raw/allocations/slurm-<cluster>-<YYYY-MM-DD>.csv`, the UTC day of the job's
+start, in the format ingest reads. A job's rows are keyed by (job id, start): importing a
+job again adds nothing, and a job seen running, then ended, has its open rows closed in the
+file that holds them (the day of its start). A file is rewritten whole under a temporary
+`.` name, flushed and renamed, and only when its content changes, so that a reader sees
+the old file or the new one, never a part.
+
+The watermark, the end of the last window asked of sacct, is kept in
+`<data_dir>/imports/slurm.json`, beside the other importers' records: it says where the
+next run starts, not what the files hold (they are their own record), so losing it costs
+one larger query, never a duplicate row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import io
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from gpufleet.errors import GpufleetError
+
+COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+RECORD_FILE = "slurm.json"
+
+
+class AllocationRow(NamedTuple):
+    job_id: str
+    user: str | None
+    team: str | None  # None: ingest looks the user up in users.csv
+    host: str
+    gpu_index: int
+    start_ts: dt.datetime
+    end_ts: dt.datetime | None  # None: still running
+
+
+class JobUpdate(NamedTuple):
+    """What one run knows of one started job: its key, its end, and the GPUs squeue gave
+    (empty when squeue did not see it run)."""
+
+    job_id: str
+    start_ts: dt.datetime
+    end_ts: dt.datetime | None
+    rows: tuple[AllocationRow, ...]
+
+
+def day_file(allocations_dir: Path, cluster: str | None, start_ts: dt.datetime) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster or "slurm")
+    day = start_ts.astimezone(dt.UTC).date().isoformat()
+    return allocations_dir / f"slurm-{name}-{day}.csv"
+
+
+def _time(text: str) -> dt.datetime:
+    value = dt.datetime.fromisoformat(text)
+    if value.tzinfo is None:
+        raise ValueError(f"no UTC offset in {text!r}")
+    return value.astimezone(dt.UTC)
+
+
+def read_rows(path: Path) -> list[AllocationRow]:
+    """The rows of a file this importer wrote ([] when there is none)."""
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if tuple(reader.fieldnames or ()) != COLUMNS:
+                raise ValueError(f"header {reader.fieldnames} is not {','.join(COLUMNS)}")
+            return [
+                AllocationRow(
+                    row["job_id"],
+                    row["user"] or None,
+                    row["team"] or None,
+                    row["host"],
+                    int(row["gpu_index"]),
+                    _time(row["start_ts"]),
+                    _time(row["end_ts"]) if row["end_ts"] else None,
+                )
+                for row in reader
+            ]
+    except (OSError, KeyError, TypeError, ValueError, csv.Error) as exc:
+        raise GpufleetError(
+            f"{path}: not an allocation file as 'gpufleet import slurm' writes it ({exc}); "
+            "move it away to import again"
+        ) from exc
+
+
+def merge(existing: list[AllocationRow], updates: Iterable[JobUpdate]) -> list[AllocationRow]:
+    """`existing` with each job's news: its rows closed when it ended, the GPUs not yet
+    listed added, and the open rows of an earlier start of the same job id (a requeued
+    job) closed where the new start begins."""
+    rows = list(existing)
+    for update in updates:
+        held = set()
+        for position, row in enumerate(rows):
+            if row.job_id != update.job_id:
+                continue
+            if row.start_ts == update.start_ts:
+                held.add((row.host, row.gpu_index))
+                if update.end_ts is not None and row.end_ts != update.end_ts:
+                    rows[position] = row._replace(end_ts=update.end_ts)
+            elif row.end_ts is None and row.start_ts < update.start_ts:
+                rows[position] = row._replace(end_ts=update.start_ts)
+        rows.extend(
+            row._replace(end_ts=update.end_ts)
+            for row in update.rows
+            if (row.host, row.gpu_index) not in held
+        )
+    return sorted(rows, key=lambda r: (r.start_ts, _job_order(r.job_id), r.host, r.gpu_index))
+
+
+def _job_order(job_id: str) -> tuple[int, ...]:
+    """123 < 123_2 < 123_10 < 124: the numbers of a job id, in order."""
+    return tuple(int(number) for number in re.findall(r"\d+", job_id))
+
+
+def _iso(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.UTC).isoformat() if value is not None else ""
+
+
+def render(rows: list[AllocationRow]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow(
+            [
+                row.job_id,
+                row.user or "",
+                row.team or "",
+                row.host,
+                row.gpu_index,
+                _iso(row.start_ts),
+                _iso(row.end_ts),
+            ]
+        )
+    return out.getvalue()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary `.` name, flushed and renamed."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise GpufleetError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def read_watermark(path: Path) -> dt.datetime | None:
+    """The end of the last window imported (None before the first run)."""
+    if not path.is_file():
+        return None
+    try:
+        return _time(json.loads(path.read_text(encoding="utf-8"))["watermark"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GpufleetError(
+            f"{path}: not the record 'gpufleet import slurm' writes ({exc}); remove it and "
+            "give --since"
+        ) from exc
+
+
+def write_watermark(path: Path, watermark: dt.datetime) -> None:
+    write_atomically(path, json.dumps({"watermark": _iso(watermark)}, indent=1) + "\n")

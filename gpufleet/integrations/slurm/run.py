@@ -1,0 +1,333 @@
+"""`gpufleet import slurm`: sacct's jobs and squeue's GPU indices -> allocation rows.
+
+One run asks sacct for every job that ran in `[since, now)` (`--allusers --allocations`),
+where `since` is the last run's end less an hour (records reach slurmdbd late when it was
+down; a job seen twice adds nothing), and squeue for the GPUs running jobs hold. A started
+job with GPUs becomes one row per GPU, team from its account (`accounts.py`); a job that
+ended has its rows closed. A job that began and ended between two runs was never seen by
+squeue: sacct does not say which GPUs it held, so it gets no rows (listed in the summary;
+its samples are still attributed by process).
+
+Everything is read and checked before anything is written: a failed import changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations.slurm.accounts import ACCOUNTS_FILE, Teams, read_accounts
+from gpufleet.integrations.slurm.files import (
+    RECORD_FILE,
+    AllocationRow,
+    JobUpdate,
+    day_file,
+    merge,
+    read_rows,
+    read_watermark,
+    render,
+    write_atomically,
+    write_watermark,
+)
+from gpufleet.integrations.slurm.payload import load_payload
+from gpufleet.integrations.slurm.sacct import SlurmJob, parse_sacct
+from gpufleet.integrations.slurm.squeue import HeldGpus, parse_squeue
+
+OVERLAP = dt.timedelta(hours=1)  # each window starts this long before the last one ended
+COMMAND_TIMEOUT_S = 300
+HOSTS_LOOKBACK = dt.timedelta(days=7)  # collector hosts: those with files in these days
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmImport:
+    """What one import did, for the command's summary and the flow's log."""
+
+    jobs: int  # jobs sacct (and squeue) listed
+    gpu_jobs: int  # of those, started jobs with GPUs
+    rows_added: int
+    rows_closed: int
+    files: tuple[Path, ...]  # allocation files written
+    unplaced: tuple[str, ...] = ()  # GPU jobs with no indices: not seen running by squeue
+    mig: tuple[str, ...] = ()  # jobs on MIG devices (no GPU indices)
+    unknown_nodes: tuple[str, ...] = ()  # nodes that match no collector host
+    source: str = ""  # "sacct <since> to <until>", or the saved file read
+
+    def __str__(self) -> str:
+        lines = [
+            f"import slurm: {self.jobs:,} jobs from {self.source}, {self.gpu_jobs:,} with "
+            f"GPUs; {self.rows_added:,} allocation rows added, {self.rows_closed:,} closed, "
+            f"in {len(self.files)} file(s)"
+        ]
+        if self.unplaced:
+            lines.append(
+                f"  {len(self.unplaced):,} GPU job(s) never seen running by squeue, so with no "
+                f"GPU indices and no rows: {_some(self.unplaced)}"
+            )
+        if self.mig:
+            lines.append(f"  {len(self.mig):,} job(s) on MIG devices, no rows: {_some(self.mig)}")
+        return "\n".join(lines)
+
+
+def _some(names: tuple[str, ...], shown: int = 10) -> str:
+    more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _run(command: list[str]) -> str:
+    """A Slurm command's stdout; not found, failing or hanging is one line naming it."""
+    name = command[0]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            env={**os.environ, "TZ": "UTC"},  # sacct reads --starttime in TZ
+        )
+    except FileNotFoundError as exc:
+        raise GpufleetError(
+            f"{name}: not found on PATH (install Slurm's client commands, or give "
+            f"--{name}-json FILE with output saved elsewhere)"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise GpufleetError(f"{name}: no answer in {COMMAND_TIMEOUT_S} s") from exc
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        raise GpufleetError(
+            f"{name} exited with status {done.returncode}: {detail[-1] if detail else ''}"
+        )
+    return done.stdout
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise GpufleetError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+
+
+def _key(row: AllocationRow) -> tuple[str, str, int, dt.datetime]:
+    return (row.job_id, row.host, row.gpu_index, row.start_ts)
+
+
+def _utc(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def collector_hosts(config: Config, since: dt.date, until: dt.date) -> set[str]:
+    """The hosts with sample files on the UTC days `since` to `until` (raw/samples)."""
+    hosts: set[str] = set()
+    day = since
+    while day <= until:
+        folder = config.samples_dir / f"date={day.isoformat()}"
+        if folder.is_dir():
+            hosts.update(p.name[len("host=") :] for p in folder.glob("host=*") if p.is_dir())
+        day += dt.timedelta(days=1)
+    return hosts
+
+
+class HostNames:
+    """A Slurm node's name as the collectors write it: the same name, else the one host
+    whose first label is the node's name (`gpu-node01` -> `gpu-node01.example.org`)."""
+
+    def __init__(self, hosts: set[str]) -> None:
+        self.hosts = hosts
+        self.short: dict[str, list[str]] = {}
+        for host in sorted(hosts):
+            self.short.setdefault(host.split(".")[0], []).append(host)
+        self.unknown: set[str] = set()
+
+    def __call__(self, node: str) -> str:
+        if not self.hosts or node in self.hosts:
+            return node
+        matches = self.short.get(node, [])
+        if len(matches) == 1:
+            return matches[0]
+        self.unknown.add(node)
+        return node
+
+
+def _held(job: SlurmJob, held: dict[str, HeldGpus]) -> HeldGpus | None:
+    """What squeue says the job holds: a running job's GPUs, never given to an earlier
+    run of a requeued job (same id, other start, already ended)."""
+    found = held.get(job.job_id)
+    if found is None or (job.end_ts is not None and job.start_ts != found.job.start_ts):
+        return None
+    return found
+
+
+def _updates(
+    jobs: list[SlurmJob],
+    held: dict[str, HeldGpus],
+    teams: Teams,
+    host_of: Callable[[str], str],
+    since: dt.datetime | None,
+) -> tuple[list[tuple[SlurmJob, JobUpdate]], list[str]]:
+    """Each started GPU job's update, and the jobs on MIG devices."""
+    found: list[tuple[SlurmJob, JobUpdate]] = []
+    mig: list[str] = []
+    for job in jobs:
+        gpus = _held(job, held)
+        if job.start_ts is None or (job.gpus == 0 and gpus is None):
+            continue
+        if since is not None and job.end_ts is not None and job.end_ts < since:
+            continue
+        rows: list[AllocationRow] = []
+        for node in gpus.nodes if gpus else ():
+            if node.mig:
+                mig.append(job.job_id)
+                continue
+            team = teams.team(job.account, job.start_ts)
+            rows.extend(
+                AllocationRow(
+                    job.job_id, job.user, team, host_of(node.node), index, job.start_ts, None
+                )
+                for index in node.gpu_indices
+            )
+        found.append((job, JobUpdate(job.job_id, job.start_ts, job.end_ts, tuple(rows))))
+    return found, sorted(set(mig))
+
+
+class _Outputs(NamedTuple):
+    jobs: list[SlurmJob]  # sacct's, and running jobs only squeue knows yet
+    held: dict[str, HeldGpus]  # squeue's, by job id
+    start: dt.datetime | None  # the window's start (None: all of a saved output)
+    described: str  # where the jobs came from, for the summary
+
+
+def _outputs(
+    config: Config,
+    since: dt.datetime | None,
+    sacct_json: Path | None,
+    squeue_json: Path | None,
+    now: dt.datetime,
+    first_window: dt.timedelta | None,
+) -> _Outputs:
+    """Run sacct and squeue (or read their saved output) and parse both."""
+    start = since
+    if sacct_json is not None:
+        sacct_text, sacct_source = _read(sacct_json), str(sacct_json)
+        described = sacct_source
+    else:
+        watermark = read_watermark(config.data_dir / "imports" / RECORD_FILE)
+        start = since or (watermark - OVERLAP if watermark else None)
+        if start is None and first_window is not None:
+            start = now - first_window
+        if start is None:
+            raise GpufleetError(
+                "import slurm: the first run needs --since (e.g. --since 2026-11-01T00:00:00Z); "
+                "later runs start where the last one ended"
+            )
+        sacct_text = _run(
+            [
+                "sacct",
+                "--json",
+                "--allusers",
+                "--allocations",
+                "--duplicates",  # each run of a requeued job, with its own start and end
+                f"--starttime={_utc(start)}",
+                f"--endtime={_utc(now)}",
+            ]
+        )
+        sacct_source = "sacct --json"
+        described = f"sacct {start:%Y-%m-%dT%H:%M:%SZ} to {now:%Y-%m-%dT%H:%M:%SZ}"
+    if squeue_json is not None:
+        squeue_text: str | None = _read(squeue_json)
+        squeue_source = str(squeue_json)
+    elif sacct_json is None:
+        squeue_text, squeue_source = _run(["squeue", "--json", "--all"]), "squeue --json"
+    else:
+        squeue_text, squeue_source = None, ""
+    jobs = parse_sacct(load_payload(sacct_text, source=sacct_source))
+    held = parse_squeue(load_payload(squeue_text, source=squeue_source)) if squeue_text else {}
+    known = {job.job_id for job in jobs}
+    jobs.extend(h.job for job_id, h in held.items() if job_id not in known)  # sacct lags
+    return _Outputs(jobs, held, start, described)
+
+
+class _Plan(NamedTuple):
+    contents: dict[Path, str]  # the files to write, and their new content
+    added: int
+    closed: int
+    placed: set[tuple[str, dt.datetime]]  # (job id, start) of the jobs with rows
+
+
+def _plan(config: Config, found: list[tuple[SlurmJob, JobUpdate]]) -> _Plan:
+    """Each day file the updates change, merged with what it holds."""
+    by_file: dict[Path, list[JobUpdate]] = {}
+    for job, update in found:
+        path = day_file(config.allocations_dir, job.cluster, update.start_ts)
+        by_file.setdefault(path, []).append(update)
+    plan = _Plan({}, 0, 0, set())
+    added = closed = 0
+    for path, updates in sorted(by_file.items()):
+        existing = read_rows(path)
+        rows = merge(existing, updates)
+        plan.placed.update((row.job_id, row.start_ts) for row in rows)
+        added += len(rows) - len(existing)
+        was_open = {_key(row) for row in existing if row.end_ts is None}
+        closed += sum(1 for row in rows if row.end_ts is not None and _key(row) in was_open)
+        text = render(rows)
+        if rows and (not path.is_file() or path.read_text(encoding="utf-8") != text):
+            plan.contents[path] = text
+    return plan._replace(added=added, closed=closed)
+
+
+def import_slurm(
+    config: Config,
+    *,
+    since: dt.datetime | None = None,
+    sacct_json: Path | None = None,
+    squeue_json: Path | None = None,
+    now: dt.datetime | None = None,
+    first_window: dt.timedelta | None = None,
+    warn: Callable[[str], object] = print,
+) -> SlurmImport:
+    """Import the jobs of `[since, now)` from sacct and squeue, or from their saved `--json`
+    output. `since` defaults to the last run's end less an hour, and on the first run to
+    `now - first_window` (without it, the first run needs `since`)."""
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
+    jobs, held, start, described = _outputs(
+        config, since, sacct_json, squeue_json, now, first_window
+    )
+    teams = Teams(
+        read_accounts(config.ref_dir / ACCOUNTS_FILE),
+        team_from=config.slurm.team_from,
+        timezone=config.timezone,
+    )
+    starts = [job.start_ts for job in jobs if job.start_ts is not None]
+    first_day = max(min(starts, default=now), now - HOSTS_LOOKBACK).date()
+    host_of = HostNames(collector_hosts(config, first_day, now.date()))
+    found, mig = _updates(jobs, held, teams, host_of, start)
+    plan = _plan(config, found)  # everything read and checked: from here on, writes
+    if host_of.unknown:
+        warn(
+            f"import slurm: {len(host_of.unknown)} Slurm node(s) match no collector host "
+            f"(no sample files under {config.samples_dir} name them; their rows are written "
+            f"but attribute nothing): {_some(tuple(sorted(host_of.unknown)))}"
+        )
+    for path, text in plan.contents.items():
+        write_atomically(path, text)
+    if sacct_json is None:
+        write_watermark(config.data_dir / "imports" / RECORD_FILE, now)
+    unplaced = [job.job_id for job, u in found if (job.job_id, u.start_ts) not in plan.placed]
+    return SlurmImport(
+        jobs=len(jobs),
+        gpu_jobs=len(found),
+        rows_added=plan.added,
+        rows_closed=plan.closed,
+        files=tuple(plan.contents),
+        unplaced=tuple(job_id for job_id in unplaced if job_id not in mig),
+        mig=tuple(mig),
+        unknown_nodes=tuple(sorted(host_of.unknown)),
+        source=described,
+    )

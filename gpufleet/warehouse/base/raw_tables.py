@@ -1,0 +1,164 @@
+"""DDL of the tables `ingest` writes and the SQL models read (the boundary between them).
+
+`samples_stored` holds the samples (the columns of a sample file,
+docs/reference.md#sample-files) that are kept in the warehouse, each with the publish that
+loaded it (`load_id`); the `samples` table users query (docs/reference.md#tables) is a view
+of it and of the lake's evicted files (`gpufleet.warehouse.lake`). The other tables hold
+the reference files and allocations as loaded, with empty CSV cells as NULL.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+PROCESS_STRUCT = 'struct(pid uinteger, "user" varchar, used_mem_bytes bigint, job_id varchar)'
+
+# (name, DuckDB type) of every sample column, in contract order.
+SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ts", "timestamptz"),
+    ("interval_s", "float"),
+    ("host", "varchar"),
+    ("gpu_index", "usmallint"),
+    ("gpu_uuid", "varchar"),
+    ("gpu_name", "varchar"),
+    ("status", "varchar"),
+    ("gpu_util_pct", "float"),
+    ("mem_util_pct", "float"),
+    ("mem_used_bytes", "bigint"),
+    ("mem_total_bytes", "bigint"),
+    ("power_w", "float"),
+    ("power_limit_w", "float"),
+    ("energy_mj", "bigint"),
+    ("temp_gpu_c", "smallint"),
+    ("temp_mem_c", "smallint"),
+    ("sm_clock_mhz", "integer"),
+    ("sm_clock_max_mhz", "integer"),
+    ("mem_clock_mhz", "integer"),
+    ("clock_event_mask", "ubigint"),
+    ("thermal_violation_ns", "bigint"),
+    ("power_violation_ns", "bigint"),
+    ("mig_enabled", "boolean"),
+    ("processes", f"{PROCESS_STRUCT}[]"),
+)
+
+REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
+# The sample columns as a SELECT or INSERT list, in contract order.
+QUOTED_SAMPLE_COLUMNS = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)
+
+_GLOB_LITERALS = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
+
+
+def literal_path(path: str) -> str:
+    """`path` as a pattern that `read_parquet`/`parquet_schema` match only to that file.
+
+    They read every path as a glob; host and file names are the collectors' own, so a
+    `[`, `*` or `?` in one would otherwise match other files (`c[1].parquet` reads
+    `c1.parquet`). Each is put in a bracket class of its own.
+    """
+    return path.translate(_GLOB_LITERALS)
+
+
+RAW_TABLES_DDL = f"""
+create table if not exists samples_stored (
+    {
+    ", ".join(
+        f'"{name}" {kind}' + (" not null" if name in REQUIRED_SAMPLE_COLUMNS else "")
+        for name, kind in SAMPLE_COLUMNS
+    )
+},
+    load_id bigint not null        -- the publish (build_state.generation) that loaded it
+);
+create view if not exists samples as
+select {QUOTED_SAMPLE_COLUMNS} from samples_stored;
+create table if not exists ref_users (
+    "user" varchar not null,
+    team varchar not null
+);
+create table if not exists ref_hosts (
+    rule_order integer not null,   -- 1-based row order in hosts.csv: first match wins
+    host_glob varchar not null,
+    team varchar not null
+);
+create table if not exists ref_prices (
+    rule_order integer not null,   -- 1-based row order in prices.csv: first match wins
+    gpu_glob varchar not null,
+    usd_per_gpu_hour double not null
+);
+create table if not exists allocations (
+    job_id varchar,
+    "user" varchar,
+    team varchar,                  -- null: look the user up in ref_users
+    host varchar not null,
+    gpu_index usmallint not null,
+    start_ts timestamptz not null,
+    end_ts timestamptz,            -- null: still running
+    source_file varchar not null
+);
+create table if not exists loaded_files (
+    path varchar primary key,      -- relative to the data directory
+    size_bytes bigint not null,
+    mtime_ns bigint not null,
+    row_count bigint not null,
+    min_ts timestamptz,
+    max_ts timestamptz,
+    loaded_at timestamptz not null
+);
+-- The CRC-32 of a compacted file's bytes as compaction wrote it (NULL: a collector's file,
+-- or a compacted file from before it was kept): a new mtime alone is no change
+-- (warehouse/lake/content.py).
+alter table loaded_files add column if not exists content_hash bigint;
+create table if not exists quarantined_files (
+    path varchar not null,         -- where the file was found, relative to the data directory
+    reason varchar not null,
+    quarantined_at timestamptz not null,
+    moved_to varchar               -- where it was moved, relative to the data directory
+);
+alter table quarantined_files add column if not exists moved_to varchar;
+create schema if not exists build_state;
+-- The compacted host-day files whose samples are read from the lake (warehouse/lake/samples.py).
+create table if not exists build_state.lake_files (
+    path varchar primary key,      -- relative to the data directory
+    day date not null,             -- the UTC date of its samples (its date= partition)
+    row_count bigint not null,
+    evicted_at timestamptz not null  -- when it joined the lake
+);
+-- The publish whose ingest wrote it from the rows it loaded, straight into the lake (its
+-- samples never in samples_stored; a build takes them as new); NULL: a build evicted it.
+alter table build_state.lake_files add column if not exists load_id bigint;
+"""
+
+
+# A warehouse from before the lake kept every sample in a table named `samples`: it becomes
+# samples_stored, its rows loaded before any publish (load 0), so the next build is a full one.
+_MIGRATE_SAMPLES_TABLE = """
+alter table samples rename to samples_stored;
+alter table samples_stored add column load_id bigint default 0;
+drop table if exists build_state.watermark;
+"""
+
+
+def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the raw tables if they do not exist yet."""
+    old = con.execute(
+        "select 1 from duckdb_tables() where database_name = current_database()"
+        " and schema_name = 'main' and table_name = 'samples'"
+    ).fetchone()
+    if old is not None:
+        con.execute(_MIGRATE_SAMPLES_TABLE)
+    con.execute(RAW_TABLES_DDL)
+    _ensure_sent_log(con)
+
+
+def _ensure_sent_log(con: duckdb.DuckDBPyConnection) -> None:
+    """`notices_sent` as well, empty until a notice is sent, so that a query of it works
+    from the first ingest on. Its DDL and comments are the notices' (imported here, when
+    called: that module imports this package)."""
+    from gpufleet.notices.sent_log import TABLE, ensure_sent_log
+
+    exists = con.execute(
+        "select 1 from duckdb_tables() where database_name = current_database()"
+        " and schema_name = 'main' and table_name = ?",
+        [TABLE],
+    ).fetchone()
+    if exists is None:
+        ensure_sent_log(con)

@@ -1,0 +1,181 @@
+"""The incremental build: recompute only the hours and days that new samples touch.
+
+Runs the models written for the whole warehouse on a slice of it (`render` with a remap):
+the slice is chosen in `window.py`, the marts' rows replaced in `marts.py` and
+`pieces.py`. `docs/warehouse.md` explains the steps
+and why they give what a full build gives (`tests/test_incremental.py` proves it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.warehouse.build.ids import record_new_ids
+from gpufleet.warehouse.build.incremental.marts import (
+    GPU_DAY_MART,
+    GPU_HOUR_MART,
+    PER_DAY_MARTS,
+    PER_SAMPLE_MART,
+    PER_WEEK_MARTS,
+    PIECES_MART,
+    RUN_MARTS,
+    replace_gpu_days,
+    replace_gpu_hours,
+    replace_period_rows,
+    replace_sample_rows,
+)
+from gpufleet.warehouse.build.incremental.pieces import replace_pieces, replace_runs
+from gpufleet.warehouse.build.incremental.window import (
+    create_window,
+    keep_series_names,
+    names_would_change,
+    select_new_samples,
+    window_is_a_suffix,
+)
+from gpufleet.warehouse.build.memory import fit_memory_limit
+from gpufleet.warehouse.build.models import Model, create_model, drop_model
+from gpufleet.warehouse.build.state import record_incremental_build
+
+# Every mart an incremental build knows how to replace; any other means a full build.
+INCREMENTAL_MARTS = frozenset(
+    {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART, GPU_HOUR_MART}
+    | set(PER_DAY_MARTS)
+    | set(PER_WEEK_MARTS)
+)
+# int_thermal_events reads the touched thermal runs' pieces, the rest the idle runs'.
+REMAP_OVERRIDES = {"int_thermal_events": {PIECES_MART: "_inc_thermal_pieces"}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class IncrementalOutcome:
+    """What an incremental build recomputed (series, their new samples, local days)."""
+
+    series: int
+    new_samples: int
+    days: int
+
+
+def build_incrementally(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    models: Mapping[str, Model],
+    order: list[str],
+    *,
+    after: int,
+    top: int,
+) -> IncrementalOutcome | str:
+    """Bring the marts up to load `top` of samples_stored; or why only a full build can."""
+    marts = {
+        name
+        for name in order
+        if models[name].layer == "marts" and models[name].materialized != "view"
+    }
+    if marts != INCREMENTAL_MARTS:
+        return "a mart has no incremental plan"
+    select_new_samples(con, config, after=after, top=top)
+    if names_would_change(con):
+        return "a GPU's name changed"
+    con.execute("create or replace temp table _inc_days (day date)")
+    created: list[Model] = []
+    try:
+        why_not = _run_models(con, models, order, created)
+        if why_not is not None:
+            return why_not
+        totals = con.execute(
+            """
+            select
+                (select count(*) from _inc_series),
+                (select coalesce(sum(new_samples), 0) from _inc_series),
+                (select count(distinct day) from _inc_days)
+            """
+        ).fetchone()
+        record_incremental_build(con, top=top)
+    finally:
+        _drop_temps(con, created)
+    assert totals is not None
+    return IncrementalOutcome(series=totals[0], new_samples=int(totals[1]), days=totals[2])
+
+
+def _run_models(
+    con: duckdb.DuckDBPyConnection,
+    models: Mapping[str, Model],
+    order: list[str],
+    created: list[Model],
+) -> str | None:
+    """Each model in order on the slice: the temp ones created (and added to `created`), the
+    marts' rows replaced; None, or why only a full build can."""
+    remap = {"samples": "_inc_samples"}
+    for name in order:
+        model = models[name]
+        if model.materialized == "view":
+            continue  # a view of other marts: nothing to recompute
+        fit_memory_limit(con)
+        if model.layer != "marts":
+            create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
+            created.append(model)
+            if name == "int_series_ids":
+                keep_series_names(con)
+            record_new_ids(con, name)
+        elif name == PER_SAMPLE_MART:
+            replace_sample_rows(con, model, remap)
+            create_window(con, PER_SAMPLE_MART)
+            if not window_is_a_suffix(con, PER_SAMPLE_MART):
+                return "local hours go back where the new samples begin (a clock change)"
+            remap = {**remap, PER_SAMPLE_MART: "_inc_window"}
+        elif name == PIECES_MART:
+            if not replace_pieces(con, model, remap):
+                return "the start of a run open before the new samples is unknown"
+            # The runs' models read the pieces of the touched runs only.
+            remap = {**remap, PIECES_MART: "_inc_idle_pieces"}
+        elif name in RUN_MARTS:
+            replace_runs(con, model, remap)
+        elif name == GPU_DAY_MART:
+            replace_gpu_days(con, model, models, remap)
+        elif name == GPU_HOUR_MART:
+            replace_gpu_hours(con, model, remap)
+        else:
+            replace_period_rows(con, model, remap, per_week=name in PER_WEEK_MARTS)
+    return None
+
+
+def _drop_temps(con: duckdb.DuckDBPyConnection, created: list[Model]) -> None:
+    """Drop what the build made for itself: the models' temp objects, then the slice's."""
+    for model in reversed(created):
+        drop_model(con, model)
+    for view in _TEMP_VIEWS:
+        con.execute(f"drop view if exists temp.{view}")
+    for table in _TEMP_TABLES:
+        con.execute(f"drop table if exists temp.{table}")
+
+
+_TEMP_VIEWS = (
+    "_inc_allocation_samples",
+    "_inc_source",
+    "_inc_window",
+    "_inc_idle_pieces",
+    "_inc_thermal_pieces",
+    "_inc_gpu_day_hours",
+    "_inc_gpu_day_pieces",
+    "_inc_gpu_team_daily",
+)
+_TEMP_TABLES = (
+    "_inc_allocation_changes",
+    "_inc_series",
+    "_inc_series_ids",
+    "_inc_samples",
+    "_inc_attributed",
+    "_inc_cut",
+    "_inc_carry",
+    "_inc_pieces",
+    "_inc_touched_idle",
+    "_inc_touched_thermal",
+    "_inc_old_waste",
+    "_inc_extra_days",
+    "_inc_gpu_day_episode_days",
+    "_inc_days",
+    "_inc_weeks",
+)

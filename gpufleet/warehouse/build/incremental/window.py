@@ -1,0 +1,222 @@
+"""The slice an incremental build recomputes: the new samples, the cut and the window.
+
+Temp tables `_inc_series` (series with new samples or changed allocations, from `since_ts`
+on), `_inc_samples` (what `stg_samples` reads), `_inc_cut` (each series' local hour to
+replace from) and `_inc_window` (the per-sample rows from the cut on). `docs/warehouse.md`
+explains why these bounds suffice.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.warehouse.build.state import ALLOCATION_CHANGES_SQL
+from gpufleet.warehouse.lake.samples import create_samples_since, lake_source
+
+
+def from_cut(rows: str) -> str:
+    """SQL: the row `rows` (with day and hour) is at or after its series' cut (_inc_cut)."""
+    return (
+        f"({rows}.day > _inc_cut.from_day"
+        f" or ({rows}.day = _inc_cut.from_day and {rows}.hour >= _inc_cut.from_hour))"
+    )
+
+
+def select_new_samples(
+    con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int
+) -> None:
+    """_inc_series (series with new samples, or whose allocations changed) and _inc_samples
+    (what stg_samples reads).
+
+    A series' `since_ts` is its first new sample, or its first sample after the start of an
+    allocation added, removed or changed on its host and GPU index, whichever is earlier.
+    """
+    _create_series(con, config, after=after, top=top)
+    _create_samples(con, config)
+
+
+def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int) -> None:
+    """_inc_series: per series, `since_ts`, its GPU name, the new samples and `context_ts`."""
+    con.execute(
+        f"""
+        create or replace temp table _inc_allocation_changes as
+        {ALLOCATION_CHANGES_SQL}
+        """
+    )
+    # Samples from the earliest allocation change on, and from the earliest sample a series'
+    # first new one can be contiguous with: samples_stored and the lake's files of those days.
+    row = con.execute("select min(start_ts) from _inc_allocation_changes").fetchone()
+    create_samples_since(con, config, "_inc_allocation_samples", row[0] if row else None)
+    con.execute(
+        f"""
+        create or replace temp table _inc_series as
+        with changes as (
+            select
+                gpu_uuid,
+                min(ts) as since_ts,
+                max(gpu_name) as gpu_name,
+                max(interval_s) as max_interval_s,
+                count(*) as new_samples,
+            from samples_stored
+            where load_id > $after and load_id <= $top
+            group by gpu_uuid
+            {_new_lake_series(con, config, after=after, top=top)}
+            union all
+            select
+                samples.gpu_uuid,
+                min(samples.ts),
+                null,
+                arg_min(samples.interval_s, samples.ts),
+                0,
+            from _inc_allocation_samples as samples
+            inner join _inc_allocation_changes as allocation
+                on allocation.host = samples.host
+                and allocation.gpu_index = samples.gpu_index
+                and samples.ts > allocation.start_ts
+            where samples.ts > (select min(start_ts) from _inc_allocation_changes)
+            group by samples.gpu_uuid
+        )
+        select
+            gpu_uuid,
+            min(since_ts) as since_ts,
+            max(gpu_name) as gpu_name,
+            -- the sample before since_ts matters only while it can be contiguous
+            min(since_ts) - to_microseconds(
+                ($gap_factor * max(max_interval_s)::double * 1000000)::bigint + 1
+            ) as context_ts,
+            sum(new_samples)::bigint as new_samples,
+        from changes
+        group by gpu_uuid
+        """,
+        {"gap_factor": config.series.max_gap_factor, "after": after, "top": top},
+    )
+
+
+def _new_lake_series(
+    con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int
+) -> str:
+    """SQL (`union all` ...) of each series' new samples in the files that ingests after
+    `after` put straight into the lake, as `_create_series` counts them; '' if none."""
+    rows = con.execute(
+        "select path from build_state.lake_files where load_id > $after and load_id <= $top",
+        {"after": after, "top": top},
+    ).fetchall()
+    if not rows:
+        return ""
+    root = config.data_dir.absolute()
+    return f"""
+            union all
+            select gpu_uuid, min(ts), max(gpu_name), max(interval_s), count(*),
+            from ({lake_source(str(root / path) for (path,) in rows)})
+            group by gpu_uuid"""
+
+
+def _create_samples(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """_inc_samples: each series' samples from since_ts on, and the one before that can be
+    contiguous with the first of them."""
+    row = con.execute("select min(context_ts) from _inc_series").fetchone()
+    create_samples_since(con, config, "_inc_source", row[0] if row else None)
+    con.execute(
+        """
+        create or replace temp table _inc_samples as
+        with bounds as (
+            select min(since_ts) as since_ts, min(context_ts) as context_ts, from _inc_series
+        ),
+        context as (
+            select samples.gpu_uuid, max(samples.ts) as ts,
+            from _inc_source as samples
+            inner join _inc_series on _inc_series.gpu_uuid = samples.gpu_uuid
+            where samples.ts >= (select context_ts from bounds)
+                and samples.ts >= _inc_series.context_ts
+                and samples.ts < _inc_series.since_ts
+            group by samples.gpu_uuid
+        )
+        select samples.*,
+        from _inc_source as samples
+        inner join _inc_series on _inc_series.gpu_uuid = samples.gpu_uuid
+        where samples.ts >= (select since_ts from bounds)
+            and samples.ts >= _inc_series.since_ts
+        union all by name
+        select samples.*,
+        from _inc_source as samples
+        inner join context on context.gpu_uuid = samples.gpu_uuid and context.ts = samples.ts
+        where samples.ts >= (select context_ts from bounds)
+        """
+    )
+
+
+def names_would_change(con: duckdb.DuckDBPyConnection) -> bool:
+    """A series' GPU name is the max over its samples; a larger new one renames old rows."""
+    row = con.execute(
+        """
+        select count(*) from _inc_series
+        inner join build_state.series on build_state.series.gpu_uuid = _inc_series.gpu_uuid
+        where _inc_series.gpu_name > coalesce(build_state.series.gpu_name, '')
+        """
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def keep_series_names(con: duckdb.DuckDBPyConnection) -> None:
+    """The series' names as built, not just the max over the slice (int_series_ids)."""
+    con.execute(
+        """
+        update int_series_ids
+        set gpu_name = build_state.series.gpu_name
+        from build_state.series
+        where build_state.series.gpu_uuid = int_series_ids.gpu_uuid
+            and build_state.series.gpu_name is not null
+            and (int_series_ids.gpu_name is null
+                or int_series_ids.gpu_name < build_state.series.gpu_name)
+        """
+    )
+
+
+def create_window(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """_inc_cut (each series' local day and hour of since_ts, from _inc_series_ids) and
+    _inc_window (the series' rows of the per-sample table `table` from the cut on)."""
+    con.execute(
+        f"""
+        create or replace temp table _inc_cut as
+        select
+            gpu_uuid,
+            series_id,
+            local_ts::date as from_day,
+            hour(local_ts) as from_hour,
+        from (
+            select
+                gpu_uuid,
+                series_id,
+                timezone(getvariable('timezone'), since_ts) as local_ts,
+            from _inc_series_ids
+        );
+        create or replace temp view _inc_window as
+        select rows.*,
+        from {table} as rows
+        inner join _inc_cut
+            on _inc_cut.series_id = rows.series_id and {from_cut("rows")}
+        where rows.day >= (select min(from_day) from _inc_cut);
+        """
+    )
+
+
+def window_is_a_suffix(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether each series' window (its rows of `table` from the cut on) is all its rows
+    from the window's first sample on. Local (day, hour) almost never goes back as time goes
+    on (an hour repeated when clocks go back an hour is one hour here too), but where clocks
+    go back two hours, or across midnight, a later sample can fall before the cut."""
+    row = con.execute(
+        f"""
+        with starts as (
+            select series_id, min(ts) as start_ts, from _inc_window group by series_id
+        )
+        select count(*)
+        from {table} as rows
+        inner join starts on starts.series_id = rows.series_id and rows.ts >= starts.start_ts
+        inner join _inc_cut on _inc_cut.series_id = rows.series_id
+        where not {from_cut("rows")}
+            and rows.ts >= (select min(start_ts) from starts)
+        """
+    ).fetchone()
+    return not (row and row[0])

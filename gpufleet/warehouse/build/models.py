@@ -1,0 +1,376 @@
+"""Run the SQL models in `sql/` (staging, intermediate, marts) against a DuckDB connection.
+
+Finding the models and their order, rendering one (`render`, with relations remapped for an
+incremental build), creating and dropping it, the full build, and the marts' `COMMENT ON`.
+The conventions (one select per file, materializations, variables, macros): `docs/warehouse.md`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
+from gpufleet.warehouse.build.ids import ensure_id_tables, record_new_ids
+from gpufleet.warehouse.build.memory import fit_memory_limit
+
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+DOCS_FILE_NAME = "_docs.toml"
+MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
+LAYERS = ("staging", "intermediate", "marts")
+MATERIALIZATIONS = ("temp_view", "temp_table", "table", "view")
+PERSISTENT = ("table", "view")  # the materializations that stay in the warehouse
+# A full build of more samples than this builds the per-series models a slice of the
+# GPUs at a time (the window over 60 million samples does not fit in the build's memory).
+# At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
+# slices of 4 M and 63 s in slices of 16 M (where run_pieces spills: 25 s instead of 15).
+FULL_BUILD_CHUNK_SAMPLES = 8_000_000
+# model: (the relation sliced, the staging view that reads it when it is a raw table)
+CHUNKED_MODELS = {
+    "samples_attributed_rows": ("samples", "stg_samples"),
+    "run_pieces": ("samples_attributed_rows", ""),
+}
+DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
+
+_MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILINE)
+_COMMENT_RE = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+_STRING_RE = re.compile(r"'(?:[^']|'')*'")
+_RELATION_RE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
+_READ_RE = re.compile(r"(\b(?:from|join)\s+)([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
+_CTE_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s+as\s*\(", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """One SQL model file."""
+
+    name: str
+    layer: str
+    path: Path
+    sql: str
+    materialized: str
+    depends_on: frozenset[str]
+
+
+def _layer_of(path: Path, sql_dir: Path) -> str:
+    layer = path.relative_to(sql_dir).parts[0]
+    if layer not in LAYERS:
+        raise ValueError(f"{path}: models live in sql/{{{','.join(LAYERS)}}}/, not sql/{layer}/")
+    return layer
+
+
+def _code(sql: str) -> str:
+    """The query without comments and with empty string literals (names only remain)."""
+    return _STRING_RE.sub("''", _COMMENT_RE.sub(" ", sql))
+
+
+def _cte_names(code: str) -> set[str]:
+    return {name.lower() for name in _CTE_RE.findall(code)}
+
+
+def _relations_read(sql: str) -> set[str]:
+    """Names after `from`/`join` in a query, minus its own CTE names."""
+    code = _code(sql)
+    return {name.lower() for name in _RELATION_RE.findall(code)} - _cte_names(code)
+
+
+def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
+    """Every `sql/<layer>/*.sql` (names starting with `_` are skipped), with its dependencies."""
+    paths = sorted(p for p in sql_dir.rglob("*.sql") if not p.name.startswith("_"))
+    texts: dict[str, tuple[Path, str]] = {}
+    for path in paths:
+        name = path.stem.lower()
+        if name in texts:
+            raise ValueError(f"{path}: model '{name}' is also defined in {texts[name][0]}")
+        texts[name] = (path, path.read_text(encoding="utf-8").strip().rstrip(";").strip())
+    models: dict[str, Model] = {}
+    for name, (path, sql) in texts.items():
+        layer = _layer_of(path, sql_dir)
+        match = _MATERIALIZED_RE.search(sql)
+        materialized = match.group(1) if match else DEFAULT_MATERIALIZATION[layer]
+        if materialized not in MATERIALIZATIONS:
+            raise ValueError(f"{path}: unknown materialization '{materialized}'")
+        depends_on = frozenset((_relations_read(sql) & texts.keys()) - {name})
+        models[name] = Model(
+            name=name,
+            layer=layer,
+            path=path,
+            sql=sql,
+            materialized=materialized,
+            depends_on=depends_on,
+        )
+    return models
+
+
+def build_order(models: Mapping[str, Model]) -> list[str]:
+    """A topological order of the models; among those ready, staging first, then by name."""
+    waiting = {name: set(model.depends_on) for name, model in models.items()}
+    dependents: dict[str, list[str]] = {name: [] for name in models}
+    for name, model in models.items():
+        for dependency in model.depends_on:
+            dependents[dependency].append(name)
+    ready = [(LAYERS.index(m.layer), name) for name, m in models.items() if not waiting[name]]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(name)
+        for dependent in dependents[name]:
+            waiting[dependent].discard(name)
+            if not waiting[dependent]:
+                heapq.heappush(ready, (LAYERS.index(models[dependent].layer), dependent))
+    if len(order) != len(models):
+        stuck = sorted(set(models) - set(order))
+        raise ValueError(f"models depend on each other in a cycle: {', '.join(stuck)}")
+    return order
+
+
+def load_docs(sql_dir: Path = SQL_DIR) -> dict[str, dict[str, object]]:
+    """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "...";
+    `columns_from = "other"` takes the other table's column texts (its own win)."""
+    path = sql_dir / "marts" / DOCS_FILE_NAME
+    with path.open("rb") as file:
+        docs: dict[str, dict[str, object]] = tomllib.load(file)
+    for table, entry in docs.items():
+        other = entry.pop("columns_from", None)
+        if other is None:
+            continue
+        inherited = docs.get(str(other), {}).get("columns")
+        if not isinstance(inherited, dict):
+            raise ValueError(f"{path}: [{table}] columns_from = {other!r}: no [{other}.columns]")
+        own = entry.get("columns", {})
+        entry["columns"] = {**inherited, **(own if isinstance(own, dict) else {})}
+    return docs
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def apply_docs(
+    con: duckdb.DuckDBPyConnection, table: str, docs: Mapping[str, object], source: Path
+) -> None:
+    """COMMENT ON the table and every one of its columns; a column without text is an error."""
+    description = docs.get("description")
+    columns = docs.get("columns", {})
+    if not isinstance(description, str) or not isinstance(columns, dict):
+        raise ValueError(f'{source}: [{table}] needs description = "..." and [{table}.columns]')
+    kind = _kind_in_warehouse(con, table) or "table"
+    con.execute(f"comment on {kind} {table} is {_quote(description)}")
+    actual = [row[0] for row in con.execute(f"describe {table}").fetchall()]
+    missing = [column for column in actual if not isinstance(columns.get(column), str)]
+    if missing:
+        raise ValueError(f"{source}: [{table}.columns] lacks {', '.join(missing)}")
+    for column in actual:
+        con.execute(f'comment on column {table}."{column}" is {_quote(columns[column])}')
+
+
+def apply_table_docs(con: duckdb.DuckDBPyConnection, table: str, sql_dir: Path = SQL_DIR) -> None:
+    """COMMENT ON one documented table (or view) again, from the marts' docs file."""
+    apply_docs(con, table, load_docs(sql_dir)[table], sql_dir / "marts" / DOCS_FILE_NAME)
+
+
+def model_variables(config: Config) -> dict[str, float | str]:
+    """The configuration the models read with getvariable()."""
+    return {
+        "idle_threshold_pct": float(config.idle.threshold_pct),
+        "idle_min_minutes": float(config.idle.min_minutes),
+        "max_gap_factor": float(config.series.max_gap_factor),
+        "timezone": config.timezone,
+    }
+
+
+def set_variables(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    for name, value in model_variables(config).items():
+        con.execute(f"set variable {name} = ?", [value])
+
+
+def render(model: Model, remap: Mapping[str, str] | None = None) -> str:
+    """The model's select, reading `remap[name]` wherever it reads relation `name`."""
+    if not remap:
+        return model.sql
+    ctes = _cte_names(_code(model.sql))
+    remap = {name: other for name, other in remap.items() if name not in ctes}
+
+    def swap(match: re.Match[str]) -> str:
+        return match.group(1) + remap.get(match.group(2).lower(), match.group(2))
+
+    return _READ_RE.sub(swap, model.sql)
+
+
+_KIND = {"temp_view": "temp view", "temp_table": "temp table", "table": "table", "view": "view"}
+
+
+def create_model(
+    con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str] | None = None
+) -> None:
+    if model.materialized in PERSISTENT:
+        _drop_other_kind(con, model)
+    con.execute(
+        f"create or replace {_KIND[model.materialized]} {model.name} as\n{render(model, remap)}"
+    )
+
+
+def _drop_other_kind(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    """A mart that was a table and is now a view (or the other way round) replaces the old."""
+    kind = _kind_in_warehouse(con, model.name)
+    if kind is not None and kind != model.materialized:
+        con.execute(f"drop {kind} main.{model.name}")
+
+
+def _kind_in_warehouse(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """'table' or 'view' for a relation of the warehouse's main schema; None if none."""
+    row = con.execute(
+        """
+        select 'table' from duckdb_tables()
+        where table_name = $name and schema_name = 'main' and not temporary
+        union all
+        select 'view' from duckdb_views()
+        where view_name = $name and schema_name = 'main' and not temporary
+        """,
+        {"name": name},
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    kind = "view" if model.materialized == "temp_view" else "table"
+    con.execute(f"drop {kind} if exists temp.{model.name}")
+
+
+def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR) -> None:
+    """The raw tables, the configuration variables, the macros and the build's settings."""
+    ensure_raw_tables(con)
+    ensure_id_tables(con)
+    set_variables(con, config)
+    con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
+    # A CTAS need not keep row order; that saves memory on the large per-sample models.
+    con.execute("set preserve_insertion_order = false")
+    # DuckDB estimates a window's output at a few rows, so it built its hash tables on the
+    # 60 M samples and probed them with the small name tables (series, hosts, teams): the
+    # joins cost 3 times the window and scrambled the rows, which samples_attributed then
+    # had to sort. The models put the small side of every join on the right, as written.
+    con.execute("set disabled_optimizers = 'build_side_probe_side'")
+    # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);
+    # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
+    # Below 1.5 GB when the rest of the process holds much: gpufleet/warehouse/build/memory.py.
+    fit_memory_limit(con, measure=True)
+
+
+def build_all_models(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str], sql_dir: Path
+) -> None:
+    """A full build: every model from scratch; the marts end up as documented tables (and
+    views). The caller starts the id tables afresh first (ids.forget_ids)."""
+    docs = load_docs(sql_dir)
+    marts = [name for name in order if models[name].layer == "marts"]
+    undocumented = sorted(set(marts) - docs.keys())
+    if undocumented:
+        raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
+    # The models open each lake file a dozen times (the id models, then every slice), and
+    # no file changes during a full build: its footer is parsed once (about 3 s of 50 at
+    # 1,000 GPUs x 7 days), by the count below. Off again after, as a cycle swaps files
+    # under the same paths.
+    con.execute("set parquet_metadata_cache = true")
+    try:
+        row = con.execute("select count(*) from samples").fetchone()  # the lake's footers
+        chunks = max(1, -(-int(row[0] if row else 0) // FULL_BUILD_CHUNK_SAMPLES))
+        for name in order:
+            if chunks > 1 and name in CHUNKED_MODELS:
+                _create_in_chunks(con, models, name, chunks)  # fits the cap before each slice
+            else:
+                fit_memory_limit(con)
+                create_model(con, models[name])
+            record_new_ids(con, name)
+        for name in marts:
+            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
+        # The tables ingest writes that users query too (samples, quarantined_files).
+        for name in sorted(docs.keys() - set(marts)):
+            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
+    finally:
+        con.execute("reset parquet_metadata_cache")
+        for name in reversed(order):
+            if models[name].materialized not in PERSISTENT:
+                drop_model(con, models[name])
+
+
+def _create_in_chunks(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], name: str, chunks: int
+) -> None:
+    """A per-series model, a slice of the GPUs at a time: its windows never cross series,
+    and a slice's window fits in the build's memory where the whole fleet's does not."""
+    model = models[name]
+    source, view = CHUNKED_MODELS[name]
+    _drop_other_kind(con, model)
+    con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
+    source_model = models.get(source)
+    # Slices are ranges of gpu_uuid: both sources are stored sorted by it within each load
+    # or build, so zone maps skip most row groups (a hash of the uuid would read them all).
+    # A model's rows have series ids instead (int_series_ids), which a full build numbers
+    # in uuid order: the range of a slice's ids skips the same row groups.
+    # int_series_ids holds every gpu_uuid of the samples once (built before both models):
+    # a distinct over the samples would open every file of the lake again.
+    uuids = [
+        row[0] for row in con.execute("select gpu_uuid from int_series_ids order by 1").fetchall()
+    ]
+    bounds = [
+        (uuids[len(uuids) * chunk // chunks], uuids[len(uuids) * (chunk + 1) // chunks - 1])
+        for chunk in range(chunks)
+        if len(uuids) * chunk // chunks < len(uuids) * (chunk + 1) // chunks
+    ]
+    in_slice = "gpu_uuid between getvariable('chunk_first_uuid') and getvariable('chunk_last_uuid')"
+    if source_model is not None:
+        in_slice = f"""
+            series_id between getvariable('chunk_first_id') and getvariable('chunk_last_id')
+            and series_id in (select series_id from int_series_ids where {in_slice})"""
+    con.execute(f"create or replace temp view _chunk as select * from {source} where {in_slice}")
+    try:
+        for first, last in bounds:
+            fit_memory_limit(con)
+            con.execute("set variable chunk_first_uuid = ?", [first])
+            con.execute("set variable chunk_last_uuid = ?", [last])
+            if source_model is not None:
+                for variable, extreme in (("chunk_first_id", "min"), ("chunk_last_id", "max")):
+                    con.execute(
+                        f"set variable {variable} = (select {extreme}(series_id) "
+                        "from int_series_ids where gpu_uuid between ? and ?)",
+                        [first, last],
+                    )
+            if source_model is None:  # a raw table: the staging view reads the slice
+                create_model(con, models[view], {source: "_chunk"})
+                con.execute(f"insert into {name} by name\n{model.sql}")
+            else:
+                con.execute(f"insert into {name} by name\n{render(model, {source: '_chunk'})}")
+    finally:
+        if source_model is None:
+            create_model(con, models[view])
+        con.execute("drop view if exists temp._chunk")
+        for variable in ("uuid", "id"):
+            con.execute(f"reset variable chunk_first_{variable}")
+            con.execute(f"reset variable chunk_last_{variable}")
+
+
+def count_mart_rows(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str]
+) -> dict[str, int]:
+    """Each mart's rows. A view over one table (samples_attributed names the ids of
+    samples_attributed_rows, row for row) counts as that table: counting the view would
+    run its joins over every sample, 4 s a build at 1,000 GPUs x 4 weeks."""
+    counts: dict[str, int] = {}
+    for name in order:
+        model = models[name]
+        if model.layer != "marts":
+            continue
+        counted = name
+        if model.materialized == "view" and len(model.depends_on) == 1:
+            counted = next(iter(model.depends_on))
+        row = con.execute(f"select count(*) from {counted}").fetchone()
+        counts[name] = int(row[0]) if row else 0
+    return counts

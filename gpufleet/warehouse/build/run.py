@@ -1,0 +1,147 @@
+"""`gpufleet build`: bring the marts up to date in one published warehouse transaction.
+
+A build is incremental when it can be (only the days new samples touch are recomputed, see
+`incremental/`) and full otherwise: the first build, `--full`, or a change in the
+SQL, the configuration or the reference data. Either way it ends by evicting the samples of
+compacted host-days from the warehouse file to the lake (`lake/samples.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.warehouse.build.ids import forget_ids
+from gpufleet.warehouse.build.incremental.run import build_incrementally
+from gpufleet.warehouse.build.models import (
+    PERSISTENT,
+    SQL_DIR,
+    Model,
+    apply_table_docs,
+    build_all_models,
+    build_order,
+    count_mart_rows,
+    discover_models,
+    model_variables,
+    prepare,
+)
+from gpufleet.warehouse.build.state import (
+    allocations_changed,
+    ensure_state_tables,
+    fingerprint,
+    read_state,
+    record_full_build,
+    samples_load_top,
+)
+from gpufleet.warehouse.lake.samples import evict_built_days, refresh_samples_view
+from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """What a build did: full, incremental or nothing; rows per mart; wall time."""
+
+    mode: str  # "full", "incremental" or "up to date"
+    reason: str
+    models: tuple[str, ...]
+    mart_rows: Mapping[str, int]
+    seconds: float
+    evicted: int = 0  # samples of compacted days moved from the warehouse file to the lake
+
+    def __str__(self) -> str:
+        moved = f"; {self.evicted:,} samples of compacted days moved to the lake" * bool(
+            self.evicted
+        )
+        lines = [f"{self.mode} build ({self.reason}): {self.seconds:.1f} s{moved}; marts:"]
+        width = max((len(name) for name in self.mart_rows), default=0)
+        lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
+        return "\n".join(lines)
+
+
+def build_models(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    *,
+    full: bool = False,
+    sql_dir: Path = SQL_DIR,
+) -> BuildResult:
+    """Update the marts on `con`: incrementally when the last build allows, else in full."""
+    started = time.perf_counter()
+    models = discover_models(sql_dir)
+    order = build_order(models)
+    prepare(con, config, sql_dir=sql_dir)
+    ensure_state_tables(con)
+    sql_files = [path for path in sql_dir.rglob("*") if path.suffix in (".sql", ".toml")]
+    digest = fingerprint(con, model_variables(config), sql_files)
+    state = read_state(con)
+    top = samples_load_top(con)
+    if full:
+        mode, reason = "full", "asked for"
+    elif state is None:
+        mode, reason = "full", "first build"
+    elif state.fingerprint != digest:
+        mode, reason = (
+            "full",
+            "the SQL, the configuration or the reference data (users, hosts, prices) changed",
+        )
+    elif top == state.samples_load_id and not allocations_changed(con):
+        mode, reason = "up to date", "no new samples or allocations"
+    else:
+        outcome = build_incrementally(
+            con, config, models, order, after=state.samples_load_id, top=top
+        )
+        if isinstance(outcome, str):
+            mode, reason = "full", outcome
+        else:
+            mode = "incremental"
+            reason = (
+                f"{outcome.new_samples:,} new samples; {outcome.series:,} GPUs from their "
+                f"first new sample or changed allocation on, {outcome.days} local days "
+                "recomputed"
+            )
+    if mode == "full":
+        forget_ids(con)
+        _free_marts(con, models, order)
+        refresh_samples_view(con, config)  # the lake's files by their paths as of now
+        build_all_models(con, models, order, sql_dir)
+        record_full_build(con, top=top, digest=digest)
+    # Every row of samples_stored is in the marts now: compacted host-days may leave it.
+    evicted = evict_built_days(con, config)
+    if evicted:
+        apply_table_docs(con, "samples", sql_dir)  # a view made afresh has no comments
+    return BuildResult(
+        mode=mode,
+        reason=reason,
+        models=tuple(order),
+        mart_rows=count_mart_rows(con, models, order),
+        seconds=time.perf_counter() - started,
+        evicted=evicted,
+    )
+
+
+def _free_marts(
+    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str]
+) -> None:
+    """Before a full build: drop the marts it replaces and checkpoint, so that the new ones
+    take the old ones' blocks instead of growing the file by the size of the marts."""
+    for name in order:
+        model = models[name]
+        if model.layer == "marts" and model.materialized in PERSISTENT:
+            con.execute(
+                f"drop {'view' if model.materialized == 'view' else 'table'} if exists {name}"
+            )
+    con.execute("checkpoint")
+
+
+def build(
+    config: Config, *, full: bool = False, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> BuildResult:
+    """Build the models on a private copy of the warehouse and publish it (no Prefect)."""
+    # A full build replaces every mart: the other slot's stale marts need no catching up.
+    with write_transaction(config, lock_timeout_s=lock_timeout_s, rebuild=full) as con:
+        return build_models(con, config, full=full)

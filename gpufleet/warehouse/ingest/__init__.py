@@ -1,0 +1,35 @@
+"""`gpufleet ingest`: new raw sample files found, read, checked and loaded batch by batch,
+the reference tables replaced, completed host-days compacted, bad files quarantined."""
+
+from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.ingest.files import find_sample_files, plan_batches
+from gpufleet.warehouse.ingest.load import load_batch, load_samples
+from gpufleet.warehouse.ingest.quarantine import (
+    QuarantinedFile,
+    QuarantineWarning,
+    move_to_quarantine,
+)
+from gpufleet.warehouse.ingest.result import IngestResult, Log
+from gpufleet.warehouse.ingest.run import (
+    ingest,
+    load_new_files,
+    load_warehouse,
+    quarantine_after_publish,
+)
+
+__all__ = [
+    "IngestResult",
+    "Log",
+    "QuarantineWarning",
+    "QuarantinedFile",
+    "SampleFile",
+    "find_sample_files",
+    "ingest",
+    "load_batch",
+    "load_new_files",
+    "load_samples",
+    "load_warehouse",
+    "move_to_quarantine",
+    "plan_batches",
+    "quarantine_after_publish",
+]

@@ -1,0 +1,65 @@
+"""What one ingest did (`IngestResult`), and `Log`, where its progress lines go."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpufleet.console import printable
+from gpufleet.warehouse.ingest.quarantine import QuarantinedFile
+from gpufleet.warehouse.lake.compact import CompactionResult
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    """What one ingest did; `str()` is the line the CLI prints."""
+
+    files_loaded: int = 0
+    samples_loaded: int = 0
+    duplicates_skipped: int = 0
+    quarantined: tuple[QuarantinedFile, ...] = ()
+    batches: int = 0
+    batches_probed: int = 0  # the batches with a file unlike the contract's (read twice)
+    users: int = 0
+    host_rules: int = 0
+    price_rules: int = 0
+    allocations: int = 0
+
+    references_changed: bool = False  # a reference or allocation row differs from before
+    warnings: tuple[str, ...] = ()  # about edited compacted files and the reference files
+    compaction: CompactionResult | None = None
+    # Wall seconds of each step, in order (where the time of a slow ingest goes).
+    step_seconds: tuple[tuple[str, float], ...] = ()
+    # Seconds of the work done in a thread of its own while the batches load (compacted
+    # files written): it overlaps the steps, so it is not part of their sum.
+    alongside_seconds: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def loaded_anything(self) -> bool:
+        """Whether the models' inputs changed: new samples or different reference rows."""
+        return self.samples_loaded > 0 or self.references_changed
+
+    def __str__(self) -> str:
+        line = (
+            f"ingest: {self.files_loaded:,} files, {self.samples_loaded:,} new samples, "
+            f"{self.duplicates_skipped:,} duplicates skipped, "
+            f"{len(self.quarantined):,} quarantined; "
+            f"refs: {self.users:,} users, {self.host_rules:,} host rules, "
+            f"{self.price_rules:,} price rules, {self.allocations:,} allocations"
+        )
+        lines = [line]
+        if self.step_seconds:
+            total = sum(seconds for _, seconds in self.step_seconds)
+            steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.step_seconds)
+            probed = f" ({self.batches_probed} of {self.batches} batches probed)"
+            lines.append(f"  {total:.1f} s: {steps}" + (probed if self.batches_probed else ""))
+        if self.alongside_seconds:
+            work = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.alongside_seconds)
+            lines.append(f"  alongside the batches, in a thread: {work}")
+        lines += [f"  {q}" for q in self.quarantined]
+        lines += [f"  warning: {printable(warning)}" for warning in self.warnings]
+        if self.compaction is not None and self.compaction.partitions:
+            lines.append(str(self.compaction))
+        return "\n".join(lines)

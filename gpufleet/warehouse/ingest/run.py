@@ -1,0 +1,173 @@
+"""`gpufleet ingest`: load new raw sample files, the reference files and the allocations.
+
+The steps, in one write transaction: validate the reference files, find and load the new
+sample files batch by batch, replace the reference tables, compact completed host-days;
+after the publish, move bad files to quarantine/. `docs/warehouse.md` walks through them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gpufleet.config import Config
+from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.build.models import apply_table_docs
+from gpufleet.warehouse.ingest.files import check_listing, find_sample_files
+from gpufleet.warehouse.ingest.load import load_samples
+from gpufleet.warehouse.ingest.quarantine import move_to_quarantine
+from gpufleet.warehouse.ingest.result import IngestResult, Log
+from gpufleet.warehouse.lake.compact import compact_completed_days
+from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
+from gpufleet.warehouse.refs.read import read_references, stray_host_teams
+from gpufleet.warehouse.refs.records import HOSTS_FILE, References
+from gpufleet.warehouse.refs.tables import published_allocation_files, replace_references
+
+
+def ingest(
+    config: Config,
+    *,
+    progress: Log | None = None,
+    warn: Log | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    compact: bool = True,
+    today: dt.date | None = None,
+) -> IngestResult:
+    """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine
+    (`warn`: where each quarantined file is reported; default: a log line and a
+    QuarantineWarning)."""
+    loaded = load_new_files(
+        config, progress=progress, lock_timeout_s=lock_timeout_s, compact=compact, today=today
+    )
+    return quarantine_after_publish(config, loaded, warn=warn)
+
+
+def load_new_files(
+    config: Config,
+    *,
+    progress: Log | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    compact: bool = True,
+    today: dt.date | None = None,
+) -> IngestResult:
+    """Validate the reference files, list the raw files and load the new ones (published
+    with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
+    `quarantine_after_publish` does, once the caller's transaction is published."""
+    started = time.perf_counter()
+    references = read_references(config, known=published_allocation_files(config))
+    files = find_sample_files(config)
+    listed = time.perf_counter()
+    result = load_warehouse(
+        config,
+        references,
+        files,
+        progress=progress,
+        lock_timeout_s=lock_timeout_s,
+        compact=compact,
+        today=today,
+    )
+    return replace(
+        result,
+        step_seconds=(("reference files and listing", listed - started), *result.step_seconds),
+    )
+
+
+def quarantine_after_publish(
+    config: Config, result: IngestResult, *, warn: Log | None = None
+) -> IngestResult:
+    """Move the files `result` quarantined to quarantine/ and report each (after the
+    publish that recorded them, so that a failed transaction moves nothing)."""
+    moving = time.perf_counter()
+    move_to_quarantine(config, result.quarantined, warn=warn)
+    return replace(
+        result,
+        step_seconds=(*result.step_seconds, ("quarantine", time.perf_counter() - moving)),
+    )
+
+
+def load_warehouse(
+    config: Config,
+    references: References,
+    files: Sequence[SampleFile],
+    *,
+    progress: Log | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    compact: bool = True,
+    today: dt.date | None = None,
+) -> IngestResult:
+    """One write transaction: new samples, loaded/quarantined files, reference tables,
+    and the compaction of host-days before `today` (UTC; default: the real today)."""
+    started = time.perf_counter()
+    with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
+        # Capped by the writer's connection (`WRITER_MEMORY_LIMIT`, `publish/slots.py`): DuckDB
+        # then evicts the pages it has written (a week's backfill at 1,000 GPUs peaked at
+        # 2.6 GB uncapped).
+        opened = time.perf_counter()
+        # Listed before the lock was taken: judged again now.
+        listing = check_listing(con, config, files)
+        checked = time.perf_counter()
+        day = today or dt.datetime.now(dt.UTC).date()
+        ahead = CompactAhead.plan(config, listing.files, day) if compact else None
+        try:
+            result = load_samples(con, config, listing.unsettled, progress=progress, ahead=ahead)
+            loaded = time.perf_counter()
+            references_changed = replace_references(con, references)
+            allocations = con.execute("select count(*) from allocations").fetchone()
+            allocation_teams = con.execute(
+                "select distinct team from allocations where team is not null"
+            ).fetchall()
+            stray = stray_host_teams(
+                references, (team for (team,) in allocation_teams), str(config.ref_dir / HOSTS_FILE)
+            )
+            compacting = time.perf_counter()
+            compaction = (
+                compact_completed_days(
+                    con,
+                    config,
+                    exclude=[item.path for item in result.quarantined],
+                    progress=progress,
+                    today=day,
+                    ahead=ahead,
+                )
+                if compact
+                else None
+            )
+        finally:
+            if ahead is not None:
+                ahead.close()
+        if compaction is not None and compaction.from_load:
+            apply_table_docs(con, "samples")  # the view names the lake's new files
+        compacted = time.perf_counter()
+    steps = (
+        ("opening the warehouse", opened - started),
+        *(
+            (name, seconds + (checked - opened) * (name == "new files"))
+            for name, seconds in result.step_seconds
+        ),
+        ("reference tables", compacting - loaded),
+        ("compaction", compacted - compacting),
+        ("publish", time.perf_counter() - compacted),
+    )
+    return IngestResult(
+        files_loaded=result.files_loaded,
+        samples_loaded=result.samples_loaded,
+        duplicates_skipped=result.duplicates_skipped,
+        quarantined=result.quarantined,
+        batches=result.batches,
+        batches_probed=result.batches_probed,
+        users=len(references.users),
+        host_rules=len(references.hosts),
+        price_rules=len(references.prices),
+        allocations=int(allocations[0]) if allocations else 0,
+        references_changed=references_changed,
+        warnings=(*listing.warnings, *stray),
+        compaction=compaction,
+        step_seconds=steps,
+        alongside_seconds=(
+            *result.alongside_seconds,
+            *((("compacted files written", ahead.write_seconds),) if ahead is not None else ()),
+        ),
+    )

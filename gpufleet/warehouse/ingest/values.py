@@ -1,0 +1,231 @@
+"""The values a sample may hold, and the checks that set aside a file holding any other.
+
+The rules (docs/reference.md#valid-values): every measured number within its range (NaN and
+the infinities are within none), and `ts` within the UTC day that the file's `date=` folder
+names, with a day of clock skew either side. A file with one row outside them is
+quarantined, as one with a NULL in a required column or a value that does not fit its type
+is: its reason names the first bad row's column and value. The rules are checked on a
+batch's rows as read, vectorised (`value_problems`, polars), and in the staged SQL
+(`range_problem_sql`), in the same order: a NULL in a required column, then a value that
+does not fit, then a value out of range, each in column order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from gpufleet.warehouse.base.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
+
+# No GPU board draws 5 kW (the largest draw about 1.4 kW): a higher figure is a unit error.
+MAX_POWER_W = 5000.0
+MAX_INTERVAL_S = 86_400.0  # a day
+# How far a sample's time may lie outside the day its folder names (a collector's clock).
+CLOCK_SKEW = dt.timedelta(days=1)
+# The times of a file outside a `date=` folder: this century's.
+LOOSE_FIRST_DAY, LOOSE_LAST_DAY = dt.date(2000, 1, 1), dt.date(2099, 12, 31)
+
+
+class ValueRange(NamedTuple):
+    column: str
+    low: float
+    high: float | None = None  # None: no upper bound
+    low_included: bool = True
+
+
+VALUE_RANGES: tuple[ValueRange, ...] = (
+    ValueRange("interval_s", 0.0, MAX_INTERVAL_S, low_included=False),
+    ValueRange("gpu_util_pct", 0.0, 100.0),
+    ValueRange("mem_util_pct", 0.0, 100.0),
+    ValueRange("mem_used_bytes", 0),
+    ValueRange("mem_total_bytes", 0),
+    ValueRange("power_w", 0.0, MAX_POWER_W),
+    ValueRange("power_limit_w", 0.0, MAX_POWER_W),
+    ValueRange("energy_mj", 0),
+    ValueRange("temp_gpu_c", -50, 200),
+    ValueRange("temp_mem_c", -50, 200),
+    ValueRange("sm_clock_mhz", 0),
+    ValueRange("sm_clock_max_mhz", 0),
+    ValueRange("mem_clock_mhz", 0),
+    ValueRange("thermal_violation_ns", 0),
+    ValueRange("power_violation_ns", 0),
+)
+_KINDS = dict(SAMPLE_COLUMNS)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_FLOAT_COLUMNS = frozenset(name for name, kind in SAMPLE_COLUMNS if kind == "float")
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def range_text(rule: ValueRange) -> str:
+    """The range as a reason names it: `0 to 100`, `> 0 and <= 86400`, `>= 0`."""
+    if rule.high is None:
+        return f"{'>=' if rule.low_included else '>'} {_number(rule.low)}"
+    if rule.low_included:
+        return f"{_number(rule.low)} to {_number(rule.high)}"
+    return f"> {_number(rule.low)} and <= {_number(rule.high)}"
+
+
+class TimeWindow(NamedTuple):
+    """The times a file's samples may have: from `low` to before `high` (UTC)."""
+
+    low: dt.datetime
+    high: dt.datetime
+    text: str  # as a reason names it
+
+
+def _midnight(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), dt.UTC)
+
+
+def time_window(path: str) -> TimeWindow:
+    """The window of a file at `path` (relative or absolute): its `date=` folder's UTC day,
+    `CLOCK_SKEW` either side; this century for a file outside such a folder."""
+    for part in reversed(path.split("/")[:-1]):
+        if part.startswith("date="):
+            try:
+                day = dt.date.fromisoformat(part.removeprefix("date="))
+            except ValueError:
+                break
+            first, last = day - CLOCK_SKEW, day + CLOCK_SKEW
+            skew = f"{CLOCK_SKEW.days} day" + ("s" if CLOCK_SKEW.days != 1 else "")
+            return TimeWindow(
+                _midnight(first),
+                _midnight(last + dt.timedelta(days=1)),
+                f"{first} to {last}: the day of its folder {part}, {skew} either side",
+            )
+    return TimeWindow(
+        _midnight(LOOSE_FIRST_DAY),
+        _midnight(LOOSE_LAST_DAY + dt.timedelta(days=1)),
+        f"{LOOSE_FIRST_DAY} to {LOOSE_LAST_DAY}",
+    )
+
+
+def _micros(moment: dt.datetime) -> int:
+    return (moment - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _shown(column: str, value: object) -> str:
+    """A value as a reason shows it (a float as its float32 shortest form, as DuckDB does)."""
+    if isinstance(value, dt.datetime):
+        return f"{value.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    if column in _FLOAT_COLUMNS and isinstance(value, float):
+        return str(np.float32(value))
+    return str(value)
+
+
+def _out_of_range(rule: ValueRange) -> pl.Expr:
+    column = pl.col(rule.column)
+    inside = column >= rule.low if rule.low_included else column > rule.low
+    if rule.high is not None:
+        inside = inside & (column <= rule.high)
+    outside = ~inside
+    if rule.column in _FLOAT_COLUMNS:
+        outside = outside | column.is_nan()
+    return outside.fill_null(False)
+
+
+def value_problems(
+    frame: pl.DataFrame,
+    windows: Sequence[TimeWindow],
+    *,
+    file_index: str,
+    unfit: str | None = None,
+) -> dict[int, str]:
+    """{file index: reason} for the files of `frame` (contract columns, rows in file and row
+    order, `file_index` naming each row's file, an index into `windows`) with a row that
+    breaks the rules; `unfit`: a column holding, per row, the reason a value did not fit its
+    type (null where all did). One pass over the checked columns when every row is good."""
+    checks: list[tuple[pl.Expr, str, str]] = []  # (bad, kind, column)
+    for name in REQUIRED_SAMPLE_COLUMNS:
+        checks.append((pl.col(name).is_null(), "null", name))
+    if unfit is not None:
+        checks.append((pl.col(unfit).is_not_null(), "unfit", unfit))
+    # Compared as microseconds since the epoch: whatever name the rows' zone has for UTC.
+    lows, highs = [_micros(w.low) for w in windows], [_micros(w.high) for w in windows]
+    if len(set(lows)) <= 1 and len(set(highs)) <= 1 and windows:
+        low, high = pl.lit(lows[0]), pl.lit(highs[0])
+    else:
+        low = pl.lit(pl.Series(lows, dtype=pl.Int64)).gather(pl.col(file_index))
+        high = pl.lit(pl.Series(highs, dtype=pl.Int64)).gather(pl.col(file_index))
+    micros = pl.col("ts").dt.epoch("us")
+    checks.append((((micros < low) | (micros >= high)).fill_null(False), "ts", "ts"))
+    for rule in VALUE_RANGES:
+        checks.append((_out_of_range(rule), "range", rule.column))
+    found = frame.select(bad.any().alias(str(n)) for n, (bad, _, _) in enumerate(checks)).row(0)
+    failing = [n for n, hit in enumerate(found) if hit]
+    if not failing:
+        return {}
+    first = pl.coalesce([pl.when(checks[n][0]).then(pl.lit(n)) for n in failing])
+    columns = sorted({checks[n][2] for n in failing})
+    rows = (
+        frame.lazy()
+        .with_columns(first.alias("_check"))
+        .filter(pl.col("_check").is_not_null())
+        .group_by(file_index, maintain_order=True)
+        .first()
+        .select(file_index, "_check", *columns)
+        .collect()
+    )
+    problems: dict[int, str] = {}
+    for row in rows.iter_rows(named=True):
+        _, kind, column = checks[row["_check"]]
+        index = int(row[file_index])
+        if kind == "null":
+            problems[index] = f"null in required column {column}"
+        elif kind == "unfit":
+            problems[index] = str(row[column])
+        elif kind == "ts":
+            shown = _shown(column, row[column])
+            problems[index] = f"column ts: value {shown} is out of range ({windows[index].text})"
+        else:
+            rule = next(r for r in VALUE_RANGES if r.column == column)
+            shown = _shown(column, row[column])
+            problems[index] = f"column {column}: value {shown} is out of range ({range_text(rule)})"
+    return problems
+
+
+def unfit_reason(column: str) -> pl.Expr:
+    """The reason a value of `column` (its source value in `column`) does not fit its
+    contract type, as a polars string expression."""
+    kind = _KINDS[column].upper()
+    return pl.format(f"column {column}: value {{}} does not fit {kind}", pl.col(column))
+
+
+def range_problem_sql(column: str, value: str) -> str | None:
+    """A SQL CASE naming the problem when `value` (SQL: the column cast to its contract
+    type) is out of `column`'s range; None for a column with no range."""
+    rule = next((r for r in VALUE_RANGES if r.column == column), None)
+    if rule is None:
+        return None
+    inside = f"{value} {'>=' if rule.low_included else '>'} {rule.low!r}"
+    if rule.high is not None:
+        inside += f" and {value} <= {rule.high!r}"
+    if column in _FLOAT_COLUMNS:
+        inside += f" and not isnan({value})"
+    return (
+        f"case when {value} is not null and not ({inside}) "
+        f"then 'column {column}: value ' || {value}::varchar "
+        f"|| ' is out of range ({range_text(rule)})' end"
+    )
+
+
+def ts_problem_sql(value: str, low: str, high: str, text: str) -> str:
+    """A SQL CASE naming the problem when the time `value` is outside [`low`, `high`) (SQL
+    expressions); `text` (SQL) describes the window."""
+    shown = f"strftime(timezone('UTC', {value}), '%Y-%m-%d %H:%M:%S')"
+    return (
+        f"case when {value} < {low} or {value} >= {high} "
+        f"then 'column ts: value ' || {shown} || ' UTC is out of range (' || {text} || ')' end"
+    )
+
+
+def windows_by_path(paths: Mapping[str, str]) -> dict[str, TimeWindow]:
+    """Each file's window, by its key in `paths` ({key: path})."""
+    return {key: time_window(path) for key, path in paths.items()}

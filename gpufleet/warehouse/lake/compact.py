@@ -1,0 +1,308 @@
+"""Compaction of the Parquet lake: one sorted lz4 file per host per completed day.
+
+`compact_completed_days` replaces the collector files of each fully loaded host-day before
+today with one file, swapped in atomically, and records it in `loaded_files` in their place.
+The encodings, the swap and how a crash heals: `docs/warehouse.md` (compaction).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as dt
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from gpufleet.config import Config
+from gpufleet.console import printable
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
+from gpufleet.warehouse.lake.compact_ahead import (
+    CompactAhead,
+    collector_versions,
+    compacted_name,
+    joined_versions,
+    partition_day,
+    staging_directory,
+    write_compacted,
+)
+from gpufleet.warehouse.lake.content import content_hash
+from gpufleet.warehouse.lake.samples import refresh_samples_view
+from gpufleet.warehouse.publish.log import current_generation
+
+logger = logging.getLogger("gpufleet.compact")
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    partitions: int
+    files_replaced: int
+    bytes_before: int
+    bytes_after: int
+    from_load: int = 0  # host-days written from the rows as they were loaded, not re-read
+
+    def __str__(self) -> str:
+        return (
+            f"compact: {self.partitions} host-days ({self.from_load} from the load, "
+            f"{self.partitions - self.from_load} re-read), {self.files_replaced} files -> "
+            f"{self.partitions}, {self.bytes_before:,} -> {self.bytes_after:,} bytes"
+        )
+
+
+@dataclass(frozen=True)
+class _Partition:
+    directory: Path  # raw/samples/date=D/host=H
+    day: dt.date
+    files: tuple[str, ...]  # paths relative to the data directory
+    size_bytes: int  # of those files together
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Atomically swap two directories (Linux renameat2); two renames where unsupported."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+        if result == 0:
+            return
+    parked = a.with_name(a.name + ".swap")
+    os.rename(a, parked)
+    os.rename(b, a)
+    os.rename(parked, b)
+
+
+def _candidates(
+    con: duckdb.DuckDBPyConnection, config: Config, today: dt.date, exclude: set[str]
+) -> list[_Partition]:
+    """Host-days before `today` (UTC) whose loaded files are more than one, or not compacted,
+    and all still exactly as they were loaded (same names, sizes and mtimes)."""
+    rows = con.execute(
+        """
+        select
+            regexp_extract(path, '^(.*)/[^/]+$', 1) as directory,
+            list((path, size_bytes, mtime_ns) order by path) as files,
+        from loaded_files
+        where path like 'raw/samples/date=%/host=%/%'
+            -- a host-day whose file the warehouse reads from the lake is never rewritten
+            and regexp_extract(path, '^(.*)/[^/]+$', 1) not in (
+                select regexp_extract(path, '^(.*)/[^/]+$', 1) from build_state.lake_files
+            )
+        group by directory
+        having count(*) > 1 or bool_or(not regexp_matches(path, '/compacted-[^/]+$'))
+        order by directory
+        """
+    ).fetchall()
+    partitions: list[_Partition] = []
+    for directory, files in rows:
+        day = partition_day(directory)
+        if day is None:
+            continue
+        absolute = config.data_dir / directory
+        if day >= today or not absolute.is_dir():
+            continue
+        loaded = {path: (size, mtime) for path, size, mtime in files}
+        present = {
+            f"{directory}/{entry.name}": (entry.stat().st_size, entry.stat().st_mtime_ns)
+            for entry in os.scandir(absolute)
+            if entry.is_file() and not entry.name.startswith((".", "_"))
+        }
+        # Only when every visible file there is loaded and unchanged since: a late file
+        # waits for the next ingest, a changed one for its quarantine.
+        if present == loaded and not exclude & loaded.keys():
+            size = sum(size for size, _ in loaded.values())
+            partitions.append(_Partition(absolute, day, tuple(sorted(loaded)), size))
+    return partitions
+
+
+def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
+    """The contract's columns cast to the contract's types (NULL where no file has one),
+    then any extra columns of newer collectors as they are."""
+    probe = con.execute(
+        "select * from read_parquet($sources, union_by_name = true, hive_partitioning = false)"
+        " limit 0",
+        {"sources": sources},
+    )
+    present = [column[0] for column in probe.description or ()]
+    contract = {name for name, _ in SAMPLE_COLUMNS}
+    items = [
+        f'cast("{name}" as {kind}) as "{name}"'
+        if name in present
+        else f'cast(null as {kind}) as "{name}"'
+        for name, kind in SAMPLE_COLUMNS
+    ]
+    items += [f'"{name}"' for name in present if name not in contract]
+    return ", ".join(items)
+
+
+def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
+    """Compact the sources (their rows read again; each (gpu_uuid, ts) once) into `target`."""
+    table: pa.Table = con.sql(
+        f"""
+        select * exclude (_rank)
+        from (
+            select
+                {_select_list(con, sources)},
+                row_number() over (partition by gpu_uuid, ts) as _rank,
+            from read_parquet($sources, union_by_name = true, hive_partitioning = false)
+        )
+        where _rank = 1
+        order by gpu_uuid, ts
+        """,
+        params={"sources": sources},
+    ).to_arrow_table()
+    versions = joined_versions(list(collector_versions(con, sources).values()))
+    write_compacted(table, target, versions=versions, sources=len(sources))
+
+
+def _compact_one(
+    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition, written: bool
+) -> tuple[int, int] | None:
+    """Swap in one partition's single file (`written` ahead from the load, else built from
+    its files now); (bytes before, after), or None when its files could not be read (they
+    stay as they are, with a warning)."""
+    directory = partition.directory
+    staging = staging_directory(directory)
+    target_name = compacted_name(partition.day)
+    try:
+        if not written:
+            sources = [literal_path(str(config.data_dir / path)) for path in partition.files]
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            _compact_from_files(con, sources, staging / target_name)
+    except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        relative = directory.relative_to(config.data_dir).as_posix()
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        logger.warning("compact: left %s as it is: %s", printable(relative), printable(first_line))
+        return None
+    _exchange(directory, staging)
+    # `staging` now holds the originals; a file that arrived meanwhile goes back to the lake.
+    names = {path.rsplit("/", 1)[-1] for path in partition.files}
+    for entry in os.scandir(staging):
+        if not entry.name.startswith((".", "_")) and entry.name not in names:
+            os.rename(entry.path, directory / entry.name)
+    shutil.rmtree(staging)
+    after = os.path.getsize(directory / target_name)
+    return partition.size_bytes, after
+
+
+def _record(
+    con: duckdb.DuckDBPyConnection, config: Config, done: list[tuple[_Partition, bool]]
+) -> None:
+    """Let each compacted file stand in `loaded_files` for the files it replaced (in one
+    statement for all: one per partition would scan loaded_files each time), and list those
+    written from this ingest's rows (`written`) in `build_state.lake_files` with its load
+    id: their samples are read from them, and are new to a build."""
+    if not done:
+        return
+    new, old, sizes, mtimes, hashes, days, joins = [], [], [], [], [], [], []
+    for partition, written in done:
+        target = partition.directory / compacted_name(partition.day)
+        stat = target.stat()
+        digest = content_hash(target)  # a later mtime alone changes nothing (`content.py`)
+        relative = target.relative_to(config.data_dir).as_posix()
+        for path in partition.files:
+            new.append(relative)
+            old.append(path)
+            sizes.append(stat.st_size)
+            mtimes.append(stat.st_mtime_ns)
+            hashes.append(digest)
+            days.append(partition.day)
+            joins.append(written)
+    con.register(
+        "_compacted",
+        pa.table(
+            {
+                "new": new,
+                "old": old,
+                "size": sizes,
+                "mtime": mtimes,
+                "hash": pa.array(hashes, pa.int64()),
+                "day": days,
+                "join": joins,
+            }
+        ),
+    )
+    try:
+        con.execute(
+            """
+            insert or replace into loaded_files
+                (path, size_bytes, mtime_ns, row_count, min_ts, max_ts, loaded_at, content_hash)
+            select
+                compacted.new, any_value(compacted.size), any_value(compacted.mtime),
+                sum(loaded.row_count), min(loaded.min_ts), max(loaded.max_ts), now(),
+                any_value(compacted.hash),
+            from loaded_files as loaded
+            inner join _compacted as compacted on compacted.old = loaded.path
+            group by compacted.new
+            """
+        )
+        con.execute(
+            """
+            delete from loaded_files
+            where path in (select old from _compacted)
+                and path not in (select new from _compacted)
+            """
+        )
+        if not any(joins):
+            return
+        con.execute(
+            """
+            insert into build_state.lake_files (path, day, row_count, evicted_at, load_id)
+            select path, compacted.day, row_count, now(), $load_id
+            from loaded_files
+            inner join (select distinct new, day from _compacted where "join") as compacted
+                on compacted.new = loaded_files.path
+            """,
+            {"load_id": current_generation(con)},
+        )
+    finally:
+        con.unregister("_compacted")
+
+
+def compact_completed_days(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    *,
+    today: dt.date | None = None,
+    exclude: Iterable[str] = (),
+    progress: Callable[[str], None] | None = None,
+    ahead: CompactAhead | None = None,
+) -> CompactionResult:
+    """Compact every fully loaded host-day before `today` (UTC) inside a write transaction.
+
+    Host-days holding a path of `exclude` (files this ingest set aside) are left alone. The
+    files `ahead` wrote from the load are swapped in where they were written from the same
+    files, and join the lake; the rows of the others go into samples_stored.
+    """
+    day = today or dt.datetime.now(dt.UTC).date()
+    partitions = _candidates(con, config, day, set(exclude))
+    compacted = before_total = after_total = replaced = from_load = 0
+    done: list[tuple[_Partition, bool]] = []
+    for number, partition in enumerate(partitions, start=1):
+        relative = partition.directory.relative_to(config.data_dir).as_posix()
+        written = ahead is not None and ahead.take(relative, partition.files) is not None
+        outcome = _compact_one(con, config, partition, written)
+        if outcome is not None:
+            done.append((partition, written))
+            from_load += written
+            compacted += 1
+            before_total += outcome[0]
+            after_total += outcome[1]
+            replaced += len(partition.files)
+        if progress and (number % 50 == 0 or number == len(partitions)):
+            progress(f"compact: {number}/{len(partitions)} host-days")
+    _record(con, config, done)
+    if ahead is not None:
+        ahead.load_rest(con)
+    if from_load:
+        refresh_samples_view(con, config)
+    return CompactionResult(compacted, replaced, before_total, after_total, from_load)

@@ -1,0 +1,301 @@
+"""Compacted files written from the rows as ingest loads them, straight into the lake, so
+a backfill reads each collector file once and a build has nothing to move.
+
+A host-day whose every listed file is new and in one batch (a backfill, or a day that
+arrives whole) is compacted from that batch's rows, already read and checked for the load:
+the file goes into the partition's staging directory instead of the rows into
+`samples_stored`. Compaction swaps it in if the host-day still has exactly those files
+then, and lists it in `build_state.lake_files` with this publish's load id (the samples of
+a load, for the next build); otherwise its rows go into `samples_stored` after all
+(`load_rest`). Any other host-day is compacted from its files, as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import shutil
+import time
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
+from gpufleet.collectors.writer import write_table_atomically
+from gpufleet.config import Config
+from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
+from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.publish.log import current_generation
+
+COMPACTED_PREFIX = "compacted-"
+# Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary
+# (the process lists' fields are plain: their dictionaries cost the writer 5 % and saved
+# nothing).
+# Times and cumulative counters grow by small steps (delta encoding stores the steps), and
+# measured floats differ in their low bytes (byte stream split lets zstd find the repeated
+# high ones; lz4 too): on a simulated host-day 26.5 -> 9.7 bytes/sample, the same values.
+COMPACTED_ENCODINGS = {
+    **dict.fromkeys(
+        ("ts", "energy_mj", "thermal_violation_ns", "power_violation_ns"), "DELTA_BINARY_PACKED"
+    ),
+    **dict.fromkeys(("gpu_util_pct", "mem_util_pct", "power_w"), "BYTE_STREAM_SPLIT"),
+    **dict.fromkeys(
+        (f"processes.list.element.{name}" for name in ("pid", "user", "used_mem_bytes", "job_id")),
+        "PLAIN",
+    ),
+}
+# The columns whose min and max each row group keeps: those the lake's readers filter on (the
+# GPU of a full build's slice, the time of an incremental one). Keeping every column's cost
+# the writer a tenth of its time and pruned nothing: a row group is one GPU-day.
+COMPACTED_STATISTICS = ("ts", "gpu_uuid", "host", "gpu_index", "status")
+# lz4, not zstd: with the encodings above the file is only about 6 % larger (11.8 instead of
+# 11.1 bytes a sample on a host-day of the second bench fleet), its writing a fifth cheaper,
+# and DuckDB reads it as fast.
+COMPACTED_COMPRESSION = "lz4"
+# Threads writing a backfill's compacted files: the writing is a third of a compacting
+# ingest's CPU, and with one thread the batches waited for it.
+WRITER_THREADS = 2
+NOT_AHEAD = -1  # the part of a file whose host-day is not written ahead
+
+
+def staging_directory(directory: Path) -> Path:
+    """Where a partition's compacted file is built before the swap (hidden from listings)."""
+    return directory.with_name(f".{directory.name}.compacting")
+
+
+def compacted_name(day: dt.date) -> str:
+    return f"{COMPACTED_PREFIX}{day.isoformat()}.parquet"
+
+
+def partition_day(directory: str) -> dt.date | None:
+    """The UTC day of a `raw/samples/date=D/host=H` directory, None if it names none."""
+    try:
+        return dt.date.fromisoformat(PurePosixPath(directory).parent.name.removeprefix("date="))
+    except ValueError:
+        return None
+
+
+def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: int) -> None:
+    """Write one host-day's rows (each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts)) in the
+    contract's schema plus any extra columns, lz4, one row group per GPU."""
+    extras = [field for field in table.schema if field.name not in SAMPLE_SCHEMA.names]
+    schema = pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
+        {
+            **file_metadata(),
+            b"gpufleet.collector_version": versions.encode(),
+            b"gpufleet.compacted_from": str(sources).encode(),
+        }
+    )
+    # One row group per GPU: a reader of some GPUs (a full build's slices) skips the rest
+    # by the row groups' gpu_uuid statistics.
+    runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
+    ends = runs.run_ends.to_pylist()
+    row_groups = tuple(end - start for start, end in itertools.pairwise([0, *ends]))
+    write_table_atomically(
+        table.cast(schema),
+        target,
+        row_groups=row_groups,
+        encodings=COMPACTED_ENCODINGS,
+        statistics=COMPACTED_STATISTICS,
+        compression=COMPACTED_COMPRESSION,
+    )
+
+
+def collector_versions(con: duckdb.DuckDBPyConnection, sources: list[str]) -> dict[str, str]:
+    """Each source's collector versions (from its Parquet metadata), by the path of the
+    file (`sources` may be `literal_path` patterns)."""
+    rows = con.execute(
+        """
+        select file_name, decode(value)
+        from parquet_kv_metadata($sources)
+        where decode(key) = 'gpufleet.collector_version'
+        """,
+        {"sources": sources},
+    ).fetchall()
+    return {str(name): str(version) for name, version in rows}
+
+
+def joined_versions(versions: Sequence[str]) -> str:
+    return ",".join(sorted(set(versions))) or "unknown"
+
+
+@dataclass(frozen=True)
+class _Written:
+    files: tuple[str, ...]  # the collector files it was written from, relative
+    target: Path  # the compacted file, in the partition's staging directory
+    gpus: frozenset[str]  # the GPUs of its samples
+    day: dt.date  # the partition's UTC day
+
+
+@dataclass(frozen=True)
+class _Job:
+    target: Path
+    rows: pa.Table
+    versions: str  # the collector versions of its files, joined
+    sources: int  # how many collector files it is written from
+
+
+@dataclass
+class CompactAhead:
+    """The host-days an ingest may write ahead, and the ones it wrote.
+
+    The files are written in a thread of their own while the next batch is read (pyarrow
+    and DuckDB release the GIL, and a batch's read leaves part of the machine idle): one
+    batch's files at a time, so at most one batch's rows wait to be written. Everything
+    that reads the written files (`paths_between`, `take`, `load_rest`) waits for them
+    first, and a failed write raises there. `close` when done."""
+
+    config: Config
+    today: dt.date
+    listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
+    written: dict[str, _Written] = field(default_factory=dict)  # by directory
+    write_seconds: float = 0.0  # how long the writer thread spent writing, so far
+    _writer: ThreadPoolExecutor | None = None
+    _pending: list[Future[None]] = field(default_factory=list)
+
+    @classmethod
+    def plan(cls, config: Config, files: Sequence[SampleFile], today: dt.date) -> CompactAhead:
+        listed: dict[str, list[str]] = {}
+        for file in files:
+            listed.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+        return cls(config, today, {d: tuple(sorted(paths)) for d, paths in listed.items()})
+
+    def parts(
+        self,
+        batch: Sequence[SampleFile],
+        schemas: dict[str, dict[str, str]],
+        contract: Collection[str],
+    ) -> list[int]:
+        """Each file's part: one number per host-day to write from this batch's rows, or
+        NOT_AHEAD. A host-day qualifies when every file listed in its directory is in the
+        batch, its day is over and no file has a column beyond the `contract`'s (a newer
+        collector's extra column, which only compaction from the files keeps)."""
+        in_batch: dict[str, list[str]] = {}
+        for file in batch:
+            in_batch.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+        numbers: dict[str, int] = {}
+        for directory, paths in in_batch.items():
+            day = partition_day(directory)
+            if (
+                day is not None
+                and day < self.today
+                and tuple(sorted(paths)) == self.listed.get(directory)
+                and all(schemas[path].keys() <= set(contract) for path in paths)
+            ):
+                numbers[directory] = len(numbers)
+        return [numbers.get(file.path.rsplit("/", 1)[0], NOT_AHEAD) for file in batch]
+
+    def write(
+        self,
+        rows: pa.Table,
+        batch: Sequence[SampleFile],
+        parts: list[int],
+        versions: Mapping[str, str],
+    ) -> None:
+        """Start writing the compacted file of each part from `rows` (sorted by _part,
+        gpu_uuid, ts; `_file_index`, `_part` and `_null` are dropped) into its staging
+        directory, once the previous batch's files are written. `versions`: the collector
+        version of each file, by absolute path (`collector_versions`)."""
+        self.wait()
+        members: dict[int, list[SampleFile]] = {}
+        for file, part in zip(batch, parts, strict=True):
+            if part != NOT_AHEAD:
+                members.setdefault(part, []).append(file)
+        runs = pc.run_end_encode(rows.column("_part").combine_chunks())
+        ends = runs.run_ends.to_pylist()
+        jobs: list[_Job] = []
+        for part, start, end in zip(runs.values.to_pylist(), [0, *ends[:-1]], ends, strict=True):
+            if part == NOT_AHEAD:
+                continue
+            files = tuple(sorted(file.path for file in members[part]))
+            directory = files[0].rsplit("/", 1)[0]
+            staging = staging_directory(self.config.data_dir / directory)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            day = partition_day(directory)
+            assert day is not None
+            part_rows = rows.slice(start, end - start)
+            target = staging / compacted_name(day)
+            gpus = frozenset(part_rows.column("gpu_uuid").unique().to_pylist())
+            self.written[directory] = _Written(files, target, gpus, day)
+            sources = [str(self.config.data_dir / path) for path in files]
+            jobs.append(
+                _Job(
+                    target,
+                    part_rows.drop_columns(["_file_index", "_part", "_null"]),
+                    joined_versions([versions[p] for p in sources if p in versions]),
+                    len(sources),
+                )
+            )
+        if jobs:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(
+                    WRITER_THREADS, thread_name_prefix="gpufleet-compact"
+                )
+            self._pending = [
+                self._writer.submit(self._write_jobs, jobs[i::WRITER_THREADS])
+                for i in range(min(WRITER_THREADS, len(jobs)))
+            ]
+
+    def _write_jobs(self, jobs: Sequence[_Job]) -> None:
+        """Write one batch's compacted files (in the writer thread)."""
+        started = time.perf_counter()
+        try:
+            for job in jobs:
+                write_compacted(job.rows, job.target, versions=job.versions, sources=job.sources)
+        finally:
+            self.write_seconds += time.perf_counter() - started
+
+    def wait(self) -> None:
+        """Until the files started are written; a failed write raises here."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        """Stop the writer thread (after the file it is writing)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
+            self._writer = None
+
+    def paths_between(self, first: dt.date, last: dt.date, gpus: set[str]) -> list[str]:
+        """The files written so far for days from `first` to `last` with samples of one of
+        `gpus` (absolute paths): their samples are loaded, though in no table yet. (Reading
+        only these keeps a backfill linear: a day's later batches hold other hosts' GPUs.)"""
+        paths = [
+            str(item.target)
+            for item in self.written.values()
+            if first <= item.day <= last and not item.gpus.isdisjoint(gpus)
+        ]
+        if paths:
+            self.wait()
+        return paths
+
+    def take(self, directory: str, files: tuple[str, ...]) -> Path | None:
+        """The file written ahead for this partition if it was written from exactly `files`
+        (it is then compaction's to swap in)."""
+        self.wait()
+        found = self.written.get(directory)
+        if found is None or found.files != files or not found.target.is_file():
+            return None
+        del self.written[directory]
+        return found.target
+
+    def load_rest(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Insert the rows of the files compaction did not take into `samples_stored` (they
+        were loaded, but their day stays as collector files) and remove the files."""
+        self.wait()
+        for item in self.written.values():
+            con.execute(
+                f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+                f"select {QUOTED_SAMPLE_COLUMNS}, $load_id "
+                "from read_parquet($path, hive_partitioning = false)",
+                {"path": literal_path(str(item.target)), "load_id": current_generation(con)},
+            )
+            shutil.rmtree(item.target.parent, ignore_errors=True)
+        self.written.clear()

@@ -1,0 +1,223 @@
+"""Catching the stale warehouse slot up with the published one, instead of copying the file.
+
+`catch_up` adds the samples loaded since, replays the mart rows that incremental builds
+replaced (`log.py`) and copies every other table whole; it answers False where
+copying the file is the way (see `docs/warehouse.md`, the two slots).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from gpufleet.warehouse.publish.log import LOG_KEPT, REPLAY_KEYS, current_generation
+
+# Tables only ever changed by incremental builds (which log what they replace) or full
+# builds (after which the other slot is copied afresh); every other table is copied whole.
+LOGGED_TABLES = (
+    "samples_attributed_rows",
+    "run_pieces",
+    "idle_episodes",
+    "thermal_events",
+    "gpu_team_daily",
+    "gpu_hourly",
+    "team_daily",
+    "gpu_daily",
+    "host_daily",
+    "team_weekly",
+)
+# Rows are appended with a growing load_id, and deleted only when they leave for the lake.
+_APPEND_ONLY = "samples_stored"
+# The publish log: rows are added with their publish's generation, and deleted only when
+# that generation is forgotten (publish_log.start_publish).
+_LOG = "build_state.replaced"
+# More rows than this (a table copied whole, or samples gained) are not copied row by row:
+# the file is (row by row is slower).
+_WHOLE_TABLE_LIMIT = 5_000_000
+
+
+def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) -> bool:
+    """Bring the slot open on `con` up to the published warehouse; False if it cannot.
+
+    The slot is the warehouse as it was one publish (or a few) ago. A full build since, a
+    different schema, or a slot too far behind means copying the file instead. When the
+    writer is about to rebuild every mart (`rebuild`: a full build), the marts are left as
+    they are (the build replaces them all), so neither a full build since nor the log matters.
+    """
+    own = con.execute("select current_database()").fetchone()
+    assert own is not None
+    con.execute("attach ? as _published (read_only)", [str(published)])
+    try:
+        tables = _columns(con, "_published")
+        if _columns(con, own[0]) != tables:
+            return False
+        if not rebuild and _views(con, own[0]) != _views(con, "_published"):
+            return False
+        behind = current_generation(con)
+        row = con.execute("select value from _published.build_state.generation").fetchone()
+        ahead = int(row[0]) if row else 0
+        if ahead == behind:
+            return True
+        if not rebuild and not _log_covers(con, behind=behind, ahead=ahead):
+            return False
+        # Stops at the first table that cannot be caught up: the samples first, as a load
+        # too large to add (a backfill, hours loaded at once) comes with as large a replay.
+        order = sorted(tables, key=lambda name: name != f"main.{_APPEND_ONLY}")
+        return all(
+            _catch_up_table(con, name, tables[name], behind, rebuild=rebuild) for name in order
+        )
+    finally:
+        con.execute("detach _published")
+
+
+def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[tuple[str, str]]]:
+    """Each table's columns, as (name, type) in order, by schema.table."""
+    rows = con.execute(
+        """
+        select schema_name || '.' || table_name,
+            list([column_name, data_type] order by column_index),
+        from duckdb_columns()
+        where database_name = $database and schema_name in ('main', 'build_state')
+            and not internal
+            and (schema_name, table_name) in (
+                select (schema_name, table_name) from duckdb_tables()
+                where database_name = $database
+            )
+        group by all
+        """,
+        {"database": database},
+    ).fetchall()
+    return {name: [(column, kind) for column, kind in columns] for name, columns in rows}
+
+
+def _views(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, str]:
+    """Each view's definition, by schema.view (a full build replaces them)."""
+    rows = con.execute(
+        """
+        select schema_name || '.' || view_name, sql,
+        from duckdb_views()
+        where database_name = ? and schema_name in ('main', 'build_state') and not internal
+        """,
+        [database],
+    ).fetchall()
+    return {name: sql for name, sql in rows}
+
+
+def _log_covers(con: duckdb.DuckDBPyConnection, *, behind: int, ahead: int) -> bool:
+    """Whether the published log holds every publish since `behind`, none a full build."""
+    if not behind < ahead <= behind + LOG_KEPT:
+        return False
+    full = con.execute(
+        "select count(*) from _published.build_state.full_builds where generation > ?",
+        [behind],
+    ).fetchone()
+    return not (full and full[0])
+
+
+def _catch_up_table(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    columns: list[tuple[str, str]],
+    behind: int,
+    *,
+    rebuild: bool,
+) -> bool:
+    """Bring one table (schema.table, its `columns` as `_columns` gives them) up to the
+    published one's rows; False if it cannot."""
+    if name == f"main.{_APPEND_ONLY}":
+        return _append_samples(con, name)
+    if name.removeprefix("main.") in LOGGED_TABLES:
+        if not rebuild:
+            _replay(con, name, behind)
+        return True
+    if name == _LOG:
+        _copy_log(con, name)
+        return True
+    size = con.execute(f"select count(*) from _published.{name}").fetchone()
+    if size and size[0] > _WHOLE_TABLE_LIMIT:
+        return False
+    _copy_rows(con, name, [column for column, _ in columns])
+    return True
+
+
+def _copy_rows(con: duckdb.DuckDBPyConnection, name: str, columns: list[str]) -> None:
+    """Give the table the published one's rows (as a multiset), writing only what differs:
+    most tables change by a few rows a publish, or none (`loaded_files`, the allocations,
+    the publish log grow with the history; copied whole, they cost a cycle about 1 s at
+    1,000 GPUs x 4 weeks on the bench's slowest machine). Every copy of a row the
+    published table has fewer of is deleted, then the published rows missing are added."""
+    same = " and ".join(
+        f'rows."{column}" is not distinct from gone."{column}"'
+        for column in (column.replace('"', '""') for column in columns)
+    )
+    con.execute(
+        f"""
+        create or replace temp table _sync_gone as
+        select * from {name} except all select * from _published.{name}
+        """
+    )
+    con.execute(f"delete from {name} as rows using temp._sync_gone as gone where {same}")
+    con.execute(
+        f"insert into {name} select * from _published.{name} except all select * from {name}"
+    )
+    con.execute("drop table temp._sync_gone")
+
+
+def _copy_log(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Add the publish log's later generations (a generation's rows never change once
+    published); those the published log has forgotten, `start_publish` forgets next."""
+    con.execute(
+        f"""
+        insert into {name}
+        select * from _published.{name}
+        where generation > (select coalesce(max(generation), -1) from {name})
+        """
+    )
+
+
+def _append_samples(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Add the samples of later loads; False if they are too many, or rows left since."""
+    row = con.execute(f"select coalesce(max(load_id), -1) from {name}").fetchone()
+    loaded = row[0] if row else -1
+    gained = con.execute(
+        f"select count(*) from _published.{name} where load_id > ?", [loaded]
+    ).fetchone()
+    if not gained or gained[0] > _WHOLE_TABLE_LIMIT:
+        return False  # a backfill since: copying the file is cheaper
+    con.execute(
+        f"insert into {name} select * from _published.{name} where load_id > ?",
+        [loaded],
+    )
+    counts = con.execute(
+        f"select (select count(*) from {name}), (select count(*) from _published.{name})"
+    ).fetchone()
+    return bool(counts and counts[0] == counts[1])  # unequal: rows left for the lake since
+
+
+def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
+    """Replace the table's rows the publishes since `behind` replaced, key by key."""
+    table = name.removeprefix("main.")
+    con.execute(
+        """
+        create or replace temp table _sync_keys as
+        select distinct key, gpu_uuid, since_ts, day, hour, run_id, iso_week,
+        from _published.build_state.replaced
+        where generation > ? and table_name = ?
+        """,
+        [behind, table],
+    )
+    kinds = [row[0] for row in con.execute("select distinct key from _sync_keys").fetchall()]
+    for kind in kinds:
+        match = REPLAY_KEYS[kind].format(t="rows", k="keys")
+        keys = f"(select * from _sync_keys where key = '{kind}') as keys"
+        con.execute(f"delete from {name} as rows using {keys} where {match}")
+        con.execute(
+            f"""
+            insert into {name}
+            select distinct on (rows.rowid) rows.* exclude (rowid),
+            from (select *, rowid from _published.{name}) as rows
+            inner join {keys} on {match}
+            """
+        )
+    con.execute("drop table temp._sync_keys")

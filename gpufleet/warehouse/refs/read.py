@@ -1,0 +1,363 @@
+"""Reading and validating the reference files (ref/*.csv) and the allocations.
+
+Every file is validated completely before anything is written, so a bad file fails the
+ingest with one line naming the file, the line and the problem, and changes nothing.
+Rules (`docs/reference.md#reference-files`): a header row whose names are exactly the
+file's columns (any order; names are case-sensitive, surrounding spaces ignored; the
+optional columns, users.csv's `email` and teams.csv's `cc`, may be left out); cells are
+stripped and an empty cell is NULL; timestamps are ISO-8601 with an offset
+(`2026-11-16T09:00:00+01:00`, `...Z`); addresses are plain `local@domain`
+(gpufleet/addresses.py); a missing file is an empty table, as is a file with no content
+at all.
+
+An allocation file is read again only when its size or modification time differs from
+those it had when the warehouse last read it (`build_state.allocation_files`, as
+`loaded_files` does for the sample files): a scheduler writes a file a day, and the
+15-minute cycle would otherwise parse weeks of them each time.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gpufleet.addresses import is_address, same_address, split_addresses
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.refs.records import (
+    ALLOCATIONS_COLUMNS,
+    HOSTS_COLUMNS,
+    HOSTS_FILE,
+    PRICES_COLUMNS,
+    PRICES_FILE,
+    TEAMS_COLUMNS,
+    TEAMS_FILE,
+    TEAMS_OPTIONAL,
+    USERS_COLUMNS,
+    USERS_FILE,
+    USERS_OPTIONAL,
+    Allocation,
+    AllocationFile,
+    HostRule,
+    PriceRule,
+    References,
+    TeamContact,
+    UserTeam,
+)
+
+_MAX_GPU_INDEX = 65535
+
+
+class _Row(NamedTuple):
+    line: int
+    cells: dict[str, str | None]
+
+
+class _RefError(Exception):
+    """A problem on one line; turned into a GpufleetError naming the file."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(problem)
+        self.line = line
+        self.problem = problem
+
+
+def _read_rows(path: Path, columns: Sequence[str], optional: Sequence[str] = ()) -> Iterator[_Row]:
+    """The data rows of a CSV file whose header must name exactly `columns`, and any of
+    `optional` (a cell of an optional column the file lacks is NULL)."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle, strict=True)
+        header: list[str] | None = None
+        for record in _records(reader):
+            if header is None:
+                if not any(cell.strip() for cell in record):
+                    continue  # leading blank lines before the header
+                header = [cell.strip() for cell in record]
+                _check_header(reader.line_num, header, columns, optional)
+                continue
+            if not any(cell.strip() for cell in record):
+                continue  # blank line
+            if len(record) != len(header):
+                raise _RefError(
+                    reader.line_num,
+                    f"expected {len(header)} fields ({','.join(header)}), got {len(record)}",
+                )
+            cells: dict[str, str | None] = dict.fromkeys(optional)
+            cells |= {
+                name: (value.strip() or None) for name, value in zip(header, record, strict=True)
+            }
+            yield _Row(reader.line_num, cells)
+
+
+def _records(reader: Any) -> Iterator[list[str]]:
+    """The reader's records, a CSV syntax error becoming a problem on its line."""
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _RefError(reader.line_num, f"malformed CSV: {exc}") from exc
+        yield record
+
+
+def _check_header(
+    line: int, header: list[str], columns: Sequence[str], optional: Sequence[str] = ()
+) -> None:
+    expected = ",".join(columns) + "".join(f"[,{name}]" for name in optional)
+    for name in header:
+        if name not in columns and name not in optional:
+            raise _RefError(line, f"unknown column '{name}' in header (expected {expected})")
+    duplicates = sorted({name for name in header if header.count(name) > 1})
+    if duplicates:
+        raise _RefError(line, f"column '{duplicates[0]}' appears twice in header")
+    for name in columns:
+        if name not in header:
+            raise _RefError(line, f"missing column '{name}' in header (expected {expected})")
+
+
+def _required(row: _Row, name: str) -> str:
+    value = row.cells[name]
+    if value is None:
+        raise _RefError(row.line, f"'{name}' is empty")
+    return value
+
+
+def _address(row: _Row, name: str, text: str) -> str:
+    if not is_address(text):
+        raise _RefError(row.line, f"'{name}' is not an email address: {text!r}")
+    return text
+
+
+def _number(row: _Row, name: str) -> float:
+    text = _required(row, name)
+    try:
+        value = float(text)
+    except ValueError:
+        raise _RefError(row.line, f"'{name}' is not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise _RefError(row.line, f"'{name}' must be a number >= 0, got {text!r}")
+    return value
+
+
+def _gpu_index(row: _Row, name: str) -> int:
+    text = _required(row, name)
+    try:
+        value = int(text)
+    except ValueError:
+        raise _RefError(row.line, f"'{name}' is not a whole number: {text!r}") from None
+    if not 0 <= value <= _MAX_GPU_INDEX:
+        raise _RefError(row.line, f"'{name}' must be between 0 and {_MAX_GPU_INDEX}, got {value}")
+    return value
+
+
+def _timestamp(row: _Row, name: str, *, required: bool) -> dt.datetime | None:
+    text = row.cells[name]
+    if text is None:
+        if required:
+            raise _RefError(row.line, f"'{name}' is empty")
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise _RefError(row.line, f"'{name}' is not an ISO-8601 timestamp: {text!r}") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise _RefError(
+            row.line,
+            f"'{name}' has no UTC offset: {text!r} (write e.g. {text}+00:00 or {text}Z)",
+        )
+    return value.astimezone(dt.UTC)
+
+
+def _read_file(
+    path: Path,
+    columns: Sequence[str],
+    parse: Callable[[_Row], Any],
+    display: str,
+    optional: Sequence[str] = (),
+) -> list[Any]:
+    """Parse every row of `path`, turning a problem into a one-line GpufleetError."""
+    try:
+        return [parse(row) for row in _read_rows(path, columns, optional)]
+    except _RefError as exc:
+        raise GpufleetError(f"{display}: line {exc.line}: {exc.problem}") from exc
+    except UnicodeDecodeError as exc:
+        raise GpufleetError(f"{display}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise GpufleetError(f"{display}: cannot read: {exc.strerror or exc}") from exc
+
+
+def read_users(path: Path, display: str | None = None) -> tuple[UserTeam, ...]:
+    """ref/users.csv: one team (and at most one address) per user; a user listed twice
+    must name the same team, and the same address where both lines give one."""
+    where = display or str(path)
+    seen: dict[str, int] = {}  # user -> position in `users`
+    lines: dict[str, int] = {}  # user -> the line that gave its team
+    users: list[UserTeam] = []
+
+    def parse(row: _Row) -> None:
+        user, team = _required(row, "user"), _required(row, "team")
+        email = row.cells["email"]
+        if email is not None:
+            _address(row, "email", email)
+        if user not in seen:
+            seen[user], lines[user] = len(users), row.line
+            users.append(UserTeam(user, team, email))
+            return
+        earlier = users[seen[user]]
+        if earlier.team != team:
+            raise _RefError(
+                row.line,
+                f"user '{user}' is mapped to team '{team}' but line {lines[user]} "
+                f"maps it to '{earlier.team}'",
+            )
+        if email is not None and earlier.email is not None:
+            if not same_address(email, earlier.email):
+                raise _RefError(
+                    row.line,
+                    f"user '{user}' has address '{email}' but an earlier line gives "
+                    f"'{earlier.email}'",
+                )
+        elif email is not None:
+            users[seen[user]] = earlier._replace(email=email)
+
+    _read_file(path, USERS_COLUMNS, parse, where, USERS_OPTIONAL)
+    return tuple(users)
+
+
+def read_teams(path: Path, display: str | None = None) -> tuple[TeamContact, ...]:
+    """ref/teams.csv: each team's lead (required) and the addresses copied (`cc`: separated
+    by `;` or spaces, or `,` inside a quoted cell); a team may be listed once."""
+    seen: dict[str, int] = {}
+
+    def parse(row: _Row) -> TeamContact:
+        team = _required(row, "team")
+        if team in seen:
+            raise _RefError(row.line, f"team '{team}' is listed twice (first on line {seen[team]})")
+        seen[team] = row.line
+        lead = _address(row, "lead_email", _required(row, "lead_email"))
+        cc = tuple(_address(row, "cc", part) for part in split_addresses(row.cells["cc"] or ""))
+        return TeamContact(team, lead, cc)
+
+    return tuple(_read_file(path, TEAMS_COLUMNS, parse, display or str(path), TEAMS_OPTIONAL))
+
+
+def read_hosts(path: Path, display: str | None = None) -> tuple[HostRule, ...]:
+    """ref/hosts.csv: host globs in file order."""
+    rows = _read_file(
+        path,
+        HOSTS_COLUMNS,
+        lambda row: (_required(row, "host_glob"), _required(row, "team"), row.line),
+        display or str(path),
+    )
+    return tuple(
+        HostRule(order, glob, team, line) for order, (glob, team, line) in enumerate(rows, 1)
+    )
+
+
+def stray_host_teams(
+    references: References, allocation_teams: Iterable[str], display: str
+) -> tuple[str, ...]:
+    """A warning line for each team of hosts.csv (`display`) that neither users.csv,
+    teams.csv nor any allocation names: most likely a typo, which would put the hosts'
+    GPUs in a team of their own."""
+    known = {user.team for user in references.users} | {team.team for team in references.teams}
+    known.update(allocation_teams)
+    stray: dict[str, int] = {}
+    for rule in references.hosts:
+        if rule.team not in known:
+            stray.setdefault(rule.team, rule.line)
+    return tuple(
+        f"{display}: line {line}: team '{team}' is in neither users.csv, teams.csv nor any "
+        "allocation (a typo?)"
+        for team, line in stray.items()
+    )
+
+
+def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]:
+    """ref/prices.csv: GPU name globs and their price per GPU-hour in file order."""
+    rows = _read_file(
+        path,
+        PRICES_COLUMNS,
+        lambda row: (_required(row, "gpu_glob"), _number(row, "usd_per_gpu_hour")),
+        display or str(path),
+    )
+    return tuple(PriceRule(order, glob, price) for order, (glob, price) in enumerate(rows, 1))
+
+
+def read_allocations(
+    path: Path, source_file: str, display: str | None = None
+) -> tuple[Allocation, ...]:
+    """One raw/allocations/*.csv file."""
+
+    def parse(row: _Row) -> Allocation:
+        start = _timestamp(row, "start_ts", required=True)
+        end = _timestamp(row, "end_ts", required=False)
+        assert start is not None
+        if end is not None and end < start:
+            raise _RefError(row.line, "'end_ts' is before 'start_ts'")
+        return Allocation(
+            job_id=row.cells["job_id"],
+            user=row.cells["user"],
+            team=row.cells["team"],
+            host=_required(row, "host"),
+            gpu_index=_gpu_index(row, "gpu_index"),
+            start_ts=start,
+            end_ts=end,
+            source_file=source_file,
+        )
+
+    return tuple(_read_file(path, ALLOCATIONS_COLUMNS, parse, display or str(path)))
+
+
+def _visible(path: Path) -> bool:
+    return not path.name.startswith((".", "_"))
+
+
+def read_references(
+    config: Config, *, known: Mapping[str, tuple[int, int]] | None = None
+) -> References:
+    """Read and validate every reference file; missing files give empty tables. An
+    allocation file whose (size, mtime_ns) is `known[its source]` is listed, not read."""
+    known = known or {}
+    ref_dir = config.ref_dir
+    users_path, teams_path, hosts_path, prices_path = (
+        ref_dir / USERS_FILE,
+        ref_dir / TEAMS_FILE,
+        ref_dir / HOSTS_FILE,
+        ref_dir / PRICES_FILE,
+    )
+    allocation_paths = (
+        sorted(p for p in config.allocations_dir.glob("*.csv") if _visible(p) and p.is_file())
+        if config.allocations_dir.is_dir()
+        else []
+    )
+    allocations: list[Allocation] = []
+    listed: list[AllocationFile] = []
+    unread: set[str] = set()
+    for path in allocation_paths:
+        try:
+            stat = path.stat()  # before the read: a file changed during it is read again
+        except OSError as exc:
+            raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        file = AllocationFile(
+            path.relative_to(config.data_dir).as_posix(), path, stat.st_size, stat.st_mtime_ns
+        )
+        listed.append(file)
+        if known.get(file.source) == file.signature:
+            unread.add(file.source)
+        else:
+            allocations.extend(read_allocations(path, file.source))
+    return References(
+        users=read_users(users_path) if users_path.is_file() else (),
+        teams=read_teams(teams_path) if teams_path.is_file() else (),
+        hosts=read_hosts(hosts_path) if hosts_path.is_file() else (),
+        prices=read_prices(prices_path) if prices_path.is_file() else (),
+        allocations=tuple(allocations),
+        allocation_files=tuple(listed),
+        unread=frozenset(unread),
+    )

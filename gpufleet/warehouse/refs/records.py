@@ -1,0 +1,88 @@
+"""The reference files' names and columns, and the records their rows become.
+
+`References` holds everything in ref/ and raw/allocations/, validated (`read.py` reads it;
+`tables.py` writes it into the warehouse).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+USERS_FILE = "users.csv"
+TEAMS_FILE = "teams.csv"
+HOSTS_FILE = "hosts.csv"
+PRICES_FILE = "prices.csv"
+
+USERS_COLUMNS = ("user", "team")
+USERS_OPTIONAL = ("email",)
+TEAMS_COLUMNS = ("team", "lead_email")
+TEAMS_OPTIONAL = ("cc",)
+HOSTS_COLUMNS = ("host_glob", "team")
+PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
+ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+
+
+class UserTeam(NamedTuple):
+    user: str
+    team: str
+    email: str | None = None  # users.csv's optional `email`: where idle notices go
+
+
+class TeamContact(NamedTuple):
+    team: str
+    lead_email: str  # who receives the team's mail
+    cc: tuple[str, ...] = ()  # copied on it
+
+
+class HostRule(NamedTuple):
+    rule_order: int  # 1-based row order in hosts.csv: first match wins
+    host_glob: str
+    team: str
+    line: int = 0  # the line of hosts.csv it is on (not stored)
+
+
+class PriceRule(NamedTuple):
+    rule_order: int  # 1-based row order in prices.csv: first match wins
+    gpu_glob: str
+    usd_per_gpu_hour: float
+
+
+class Allocation(NamedTuple):
+    job_id: str | None
+    user: str | None
+    team: str | None  # None: look the user up in users.csv
+    host: str
+    gpu_index: int
+    start_ts: dt.datetime
+    end_ts: dt.datetime | None  # None: still running
+    source_file: str  # relative to the data directory
+
+
+class AllocationFile(NamedTuple):
+    """One raw/allocations/*.csv file as listed, before its rows were read."""
+
+    source: str  # relative to the data directory, as in allocations.source_file
+    path: Path
+    size_bytes: int
+    mtime_ns: int
+
+    @property
+    def signature(self) -> tuple[int, int]:
+        return (self.size_bytes, self.mtime_ns)
+
+
+@dataclass(frozen=True, kw_only=True)
+class References:
+    """Everything in ref/ and raw/allocations/, validated; the rows of the allocation files
+    in `unread` were not read (the warehouse has them: `read_references`' `known`)."""
+
+    users: tuple[UserTeam, ...] = ()
+    teams: tuple[TeamContact, ...] = ()
+    hosts: tuple[HostRule, ...] = ()
+    prices: tuple[PriceRule, ...] = ()
+    allocations: tuple[Allocation, ...] = ()
+    allocation_files: tuple[AllocationFile, ...] = ()
+    unread: frozenset[str] = frozenset()

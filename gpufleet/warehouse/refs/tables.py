@@ -1,0 +1,218 @@
+"""Writing the reference tables and allocations into the warehouse.
+
+`replace_references` replaces each table's rows with a file's, and says whether a row the
+models read changed. The contacts (users' addresses, teams' leads) are kept in tables of
+their own, `ref_user_emails` and `ref_teams`: the models never read them, so a changed
+address neither changes `ref_users` nor makes the next build a full one. The size and
+modification time each allocation file had when read are kept in
+`build_state.allocation_files`, so that an unchanged file is not read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.table_docs import TableDoc, document
+from gpufleet.warehouse.publish.read_only import connect_read_only
+from gpufleet.warehouse.refs.read import read_allocations
+from gpufleet.warehouse.refs.records import References
+
+
+def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of each allocation file as the published warehouse last read it,
+    for `read_references(known=...)`; empty when there is no warehouse (or none readable:
+    every file is read then, as on the first ingest)."""
+    if not config.warehouse_path.is_file():
+        return {}
+    try:
+        with contextlib.closing(connect_read_only(config)) as con:
+            return _allocation_files(con)
+    except (GpufleetError, duckdb.Error):
+        return {}
+
+
+def _allocation_files(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
+    exists = con.execute(
+        "select count(*) from duckdb_tables() where database_name = current_database()"
+        " and schema_name = 'build_state' and table_name = 'allocation_files'"
+    ).fetchone()
+    if not (exists and exists[0]):
+        return {}
+    rows = con.execute(
+        "select path, size_bytes, mtime_ns from build_state.allocation_files"
+    ).fetchall()
+    return {path: (size, mtime) for path, size, mtime in rows}
+
+
+_TS = pa.timestamp("us", tz="UTC")
+_ARROW_SCHEMAS: dict[str, pa.Schema] = {
+    "ref_users": pa.schema([("user", pa.string()), ("team", pa.string())]),
+    "ref_user_emails": pa.schema([("user", pa.string()), ("email", pa.string())]),
+    "ref_teams": pa.schema(
+        [("team", pa.string()), ("lead_email", pa.string()), ("cc", pa.list_(pa.string()))]
+    ),
+    "ref_hosts": pa.schema(
+        [("rule_order", pa.int32()), ("host_glob", pa.string()), ("team", pa.string())]
+    ),
+    "ref_prices": pa.schema(
+        [("rule_order", pa.int32()), ("gpu_glob", pa.string()), ("usd_per_gpu_hour", pa.float64())]
+    ),
+    "allocations": pa.schema(
+        [
+            ("job_id", pa.string()),
+            ("user", pa.string()),
+            ("team", pa.string()),
+            ("host", pa.string()),
+            ("gpu_index", pa.uint16()),
+            ("start_ts", _TS),
+            ("end_ts", _TS),
+            ("source_file", pa.string()),
+        ]
+    ),
+}
+
+
+def _replace_table(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    keep: str = "false",
+) -> bool:
+    """Replace every row of `table` but those `keep` (a condition on its columns) holds
+    for with `rows` (one insert through Arrow); True if anything changed."""
+    schema = _ARROW_SCHEMAS[table]
+    arrays = [
+        pa.array([row[position] for row in rows], type=column.type)
+        for position, column in enumerate(schema)
+    ]
+    arrow = pa.Table.from_arrays(arrays, schema=schema)
+    names = ", ".join(f'"{name}"' for name in schema.names)
+    con.register("_ref_rows", arrow)
+    try:
+        replaced = f"(select {names} from {table} where not ({keep}))"
+        difference = con.execute(
+            f"""
+            select count(*) from (
+                (select {names} from {replaced} except all select {names} from _ref_rows)
+                union all
+                (select {names} from _ref_rows except all select {names} from {replaced})
+            )
+            """
+        ).fetchall()  # fetched to the end: DuckDB refuses to unregister under an open result
+        changed = bool(difference[0][0])
+        if changed:
+            con.execute(f"delete from {table} where not ({keep})")
+            con.execute(f"insert into {table} ({names}) select {names} from _ref_rows")
+    finally:
+        con.unregister("_ref_rows")
+    return changed
+
+
+# The contact tables: created here, as only the ingest of the reference files writes them.
+CONTACT_TABLES_DDL = """
+create table if not exists ref_user_emails (
+    "user" varchar not null,
+    email varchar not null
+);
+create table if not exists ref_teams (
+    team varchar not null,
+    lead_email varchar not null,
+    cc varchar[] not null
+);
+"""
+CONTACT_TABLES_DOCS: tuple[TableDoc, ...] = (
+    (
+        "ref_user_emails",
+        None,
+        "ref/users.csv's optional email column: where the idle notices of each user go "
+        "(gpufleet notify idle). Loaded by gpufleet ingest.",
+    ),
+    ("ref_user_emails", "user", "Process owner or allocation user, as in ref_users."),
+    ("ref_user_emails", "email", "The user's email address."),
+    (
+        "ref_teams",
+        None,
+        "ref/teams.csv: each team's lead, who receives the team's mail (and the idle notices "
+        "of its users without an address). Loaded by gpufleet ingest.",
+    ),
+    ("ref_teams", "team", "Team name, as in ref_users and the marts."),
+    ("ref_teams", "lead_email", "Email address of the team's lead."),
+    ("ref_teams", "cc", "Addresses copied on the team's mail (may be empty)."),
+)
+
+
+def ensure_contact_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (and document) ref_user_emails and ref_teams if they do not exist yet."""
+    con.execute(CONTACT_TABLES_DDL)
+    document(con, CONTACT_TABLES_DOCS)
+
+
+ALLOCATION_FILES_DDL = """
+create schema if not exists build_state;
+create table if not exists build_state.allocation_files (
+    path varchar primary key,      -- relative to the data directory
+    size_bytes bigint not null,
+    mtime_ns bigint not null
+);
+"""
+
+
+def _replace_allocations(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+    """Make `allocations` the rows of the files listed: the files not read keep their rows
+    when this warehouse read them at the same (size, mtime) (else they are read now: another
+    ingest published in between); every other row is replaced. True if any row changed."""
+    con.execute(ALLOCATION_FILES_DDL)
+    stored = _allocation_files(con)
+    rows = list(references.allocations)
+    kept: list[str] = []
+    for file in references.allocation_files:
+        if file.source not in references.unread:
+            continue
+        if stored.get(file.source) == file.signature:
+            kept.append(file.source)
+        else:
+            rows.extend(read_allocations(file.path, file.source))
+    con.execute("create or replace temp table _kept_sources (source_file varchar)")
+    try:
+        con.execute("insert into _kept_sources select unnest(?::varchar[])", [kept])
+        changed = _replace_table(
+            con,
+            "allocations",
+            rows,
+            keep="source_file in (select source_file from _kept_sources)",
+        )
+    finally:
+        con.execute("drop table temp._kept_sources")
+    listed = {file.source: file.signature for file in references.allocation_files}
+    if stored != listed:
+        con.execute("delete from build_state.allocation_files")
+        con.execute(
+            "insert into build_state.allocation_files"
+            " select unnest(?::varchar[]), unnest(?::bigint[]), unnest(?::bigint[])",
+            [list(listed), [size for size, _ in listed.values()], [m for _, m in listed.values()]],
+        )
+    return changed
+
+
+def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+    """Replace ref_users, ref_hosts, ref_prices and allocations, and the contacts; True if a
+    row the models read changed (a changed address needs no build)."""
+    changed = [
+        _replace_table(con, "ref_users", references.users),
+        _replace_table(con, "ref_hosts", references.hosts),
+        _replace_table(con, "ref_prices", references.prices),
+        _replace_allocations(con, references),
+    ]
+    ensure_contact_tables(con)
+    emails = [(user.user, user.email) for user in references.users if user.email is not None]
+    _replace_table(con, "ref_user_emails", emails)
+    _replace_table(con, "ref_teams", [(t.team, t.lead_email, list(t.cc)) for t in references.teams])
+    return any(changed)

@@ -1,0 +1,187 @@
+"""Values outside their valid ranges (docs/reference.md#valid-values): NaN, infinities,
+absurd numbers and times far from the file's day quarantine the file, naming the column and
+the value, whichever way its batch is read; the edges of each range load."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from gpufleet.collectors.schema import SAMPLE_SCHEMA
+from gpufleet.config import Config
+from gpufleet.warehouse.ingest import QuarantineWarning, ingest
+from gpufleet.warehouse.ingest.values import VALUE_RANGES, range_text
+from tests.test_ingest import DAY1, count, query, sample, write_samples, write_table
+
+NAN, INF = math.nan, math.inf
+
+# (column, value, what the reason says about the value)
+OUT_OF_RANGE = [
+    ("gpu_util_pct", NAN, "nan"),
+    ("gpu_util_pct", INF, "inf"),
+    ("gpu_util_pct", -INF, "-inf"),
+    ("gpu_util_pct", -5.0, "-5.0"),
+    ("gpu_util_pct", 150.0, "150.0"),
+    ("gpu_util_pct", 1e30, "1e+30"),
+    ("mem_util_pct", 100.5, "100.5"),
+    ("interval_s", 0.0, "0.0"),
+    ("interval_s", -10.0, "-10.0"),
+    ("interval_s", 86401.0, "86401.0"),
+    ("interval_s", NAN, "nan"),
+    ("power_w", -1.0, "-1.0"),
+    ("power_w", 1e9, "1e+09"),
+    ("power_limit_w", INF, "inf"),
+    ("temp_gpu_c", -51, "-51"),
+    ("temp_gpu_c", 201, "201"),
+    ("temp_mem_c", 999, "999"),
+    ("mem_used_bytes", -1, "-1"),
+    ("mem_total_bytes", -(1 << 40), str(-(1 << 40))),
+    ("energy_mj", -5, "-5"),
+    ("sm_clock_mhz", -1, "-1"),
+    ("thermal_violation_ns", -1, "-1"),
+    ("power_violation_ns", -7, "-7"),
+]
+EDGES = [
+    ("gpu_util_pct", 0.0),
+    ("gpu_util_pct", 100.0),
+    ("interval_s", 86400.0),
+    ("interval_s", 0.001),
+    ("power_w", 0.0),
+    ("power_w", 5000.0),
+    ("temp_gpu_c", -50),
+    ("temp_gpu_c", 200),
+    ("mem_used_bytes", 0),
+    ("gpu_util_pct", None),  # NULL stays allowed in a nullable column
+]
+
+
+def _ingest_expecting(config: Config, bad: str) -> Any:
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, compact=False)
+    assert [q.path for q in result.quarantined] == [bad]
+    return result
+
+
+@pytest.mark.parametrize(("column", "value", "shown"), OUT_OF_RANGE)
+def test_a_value_out_of_range_quarantines_its_file_with_no_probe(
+    config: Config, column: str, value: float, shown: str
+) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10), {**sample(20), column: value}])
+    write_samples(config.data_dir, f"{DAY1}/c.parquet", [sample(30)])
+    result = _ingest_expecting(config, f"{DAY1}/b.parquet")
+    rule = range_text(next(r for r in VALUE_RANGES if r.column == column))
+    reason = f"column {column}: value {shown} is out of range ({rule})"
+    assert result.quarantined[0].reason == reason
+    assert (result.samples_loaded, result.batches_probed) == (2, 0)  # found in the one read
+    assert query(config, "select epoch(ts)::int % 100 from samples order by ts") == [(0,), (30,)]
+
+
+@pytest.mark.parametrize(("column", "value"), EDGES)
+def test_the_edges_of_each_range_load(config: Config, column: str, value: float | None) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [{**sample(0), column: value}])
+    result = ingest(config, compact=False)
+    assert (result.samples_loaded, result.quarantined) == (1, ())
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(2100, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(2026, 11, 14, 23, 59, 59, tzinfo=dt.UTC),  # the folder's day - 1 day - 1 s
+        dt.datetime(2026, 11, 18, 0, 0, 0, tzinfo=dt.UTC),  # the folder's day + 2 days
+    ],
+    ids=["1970", "2100", "before", "after"],
+)
+def test_a_time_far_from_its_folders_day_quarantines_the_file(
+    config: Config, when: dt.datetime
+) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10), {**sample(20), "ts": when}])
+    result = _ingest_expecting(config, f"{DAY1}/b.parquet")
+    assert result.quarantined[0].reason == (
+        f"column ts: value {when:%Y-%m-%d %H:%M:%S} UTC is out of range "
+        "(2026-11-15 to 2026-11-17: the day of its folder date=2026-11-16, 1 day either side)"
+    )
+    assert count(config) == 1
+
+
+def test_clock_skew_of_up_to_a_day_either_side_loads(config: Config) -> None:
+    rows = [
+        {**sample(0), "ts": dt.datetime(2026, 11, 15, 0, 0, tzinfo=dt.UTC)},
+        {**sample(0), "ts": dt.datetime(2026, 11, 17, 23, 59, 59, 999999, tzinfo=dt.UTC)},
+    ]
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", rows)
+    result = ingest(config, compact=False)
+    assert (result.samples_loaded, result.quarantined) == (2, ())
+
+
+def test_the_staged_path_quarantines_the_same_values_with_the_same_reasons(
+    config: Config,
+) -> None:
+    """A batch whose rows repeat a key is staged (cast and deduplicated in DuckDB): its
+    range checks are the same rules, with the same reasons."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10)])
+    write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10), sample(20)])  # repeats 10
+    bad = [{**sample(30), "interval_s": NAN}, {**sample(40), "gpu_util_pct": 150.0}]
+    write_samples(config.data_dir, f"{DAY1}/c.parquet", bad)
+    late = {**sample(50), "ts": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)}
+    write_samples(config.data_dir, f"{DAY1}/d.parquet", [late])
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, compact=False)
+    assert result.batches_probed == 1
+    reasons = {q.path.rsplit("/", 1)[1]: q.reason for q in result.quarantined}
+    assert reasons == {
+        "c.parquet": "column interval_s: value nan is out of range (> 0 and <= 86400)",
+        "d.parquet": (
+            "column ts: value 1970-01-01 00:00:00 UTC is out of range (2026-11-15 to "
+            "2026-11-17: the day of its folder date=2026-11-16, 1 day either side)"
+        ),
+    }
+    assert (result.samples_loaded, result.duplicates_skipped) == (3, 1)
+
+
+def test_a_file_outside_a_date_folder_needs_a_time_of_this_century(config: Config) -> None:
+    write_samples(config.data_dir, "raw/samples/loose/a.parquet", [sample(0)])
+    old = {**sample(0), "ts": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)}
+    write_samples(config.data_dir, "raw/samples/loose/b.parquet", [old])
+    result = _ingest_expecting(config, "raw/samples/loose/b.parquet")
+    assert re.fullmatch(
+        r"column ts: value 1970-01-01 00:00:00 UTC is out of range \(2000-01-01 to 2099-12-31\)",
+        result.quarantined[0].reason,
+    )
+
+
+def test_a_foreign_writers_float64_nan_is_caught_after_the_cast(config: Config) -> None:
+    """A float64 column is cast to float32 on the one-pass read: a value too large for
+    float32 becomes inf there, and is out of range like any other."""
+    table = pa.Table.from_pylist([sample(0), sample(10)], schema=SAMPLE_SCHEMA)
+    index = table.schema.get_field_index("power_w")
+    wide = pa.array([300.0, 1e300], pa.float64())
+    write_table(config.data_dir, f"{DAY1}/b.parquet", table.set_column(index, "power_w", wide))
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(20)])
+    result = _ingest_expecting(config, f"{DAY1}/b.parquet")
+    assert result.quarantined[0].reason == "column power_w: value inf is out of range (0 to 5000)"
+    assert result.batches_probed == 0
+
+
+def test_no_sample_loaded_holds_a_value_out_of_range(config: Config) -> None:
+    """What reached the marts as NaN and 1.6e26 % before: nothing of it is loaded."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    for number, (column, value, _) in enumerate(OUT_OF_RANGE):
+        row = {**sample(10 * number + 10), column: value}
+        write_samples(config.data_dir, f"{DAY1}/bad{number:02d}.parquet", [row])
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, compact=False)
+    assert len(result.quarantined) == len(OUT_OF_RANGE)
+    assert query(
+        config,
+        "select count(*) from samples where not isfinite(gpu_util_pct) or gpu_util_pct > 100",
+    ) == [(0,)]
+    assert count(config) == 1

@@ -1,0 +1,499 @@
+"""`gpufleet import prometheus` against a real Prometheus (tests/prometheus_stack.py): the
+backfilled hours of a small Kubernetes fleet are imported, ingested and built, and the
+warehouse's per-team GPU-hours, idle episodes, waste and thermal events are checked against
+values computed here from the fixture's own scrapes, by the definitions of the reference
+page. Then: importing again writes nothing, a live pod that comes and goes becomes one
+allocation, Prometheus stopped mid-run fails in one line with nothing half-written, and bad
+input (no server, an HTTP error, a series without UUID or Hostname, a non-numeric value)
+fails in one line naming the query, writing nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import math
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+import gpufleet
+from gpufleet.cli import main
+from gpufleet.config import Config, KubernetesConfig, PrometheusConfig, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations.prometheus import PrometheusApi, import_prometheus
+from tests.prometheus_stack import (
+    GPU_UTIL,
+    GPUS,
+    MIB,
+    FleetHistory,
+    Gpu,
+    Pod,
+    PrometheusStack,
+    free_port,
+    prometheus_stack,
+)
+
+pytestmark = pytest.mark.slow
+
+STEP_S = 60
+PRICE_USD = 2.0  # per GPU-hour of the fleet's one model
+NAMESPACES = "namespace,team,valid_from\nml-train,vision,\nml-infer,serving,2099-01-01\n"
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusStack]:
+    with prometheus_stack(tmp_path_factory.mktemp("prometheus")) as running:
+        yield running
+
+
+def utc(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+def iso(seconds: float) -> str:
+    return utc(seconds).isoformat()
+
+
+def data_dir_with_config(root: Path, **prometheus: object) -> Path:
+    """A data directory with prices, namespaces and a config file (delay 0: the history is
+    complete; a one-hour window, so the four hours take several)."""
+    data = root / "data"
+    (data / "ref").mkdir(parents=True)
+    (data / "ref" / "prices.csv").write_text(
+        f"gpu_glob,usd_per_gpu_hour\nNVIDIA H100*,{PRICE_USD}\n"
+    )
+    (data / "ref" / "namespaces.csv").write_text(NAMESPACES)
+    settings = {"step_seconds": STEP_S, "window_minutes": 60, "delay_seconds": 0} | prometheus
+    lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+    (data / "gpufleet.toml").write_text(f"[prometheus]\n{lines}")
+    return data
+
+
+# What the warehouse must hold, from the fixture's scrapes and the contract's definitions.
+
+
+@dataclass(frozen=True)
+class Row:
+    gpu: Gpu
+    ts: int
+    util: float
+    pod: Pod | None
+
+
+def team_of(pod: Pod | None) -> str:
+    if pod is None:
+        return "(unallocated)"
+    # namespaces.csv: ml-train -> vision; ml-infer -> serving only from 2099 on.
+    return {"ml-train": "vision"}.get(pod.namespace, pod.namespace)
+
+
+def expected_rows(history: FleetHistory, since: int, until: int) -> dict[tuple[Gpu, int], Row]:
+    """A row per GPU and step `ts` in [since, until): the mean of the scrapes in
+    (ts - step, ts]; the pod whose labels a scrape of the step carries."""
+    steps: dict[tuple[Gpu, int], list] = {}
+    for scrape in history.scrapes:
+        ts = math.ceil(scrape.t / STEP_S) * STEP_S
+        if since <= ts < until:
+            steps.setdefault((scrape.gpu, ts), []).append(scrape)
+    rows = {}
+    for (gpu, ts), scrapes in steps.items():
+        util = sum(s.values[GPU_UTIL] for s in scrapes) / len(scrapes)
+        pod = next((s.pod for s in scrapes if s.pod), None)
+        rows[(gpu, ts)] = Row(gpu, ts, util, pod)
+    return rows
+
+
+def expected_episodes(rows: dict[tuple[Gpu, int], Row]) -> set[tuple]:
+    """Idle episodes: maximal runs of idle rows of a GPU, each contiguous with the previous
+    (ts gap <= 2.5 steps), with one team and attribution; waste from 30 minutes on."""
+    episodes = set()
+    for gpu in GPUS:
+        series = sorted((r for r in rows.values() if r.gpu == gpu), key=lambda r: r.ts)
+        run: list[Row] = []
+
+        def close(run: list[Row], gpu: Gpu) -> None:
+            if not run:
+                return
+            idle_s = len(run) * STEP_S
+            attributed = "allocation" if run[0].pod else "none"
+            waste = idle_s >= 30 * 60 and attributed != "none"
+            job = f"{run[0].pod.namespace}/{run[0].pod.name}" if run[0].pod else None
+            episodes.add(
+                (
+                    gpu.uuid,
+                    team_of(run[0].pod),
+                    attributed,
+                    job,
+                    run[0].ts - STEP_S,
+                    run[-1].ts,
+                    idle_s,
+                    waste,
+                    round(idle_s / 3600 * PRICE_USD, 6) if waste else 0.0,
+                )
+            )
+
+        for row in series:
+            idle = row.util < 5.0
+            joins = (
+                run
+                and idle
+                and row.ts - run[-1].ts <= 2.5 * STEP_S
+                and team_of(row.pod) == team_of(run[-1].pod)
+                and (row.pod is None) == (run[-1].pod is None)
+            )
+            if not joins:
+                close(run, gpu)
+                run = []
+            if idle:
+                run.append(row)
+        close(run, gpu)
+    return episodes
+
+
+def sample_table(data: Path) -> list[dict]:
+    return (
+        ds.dataset(data / "raw" / "samples", format="parquet", partitioning="hive")
+        .to_table()
+        .to_pylist()
+    )
+
+
+def raw_files(data: Path) -> dict[str, tuple[int, int]]:
+    """Every file under raw/ and imports/ with its size and modification time."""
+    return {
+        str(p.relative_to(data)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for folder in ("raw", "imports")
+        for p in sorted((data / folder).rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_import_ingest_build_matches_the_fixtures_series(
+    stack: PrometheusStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = stack.history
+    data = data_dir_with_config(tmp_path)
+    span = ["--since", iso(history.start), "--until", iso(history.end)]
+    assert main(["import", "prometheus", "--url", stack.url, *span, "--data-dir", str(data)]) == 0
+    out = capsys.readouterr()
+    assert "5 window(s)" in out.out or "4 window(s)" in out.out, out
+    assert "3 pod(s) on GPUs" in out.out
+
+    # The sample files: one row per GPU and step, each value its step's scrapes reduced.
+    rows = expected_rows(history, history.start, history.end)
+    samples = sample_table(data)
+    assert len(samples) == len(rows) == 4 * 240 - 2 * 15  # gpu-b's outage is a gap
+    scrapes = {(s.gpu.uuid, s.t): s for s in history.scrapes}
+    for sample in samples:
+        ts = int(sample["ts"].timestamp())
+        gpu = next(g for g in GPUS if g.uuid == sample["gpu_uuid"])
+        expected = rows[(gpu, ts)]
+        in_step = [
+            scrapes[(gpu.uuid, t)] for t in range(ts - 45, ts + 1, 15) if (gpu.uuid, t) in scrapes
+        ]
+        assert sample["interval_s"] == STEP_S and sample["status"] == "ok"
+        assert (sample["host"], sample["gpu_index"]) == (gpu.host, gpu.index)
+        assert sample["gpu_name"] == "NVIDIA H100 80GB HBM3"
+        assert sample["gpu_util_pct"] == pytest.approx(expected.util, abs=1e-4)
+        used = sum(s.values["DCGM_FI_DEV_FB_USED"] for s in in_step) / len(in_step)
+        assert sample["mem_used_bytes"] == round(used * MIB)
+        assert sample["mem_total_bytes"] == round(used * MIB) + round((81_559 - used) * MIB)
+        last = in_step[-1].values
+        assert sample["energy_mj"] == round(last["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"])
+        assert sample["clock_event_mask"] == last["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]
+        assert sample["thermal_violation_ns"] == round(last["DCGM_FI_DEV_THERMAL_VIOLATION"]) * 1000
+        assert sample["power_limit_w"] == 700.0
+        assert sample["processes"] is None and sample["sm_clock_max_mhz"] is None
+
+    # Pods as allocation rows: one per pod and GPU, its window pieces joined; the outage
+    # (no scrapes at all) splits server-7's.
+    allocations = (data / "raw" / "allocations").glob("prometheus-*.csv")
+    lines = sorted(line for f in allocations for line in f.read_text().splitlines()[1:])
+    start = history.start
+    assert lines == sorted(
+        [
+            f"ml-infer/server-7,,ml-infer,gpu-b,0,{iso(start - 60)},{iso(start + 120 * 60)}",
+            f"ml-infer/server-7,,ml-infer,gpu-b,0,{iso(start + 135 * 60)},{iso(history.end - 60)}",
+            f"ml-train/trainer-0,,vision,gpu-a,0,{iso(start + 10 * 60)},{iso(start + 150 * 60)}",
+            f"ml-train/trainer-1,,vision,gpu-a,1,{iso(start + 30 * 60)},{iso(start + 200 * 60)}",
+        ]
+    )
+
+    # Ingest and build; then the marts against the definitions applied to the scrapes.
+    assert main(["ingest", "--data-dir", str(data)]) == 0
+    assert main(["build", "--data-dir", str(data)]) == 0
+    warehouse = gpufleet.open(data)
+    teams = warehouse.sql(
+        "select team, sum(gpu_hours) as gpu_hours, sum(waste_usd) as waste_usd "
+        "from team_daily group by team order by team"
+    ).rows()
+    hours: dict[str, float] = {}
+    for row in rows.values():
+        hours[team_of(row.pod)] = hours.get(team_of(row.pod), 0.0) + STEP_S / 3600
+    episodes = expected_episodes(rows)
+    waste: dict[str, float] = {}
+    for episode in episodes:
+        waste[episode[1]] = waste.get(episode[1], 0.0) + episode[8]
+    assert [t for t, _, _ in teams] == sorted(hours)
+    for team, gpu_hours, waste_usd in teams:
+        assert gpu_hours == pytest.approx(hours[team]), team
+        assert waste_usd == pytest.approx(waste.get(team, 0.0)), team
+    found = warehouse.sql(
+        "select gpu_uuid, team, attributed_by, job_id, epoch(start_ts)::bigint, "
+        "epoch(end_ts)::bigint, idle_seconds::bigint, is_waste, round(waste_usd, 6) "
+        "from idle_episodes"
+    ).rows()
+    assert set(found) == episodes
+    # The pod that idled 50 minutes holding its GPU is the one waste episode.
+    assert [e for e in episodes if e[7]] == [
+        (
+            GPUS[0].uuid,
+            "vision",
+            "allocation",
+            "ml-train/trainer-0",
+            start + 100 * 60,
+            start + 150 * 60,
+            3000,
+            True,
+            round(3000 / 3600 * PRICE_USD, 6),
+        )
+    ]
+    thermal = warehouse.sql(
+        "select gpu_uuid, team, epoch(start_ts)::bigint, epoch(end_ts)::bigint, is_hw "
+        "from thermal_events"
+    ).rows()
+    assert thermal == [(GPUS[2].uuid, "ml-infer", start + 60 * 60, start + 66 * 60, True)]
+
+    # Importing again writes nothing: the same span, what is new (nothing: until is in the
+    # past), and a wider span whose new part has no data.
+    before = raw_files(data)
+    assert main(["import", "prometheus", "--url", stack.url, *span, "--data-dir", str(data)]) == 0
+    assert "nothing new" in capsys.readouterr().out
+    wider = ["--since", iso(history.start - 3600), "--until", iso(history.end)]
+    assert main(["import", "prometheus", "--url", stack.url, *wider, "--data-dir", str(data)]) == 0
+    assert "0 rows" in capsys.readouterr().out
+    after = raw_files(data)
+    assert {k: v for k, v in after.items() if not k.startswith("imports/")} == {
+        k: v for k, v in before.items() if not k.startswith("imports/")
+    }
+    assert main(["ingest", "--data-dir", str(data)]) == 0
+    assert warehouse.sql("select count(*) from samples").rows() == [(len(rows),)]
+
+
+def test_a_live_pod_that_comes_and_goes_is_one_allocation(
+    stack: PrometheusStack, tmp_path: Path
+) -> None:
+    """Live scrapes (every second) with a one-second step: the pod's run on the GPU is one
+    allocation row, and every row is the mean of the scrapes Prometheus holds for its step."""
+    gpu = GPUS[3]
+    pod = Pod("live", "job-1", gpu, 0, 0, 90.0)
+    since = time.time()
+    time.sleep(2.0)
+    stack.exporter.set(gpu, 90.0, pod)
+    time.sleep(4.0)
+    stack.exporter.set(gpu, 0.0, None)
+    time.sleep(3.0)
+    until = time.time() - 1.5  # the last scrape of the span is in
+    config = Config(
+        data_dir=tmp_path / "data",
+        prometheus=PrometheusConfig(step_seconds=1, delay_seconds=0, window_minutes=1),
+    )
+    result = import_prometheus(config, url=stack.url, since=utc(since), until=utc(until))
+    assert result.pods == 2  # server-7 on gpu-b:0, and job-1
+
+    # What Prometheus holds for the GPU in the span, scrape by scrape.
+    first, last = math.ceil(since), math.ceil(until)
+    query = f'{GPU_UTIL}{{UUID="{gpu.uuid}"}}[{last - first + 2}s]'
+    held = stack.server.query_at(query, last)
+    steps: dict[int, list[tuple[float, bool]]] = {}
+    for series in held:
+        with_pod = series["metric"].get("pod") == "job-1"
+        for t, value in series["values"]:
+            ts = math.ceil(float(t))
+            if first <= ts < last:
+                steps.setdefault(ts, []).append((float(value), with_pod))
+    samples = {
+        int(s["ts"].timestamp()): s["gpu_util_pct"]
+        for s in sample_table(config.data_dir)
+        if s["gpu_uuid"] == gpu.uuid
+    }
+    assert samples.keys() == steps.keys()
+    for ts, values in steps.items():
+        assert samples[ts] == pytest.approx(sum(v for v, _ in values) / len(values))
+    pod_steps = sorted(ts for ts, values in steps.items() if any(p for _, p in values))
+    assert len(pod_steps) >= 3
+    # One row per run of consecutive steps with the pod (one run, unless a scrape was missed).
+    runs: list[list[int]] = []
+    for ts in pod_steps:
+        if runs and ts == runs[-1][-1] + 1:
+            runs[-1].append(ts)
+        else:
+            runs.append([ts])
+    allocations = sorted(
+        line
+        for f in (config.allocations_dir).glob("*.csv")
+        for line in f.read_text().splitlines()
+        if line.startswith("live/job-1,")
+    )
+    assert allocations == [f"live/job-1,,live,gpu-b,1,{iso(r[0] - 1)},{iso(r[-1])}" for r in runs]
+
+
+def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
+    stack: PrometheusStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prometheus stops in the middle of the second window (after the first host's queries):
+    one line names the query that failed; the first window is whole, nothing of the second
+    is written, and the record of imported windows holds the first alone."""
+    server = stack.another_prometheus("stopped-mid-run")
+    history = stack.history
+    config = load_config(data_dir=data_dir_with_config(tmp_path), environ={})
+    queries: list[str] = []
+    query_range = PrometheusApi.query_range
+
+    def then_stop(api: PrometheusApi, query: str, **kwargs: float) -> list:
+        queries.append(query)
+        if len(queries) == 40:  # a window is 2 hosts x 15 queries
+            server.stop()
+        return query_range(api, query, **kwargs)
+
+    monkeypatch.setattr(PrometheusApi, "query_range", then_stop)
+    windows: list[str] = []
+    try:
+        with pytest.raises(GpufleetError) as failure:
+            import_prometheus(
+                config,
+                url=server.url,
+                since=utc(history.start),
+                until=utc(history.end),
+                progress=windows.append,
+            )
+    finally:
+        server.stop()
+    message = str(failure.value)
+    assert "\n" not in message
+    # The failed query, then what went wrong: no server, or (a query in flight while it
+    # shut down) its HTTP error.
+    failed = re.fullmatch(rf"query '(.+)': (cannot reach|HTTP \d+ from) {server.url}.*", message)
+    assert failed and failed.group(1) in queries[30:]  # a query of the second window
+    assert len(windows) == 1
+    first_end = (history.start // 3600 + 1) * 3600
+    stamps = f"-{utc(history.start):%Y%m%dT%H%M%SZ}-{utc(first_end):%Y%m%dT%H%M%SZ}.parquet"
+    files = [p.relative_to(config.data_dir) for p in config.data_dir.rglob("*") if p.is_file()]
+    samples = sorted(f.name for f in files if f.parts[:2] == ("raw", "samples"))
+    assert len(samples) == 2 and all(name.endswith(stamps) for name in samples)
+    assert not [f for f in files if f.name.startswith(".")]
+    state = json.loads((config.data_dir / "imports" / "prometheus.json").read_text())
+    assert state == {server.url: [[history.start, first_end]]}
+
+
+@pytest.mark.parametrize("label", ["UUID", "Hostname"])
+def test_a_series_without_uuid_or_hostname_fails_naming_the_query(
+    stack: PrometheusStack, tmp_path: Path, label: str
+) -> None:
+    start, end = stack.history.bad_stretches()[label]
+    config = Config(data_dir=tmp_path / "data", prometheus=PrometheusConfig(delay_seconds=0))
+    with pytest.raises(GpufleetError) as failure:
+        import_prometheus(config, url=stack.url, since=utc(start), until=utc(end))
+    message = str(failure.value)
+    assert "\n" not in message
+    assert f'{label}=""' in message and f"has no '{label}' label" in message
+    assert not (config.data_dir / "raw").exists()
+
+
+def test_unreachable_server_and_http_error_fail_in_one_line_writing_nothing(
+    stack: PrometheusStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    closed = f"http://127.0.0.1:{free_port()}"
+    assert main(["import", "prometheus", "--url", closed, "--data-dir", str(data)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpufleet: error: values of label '__name__': cannot reach ")
+    assert "\n" not in err
+    assert (
+        main(
+            [
+                "import",
+                "prometheus",
+                "--url",
+                f"{stack.url}/no/such/prefix",
+                "--data-dir",
+                str(data),
+            ]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err.strip()
+    assert "values of label '__name__': HTTP 404" in err and "\n" not in err
+    assert not data.exists()
+
+
+class _FakeApi(http.server.BaseHTTPRequestHandler):
+    """A server that answers like Prometheus, but with a value that is not a number."""
+
+    def do_GET(self) -> None:
+        path = urllib.parse.urlparse(self.path).path
+        data: object = {
+            "/api/v1/label/__name__/values": [GPU_UTIL],
+            "/api/v1/label/Hostname/values": ["gpu-a"],
+            "/api/v1/series": [],
+        }.get(path)
+        if path == "/api/v1/query_range":
+            metric = {"Hostname": "gpu-a", "UUID": "GPU-1", "gpu": "0"}
+            data = {
+                "resultType": "matrix",
+                "result": [{"metric": metric, "values": [[1.7e9, "12,5"]]}],
+            }
+        body = json.dumps({"status": "success", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_value_that_is_not_a_number_fails_naming_the_query(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        config = Config(data_dir=tmp_path / "data", prometheus=PrometheusConfig(delay_seconds=0))
+        with pytest.raises(GpufleetError) as failure:
+            import_prometheus(
+                config,
+                url=f"http://127.0.0.1:{server.server_address[1]}",
+                since=utc(1.7e9 - 3600),
+                until=utc(1.7e9),
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    message = str(failure.value)
+    assert message.startswith("query 'sum by (Hostname, UUID, gpu, modelName) (sum_over_time(")
+    assert message.endswith("a value that is not a number: '12,5'")
+    assert not (config.data_dir / "raw").exists()
+
+
+def test_team_from_a_label_and_user_label(stack: PrometheusStack, tmp_path: Path) -> None:
+    """`[kubernetes] team_from` naming a label the series lack falls back to namespaces.csv
+    and the namespace; a `user_label` they lack leaves users null."""
+    history = stack.history
+    data = data_dir_with_config(tmp_path)
+    config = load_config(data_dir=data, environ={})
+    config = replace(
+        config, kubernetes=KubernetesConfig(team_from="label_team", user_label="label_user")
+    )
+    import_prometheus(
+        config, url=stack.url, since=utc(history.start), until=utc(history.start + 3600)
+    )
+    lines = sorted((data / "raw" / "allocations").glob("*.csv"))[0].read_text().splitlines()
+    assert lines[0] == "job_id,user,team,host,gpu_index,start_ts,end_ts"
+    assert {line.split(",")[2] for line in lines[1:]} == {"vision", "ml-infer"}

@@ -1,0 +1,186 @@
+"""The Prometheus importer's parts without a server: its configuration, ref/namespaces.csv,
+the PromQL it sends, allocation rows joined across windows, and the imported spans."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import pytest
+
+from gpufleet.config import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations.prometheus.files import ImportedWindows, merged
+from gpufleet.integrations.prometheus.pods import (
+    PodAllocation,
+    namespace_team,
+    read_namespaces,
+)
+from gpufleet.integrations.prometheus.queries import METRICS, step_query
+
+
+def config_from(tmp_path: Path, text: str):
+    (tmp_path / "gpufleet.toml").write_text(text)
+    return load_config(data_dir=tmp_path, environ={})
+
+
+def test_every_configurable_series_has_a_metric_and_back() -> None:
+    assert [m.column for m in METRICS] == [column for column, _ in DEFAULT_PROMETHEUS_SERIES]
+
+
+def test_prometheus_and_kubernetes_settings_are_read(tmp_path: Path) -> None:
+    config = config_from(
+        tmp_path,
+        '[prometheus]\nurl = "http://prom:9090"\nstep_seconds = 30\nwindow_minutes = 30\n'
+        'host_label = "node"\n[prometheus.series]\ngpu_util_pct = "gpu_util"\n'
+        'clock_event_mask = ["a", "b"]\n'
+        '[kubernetes]\nteam_from = "label_team"\nnamespace_label = "exported_namespace"\n'
+        'user_label = "label_user"\n',
+    )
+    assert config.prometheus.url == "http://prom:9090"
+    assert config.prometheus.step_seconds == 30 and config.prometheus.host_label == "node"
+    assert config.prometheus.series_names("gpu_util_pct") == ("gpu_util",)
+    assert config.prometheus.series_names("clock_event_mask") == ("a", "b")
+    assert config.prometheus.series_names("power_w") == ("DCGM_FI_DEV_POWER_USAGE",)
+    assert config.kubernetes.team_from == "label_team"
+    assert config.kubernetes.namespace_label == "exported_namespace"
+    assert config.kubernetes.user_label == "label_user"
+    assert load_config(data_dir=tmp_path / "none", environ={}).kubernetes.team_from == "namespace"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('[prometheus]\nurl = "prom:9090"\n', "line 2: 'prometheus.url' is not an http(s) URL"),
+        ("[prometheus]\nstep_seconds = 0\n", "line 2: 'prometheus.step_seconds' must be >= 1"),
+        (
+            "[prometheus]\nstep_seconds = 7\n",
+            "'prometheus.window_minutes' must be >= 1 and a whole number of steps (7 s)",
+        ),
+        ("[prometheus]\nwindow_minutes = 100000\n", "more than 11000 steps"),
+        ('[prometheus]\nuuid_label = "my-uuid"\n', "'prometheus.uuid_label' is not a label"),
+        ("[prometheus]\nport = 1\n", "line 2: unknown key 'prometheus.port'"),
+        ('[prometheus.series]\ngpu_util = "x"\n', "line 2: unknown key 'prometheus.series."),
+        ("[prometheus.series]\npower_w = []\n", "line 2: 'prometheus.series.power_w' must be"),
+        ('[prometheus.series]\npower_w = "a b"\n', "'prometheus.series.power_w' must be a"),
+        ('[kubernetes]\nteam_from = "team label"\n', "line 2: 'kubernetes.team_from' is not"),
+        ("[kubernetes]\npod_label = 3\n", "line 2: 'kubernetes.pod_label' must be a label name"),
+    ],
+)
+def test_bad_settings_fail_in_one_line_naming_file_and_line(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    with pytest.raises(GpufleetError) as failure:
+        config_from(tmp_path, text)
+    message = str(failure.value)
+    assert "\n" not in message and str(tmp_path / "gpufleet.toml") in message
+    assert problem in message
+
+
+def test_a_mean_is_over_every_series_of_a_gpu_in_the_step_and_one_ms_short() -> None:
+    gauge = next(m for m in METRICS if m.column == "power_w")
+    counter = next(m for m in METRICS if m.column == "energy_mj")
+    settings = PrometheusConfig(step_seconds=30)
+    assert step_query(gauge, "P", host='a"b', prometheus=settings) == (
+        'sum by (Hostname, UUID, gpu, modelName) (sum_over_time(P{Hostname="a\\"b"}[29999ms]))'
+        ' / sum by (Hostname, UUID, gpu, modelName) (count_over_time(P{Hostname="a\\"b"}'
+        "[29999ms]))"
+    )
+    assert step_query(counter, "E", host="h", prometheus=settings) == (
+        'max by (Hostname, UUID, gpu, modelName) (last_over_time(E{Hostname="h"}[29999ms]))'
+    )
+
+
+def test_namespaces_csv_teams_by_date(tmp_path: Path) -> None:
+    path = tmp_path / "namespaces.csv"
+    path.write_text(
+        "namespace,team,valid_from\nml,vision,\nml,robotics,2026-11-10\nml,speech,2026-11-20\n"
+        "web,frontend,2026-12-01\n"
+    )
+    rows = read_namespaces(path)
+    assert namespace_team("ml", dt.date(2026, 11, 1), rows) == "vision"
+    assert namespace_team("ml", dt.date(2026, 11, 10), rows) == "robotics"
+    assert namespace_team("ml", dt.date(2026, 11, 25), rows) == "speech"
+    assert namespace_team("web", dt.date(2026, 11, 25), rows) is None
+    assert namespace_team("other", dt.date(2026, 11, 25), rows) is None
+    assert read_namespaces(tmp_path / "missing.csv") == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("namespace,owner\nml,vision\n", "line 1: unknown column 'owner'"),
+        ("namespace\nml\n", "line 1: needs one column 'team'"),
+        ("namespace,team\nml,\n", "line 2: 'team' is empty"),
+        (
+            "namespace,team\nml,a\nml,b\n",
+            "line 3: namespace 'ml' is listed twice (first on line 2)",
+        ),
+        ("namespace,team,valid_from\nml,a,11/2026\n", "line 2: 'valid_from' is not a date"),
+        ("namespace,team\nml,a,b\n", "line 2: expected 2 fields, got 3"),
+    ],
+)
+def test_bad_namespaces_csv_fails_naming_the_line(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "namespaces.csv"
+    path.write_text(text)
+    with pytest.raises(GpufleetError, match=f"^{re.escape(f'{path}: {problem}')}"):
+        read_namespaces(path)
+
+
+def _row(job: str, start_min: int, end_min: int) -> PodAllocation:
+    base = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
+    return PodAllocation(
+        job,
+        None,
+        "t",
+        "h",
+        0,
+        base + dt.timedelta(minutes=start_min),
+        base + dt.timedelta(minutes=end_min),
+    )
+
+
+def test_a_row_the_previous_window_ended_is_extended_and_a_known_row_not_repeated() -> None:
+    existing = [_row("ns/a", 0, 60)]
+    assert merged(existing, [_row("ns/a", 60, 90)]) == [_row("ns/a", 0, 90)]
+    assert merged(existing, [_row("ns/a", 10, 60)]) == existing  # imported before
+    assert merged(existing, [_row("ns/a", 70, 90)]) == [*existing, _row("ns/a", 70, 90)]
+    assert merged(existing, [_row("ns/b", 60, 90)]) == [*existing, _row("ns/b", 60, 90)]
+
+
+def test_imported_spans_are_joined_and_only_the_missing_parts_are_asked(tmp_path: Path) -> None:
+    path = tmp_path / "imports" / "prometheus.json"
+    spans = ImportedWindows(path)
+    assert spans.missing("u", 0, 100) == [(0, 100)]
+    spans.add("u", 0, 30)
+    spans.add("u", 30, 50)
+    spans.add("u", 70, 80)
+    again = ImportedWindows(path)
+    assert again.of("u") == [(0, 50), (70, 80)]
+    assert again.missing("u", 0, 100) == [(50, 70), (80, 100)]
+    assert again.missing("u", 10, 40) == []
+    assert again.missing("other", 0, 10) == [(0, 10)]
+    path.write_text("{not json")
+    with pytest.raises(GpufleetError, match="not the record of imported windows"):
+        ImportedWindows(path)
+
+
+def test_serve_imports_from_prometheus_three_minutes_before_each_ingest(tmp_path: Path) -> None:
+    from gpufleet.flows.serve import build_deployments
+
+    assert len(build_deployments(load_config(data_dir=tmp_path, environ={}))) == 3  # no URL
+    config = config_from(tmp_path, '[prometheus]\nurl = "http://prom:9090"\n')
+    ingest, *_, prometheus = build_deployments(config)
+    assert (prometheus.flow_name, prometheus.name) == ("import-prometheus", "every-15-minutes")
+    assert prometheus.entrypoint == "gpufleet.flows.import_prometheus.import_prometheus_flow"
+    assert prometheus.parameters == {
+        "data_dir": str(tmp_path.resolve()),
+        "config_path": str((tmp_path / "gpufleet.toml").resolve()),
+        "url": None,
+    }
+    (ours,) = prometheus.schedules or []
+    (theirs,) = ingest.schedules or []
+    assert ours.schedule.interval == theirs.schedule.interval == dt.timedelta(minutes=15)
+    ahead = theirs.schedule.anchor_date - ours.schedule.anchor_date
+    assert ahead == dt.timedelta(minutes=3)
