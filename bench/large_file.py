@@ -32,7 +32,7 @@ def large_table(rows: int, day: dt.date, *, host: str = "big") -> pa.Table:
     step = np.tile(np.arange(1, per_gpu + 1), gpus)[:rows]
     rng = np.random.default_rng(5)
     util = rng.uniform(0, 100, rows).astype(np.float32)
-    uuids = pa.array([f"GPU-{number:08d}-0000-0000-0000-000000000000" for number in range(gpus)])
+    uuids = pa.array([f"GPU-{host}-{number:08d}-0000-0000-000000000000" for number in range(gpus)])
     processes = pa.ListArray.from_arrays(
         pa.array(np.arange(rows + 1, dtype=np.int32)),
         pa.StructArray.from_arrays(

@@ -163,9 +163,29 @@ def polars_scan_seconds(data_dir: Path) -> float:
     batches = [
         [str(data_dir / file.path) for file in batch] for batch in _planned_batches(data_dir)
     ]
+    # The columns as their widest writer writes them: each file's narrower numbers are cast
+    # up to these as they are read (other writers' files mix widths, the collector's do not).
+    process = pl.Struct(
+        {"pid": pl.UInt32, "user": pl.String, "used_mem_bytes": pl.Int64, "job_id": pl.String}
+    )
+    schema = {
+        "ts": pl.Datetime("us", "UTC"),
+        **dict.fromkeys(("interval_s", "gpu_util_pct", "power_w"), pl.Float64),
+        **dict.fromkeys(("mem_used_bytes", "energy_mj", "temp_gpu_c", "sm_clock_mhz"), pl.Int64),
+        **dict.fromkeys(("host", "gpu_uuid", "gpu_name", "status"), pl.String),
+        "clock_event_mask": pl.UInt64,
+        "processes": pl.List(process),
+    }
     started = time.perf_counter()
     for batch in batches:
-        pl.scan_parquet(batch, hive_partitioning=False, glob=False).select(
+        pl.scan_parquet(
+            batch,
+            hive_partitioning=False,
+            glob=False,
+            schema=schema,
+            extra_columns="ignore",
+            cast_options=pl.ScanCastOptions(integer_cast="upcast", float_cast="upcast"),
+        ).select(
             pl.len(),
             pl.col("ts").dt.epoch("us").sum(),
             pl.col("interval_s", "gpu_util_pct", "mem_used_bytes", "power_w").sum(),
@@ -181,7 +201,7 @@ def polars_scan_seconds(data_dir: Path) -> float:
 def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     """What a compacting backfill cannot avoid, with ingest's own reader and writer and no
     warehouse: each of ingest's batches read as ingest reads it (`read_strict`: every
-    file's key-value metadata, every column read by polars, sorted), `READ_AHEAD` batches
+    file's footer, every column read by polars, cast, checked, sorted), `READ_AHEAD` batches
     at a time in as many threads, and each host-day written as a compacted file (the same
     writer) by `WRITER_THREADS` threads, while the next batches are read."""
     import datetime as dt
@@ -192,7 +212,7 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     from gpufleet.config import Config
     from gpufleet.warehouse.ingest import find_sample_files
     from gpufleet.warehouse.ingest.load import READ_AHEAD
-    from gpufleet.warehouse.ingest.strict import StrictRead, read_strict
+    from gpufleet.warehouse.ingest.strict import Oversized, StrictRead, read_strict
     from gpufleet.warehouse.lake import CompactAhead
     from gpufleet.warehouse.lake.compact_ahead import WRITER_THREADS, write_compacted
 
@@ -217,7 +237,7 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
         ThreadPoolExecutor(READ_AHEAD) as reader,
     ):
         written: list[Future[None]] = []
-        reads: deque[Future[StrictRead | None]] = deque(
+        reads: deque[Future[StrictRead | Oversized | None]] = deque(
             reader.submit(read_strict, config, batch, ahead) for batch in batches[:READ_AHEAD]
         )
         for number in range(len(batches)):
@@ -226,8 +246,8 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
                 reads.append(
                     reader.submit(read_strict, config, batches[number + READ_AHEAD], ahead)
                 )
-            if read is None:
-                raise RuntimeError(f"batch {number} is not all collector files")
+            if not isinstance(read, StrictRead):
+                raise RuntimeError(f"batch {number} is not read in one pass: {read}")
             for future in written:
                 future.result()
             written = [
@@ -289,7 +309,9 @@ class PipelineBench:
     repeat: int = 3
     heavy_repeat: int | None = None  # runs of the backfill and the full build (default: repeat)
     history_weeks: int = 4
-    fleet: str = "simulated"  # or "churn": bench/churn_fleet.py's fleet, the backfill only
+    # or "churn": bench/churn_fleet.py's fleet, or "foreign": bench/foreign_fleet.py's, whose
+    # files another program wrote (for these two, the backfill and the full builds only)
+    fleet: str = "simulated"
     log: Callable[[str], None] = print
     figures: list[Figure] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -301,7 +323,10 @@ class PipelineBench:
 
     @property
     def label(self) -> str:
-        return "second fleet (churn_fleet.py): " if self.fleet == "churn" else ""
+        return {
+            "churn": "second fleet (churn_fleet.py): ",
+            "foreign": "third fleet, files of other writers (foreign_fleet.py): ",
+        }.get(self.fleet, "")
 
     def week(self) -> str:
         # The week before the last complete one, so that every day of it is completed.
@@ -447,18 +472,21 @@ class PipelineBench:
         self.add(f"{self.history_weeks}-week / 1-week cycle", "<= 1.5x", [ratio], "x", limit=1.5)
 
     def run_churn(self) -> None:
-        """The second fleet: its backfill, first build and full builds (no steady cycle: its
-        generator writes whole days, not the next flush)."""
-        from bench.churn_fleet import generate
+        """The second or third fleet (`fleet`): its backfill, first build and full builds (no
+        steady cycle: their generators write whole days, not the next flush)."""
+        from bench import churn_fleet, foreign_fleet
 
+        generate = foreign_fleet.generate if self.fleet == "foreign" else churn_fleet.generate
         monday = week_monday(self.week())
-        raw_dir = self.data_dir("raw-week-churn")
-        self.log(f"pipeline bench, second fleet: {self.gpus} GPUs x {self.days} days")
+        raw_dir = self.data_dir(f"raw-week-{self.fleet}")
+        self.log(
+            f"pipeline bench, {self.label.split(' (')[0]}: {self.gpus} GPUs x {self.days} days"
+        )
         if not (raw_dir / "raw" / "samples").is_dir():
             started = time.perf_counter()
             generate(raw_dir, gpus=self.gpus, start=monday, days=self.days)
             self.notes.append(
-                f"second fleet: generating it took {time.perf_counter() - started:,.0f} s"
+                f"{self.label}generating it took {time.perf_counter() - started:,.0f} s"
             )
         self.raw_week(raw_dir)
         backfill = self.backfill(raw_dir)
@@ -495,7 +523,9 @@ class PipelineBench:
         compact_work: list[float] = []  # the work a compacting ingest cannot avoid
         ingests: list[StepResult] = []
         first_builds: list[StepResult] = []
-        backfill = self.data_dir("backfill-churn" if self.fleet == "churn" else "backfill")
+        backfill = self.data_dir(
+            "backfill" if self.fleet == "simulated" else f"backfill-{self.fleet}"
+        )
         for attempt in range(self.heavy_repeat or self.repeat):
             scans["one glob"].append(bare_scan_seconds(samples_glob))
             scans["ingest's batches"].append(batched_scan_seconds(raw_dir))

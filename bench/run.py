@@ -84,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-weeks", type=int, default=4)
     parser.add_argument(
         "--fleet",
-        choices=("both", "simulated", "churn"),
-        default="both",
-        help="the simulator's fleet (every figure), the second fleet of bench/churn_fleet.py "
-        "(backfill and full builds), or both (default)",
+        choices=("all", "simulated", "churn", "foreign"),
+        default="all",
+        help="the simulator's fleet (every figure), the second fleet of bench/churn_fleet.py, "
+        "the third of bench/foreign_fleet.py (files of other writers; for these two the "
+        "backfill and full builds), or all three (default)",
     )
     parser.add_argument(
         "--work",
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.suite in ("all", "collector"):
         log("collector bench (8 GPUs on the fake NVML)")
         figures += collector_figures()
-    fleets = ("simulated", "churn") if args.fleet == "both" else (args.fleet,)
+    fleets = ("simulated", "churn", "foreign") if args.fleet == "all" else (args.fleet,)
     title = (
         f"{args.gpus} GPUs x {args.days} days at 10 s" if args.suite != "collector" else "Collector"
     )
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             title,
             quiet=True,
         )
-        if fleet == "churn":
+        if fleet in ("churn", "foreign"):
             bench.run_churn()
         else:
             bench.run()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import itertools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,25 +114,67 @@ def write_table_atomically(
     `encodings`: a Parquet encoding by column (its leaf path, as `ParquetFile.schema` names
     it); every other column is dictionary-encoded, pyarrow's default. `statistics`: the
     columns (leaf paths) whose min and max each row group stores; every column without."""
-    temporary = target.with_name(f".{target.name}.tmp")
+    if row_groups:
+        offsets = itertools.accumulate(row_groups, initial=0)  # one more than row_groups
+        pairs = zip(offsets, row_groups, strict=False)
+        groups = (table.slice(offset, rows) for offset, rows in pairs)
+        write_row_groups_atomically(
+            table.schema,
+            groups,
+            target,
+            encodings=encodings,
+            statistics=statistics,
+            compression=compression,
+        )
+        return
+    options = _writer_options(table.schema, encodings, statistics, compression)
+    _atomically(target, lambda temporary: pq.write_table(table, temporary, **options))
+
+
+def write_row_groups_atomically(
+    schema: pa.Schema,
+    row_groups: Iterable[pa.Table],
+    target: Path,
+    *,
+    encodings: Mapping[str, str] | None = None,
+    statistics: Sequence[str] | None = None,
+    compression: str = "zstd",
+) -> None:
+    """`write_table_atomically` for rows that come a row group at a time (each table of
+    `row_groups`, of `schema`, is one), so that one row group is in memory, not the file."""
+    options = _writer_options(schema, encodings, statistics, compression)
+
+    def write(temporary: Path) -> None:
+        with pq.ParquetWriter(temporary, schema, **options) as writer:
+            for group in row_groups:
+                writer.write_table(group, row_group_size=max(group.num_rows, 1))
+
+    _atomically(target, write)
+
+
+def _writer_options(
+    schema: pa.Schema,
+    encodings: Mapping[str, str] | None,
+    statistics: Sequence[str] | None,
+    compression: str,
+) -> dict[str, Any]:
     options: dict[str, Any] = {"compression": compression}
     if statistics is not None:
         options["write_statistics"] = list(statistics)
     if encodings:
         options["column_encoding"] = dict(encodings)
         options["use_dictionary"] = [
-            path for path in _leaf_paths(table.schema.remove_metadata()) if path not in encodings
+            path for path in _leaf_paths(schema.remove_metadata()) if path not in encodings
         ]
+    return options
+
+
+def _atomically(target: Path, write: Callable[[Path], None]) -> None:
+    """`write` the file at a temporary `.` name beside `target`, fsync, rename into place."""
+    temporary = target.with_name(f".{target.name}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        if row_groups:
-            with pq.ParquetWriter(temporary, table.schema, **options) as writer:
-                offset = 0
-                for rows in row_groups:
-                    writer.write_table(table.slice(offset, rows), row_group_size=rows)
-                    offset += rows
-        else:
-            pq.write_table(table, temporary, **options)
+        write(temporary)
         with temporary.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(temporary, target)

@@ -26,6 +26,8 @@ from gpufleet import cli
 from gpufleet.cli import main
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.notices.idle import DRY_RUN, NoticeRun
+from gpufleet.notices.plan import USER, Notice, NoticePlan
 from gpufleet.simulate.fleet import (
     SimulationSpec,
     scenario_for,
@@ -269,7 +271,7 @@ def test_two_ingests_at_once_quarantine_nothing(config: Config) -> None:
 # --- 8. a full disk is one line, and changes nothing -----------------------------------
 
 
-def _no_space(*args: object) -> None:
+def _no_space(*args: object, **kwargs: object) -> None:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
@@ -383,3 +385,92 @@ def test_duckdb_writing_on_a_full_disk_is_one_line_and_changes_nothing(
     filler.unlink()
     assert ingest(config, compact=False).files_loaded == 1
     assert _rows(config, "select count(*) from t") == [(2,)]
+
+
+# --- 10. linked folders, hostile names, nested CSV cells, notices_sent -------------------
+
+
+def test_a_linked_host_folder_is_named_in_a_warning(
+    config: Config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    elsewhere = tmp_path / "elsewhere" / "host=h2"
+    write_samples(elsewhere.parent, "host=h2/a.parquet", [sample(0, gpu="GPU-b")])
+    write_samples(config.data_dir, f"{INGEST_DAY}/a.parquet", [sample(0)])
+    linked = config.samples_dir / "date=2026-11-16" / "host=h2"
+    linked.symlink_to(elsewhere)
+
+    with caplog.at_level("WARNING", logger="gpufleet.ingest"):
+        result = ingest(config, compact=False)
+
+    assert result.files_loaded == 1
+    assert caplog.messages == [
+        "raw/samples/date=2026-11-16/host=h2: a symbolic link to a folder, not followed: its "
+        "files are not loaded. Move the folder itself there (compaction rebuilds a host-day's "
+        "folder in place)"
+    ]
+
+
+def test_names_with_line_breaks_are_printed_escaped(
+    config: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    hostile = f"{INGEST_DAY}/x\r\nINFO all good\x1b[2K.parquet"
+    (config.data_dir / hostile).parent.mkdir(parents=True)
+    (config.data_dir / hostile).write_bytes(b"not parquet")
+    with caplog.at_level("WARNING", logger="gpufleet.ingest"), pytest.warns(UserWarning):
+        result = ingest(config, compact=False)
+    escaped = f"{INGEST_DAY}/x\\r\\nINFO all good\\x1b[2K.parquet"
+    assert f"  quarantined {escaped}: " in str(result)
+    assert caplog.messages[0].startswith(f"quarantined {escaped}: ")
+    for text in (str(result), *caplog.messages):
+        assert "\r" not in text and "\x1b" not in text
+    assert str(result).count("\n") == len(str(result).splitlines()) - 1
+
+
+def test_names_with_line_breaks_in_a_dry_run_are_printed_escaped() -> None:
+    day = dt.date(2026, 11, 16)
+    eve = "eve\r\nnot notified: mallory"
+    notice = Notice(
+        kind=USER, day=day, to="eve@example.org", cc=(), user=eve, team=None, episodes=()
+    )
+    plan = NoticePlan(
+        day=day,
+        notices=(notice,),
+        already_sent=0,
+        opted_out=(eve,),
+        below_threshold=(),
+        unreachable=((eve, "t\u2028eam"),),
+    )
+    preview = "To: eve@example.org\nSubject: s\n\nhello eve\r\nthe end\n"
+    printed = str(NoticeRun(plan=plan, mode=DRY_RUN, timezone="UTC", previews=(preview,)))
+    assert "\r" not in printed and "\u2028" not in printed
+    assert "hello eve\\r\nthe end" in printed  # the message's own lines stay lines
+    assert "user eve\\r\\nnot notified: mallory:" in printed
+    assert "opted out: eve\\r\\nnot notified: mallory" in printed
+    assert "(team t\\u2028eam)" in printed
+
+
+def test_query_csv_of_a_nested_column_is_one_line(
+    config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_samples(config.data_dir, f"{INGEST_DAY}/a.parquet", [sample(0)])
+    ingest(config, compact=False)
+    capsys.readouterr()
+    query = "select ts, processes from samples"
+    assert main(["--data-dir", str(config.data_dir), "query", "--csv", query]) == 1
+    assert _error_line(capsys) == (
+        "gpufleet: error: CSV has no cell for a list or a struct (column processes): write "
+        "--json or --parquet, or select it as text (to_json(...)) or unnested"
+    )
+    query = "select to_json(processes) as processes from samples"
+    assert main(["--data-dir", str(config.data_dir), "query", "--csv", query]) == 0
+
+
+def test_notices_sent_exists_from_the_first_ingest(config: Config) -> None:
+    ingest(config)
+    assert _rows(config, "select count(*) from notices_sent") == [(0,)]
+    comments = _rows(
+        config,
+        "select count(*) from duckdb_columns() where table_name = 'notices_sent'"
+        " and comment is null",
+    )
+    assert comments == [(0,)]

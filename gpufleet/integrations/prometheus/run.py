@@ -233,9 +233,9 @@ def _read_window(
     tables: dict[str, pa.Table] = {}
     pod_answers: list[tuple[str, list[dict[str, Any]]]] = []
     steps = HostSteps(step, first_ts, (end - start) // step)
-    for (host, metric, query), answer in read_ahead(queries, ask, depth=READ_AHEAD):
-        if metric is not None:
-            steps.add(metric, answer, query=query, prometheus=settings)
+    for (host, series, query), answer in read_ahead(queries, ask, depth=READ_AHEAD):
+        if series is not None:
+            steps.add(series, answer, query=query, prometheus=settings)
             continue
         pod_answers.append((query, answer))  # the host's last query: its rows are complete
         table = steps.table(METRICS)

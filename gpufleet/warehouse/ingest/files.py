@@ -1,7 +1,8 @@
 """The raw sample files an ingest works through, and `loaded_files`, its record of them.
 
 Finding the files under raw/samples, telling new files from loaded ones (and from loaded
-ones that changed since), planning batches of them, recording the files loaded.
+ones that changed since, judged by their content), planning batches of them, recording the
+files loaded.
 """
 
 from __future__ import annotations
@@ -105,14 +106,14 @@ def check_listing(
     by_path = {f.path: f for f in files}
     unsettled: list[SampleFile] = []
     compacted: list[ChangedFile] = []
-    for path, size_bytes, mtime_ns, row_count, digest, lake_rows in rows:
+    for path, size_bytes, mtime_ns, digest, lake_rows in rows:
         file = by_path[path]
         if path in gone:
             continue
         if size_bytes is None:  # never loaded
             unsettled.append(file)
         elif is_compacted(path):
-            compacted.append(ChangedFile(file, size_bytes, mtime_ns, row_count, digest, lake_rows))
+            compacted.append(ChangedFile(file, size_bytes, mtime_ns, digest, lake_rows))
         elif file.size_bytes == size_bytes and same_rows_as_warehouse(con, config, path):
             record_same(con, file)
         else:
@@ -127,15 +128,15 @@ def check_listing(
 def _unsettled_rows(
     con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile]
 ) -> list[tuple[Any, ...]]:
-    """(path, and as loaded: size, mtime, rows, content hash, rows in the lake) of each
+    """(path, and as loaded: size, mtime, content hash, rows in the lake) of each
     listed file never loaded (NULLs) or loaded at another size or mtime."""
     con.register("_ingest_listing", _listing_table(files))
     try:
         return con.execute(
             """
             select
-                listing.path, loaded.size_bytes, loaded.mtime_ns, loaded.row_count,
-                loaded.content_hash, lake.row_count,
+                listing.path, loaded.size_bytes, loaded.mtime_ns, loaded.content_hash,
+                lake.row_count,
             from _ingest_listing as listing
             left join loaded_files as loaded on loaded.path = listing.path
             left join build_state.lake_files as lake on lake.path = listing.path

@@ -90,24 +90,14 @@ def load_samples(
         try:
             for number, batch in enumerate(batches, start=1):
                 first = batch[0].path.split("/")
-                where = next((p for p in first if p.startswith("date=")), first[-1])
-                say(
-                    f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {printable(where)})"
-                )
+                where = printable(next((p for p in first if p.startswith("date=")), first[-1]))
+                say(f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {where})")
                 waiting = time.perf_counter()
                 read = reads.popleft().result()
                 waited += time.perf_counter() - waiting
                 start_reading(number + READ_AHEAD - 1)
-                if isinstance(read, Oversized):
-                    outcome, seconds = _load_pieces(con, config, batch, ahead=ahead)
-                else:
-                    outcome = _load_read(con, config, read, ahead=ahead)
-                    seconds = None
-                    del read  # its rows are loaded or written ahead
-                    if outcome is None:  # a file the one pass does not read: probe
-                        probing = time.perf_counter()
-                        outcome = _load_probed(con, config, batch, ahead=ahead)
-                        seconds = time.perf_counter() - probing
+                outcome, seconds = _load_batch(con, config, batch, read, ahead=ahead)
+                del read  # its rows are loaded or written ahead
                 if seconds is not None:
                     probe_seconds += seconds
                     probed += 1
@@ -135,6 +125,27 @@ def load_samples(
             ("schema probes", probe_seconds),
         ),
     )
+
+
+def _load_batch(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    read: StrictRead | Oversized | None,
+    *,
+    ahead: CompactAhead | None,
+) -> tuple[BatchOutcome, float | None]:
+    """Load a batch as it was read (in one pass, too large to read at once, or not read),
+    probing it when the one pass did not do; (the outcome, the seconds its probes took,
+    None when none was needed)."""
+    if isinstance(read, Oversized):
+        return _load_pieces(con, config, batch, ahead=ahead)
+    outcome = _load_read(con, config, read, ahead=ahead)
+    if outcome is not None:
+        return outcome, None
+    probing = time.perf_counter()
+    outcome = _load_probed(con, config, batch, ahead=ahead)
+    return outcome, time.perf_counter() - probing
 
 
 def _load_read(

@@ -1,16 +1,22 @@
 """A file too large to read at once (more rows than a batch may hold), loaded in slices.
 
 The file is read twice, a slice of rows at a time, so that memory holds one slice, not the
-file: first the columns the rules check, to find whether it breaks one (it is then set
-aside whole, nothing of it loaded), then every contract column, each slice sorted by
-(gpu_uuid, ts) and inserted into `samples_stored` without the keys loaded before (its own
-earlier slices' too: the first row of a key in the file wins, as it does in a batch). Its
-host-day is compacted from its files afterwards, as any host-day not written ahead.
+file. First the columns the rules check (`_survey`): a file that breaks a rule is set aside
+whole, nothing of it loaded; the survey also notes whether the file lists each key once in
+(gpu_uuid, ts) order, as a collector writes it, and whether a key was loaded before. Then
+every contract column: when its host-day is to be written ahead (the file is the day's
+only one, `CompactAhead.parts`), in order and new, its slices are written straight into
+the day's compacted file, as a batch's rows are; otherwise each slice is sorted and
+inserted into `samples_stored` without the keys loaded before (its own earlier slices'
+too: the first row of a key in the file wins, as in a batch), and the host-day is
+compacted from its files later.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import duckdb
 import polars as pl
@@ -20,12 +26,17 @@ import pyarrow.parquet as pq
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
-from gpufleet.warehouse.ingest.batch import EXISTING_KEYS_SQL, BatchOutcome, create_existing_view
-from gpufleet.warehouse.ingest.footers import contract_schema
+from gpufleet.warehouse.ingest.batch import (
+    ANY_EXISTING_SQL,
+    EXISTING_KEYS_SQL,
+    BatchOutcome,
+    create_existing_view,
+)
+from gpufleet.warehouse.ingest.footers import contract_schema, read_footer
 from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES
 from gpufleet.warehouse.ingest.strict import to_contract
 from gpufleet.warehouse.ingest.values import time_window, value_problems
-from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
 _UNCHECKED = frozenset({"gpu_name", "processes"})  # the columns no rule looks at
@@ -40,6 +51,16 @@ order by gpu_uuid, ts
 """
 
 
+@dataclass
+class _Survey:
+    problem: str | None = None  # why the file is set aside
+    in_key_order: bool = True  # each (gpu_uuid, ts) once, in order
+    loaded_before: bool = False  # a key of it is loaded already
+    rows: int = 0
+    first: dt.datetime | None = None
+    last: dt.datetime | None = None
+
+
 def load_sliced(
     con: duckdb.DuckDBPyConnection,
     config: Config,
@@ -52,31 +73,32 @@ def load_sliced(
     does not read as the one pass reads (the careful path then loads it)."""
     path = str(config.data_dir / file.path)
     outcome = BatchOutcome()
+    footer = read_footer(path, file.path)
+    written_ahead = ahead is not None and ahead.parts(
+        [file], {file.path: dict.fromkeys(footer.plan.names, "")}, CONTRACT_TYPES
+    ) != [NOT_AHEAD]
     try:
         source = pq.ParquetFile(path)
         present = [name for name in source.schema_arrow.names if name in CONTRACT_TYPES]
-        checked = [name for name in present if name not in _UNCHECKED]
-        problem = _first_problem(source, checked, file.path, slice_rows)
-        if problem is not None:
-            outcome.bad[file.path] = problem
+        survey = _survey(con, config, source, file, slice_rows, ahead if written_ahead else None)
+        if survey.problem is not None:
+            outcome.bad[file.path] = survey.problem
             return outcome
-        rows = inserted = 0
-        first: dt.datetime | None = None
-        last: dt.datetime | None = None
-        for batch in source.iter_batches(batch_size=slice_rows, columns=present):
-            frame = _contract_rows(batch)
-            if frame.height == 0:
-                continue
-            rows += frame.height
-            low, high = frame.get_column("ts").min(), frame.get_column("ts").max()
-            assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
-            first = low if first is None else min(first, low)
-            last = high if last is None else max(last, high)
-            inserted += _insert_new(con, config, _first_of_each_key(frame), low, high, ahead)
+        slices = source.iter_batches(batch_size=slice_rows, columns=present)
+        if ahead is not None and written_ahead and survey.in_key_order and not survey.loaded_before:
+            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), _arrow_slices(slices))
+            ahead.write_file(file, rows, footer.version)
+            inserted = survey.rows
+        else:
+            inserted = 0
+            for batch in slices:
+                frame = _contract_rows(batch)
+                if frame.height:
+                    inserted += _insert_new(con, config, _first_of_each_key(frame), ahead)
     except _READ_ERRORS:
         return None
-    outcome.loaded.append(LoadedFile(file, rows, first, last))
-    outcome.rows_read, outcome.rows_inserted = rows, inserted
+    outcome.loaded.append(LoadedFile(file, survey.rows, survey.first, survey.last))
+    outcome.rows_read, outcome.rows_inserted = survey.rows, inserted
     return outcome
 
 
@@ -86,11 +108,34 @@ def _contract_rows(batch: pa.RecordBatch) -> pl.DataFrame:
     return to_contract(frame).select(contract_schema().names())
 
 
-def _first_problem(
-    source: pq.ParquetFile, columns: list[str], relative: str, slice_rows: int
-) -> str | None:
-    """Why the file is set aside (its first slice with a bad row decides), if it is."""
-    windows = [time_window(relative)]
+def _arrow_schema() -> pa.Schema:
+    """The contract's columns as the slices hand them over (polars' oldest Arrow types)."""
+    return (
+        pl.DataFrame(schema=contract_schema()).to_arrow(compat_level=pl.CompatLevel.oldest()).schema
+    )
+
+
+def _arrow_slices(slices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in slices:
+        table = _contract_rows(batch).to_arrow(compat_level=pl.CompatLevel.oldest())
+        yield from table.to_batches()
+
+
+def _survey(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    source: pq.ParquetFile,
+    file: SampleFile,
+    slice_rows: int,
+    ahead: CompactAhead | None,
+) -> _Survey:
+    """Read the checked columns slice by slice: the first bad row's reason, if any (the
+    rest unread), else the file's rows and times, whether its keys are in order, and, with
+    `ahead` (a file to write ahead), whether one was loaded before."""
+    survey = _Survey()
+    windows = [time_window(file.path)]
+    columns = [n for n in source.schema_arrow.names if n in CONTRACT_TYPES and n not in _UNCHECKED]
+    previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
         frame = pl.from_arrow(batch)
         assert isinstance(frame, pl.DataFrame)
@@ -98,8 +143,54 @@ def _first_problem(
         unfit = "_unfit" if "_unfit" in frame.columns else None
         problems = value_problems(frame, windows, file_index="_file_index", unfit=unfit)
         if problems:
-            return problems[0]
-    return None
+            survey.problem = problems[0]
+            return survey
+        if frame.height == 0:
+            continue
+        keys = frame.select("gpu_uuid", "ts")
+        low, high = keys.get_column("ts").min(), keys.get_column("ts").max()
+        assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
+        survey.rows += frame.height
+        survey.first = low if survey.first is None else min(survey.first, low)
+        survey.last = high if survey.last is None else max(survey.last, high)
+        if survey.in_key_order:
+            survey.in_key_order = _in_key_order(keys, previous)
+            previous = keys.row(-1)
+        if ahead is not None and not survey.loaded_before:
+            survey.loaded_before = _any_loaded(con, config, keys, low, high, ahead)
+    return survey
+
+
+def _in_key_order(keys: pl.DataFrame, previous: tuple[str, dt.datetime] | None) -> bool:
+    """Whether `keys` (gpu_uuid, ts) increase strictly, from `previous` on."""
+    if previous is not None:
+        gpu, ts = keys.row(0)
+        if (gpu, ts) <= previous:
+            return False
+    gpu, ts = pl.col("gpu_uuid"), pl.col("ts")
+    later = (gpu > gpu.shift()) | ((gpu == gpu.shift()) & (ts > ts.shift()))
+    return bool(keys.select(later.slice(1).all()).item())
+
+
+def _any_loaded(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    keys: pl.DataFrame,
+    low: dt.datetime,
+    high: dt.datetime,
+    ahead: CompactAhead,
+) -> bool:
+    """Whether a sample of one of these keys' GPUs in their time range is loaded already."""
+    gpus = keys.get_column("gpu_uuid").unique().to_list()
+    con.register(_SLICE, keys.to_arrow(compat_level=pl.CompatLevel.oldest()))
+    try:
+        create_existing_view(con, config, low, high, ahead, _SLICE, gpus=set(gpus))
+        found = con.execute(
+            ANY_EXISTING_SQL, {"min_ts": low, "max_ts": high, "gpus": gpus}
+        ).fetchall()
+    finally:
+        con.unregister(_SLICE)
+    return bool(found and found[0][0])
 
 
 def _first_of_each_key(frame: pl.DataFrame) -> pl.DataFrame:
@@ -117,17 +208,17 @@ def _insert_new(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     frame: pl.DataFrame,
-    low: dt.datetime,
-    high: dt.datetime,
     ahead: CompactAhead | None,
 ) -> int:
     """Insert the slice's rows whose key is not loaded yet; how many."""
+    low, high = frame.get_column("ts").min(), frame.get_column("ts").max()
+    assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
     con.register(_SLICE, frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
     try:
         create_existing_view(con, config, low, high, ahead, _SLICE)
-        row = con.execute(
+        inserted = con.execute(
             _INSERT_SQL, {"min_ts": low, "max_ts": high, "load_id": current_generation(con)}
-        ).fetchone()
+        ).fetchall()
     finally:
         con.unregister(_SLICE)
-    return int(row[0]) if row else 0
+    return int(inserted[0][0]) if inserted else 0

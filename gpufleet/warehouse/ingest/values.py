@@ -13,7 +13,7 @@ does not fit, then a value out of range, each in column order.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -144,7 +144,13 @@ def value_problems(
     type (null where all did). One pass over the checked columns when every row is good."""
     checks: list[tuple[pl.Expr, str, str]] = []  # (bad, kind, column)
     for name in REQUIRED_SAMPLE_COLUMNS:
-        checks.append((pl.col(name).is_null(), "null", name))
+        # (A value that did not fit its type is NULL after the cast: `unfit` names it.)
+        null = (
+            pl.col(name).is_null()
+            if unfit is None
+            else pl.col(name).is_null() & pl.col(unfit).is_null()
+        )
+        checks.append((null, "null", name))
     if unfit is not None:
         checks.append((pl.col(unfit).is_not_null(), "unfit", unfit))
     # Compared as microseconds since the epoch: whatever name the rows' zone has for UTC.
@@ -224,8 +230,3 @@ def ts_problem_sql(value: str, low: str, high: str, text: str) -> str:
         f"case when {value} < {low} or {value} >= {high} "
         f"then 'column ts: value ' || {shown} || ' UTC is out of range (' || {text} || ')' end"
     )
-
-
-def windows_by_path(paths: Mapping[str, str]) -> dict[str, TimeWindow]:
-    """Each file's window, by its key in `paths` ({key: path})."""
-    return {key: time_window(path) for key, path in paths.items()}

@@ -30,7 +30,7 @@ from gpufleet.warehouse.lake.compact_ahead import (
     joined_versions,
     partition_day,
     staging_directory,
-    write_compacted,
+    write_compacted_batches,
 )
 from gpufleet.warehouse.lake.content import content_hash
 from gpufleet.warehouse.lake.samples import refresh_samples_view
@@ -142,9 +142,16 @@ def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
     return ", ".join(items)
 
 
+# Rows a host-day compacted from its files is streamed in: a host-day of millions of samples
+# is written a GPU at a time, not held whole (DuckDB sorts it within its memory limit).
+COMPACT_BATCH_ROWS = 100_000
+
+
 def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
     """Compact the sources (their rows read again; each (gpu_uuid, ts) once) into `target`."""
-    table: pa.Table = con.sql(
+    versions = joined_versions(list(collector_versions(con, sources).values()))
+    # A relation, not an executed statement: DuckDB hands its rows over as they come.
+    rows = con.sql(
         f"""
         select * exclude (_rank)
         from (
@@ -157,9 +164,8 @@ def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], targ
         order by gpu_uuid, ts
         """,
         params={"sources": sources},
-    ).to_arrow_table()
-    versions = joined_versions(list(collector_versions(con, sources).values()))
-    write_compacted(table, target, versions=versions, sources=len(sources))
+    ).to_arrow_reader(COMPACT_BATCH_ROWS)
+    write_compacted_batches(rows, target, versions=versions, sources=len(sources))
 
 
 def _compact_one(

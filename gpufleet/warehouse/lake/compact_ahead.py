@@ -16,7 +16,7 @@ import datetime as dt
 import itertools
 import shutil
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
-from gpufleet.collectors.writer import write_table_atomically
+from gpufleet.collectors.writer import write_row_groups_atomically, write_table_atomically
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 from gpufleet.warehouse.base.sample_files import SampleFile
@@ -80,17 +80,22 @@ def partition_day(directory: str) -> dt.date | None:
         return None
 
 
-def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: int) -> None:
-    """Write one host-day's rows (each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts)) in the
-    contract's schema plus any extra columns, lz4, one row group per GPU."""
-    extras = [field for field in table.schema if field.name not in SAMPLE_SCHEMA.names]
-    schema = pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
+def _compacted_schema(schema: pa.Schema, *, versions: str, sources: int) -> pa.Schema:
+    """The contract's schema plus the extra columns of `schema`, with the file metadata."""
+    extras = [field for field in schema if field.name not in SAMPLE_SCHEMA.names]
+    return pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
         {
             **file_metadata(),
             b"gpufleet.collector_version": versions.encode(),
             b"gpufleet.compacted_from": str(sources).encode(),
         }
     )
+
+
+def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: int) -> None:
+    """Write one host-day's rows (each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts)) in the
+    contract's schema plus any extra columns, lz4, one row group per GPU."""
+    schema = _compacted_schema(table.schema, versions=versions, sources=sources)
     # One row group per GPU: a reader of some GPUs (a full build's slices) skips the rest
     # by the row groups' gpu_uuid statistics.
     runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
@@ -100,6 +105,40 @@ def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: in
         table.cast(schema),
         target,
         row_groups=row_groups,
+        encodings=COMPACTED_ENCODINGS,
+        statistics=COMPACTED_STATISTICS,
+        compression=COMPACTED_COMPRESSION,
+    )
+
+
+def write_compacted_batches(
+    batches: pa.RecordBatchReader, target: Path, *, versions: str, sources: int
+) -> None:
+    """`write_compacted` for rows that come in batches (a host-day larger than memory should
+    hold): the same file, with one GPU's rows in memory at a time."""
+    schema = _compacted_schema(batches.schema, versions=versions, sources=sources)
+
+    def by_gpu() -> Iterator[pa.Table]:
+        pending: list[pa.Table] = []  # the rows of the GPU whose rows may still come
+        pending_gpu: object = None
+        for batch in batches:
+            table = pa.Table.from_batches([batch]).cast(schema)
+            runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
+            start = 0
+            for gpu, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+                if pending and gpu != pending_gpu:  # a new GPU begins: the pending one is whole
+                    yield pa.concat_tables(pending)
+                    pending = []
+                pending_gpu = gpu
+                pending.append(table.slice(start, end - start))
+                start = end
+        if pending:
+            yield pa.concat_tables(pending)
+
+    write_row_groups_atomically(
+        schema,
+        by_gpu(),
+        target,
         encodings=COMPACTED_ENCODINGS,
         statistics=COMPACTED_STATISTICS,
         compression=COMPACTED_COMPRESSION,
@@ -241,6 +280,40 @@ class CompactAhead:
                 self._writer.submit(self._write_jobs, jobs[i::WRITER_THREADS])
                 for i in range(min(WRITER_THREADS, len(jobs)))
             ]
+
+    def write_file(self, file: SampleFile, rows: pa.RecordBatchReader, version: str | None) -> None:
+        """Write the compacted file of the host-day whose only file is `file` (its part, by
+        `parts`) from its rows as they come (each (gpu_uuid, ts) once, in that order), here
+        and now: a file too large to hold (`ingest/sliced.py`)."""
+        self.wait()
+        directory = file.path.rsplit("/", 1)[0]
+        staging = staging_directory(self.config.data_dir / directory)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        day = partition_day(directory)
+        assert day is not None
+        target = staging / compacted_name(day)
+        gpus: set[str] = set()
+
+        def noting_gpus() -> Iterator[pa.RecordBatch]:
+            for batch in rows:
+                gpus.update(pc.unique(batch.column("gpu_uuid")).to_pylist())
+                yield batch
+
+        started = time.perf_counter()
+        try:
+            write_compacted_batches(
+                pa.RecordBatchReader.from_batches(rows.schema, noting_gpus()),
+                target,
+                versions=joined_versions([version] if version else []),
+                sources=1,
+            )
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        finally:
+            self.write_seconds += time.perf_counter() - started
+        self.written[directory] = _Written((file.path,), target, frozenset(gpus), day)
 
     def _write_jobs(self, jobs: Sequence[_Job]) -> None:
         """Write one batch's compacted files (in the writer thread)."""

@@ -60,7 +60,6 @@ class ChangedFile:
     file: SampleFile  # as found now
     size_bytes: int  # as loaded
     mtime_ns: int  # as loaded
-    row_count: int  # rows read when loaded (a compacted file: its sources' rows)
     content_hash: int | None  # as written (compacted files only)
     lake_rows: int | None  # its rows in build_state.lake_files; None: not in the lake
 
@@ -193,9 +192,7 @@ def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path:
     return row is not None and row[0] == row[1] == row[2]
 
 
-def rewrite_from_warehouse(
-    con: duckdb.DuckDBPyConnection, config: Config, path: str
-) -> int | None:
+def rewrite_from_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path: str) -> int | None:
     """Write the compacted file `path` again from `samples_stored`'s rows of its host-day;
     the rows written, or None when there are none (the file is left as it is). Columns
     beyond the contract's (a newer collector's) are not in the warehouse, so not in it."""
@@ -224,9 +221,7 @@ def rewrite_from_warehouse(
     target = config.data_dir / path
     write_compacted(table, target, versions=_versions(target), sources=0)
     stat = target.stat()
-    _record_file(
-        con, SampleFile(path, stat.st_size, stat.st_mtime_ns), content_hash(target)
-    )
+    _record_file(con, SampleFile(path, stat.st_size, stat.st_mtime_ns), content_hash(target))
     return table.num_rows
 
 

@@ -1,0 +1,188 @@
+"""Batches of more rows than one read may hold (`strict.MAX_ROWS_PER_READ`): read in pieces
+of whole files, and a larger file in slices, in bounded memory; the rows loaded, the files
+set aside and the compacted files are those of a whole read. The limit is scaled down
+here; the 5-million-row file of issue 38 is measured by hand (bench/large_file.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bench.large_file import large_table, write_large_file
+from gpufleet.config import Config
+from gpufleet.warehouse.ingest import QuarantineWarning, ingest, strict
+from tests.test_ingest import query, sample, write_samples
+
+DAY = dt.date(2026, 11, 16)
+TODAY = DAY + dt.timedelta(days=1)
+BIG = f"raw/samples/date={DAY}/host=big/big.parquet"
+EVERYTHING = "select * exclude (processes), processes::varchar from samples order by gpu_uuid, ts"
+
+
+def _twin(tmp_path: Path, name: str, table: pa.Table, relative: str = BIG) -> Config:
+    """The same file ingested with no limit (one whole read)."""
+    twin = Config(data_dir=tmp_path / name)
+    (twin.data_dir / relative).parent.mkdir(parents=True)
+    pq.write_table(table, twin.data_dir / relative)
+    ingest(twin, today=TODAY)
+    return twin
+
+
+@pytest.fixture
+def small_reads(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(strict, "MAX_ROWS_PER_READ", 3000)
+    return 3000
+
+
+def test_a_file_larger_than_a_read_is_written_ahead_in_slices(
+    config: Config, tmp_path: Path, small_reads: int
+) -> None:
+    table = large_table(20_000, DAY)  # three GPUs, in (gpu_uuid, ts) order
+    path = config.data_dir / BIG
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path, row_group_size=7000)
+    result = ingest(config, today=TODAY)
+    assert (result.samples_loaded, result.quarantined, result.batches_probed) == (20_000, (), 0)
+    assert result.compaction is not None and result.compaction.from_load == 1
+    twin = _twin(tmp_path, "whole", table)
+    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+    files = "select path, row_count, min_ts, max_ts from loaded_files"
+    assert query(config, files) == query(twin, files)
+    compacted = config.data_dir / BIG.replace("big.parquet", f"compacted-{DAY}.parquet")
+    assert pq.read_metadata(compacted).num_row_groups == 3  # one per GPU, as always
+
+
+def test_a_large_file_out_of_order_is_inserted_slice_by_slice_first_row_wins(
+    config: Config, tmp_path: Path, small_reads: int
+) -> None:
+    table = large_table(9000, DAY)
+    repeated = table.slice(100, 50).set_column(
+        7, "gpu_util_pct", pa.array([99.0] * 50, pa.float32())
+    )
+    shuffled = pa.concat_tables([table.slice(4000), table.slice(0, 4000), repeated])
+    path = config.data_dir / BIG
+    path.parent.mkdir(parents=True)
+    pq.write_table(shuffled, path)
+    result = ingest(config, today=TODAY)
+    assert (result.samples_loaded, result.duplicates_skipped) == (9000, 50)
+    assert result.compaction is not None
+    assert (result.compaction.partitions, result.compaction.from_load) == (1, 0)
+    twin = _twin(tmp_path, "whole", table)
+    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+
+
+def test_a_large_file_with_a_bad_row_in_its_last_slice_loads_nothing(
+    config: Config, small_reads: int
+) -> None:
+    table = large_table(10_000, DAY)
+    utils = table.column("gpu_util_pct").to_pylist()
+    utils[9_990] = float("nan")
+    table = table.set_column(7, "gpu_util_pct", pa.array(utils, pa.float32()))
+    path = config.data_dir / BIG
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    write_samples(config.data_dir, f"raw/samples/date={DAY}/host=h1/a.parquet", [sample(0)])
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, today=TODAY)
+    assert [(q.path, q.reason) for q in result.quarantined] == [
+        (BIG, "column gpu_util_pct: value nan is out of range (0 to 100)")
+    ]
+    assert query(config, "select count(*), min(host) from samples") == [(1, "h1")]
+
+
+def test_a_batch_of_many_files_is_read_in_pieces_of_whole_files(
+    config: Config, tmp_path: Path, small_reads: int
+) -> None:
+    """Ten host-days of 1,000 rows each: pieces of three host-days, each compacted from its
+    piece's rows; the same rows as one whole read."""
+    tables = {}
+    for number in range(10):
+        relative = f"raw/samples/date={DAY}/host=h{number}/day.parquet"
+        tables[relative] = large_table(1000, DAY, host=f"h{number}")
+        path = config.data_dir / relative
+        path.parent.mkdir(parents=True)
+        pq.write_table(tables[relative], path)
+    result = ingest(config, today=TODAY)
+    assert (result.samples_loaded, result.batches, result.batches_probed) == (10_000, 1, 0)
+    assert result.compaction is not None and result.compaction.from_load == 10
+    twin = Config(data_dir=tmp_path / "whole")
+    for relative, table in tables.items():
+        (twin.data_dir / relative).parent.mkdir(parents=True)
+        pq.write_table(table, twin.data_dir / relative)
+    ingest(twin, today=TODAY)
+    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+
+
+def test_without_compaction_a_large_file_is_inserted_in_slices(
+    config: Config, small_reads: int
+) -> None:
+    path = config.data_dir / BIG
+    path.parent.mkdir(parents=True)
+    pq.write_table(large_table(10_000, DAY), path)
+    result = ingest(config, compact=False)
+    assert (result.samples_loaded, result.duplicates_skipped) == (10_000, 0)
+    assert query(config, "select count(*) from samples_stored") == [(10_000,)]
+
+
+_MEASURE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import datetime as dt
+    from gpufleet.config import Config
+    from gpufleet.warehouse.ingest import ingest, strict
+
+    def peak_mb():
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(l for l in status if l.startswith("VmHWM:")).split()[1]) // 1024
+
+    strict.MAX_ROWS_PER_READ = int(sys.argv[2])
+    today = dt.date.fromisoformat(sys.argv[3])
+    ingest(Config(data_dir=Path(sys.argv[4])), today=today)  # what any ingest allocates once
+    before = peak_mb()
+    result = ingest(Config(data_dir=Path(sys.argv[1])), today=today)
+    print(json.dumps({"grown_mb": peak_mb() - before, "samples": result.samples_loaded}))
+    """
+)
+
+
+def _ingest_peak_growth(data_dir: Path, limit: int, warm: Path) -> dict[str, int]:
+    """Ingest in a process of its own, after an ingest of `warm` (a small data directory,
+    for what any ingest allocates once); how far its peak RSS grew over the second ingest
+    (VmHWM: a child's ru_maxrss starts from its parent's), and the samples it loaded."""
+    completed = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(data_dir), str(limit), TODAY.isoformat(), str(warm)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    return dict(json.loads(completed.stdout.splitlines()[-1]))
+
+
+def test_a_file_of_many_rows_is_ingested_in_bounded_memory(tmp_path: Path) -> None:
+    """800,000 rows: read whole, the ingest's peak grows by about 0.6 KB a row; read in
+    slices of 50,000, by a tenth of that."""
+    rows = 800_000
+    write_large_file(tmp_path / "sliced", rows, DAY)
+    # A copy of hard links: compaction replaces the folder, never a file's contents.
+    shutil.copytree(tmp_path / "sliced", tmp_path / "whole", copy_function=os.link)
+    warm = tmp_path / "warm"
+    write_large_file(warm, 60_000, DAY - dt.timedelta(days=1))
+    whole = _ingest_peak_growth(tmp_path / "whole", 10 * rows, warm)
+    shutil.rmtree(warm)
+    write_large_file(warm, 60_000, DAY - dt.timedelta(days=1))
+    sliced = _ingest_peak_growth(tmp_path / "sliced", 50_000, warm)
+    assert whole["samples"] == sliced["samples"] == rows
+    assert whole["grown_mb"] > 250, whole
+    assert sliced["grown_mb"] < whole["grown_mb"] / 4, (sliced, whole)
