@@ -5,20 +5,17 @@ before each run of the ingest-and-build cycle loads them. The work is
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
-from prefect.schedules import Interval
 from prefect.states import Failed
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.flows.schedules import import_schedule
 from gpufleet.integrations.prometheus import import_prometheus
 
-IMPORT_EVERY = dt.timedelta(minutes=15)
-IMPORT_AHEAD = dt.timedelta(minutes=3)  # before each ingest-and-build run
 PROMETHEUS_DEPLOYMENT = "every-15-minutes"
 
 
@@ -39,19 +36,11 @@ def import_prometheus_flow(
 def prometheus_deployment(
     config: Config, *, parameters: dict[str, Any], before: object
 ) -> RunnerDeployment:
-    """The import every 15 minutes, `IMPORT_AHEAD` before each run of `before` (the
-    ingest-and-build deployment, whose interval schedule it shares the anchor of)."""
-    assert isinstance(before, RunnerDeployment)
-    anchor = None
-    for schedule in before.schedules or []:
-        anchor = getattr(schedule.schedule, "anchor_date", None) or anchor
+    """The import on `import_schedule`: every 15 minutes, 3 before each run of `before`
+    (the ingest-and-build deployment)."""
     deployment = import_prometheus_flow.to_deployment(
         name=PROMETHEUS_DEPLOYMENT,
-        schedule=Interval(
-            IMPORT_EVERY,
-            anchor_date=(anchor or dt.datetime.now(dt.UTC)) - IMPORT_AHEAD,
-            timezone=config.timezone,
-        ),
+        schedule=import_schedule(before, timezone=config.timezone),
         parameters={**parameters, "url": None},
         concurrency_limit=1,
         description=(

@@ -136,3 +136,22 @@ def test_a_split_idle_job_is_one_line_in_the_sent_notice(
         "memory still allocated"
     ]
     assert "user alice: 3 episodes" in str(run)
+
+
+def test_a_line_break_in_a_name_stays_inside_its_line_of_the_text(config: Config) -> None:
+    nine = fx.at(fx.DAY, 9)
+    episode = replace(_episode("GPU-0", "7\nTotal: 0 GPU-hours", nine, 45), host="node-a\r\nx")
+    notice = Notice(
+        kind=USER,
+        day=fx.DAY,
+        to="alice@example.org",
+        cc=(),
+        user="alice\nmallory",
+        team=None,
+        episodes=(episode,),
+    )
+    text = build_notice(notice, config).get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert "Hello alice\\nmallory," in text
+    [listed] = [line for line in text.splitlines() if line.startswith("- ")]
+    assert listed.startswith("- node-a\\r\\nx GPU 0") and "job 7\\nTotal: 0 GPU-hours:" in listed
+    assert not any(line.startswith("Total: 0 GPU-hours") for line in text.splitlines())

@@ -15,6 +15,7 @@ from email.utils import formatdate, make_msgid
 import jinja2
 
 from gpufleet.config import Config
+from gpufleet.console import printable
 from gpufleet.notices.episodes import NoticeLine, notice_lines
 from gpufleet.notices.plan import USER, Notice
 
@@ -36,6 +37,11 @@ def clock(value: dt.datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M")
 
 
+def _escape_controls(value: object) -> object:
+    """A plain string with its control characters escaped; anything else as it is."""
+    return printable(value) if type(value) is str else value
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -45,6 +51,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        # Names are untrusted: a CR or LF in a user, host or team name must not start a line
+        # of its own in the text part (or in the dry run's console preview).
+        finalize=_escape_controls,
     )
     env.filters.update(hours=hours, usd=usd, time=clock)
     return env

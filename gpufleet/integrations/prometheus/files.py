@@ -9,35 +9,18 @@ written under a temporary `.` name, flushed and renamed into place.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as dt
 import io
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.files import write_text_atomically
 from gpufleet.integrations.prometheus.pods import PodAllocation
 
 ALLOCATION_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """`text` into `path`: a temporary `.` name, fsync, rename; nothing partial is visible."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise GpufleetError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def allocation_path(allocations_dir: Path, source: str, day: dt.date) -> Path:

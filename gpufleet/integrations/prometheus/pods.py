@@ -11,7 +11,6 @@ else the namespace itself. The user: the `[kubernetes] user_label` label, else n
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import zoneinfo
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus.queries import team_label
 from gpufleet.integrations.prometheus.samples import gpu_of, label, point_times
+from gpufleet.integrations.refmap import read_team_rows, team_on
 
 NAMESPACES_FILE = "namespaces.csv"
 _NAMESPACES_COLUMNS = ("namespace", "team")
@@ -49,43 +49,13 @@ class PodAllocation(NamedTuple):
 def read_namespaces(path: Path) -> tuple[NamespaceTeam, ...]:
     """ref/namespaces.csv; a missing file is no rows. A namespace may be listed once per
     `valid_from` (and once without)."""
-    if not path.is_file():
-        return ()
-    rows: list[NamespaceTeam] = []
-    seen: dict[tuple[str, dt.date | None], int] = {}
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle, strict=True)
-            header: list[str] | None = None
-            for record in reader:
-                if not any(cell.strip() for cell in record):
-                    continue
-                line = reader.line_num
-                if header is None:
-                    header = [cell.strip() for cell in record]
-                    _check_header(path, line, header)
-                    continue
-                if len(record) != len(header):
-                    raise GpufleetError(
-                        f"{path}: line {line}: expected {len(header)} fields, got {len(record)}"
-                    )
-                cells = {name: cell.strip() for name, cell in zip(header, record, strict=True)}
-                row = _namespace_row(path, line, cells)
-                key = (row.namespace, row.valid_from)
-                if key in seen:
-                    raise GpufleetError(
-                        f"{path}: line {line}: namespace '{row.namespace}' is listed twice "
-                        f"(first on line {seen[key]})"
-                    )
-                seen[key] = line
-                rows.append(row)
-    except csv.Error as exc:
-        raise GpufleetError(f"{path}: malformed CSV: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise GpufleetError(f"{path}: not UTF-8 text ({exc.reason})") from exc
-    except OSError as exc:
-        raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return tuple(rows)
+    rows = read_team_rows(
+        path,
+        key="namespace",
+        where=str(path),
+        check_header=lambda line, header: _check_header(path, line, header),
+    )
+    return tuple(NamespaceTeam(*row) for row in rows)
 
 
 def _check_header(path: Path, line: int, header: list[str]) -> None:
@@ -100,30 +70,10 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
             raise GpufleetError(f"{path}: line {line}: needs one column '{name}' ({expected})")
 
 
-def _namespace_row(path: Path, line: int, cells: dict[str, str]) -> NamespaceTeam:
-    for name in _NAMESPACES_COLUMNS:
-        if not cells[name]:
-            raise GpufleetError(f"{path}: line {line}: '{name}' is empty")
-    valid_from = None
-    if cells.get("valid_from"):
-        try:
-            valid_from = dt.date.fromisoformat(cells["valid_from"])
-        except ValueError:
-            raise GpufleetError(
-                f"{path}: line {line}: 'valid_from' is not a date like 2026-11-01: "
-                f"{cells['valid_from']!r}"
-            ) from None
-    return NamespaceTeam(cells["namespace"], cells["team"], valid_from)
-
-
 def namespace_team(namespace: str, day: dt.date, rows: Iterable[NamespaceTeam]) -> str | None:
     """The team of `namespace` on local date `day`: the row with the latest `valid_from` on
     or before it, else the row without one."""
-    dated = [r for r in rows if r.namespace == namespace and r.valid_from and r.valid_from <= day]
-    if dated:
-        return max(dated, key=lambda r: r.valid_from or dt.date.min).team
-    undated = [r.team for r in rows if r.namespace == namespace and r.valid_from is None]
-    return undated[0] if undated else None
+    return team_on(((r.team, r.valid_from) for r in rows if r.namespace == namespace), day)
 
 
 @dataclass

@@ -33,11 +33,11 @@ from gpufleet.collectors.schema import partition_dir
 from gpufleet.collectors.writer import safe_host, write_table_atomically
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.files import write_text_atomically
 from gpufleet.integrations.prometheus.api import PrometheusApi, PrometheusError
 from gpufleet.integrations.prometheus.files import (
     ImportedWindows,
     allocation_files,
-    write_text_atomically,
 )
 from gpufleet.integrations.prometheus.pods import (
     NAMESPACES_FILE,

@@ -9,13 +9,13 @@ from that date on and wins over one without, which applies to all time. With `te
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import zoneinfo
 from pathlib import Path
 from typing import NamedTuple
 
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.refmap import read_team_rows, team_on
 
 ACCOUNTS_FILE = "accounts.csv"
 COLUMNS = ("account", "team")
@@ -47,55 +47,21 @@ class Teams:
         if self.team_from != "account" or not account:
             return None
         day = start_ts.astimezone(self.zone).date()
-        team = account
-        for row in self.rows.get(account, ()):
-            if row.valid_from is None or row.valid_from <= day:
-                team = row.team
-        return team
+        listed = ((row.team, row.valid_from) for row in self.rows.get(account, ()))
+        return team_on(listed, day) or account
 
 
 def read_accounts(path: Path, display: str | None = None) -> tuple[AccountTeam, ...]:
     """ref/accounts.csv; a missing file is no rows. Bad content: one line naming the file,
     the line and the problem."""
     where = display or str(path)
-    if not path.is_file():
-        return ()
-    rows: list[AccountTeam] = []
-    seen: dict[tuple[str, dt.date | None], int] = {}
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle, strict=True)
-            header: list[str] | None = None
-            for record in reader:
-                cells = [cell.strip() for cell in record]
-                if not any(cells):
-                    continue
-                line = reader.line_num
-                if header is None:
-                    header = cells
-                    _check_header(where, line, header)
-                    continue
-                if len(cells) != len(header):
-                    raise GpufleetError(
-                        f"{where}: line {line}: expected {len(header)} fields "
-                        f"({','.join(header)}), got {len(cells)}"
-                    )
-                row = _row(where, line, dict(zip(header, cells, strict=True)))
-                key = (row.account, row.valid_from)
-                if key in seen:
-                    raise GpufleetError(
-                        f"{where}: line {line}: account '{row.account}' is listed twice "
-                        f"for the same valid_from (first on line {seen[key]})"
-                    )
-                seen[key] = line
-                rows.append(row)
-    except csv.Error as exc:
-        raise GpufleetError(f"{where}: malformed CSV: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise GpufleetError(f"{where}: not UTF-8 text ({exc.reason})") from exc
-    except OSError as exc:
-        raise GpufleetError(f"{where}: cannot read: {exc.strerror or exc}") from exc
-    return tuple(rows)
+    rows = read_team_rows(
+        path,
+        key="account",
+        where=where,
+        check_header=lambda line, header: _check_header(where, line, header),
+    )
+    return tuple(AccountTeam(*row) for row in rows)
 
 
 def _check_header(where: str, line: int, header: list[str]) -> None:
@@ -112,19 +78,3 @@ def _check_header(where: str, line: int, header: list[str]) -> None:
             raise GpufleetError(
                 f"{where}: line {line}: missing column '{name}' in header (expected {expected})"
             )
-
-
-def _row(where: str, line: int, cells: dict[str, str]) -> AccountTeam:
-    for name in COLUMNS:
-        if not cells[name]:
-            raise GpufleetError(f"{where}: line {line}: '{name}' is empty")
-    valid_from = None
-    if cells.get("valid_from"):
-        try:
-            valid_from = dt.date.fromisoformat(cells["valid_from"])
-        except ValueError:
-            raise GpufleetError(
-                f"{where}: line {line}: 'valid_from' is not a date like 2026-11-01: "
-                f"{cells['valid_from']!r}"
-            ) from None
-    return AccountTeam(cells["account"], cells["team"], valid_from)

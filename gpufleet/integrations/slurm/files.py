@@ -15,18 +15,17 @@ one larger query, never a duplicate row.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as dt
 import io
 import json
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.files import write_text_atomically
 
 COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
 RECORD_FILE = "slurm.json"
@@ -145,22 +144,6 @@ def render(rows: list[AllocationRow]) -> str:
     return out.getvalue()
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """`text` into `path` through a temporary `.` name, flushed and renamed."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise GpufleetError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-
 def read_watermark(path: Path) -> dt.datetime | None:
     """The end of the last window imported (None before the first run)."""
     if not path.is_file():
@@ -175,4 +158,4 @@ def read_watermark(path: Path) -> dt.datetime | None:
 
 
 def write_watermark(path: Path, watermark: dt.datetime) -> None:
-    write_atomically(path, json.dumps({"watermark": _iso(watermark)}, indent=1) + "\n")
+    write_text_atomically(path, json.dumps({"watermark": _iso(watermark)}, indent=1) + "\n")

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.files import write_text_atomically
 from gpufleet.integrations.slurm.accounts import ACCOUNTS_FILE, Teams, read_accounts
 from gpufleet.integrations.slurm.files import (
     RECORD_FILE,
@@ -33,7 +34,6 @@ from gpufleet.integrations.slurm.files import (
     read_rows,
     read_watermark,
     render,
-    write_atomically,
     write_watermark,
 )
 from gpufleet.integrations.slurm.payload import load_payload
@@ -316,7 +316,7 @@ def import_slurm(
             f"but attribute nothing): {_some(tuple(sorted(host_of.unknown)))}"
         )
     for path, text in plan.contents.items():
-        write_atomically(path, text)
+        write_text_atomically(path, text)
     if sacct_json is None:
         write_watermark(config.data_dir / "imports" / RECORD_FILE, now)
     unplaced = [job.job_id for job, u in found if (job.job_id, u.start_ts) not in plan.placed]
