@@ -111,6 +111,20 @@ def plan_jobs(rng: np.random.Generator, start_s: int, end_s: int, next_job: int)
     )
 
 
+def plan_fleet_jobs(
+    rng: np.random.Generator, hosts: list[Host], *, next_job: int
+) -> dict[str, list[Jobs]]:
+    """Each host's jobs, GPU by GPU in order, numbered on from `next_job`."""
+    jobs: dict[str, list[Jobs]] = {}
+    for host in hosts:
+        jobs[host.name] = []
+        for _ in host.uuids:
+            gpu_jobs = plan_jobs(rng, host.first_s, host.last_s, next_job)
+            next_job += len(gpu_jobs.job)
+            jobs[host.name].append(gpu_jobs)
+    return jobs
+
+
 def _gpu_rows(
     rng: np.random.Generator, host: Host, jobs: Jobs, ts: np.ndarray, interval: float
 ) -> dict[str, np.ndarray]:
@@ -285,14 +299,7 @@ def generate(
     end_s = start_s + days * 86400
     hosts = plan_hosts(rng, gpus, start_s, end_s)
     users = [f"u{n:02d}{chr(97 + n % 26)}" for n in range(48)]
-    jobs: dict[str, list[Jobs]] = {}
-    next_job = 900000
-    for host in hosts:
-        jobs[host.name] = []
-        for _ in host.uuids:
-            gpu_jobs = plan_jobs(rng, host.first_s, host.last_s, next_job)
-            next_job += len(gpu_jobs.job)
-            jobs[host.name].append(gpu_jobs)
+    jobs = plan_fleet_jobs(rng, hosts, next_job=900000)
     write_references(out, hosts, jobs, users)
     rows = 0
     for number, host in enumerate(hosts, start=1):

@@ -24,7 +24,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.churn_fleet import MIB, Host, Jobs, Model, _processes, plan_jobs, write_references
+from bench.churn_fleet import (
+    MIB,
+    Host,
+    Jobs,
+    Model,
+    _processes,
+    plan_fleet_jobs,
+    write_references,
+)
 from gpufleet.collectors.schema import STATUS_OK
 
 GPUS_PER_HOST = 8
@@ -202,14 +210,7 @@ def generate(
     end_s = start_s + days * 86400
     hosts = plan_hosts(rng, gpus, start_s, end_s)
     users = [f"user{n:02d}" for n in range(64)]
-    jobs: dict[str, list[Jobs]] = {}
-    next_job = 5_000_000
-    for host in hosts:
-        jobs[host.name] = []
-        for _ in host.uuids:
-            gpu_jobs = plan_jobs(rng, host.first_s, host.last_s, next_job)
-            next_job += len(gpu_jobs.job)
-            jobs[host.name].append(gpu_jobs)
+    jobs = plan_fleet_jobs(rng, hosts, next_job=5_000_000)
     write_references(out, hosts, jobs, users)
     rows = 0
     for number, host in enumerate(hosts):
