@@ -233,6 +233,8 @@ def write_host(
                     for gpu_jobs, part in zip(jobs, parts, strict=True)
                 ]
             ),
+            "alloc_job_id": pa.nulls(n * gpus, pa.string()),
+            "alloc_user": pa.nulls(n * gpus, pa.string()),
         },
         schema=SCHEMA,
     )

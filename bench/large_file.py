@@ -74,6 +74,8 @@ def large_table(rows: int, day: dt.date, *, host: str = "big") -> pa.Table:
         "power_violation_ns": pa.array(np.zeros(rows, np.int64)),
         "mig_enabled": same(False, pa.bool_()),
         "processes": processes,
+        "alloc_job_id": pa.nulls(rows, pa.string()),
+        "alloc_user": pa.nulls(rows, pa.string()),
     }
     return pa.table(columns, schema=schema_with_metadata())
 

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import math
 import os
-import select
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 import pynvml
 
+from gpufleet.collectors.gpustat import GpustatDir
 from gpufleet.collectors.nvml import (
     GpuLostError,
     GpuReader,
@@ -31,6 +29,7 @@ from gpufleet.collectors.nvml import (
 )
 from gpufleet.collectors.procinfo import ProcessInfo
 from gpufleet.collectors.spool import Spool, read_segment
+from gpufleet.collectors.stopflag import StopFlag
 from gpufleet.collectors.writer import (
     InvalidSpoolError,
     SampleWriteError,
@@ -59,6 +58,7 @@ class Collector:
         stderr: TextIO | None = None,
         fsync: bool = True,
         proc_root: Path = Path("/proc"),
+        slurm_gpustat: Path | None = None,
     ) -> None:
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s}")
@@ -79,7 +79,16 @@ class Collector:
         self._stderr = stderr
         self._nvml = Nvml()
         self._procinfo = ProcessInfo(proc_root=proc_root)
-        self._reader = GpuReader(nvml=self._nvml, procinfo=self._procinfo, host=host)
+        # jobstats' prolog files: which Slurm job holds each GPU (None: not read at all)
+        self._gpustat = (
+            GpustatDir(slurm_gpustat, say=self._say) if slurm_gpustat is not None else None
+        )
+        self._reader = GpuReader(
+            nvml=self._nvml,
+            procinfo=self._procinfo,
+            host=host,
+            mig_uuids=self._gpustat is not None,
+        )
         self._gpus: dict[str, GpuState] = {}
         self._started = False
         self._last_tick = 0.0
@@ -166,8 +175,11 @@ class Collector:
         interval_s = max(now - self._last_tick, 0.0)
         self._last_tick = now
 
-        samples = [self._read(gpu, ts_us, interval_s) for gpu in list(self._gpus.values())]
+        gpus = list(self._gpus.values())
+        samples = [self._read(gpu, ts_us, interval_s) for gpu in gpus]
         self._procinfo.sweep()
+        if self._gpustat is not None:
+            self._attribute(gpus, samples, self._gpustat)
 
         date_iso = dt.datetime.fromtimestamp(ts_s, tz=dt.UTC).date().isoformat()
         if self.spool.segment_date is not None and self.spool.segment_date != date_iso:
@@ -204,6 +216,16 @@ class Collector:
                     self._reinit_backoff_s = self.interval_s
             return sample
         return self._reader.lost_sample(gpu, ts_us=ts_us, interval_s=interval_s)
+
+    @staticmethod
+    def _attribute(gpus: list[GpuState], samples: list[GpuSample], gpustat: GpustatDir) -> None:
+        """Fill `alloc_job_id`/`alloc_user` from the gpustat files of this tick (a lost GPU
+        too: the scheduler's record says the job holds it)."""
+        gpustat.refresh()
+        for gpu, sample in zip(gpus, samples, strict=True):
+            holder = gpustat.holder(gpu.index, gpu.mig_uuids)
+            if holder is not None:
+                sample.alloc_job_id, sample.alloc_user = holder.job_id, holder.user
 
     def _spool(self, records: list[dict[str, Any]], stamp: str, date_iso: str) -> None:
         self._unspooled.append((records, stamp, date_iso))
@@ -302,53 +324,13 @@ class Collector:
             n = max(n + 1, math.floor((self._monotonic() - start) / self.interval_s) + 1)
 
 
-class StopFlag:
-    """Set by SIGTERM/SIGINT (or `set()`); `wait()` sleeps until a deadline or the flag."""
-
-    def __init__(self) -> None:
-        self._set = False
-        self._reader, self._writer = socket.socketpair()
-        self._reader.setblocking(False)
-        self._writer.setblocking(False)
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        self._set = True
-        with contextlib.suppress(OSError):  # a full buffer: the flag is set anyway
-            self._writer.send(b"\0")
-
-    def wait(self, timeout_s: float) -> None:
-        if timeout_s > 0 and not self._set:
-            readable, _, _ = select.select([self._reader], [], [], timeout_s)
-            if readable and not self._set:  # another signal woke us: drain, go on sleeping
-                with contextlib.suppress(OSError):
-                    self._reader.recv(4096)
-
-    def close(self) -> None:
-        self._reader.close()
-        self._writer.close()
-
-    @contextlib.contextmanager
-    def on_signals(self, *signums: int) -> Iterator[StopFlag]:
-        def handler(signum: int, frame: FrameType | None) -> None:
-            self.set()
-
-        previous = {signum: signal.signal(signum, handler) for signum in signums}
-        # The C-level handler writes to the socket too, so a signal delivered to any thread
-        # wakes the select() of the main thread at once.
-        previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
-        try:
-            yield self
-        finally:
-            signal.set_wakeup_fd(previous_fd)
-            for signum, old in previous.items():
-                signal.signal(signum, old)
-
-
 def run_collector(
-    *, data_dir: Path, interval_s: float, flush_s: float, host: str | None = None
+    *,
+    data_dir: Path,
+    interval_s: float,
+    flush_s: float,
+    host: str | None = None,
+    slurm_gpustat: Path | None = None,
 ) -> int:
     """`gpufleet collect`: returns the exit status. SIGTERM/SIGINT flush and return 0."""
     stop = StopFlag()
@@ -357,14 +339,20 @@ def run_collector(
         with stop.on_signals(signal.SIGTERM, signal.SIGINT):
             try:
                 collector = Collector(
-                    data_dir=data_dir, interval_s=interval_s, flush_s=flush_s, host=host
+                    data_dir=data_dir,
+                    interval_s=interval_s,
+                    flush_s=flush_s,
+                    host=host,
+                    slurm_gpustat=slurm_gpustat,
                 )
                 collector.start()
             except ValueError as exc:
                 raise GpufleetError(str(exc)) from exc
             print(
                 f"gpufleet: collecting {len(collector.gpus)} GPU(s) on {collector.host} every "
-                f"{interval_s:g} s into {collector.samples_root} (pid {os.getpid()})",
+                f"{interval_s:g} s into {collector.samples_root}"
+                + (f", Slurm jobs from {slurm_gpustat}" if slurm_gpustat is not None else "")
+                + f" (pid {os.getpid()})",
                 file=sys.stderr,
                 flush=True,
             )

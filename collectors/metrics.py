@@ -136,6 +136,9 @@ class GpuSample:
     power_violation_ns: int | None = None
     mig_enabled: bool | None = None
     processes: list[GpuProcess] | None = None
+    # The Slurm job holding the GPU per the scheduler's gpustat files (`--slurm-gpustat`).
+    alloc_job_id: str | None = None
+    alloc_user: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         """A plain dict for the spool (JSON) and for `pyarrow.Table.from_pylist`."""

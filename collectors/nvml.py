@@ -10,9 +10,9 @@ for any other call), which applies one policy to NVML's errors:
 - GpuIsLost / ResetRequired / Unknown: `GpuLostError`, so the GPU's row becomes `status='lost'`;
 - Uninitialized: `NvmlUninitializedError`, so the collector calls `nvmlInit` again.
 
-pynvml functions are looked up on the module at call time, so tests can replace them. The
-plain readings are data (`METRICS` in metrics.py); `GpuReader.read` loops over them and reads
-the rest (utilization, MIG, memory, memory temperature, processes) itself.
+pynvml functions are looked up at call time, so tests can replace them. The plain readings
+are data (`METRICS` in metrics.py), which `GpuReader.read` loops over; it reads the rest
+(utilization, MIG, memory, memory temperature, processes) itself.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from gpufleet.collectors.metrics import (
 )
 from gpufleet.collectors.procinfo import ProcessInfo
 from gpufleet.collectors.schema import STATUS_LOST, STATUS_OK
-from gpufleet.collectors.values import sample_pairs, value_member
+from gpufleet.collectors.values import clamp_pct, sample_pairs, value_member
 from gpufleet.errors import GpufleetError
 
 T = TypeVar("T")
@@ -162,9 +162,10 @@ class GpuState:
     index: int
     name: str | None
     handle: Any  # a pynvml device handle; None while the GPU is lost
-    # Sample-buffer cursors (NVML's own microsecond timestamps), by sampling type.
-    cursors_us: dict[int, int] = field(default_factory=dict)
+    cursors_us: dict[int, int] = field(default_factory=dict)  # NVML's µs stamps, by sample type
     lost: bool = False
+    # Its MIG devices' UUIDs at the last read, NVML's order (`GpuReader(mig_uuids=True)`)
+    mig_uuids: tuple[str, ...] = ()
 
 
 def list_gpus() -> list[GpuState]:
@@ -184,19 +185,18 @@ def list_gpus() -> list[GpuState]:
     return gpus
 
 
-def _clamp_pct(value: float) -> float:
-    return min(max(float(value), 0.0), 100.0)
-
-
 class GpuReader:
     """Reads one `GpuSample` per GPU per tick through an `Nvml` wrapper."""
 
-    def __init__(self, *, nvml: Nvml, procinfo: ProcessInfo, host: str) -> None:
+    def __init__(
+        self, *, nvml: Nvml, procinfo: ProcessInfo, host: str, mig_uuids: bool = False
+    ) -> None:
         if not host:
             raise ValueError("host must be a non-empty string")
         self._nvml = nvml
         self._procinfo = procinfo
         self._host = host
+        self._read_mig_uuids = mig_uuids
 
     def prime(self, gpu: GpuState) -> None:
         """Set the sample-buffer cursors to the newest sample, so the next read covers only
@@ -260,6 +260,8 @@ class GpuReader:
         if not mig_enabled:
             sample.gpu_util_pct, sample.mem_util_pct = self._utilization(gpu)
         handles = self._mig_handles(gpu) if mig_enabled else [(u, h)]
+        if self._read_mig_uuids:
+            gpu.mig_uuids = self._mig_uuids(handles) if mig_enabled else ()
         sample.mem_used_bytes, sample.mem_total_bytes = self._memory(handles)
         for metric in METRICS:
             setattr(sample, metric.field, self._metric(u, h, metric))
@@ -281,9 +283,9 @@ class GpuReader:
                 gpu.uuid, "utilization", ("nvmlDeviceGetUtilizationRates",), gpu.handle
             )
             if gpu_util is None and rates is not None:
-                gpu_util = _clamp_pct(rates.gpu)
+                gpu_util = clamp_pct(rates.gpu)
             if mem_util is None and rates is not None:
-                mem_util = _clamp_pct(rates.memory)
+                mem_util = clamp_pct(rates.memory)
         return gpu_util, mem_util
 
     def _mean_from_samples(self, gpu: GpuState, kind: int) -> float | None:
@@ -299,7 +301,7 @@ class GpuReader:
         gpu.cursors_us[kind] = max(fresh)[0]
         values = [value for _, value in fresh]
         if min(values) < 0.0 or max(values) > 100.0:
-            values = [_clamp_pct(value) for value in values]
+            values = [clamp_pct(value) for value in values]
         return math.fsum(values) / len(values)
 
     def _mig_handles(self, gpu: GpuState) -> list[tuple[str, Any]]:
@@ -315,6 +317,11 @@ class GpuReader:
             if mig is not None:  # an empty slot answers NotFound: skip it and go on
                 handles.append((f"{u}/mig{slot}", mig))
         return handles
+
+    def _mig_uuids(self, handles: list[tuple[str, Any]]) -> tuple[str, ...]:
+        """The UUIDs (`MIG-...`) of the MIG devices, in slot order; one that fails is left out."""
+        uuids = (self._nvml.call(key, "mig_uuid", ("nvmlDeviceGetUUID",), h) for key, h in handles)
+        return tuple(str(uuid) for uuid in uuids if uuid)
 
     def _memory(self, handles: list[tuple[str, Any]]) -> tuple[int | None, int | None]:
         """(used, total) bytes summed over the handles; v2's `used` leaves out the memory the

@@ -44,6 +44,8 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("power_violation_ns", pa.int64()),
         pa.field("mig_enabled", pa.bool_()),
         pa.field("processes", pa.list_(PROCESS_TYPE)),
+        pa.field("alloc_job_id", pa.string()),
+        pa.field("alloc_user", pa.string()),
     ]
 )
 

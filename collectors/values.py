@@ -52,3 +52,8 @@ def sample_pairs(samples: Sequence[Any], value_type: int) -> Iterable[tuple[int,
     for s in samples:
         pairs.append((int(s.timeStamp), float(getattr(s.sampleValue, member))))
     return pairs
+
+
+def clamp_pct(value: float) -> float:
+    """A percentage NVML reported, kept within 0-100."""
+    return min(max(float(value), 0.0), 100.0)

@@ -1,4 +1,5 @@
-"""The `demo` flow: simulate a fleet's weeks, then the ingest, build and report flows.
+"""The `demo` flow: simulate a fleet's weeks, import its Slurm jobs, then the ingest, build
+and report flows.
 
 `gpufleet demo` (`make demo`) runs the same steps as plain functions
 (`gpufleet.demo.run_demo_steps`) without starting a Prefect server; this flow shows them as
@@ -14,7 +15,13 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config, load_config
-from gpufleet.demo import HISTORY_WEEKS, simulate_demo, write_demo_notices
+from gpufleet.demo import (
+    HISTORY_WEEKS,
+    demo_spec,
+    import_demo_jobs,
+    simulate_demo,
+    write_demo_notices,
+)
 from gpufleet.flows.build import build_flow
 from gpufleet.flows.ingest import ingest_flow
 from gpufleet.flows.report import report_flow
@@ -24,8 +31,14 @@ from gpufleet.weeks import last_complete_week, week_monday
 
 @task(name="simulate-fleet", cache_policy=NO_CACHE)
 def simulate_task(config: Config, week: str, gpus: int, days: int, history_weeks: int) -> str:
-    """Write the simulated weeks' sample, reference and allocation files."""
+    """Write the simulated weeks' sample and reference files and their saved Slurm output."""
     return simulate_demo(config, week=week, gpus=gpus, days=days, history_weeks=history_weeks)
+
+
+@task(name="import-slurm", cache_policy=NO_CACHE)
+def import_slurm_task(config: Config, at: dt.datetime) -> str:
+    """`import slurm` of the saved sacct and squeue output: allocation rows and job records."""
+    return import_demo_jobs(config, at=at)
 
 
 @task(name="preview-idle-notices", cache_policy=NO_CACHE)
@@ -42,11 +55,14 @@ def demo_flow(
     days: int = 7,
     history_weeks: int = HISTORY_WEEKS,
 ) -> ReportResult:
-    """Simulate the weeks up to the last complete one into `data_dir`, ingest, build, and
-    write its report, the teams' emails and a dry run of its last day's idle notices."""
+    """Simulate the weeks up to the last complete one into `data_dir`, import its Slurm
+    jobs, ingest, build, and write its report, the teams' emails and a dry run of its last
+    day's idle notices."""
     config = load_config(config_path=config_path, data_dir=data_dir)
     week = last_complete_week(config.timezone)
     print(simulate_task(config, week, gpus, days, history_weeks))
+    spec = demo_spec(config, week=week, gpus=gpus, days=days, history_weeks=history_weeks)
+    print(import_slurm_task(config, spec.end))
     print(ingest_flow(data_dir, config_path))
     print(build_flow(data_dir, config_path))
     result = report_flow(data_dir, config_path, week=week, per_team=True)

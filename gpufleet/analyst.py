@@ -21,6 +21,7 @@ import datetime as dt
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import duckdb
 import polars as pl
@@ -28,7 +29,7 @@ import pyarrow.dataset as pads
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
+from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS
 from gpufleet.warehouse.lake.samples import STORED, evicted_paths
 from gpufleet.weeks import check_week, week_bounds, week_monday
 
@@ -43,6 +44,8 @@ READ_STATEMENTS = frozenset(
 )
 
 Parameters = Sequence[object] | Mapping[str, object] | None
+# A point in time for a filter: a date is local midnight, as is a time without a zone.
+Moment = dt.datetime | dt.date | str
 
 
 def check_read_only(query: str) -> None:
@@ -117,24 +120,30 @@ def _read_lake_through_arrow(con: duckdb.DuckDBPyConnection, config: Config) -> 
         "select 1 from duckdb_tables() where database_name = current_database()"
         " and schema_name = 'build_state' and table_name = 'lake_files'"
     ).fetchone()
+    if not has_lake:
+        return
     stored = f"{WAREHOUSE_ALIAS}.main.{STORED}"
+    # The sample columns samples_stored has: a warehouse not opened for writing since an
+    # older release lacks the newer ones (the Arrow dataset reads NULL where a file does).
+    found = con.sql(f"select * from {stored} limit 0").columns
+    columns = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS if name in found)
     try:
-        paths = evicted_paths(con, config) if has_lake else []
+        paths = evicted_paths(con, config)
     except GpufleetError as exc:
         message = "'" + str(exc).replace("'", "''") + "'"
         con.execute(
-            f"create temp view samples as select {QUOTED_SAMPLE_COLUMNS} from {stored} "
+            f"create temp view samples as select {columns} from {stored} "
             f"where error({message}) is null"
         )
         return
     if not paths:
         return
-    schema = con.sql(f"select {QUOTED_SAMPLE_COLUMNS} from {stored} limit 0").to_arrow_table()
+    schema = con.sql(f"select {columns} from {stored} limit 0").to_arrow_table()
     con.register(LAKE_DATASET, pads.dataset(paths, schema=schema.schema, format="parquet"))
     con.execute(
         f"create temp view samples as "
-        f"select {QUOTED_SAMPLE_COLUMNS} from {stored} "
-        f"union all select {QUOTED_SAMPLE_COLUMNS} from {LAKE_DATASET}"
+        f"select {columns} from {stored} "
+        f"union all select {columns} from {LAKE_DATASET}"
     )
 
 
@@ -239,6 +248,73 @@ class ReadOnlyWarehouse:
     def thermal_events(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
         """`thermal_events` that overlap the week (all without one)."""
         return self._overlapping("thermal_events", week, team)
+
+    def jobs(
+        self,
+        week: str | None = None,
+        *,
+        team: str | None = None,
+        user: str | None = None,
+        account: str | None = None,
+        cluster: str | None = None,
+        state: str | Sequence[str] | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+    ) -> pl.DataFrame:
+        """`job_efficiency`: one row per job and GPU model, each over the whole job.
+
+        `week` ("2026-W47", local days), or `since` and `until`, keep the jobs that ran in
+        that window: started before its end and not ended before its start (a running job
+        has no end). A date is local midnight in the configured zone, as is a datetime
+        without a zone or an ISO-8601 string without an offset. `state` is one state or
+        several (`"FAILED"`, `["COMPLETED", "TIMEOUT"]`), in any case; the other filters
+        match exactly. Rows come by start, then job id and GPU model.
+        """
+        conditions: list[str] = []
+        params: dict[str, object] = {}
+        windows: list[tuple[dt.datetime | None, dt.datetime | None]] = []
+        if week is not None:
+            _week_days(week)
+            windows.append(week_bounds(week, self.config.timezone))
+        windows.append((self._moment(since, "since"), self._moment(until, "until")))
+        for number, (start, end) in enumerate(windows):
+            if start is not None:
+                conditions.append(f"(end_ts is null or end_ts > $start{number})")
+                params[f"start{number}"] = start
+            if end is not None:
+                conditions.append(f"start_ts < $end{number}")
+                params[f"end{number}"] = end
+        for column, value in (("team", team), ("user", user), ("account", account),
+                              ("cluster", cluster)):  # fmt: skip
+            if value is not None:
+                conditions.append(f'"{column}" = ${column}')
+                params[column] = value
+        if state is not None:
+            states = [state] if isinstance(state, str) else list(state)
+            conditions.append("list_contains($states, upper(state))")
+            params["states"] = [str(one).upper() for one in states]
+        where = " and ".join(conditions) or "true"
+        return self.sql(
+            f"select * from job_efficiency where {where} order by start_ts, job_id, gpu_name",
+            params,
+        )
+
+    def _moment(self, value: Moment | None, name: str) -> dt.datetime | None:
+        """An aware datetime from a datetime, a date or an ISO-8601 string; without a zone,
+        in the configured one."""
+        if value is None:
+            return None
+        zone = ZoneInfo(self.config.timezone)
+        if isinstance(value, str):
+            try:
+                parsed: dt.date = dt.datetime.fromisoformat(value)
+            except ValueError as exc:
+                raise GpufleetError(f"{name}: {value!r} is not an ISO-8601 date or time") from exc
+        else:
+            parsed = value
+        if not isinstance(parsed, dt.datetime):
+            parsed = dt.datetime.combine(parsed, dt.time())
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=zone)
 
     def quarantined_files(self) -> pl.DataFrame:
         """Raw files that could not be loaded, and why."""

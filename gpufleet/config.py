@@ -153,6 +153,10 @@ class Config:
         return self.data_dir / "raw" / "allocations"
 
     @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "raw" / "jobs"
+
+    @property
     def ref_dir(self) -> Path:
         return self.data_dir / "ref"
 

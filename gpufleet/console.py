@@ -30,3 +30,9 @@ def _escape(char: str) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable_lines(text: object) -> str:
+    """`text` with each of its lines printable: its own line breaks kept, a name's escaped
+    (for multi-line summaries that hold names)."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))

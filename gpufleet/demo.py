@@ -1,11 +1,17 @@
-"""`gpufleet demo` (`make demo`): simulate a fleet's week, ingest, build, report, say where.
+"""`gpufleet demo` (`make demo`): simulate a fleet's week, import its Slurm jobs, ingest,
+build, report, say where.
 
 The steps are the plain functions the flows wrap, so the demo needs no Prefect server and
 spends its time on the data (`flows/demo.py` runs the same steps as a Prefect flow).
+The simulated cluster is a Slurm cluster: the simulation writes the saved output of
+`sacct --json` and `squeue --json` taken at the end of its span, and `gpufleet import
+slurm` turns it into allocation rows (the jobs still running, whose GPUs squeue names)
+and job records (every job); the finished jobs' GPUs come from the collectors' gpustat
+evidence in the samples (`alloc_job_id`), as on a real cluster.
 Running it again is safe and quicker: when the warehouse already holds samples of the
 simulated span, the simulation is skipped (rewriting files that ingest has loaded would
-make them "changed after load"), ingest finds nothing new, and build and report rewrite
-their outputs.
+make them "changed after load"), the import adds nothing (it keys each job by its id and
+start), ingest finds nothing new, and build and report rewrite their outputs.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.integrations.slurm import import_slurm
 from gpufleet.notices.idle import DRY_RUN, notify_idle
 from gpufleet.reports.team import TeamEmail, write_team_emails
 from gpufleet.reports.weekly import ReportFiles, report_dir, write_atomically, write_report
 from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
+from gpufleet.simulate.slurm import SACCT_FILE, SLURM_FOLDER, SQUEUE_FILE
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only
@@ -62,18 +70,11 @@ def samples_in_span(config: Config, start: dt.datetime, end: dt.datetime) -> int
     return int(row[0]) if row else 0
 
 
-def simulate_demo(
-    config: Config,
-    *,
-    week: str,
-    gpus: int = 128,
-    days: int = 7,
-    history_weeks: int = HISTORY_WEEKS,
-    progress: Progress = print,
-) -> str:
-    """Simulate `history_weeks` whole weeks before `week` and `days` days of it, unless the
-    warehouse already holds that span; says which."""
-    spec = SimulationSpec.from_cli(
+def demo_spec(
+    config: Config, *, week: str, gpus: int, days: int, history_weeks: int
+) -> SimulationSpec:
+    """The simulated span: `history_weeks` whole weeks before `week` and `days` days of it."""
+    return SimulationSpec.from_cli(
         config=config,
         gpus=gpus,
         gpus_per_host=8,
@@ -84,13 +85,40 @@ def simulate_demo(
         flush_s=DEMO_FLUSH_S,
         seed=DEMO_SEED,
     )
+
+
+def simulate_demo(
+    config: Config,
+    *,
+    week: str,
+    gpus: int = 128,
+    days: int = 7,
+    history_weeks: int = HISTORY_WEEKS,
+    progress: Progress = print,
+) -> str:
+    """Simulate `history_weeks` whole weeks before `week` and `days` days of it, with the
+    saved sacct/squeue output of its Slurm jobs, unless the warehouse already holds that
+    span; says which."""
+    spec = demo_spec(config, week=week, gpus=gpus, days=days, history_weeks=history_weeks)
     present = samples_in_span(config, spec.start, spec.end)
     if present:
         return (
             f"{config.data_dir} already holds {present:,} samples of that span: not simulating "
             "them again (remove the data directory for a fresh demo)"
         )
-    return str(simulate_fleet(spec, data_dir=config.data_dir, progress=progress))
+    summary = simulate_fleet(spec, data_dir=config.data_dir, progress=progress, slurm="json")
+    return str(summary)
+
+
+def import_demo_jobs(config: Config, *, at: dt.datetime, progress: Progress = print) -> str:
+    """`gpufleet import slurm --sacct-json ... --squeue-json ...` of the simulated Slurm
+    output (saved at `at`, the end of the span), as its one-line summary."""
+    folder = config.data_dir / SLURM_FOLDER
+    sacct, squeue = folder / SACCT_FILE, folder / SQUEUE_FILE
+    if not sacct.is_file():  # a data directory simulated with allocation files
+        return f"import slurm: no {sacct}: nothing to import"
+    result = import_slurm(config, sacct_json=sacct, squeue_json=squeue, now=at, warn=progress)
+    return str(result)
 
 
 def write_demo_notices(config: Config, week: str, day: dt.date) -> Path:
@@ -110,8 +138,8 @@ def run_demo_steps(
     history_weeks: int = HISTORY_WEEKS,
     progress: Progress = print,
 ) -> DemoFiles:
-    """Simulate the weeks up to the last complete one, ingest, build, and write its report,
-    the teams' emails and a dry run of the last day's idle notices."""
+    """Simulate the weeks up to the last complete one, import its Slurm jobs, ingest, build,
+    and write its report, the teams' emails and a dry run of the last day's idle notices."""
     week = last_complete_week(config.timezone)
     start, end = week_bounds(week, config.timezone)
     first = start - dt.timedelta(weeks=history_weeks)
@@ -132,6 +160,12 @@ def run_demo_steps(
             config, week=week, gpus=gpus, days=days, history_weeks=history_weeks, progress=progress
         )
     )
+    spec = demo_spec(config, week=week, gpus=gpus, days=days, history_weeks=history_weeks)
+    step(
+        "importing the Slurm jobs from the saved sacct and squeue output: running jobs' "
+        "GPUs from squeue, finished ones' from the collectors' gpustat evidence"
+    )
+    step(import_demo_jobs(config, at=spec.end, progress=progress))
     step("loading new files into the warehouse")
     step(str(ingest(config, progress=progress)))
     step("building the models")

@@ -16,7 +16,7 @@ import polars.selectors as cs
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.reports import queries
+from gpufleet.reports import jobs, queries
 from gpufleet.reports.hosts import host_weeks
 from gpufleet.reports.records import FleetTotals, Kpi, WeekData
 from gpufleet.warehouse.publish import connect_read_only
@@ -40,6 +40,10 @@ MART_TABLES = (
 def local(frame: pl.DataFrame, timezone: str) -> pl.DataFrame:
     """Timestamps shown in the configured zone, as every mart's days are."""
     return frame.with_columns(cs.datetime(time_zone="*").dt.convert_time_zone(timezone))
+
+
+def _local_or_none(frame: pl.DataFrame | None, timezone: str) -> pl.DataFrame | None:
+    return None if frame is None else local(frame, timezone)
 
 
 def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> WeekData:
@@ -66,6 +70,7 @@ def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> W
             waste_jobs=local(queries.waste_jobs(con, week, top=queries.TOP_WASTE_JOBS), tz),
             thermal_hours=queries.thermal_hours(con, start, end),
             throttled_gpus=queries.throttled_gpus(con, start, end),
+            least_efficient_jobs=_local_or_none(jobs.least_efficient_jobs(con, start, end), tz),
             hosts=host_weeks(local(queries.host_days(con, start, end), tz)),
             quarantined=local(quarantined, tz),
             quarantined_total=quarantined_total,

@@ -110,6 +110,8 @@ class WeekData:
     hosts: pl.DataFrame
     quarantined: pl.DataFrame
     quarantined_total: int = 0
+    # the week's least efficient jobs (gpufleet.reports.jobs); None: no job_efficiency table
+    least_efficient_jobs: pl.DataFrame | None = None
     weeks_with_data: list[str] = field(default_factory=list)
 
     @property

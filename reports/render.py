@@ -19,6 +19,7 @@ import vl_convert
 from markupsafe import Markup
 
 from gpufleet.reports.charts import NamedChart
+from gpufleet.reports.jobs import MIN_GPU_HOURS
 from gpufleet.reports.records import Kpi, WeekData
 
 _ENV = jinja2.Environment(
@@ -134,6 +135,18 @@ def format_time(value: Any, pattern: str = "%a %d %b %H:%M") -> str:
     return "–" if value is None else value.strftime(pattern)
 
 
+GIB = 1 << 30
+
+
+def format_memory(used: float | int | None, total: float | int | None) -> str:
+    """A GPU's peak memory against its total, in GiB: `38.5 of 80 GiB (48%)`."""
+    if used is None:
+        return "–"
+    if not total:
+        return f"{used / GIB:,.1f} GiB"
+    return f"{used / GIB:,.1f} of {total / GIB:,.0f} GiB ({100 * used / total:.0f}%)"
+
+
 MAX_GPU_HOSTS = 3  # the hosts a list of GPUs names before it says how many more
 
 
@@ -171,16 +184,23 @@ def rows(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:
     return frame.iter_rows(named=True)
 
 
+def _gpu_hours_text(hours: float) -> str:
+    return f"{hours:g} GPU-hour{'' if hours == 1 else 's'}"
+
+
 _ENV.filters.update(
     rows=rows,
     value=format_value,
     duration=format_duration,
     gpus=format_gpus,
+    memory=format_memory,
     number=format_number,
     usd=format_usd,
     time=format_time,
 )
-_ENV.globals.update(change=change, kpi_tone=kpi_tone)
+_ENV.globals.update(
+    change=change, kpi_tone=kpi_tone, jobs_min_gpu_hours=_gpu_hours_text(MIN_GPU_HOURS)
+)
 
 
 def subject(data: WeekData) -> str:

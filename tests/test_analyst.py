@@ -16,6 +16,7 @@ import gpufleet
 from gpufleet.cli import main
 from gpufleet.errors import GpufleetError
 from tests import report_fixtures as fx
+from tests.test_report_jobs import EVIL_ACCOUNT, add_job_efficiency, job, week_jobs
 
 
 @pytest.fixture
@@ -83,6 +84,64 @@ def test_sql_takes_parameters_and_refuses_anything_but_one_read(data_dir: Path) 
     with pytest.raises(GpufleetError, match="not an ISO week"):
         warehouse.team_daily("2026-47")
     assert "team_daily" in warehouse.tables()["name"].to_list()
+
+
+def _ids(frame: pl.DataFrame) -> list[str]:
+    return sorted(set(frame["job_id"]))
+
+
+def test_jobs_are_job_efficiency_rows_filtered_by_parameters(data_dir: Path) -> None:
+    rows = week_jobs()
+    add_job_efficiency(data_dir, rows)
+    warehouse = gpufleet.open(data_dir)
+    everything = warehouse.jobs()
+    assert everything.height == len(rows)
+    assert everything.rows() == _direct(
+        data_dir, "select * from job_efficiency order by start_ts, job_id, gpu_name"
+    )
+    assert everything.columns[:3] == ["job_id", "gpu_name", "cluster"]
+
+    # the week's jobs: those that ran in it (104 and 117 ended before it, 105 began after)
+    week = warehouse.jobs(fx.WEEK)
+    assert _ids(week) == sorted({str(row[0]) for row in rows} - {"104", "105", "117"})
+    assert warehouse.jobs(since="2026-11-09", until="2026-11-16").rows() == week.rows()
+    monday = dt.datetime(2026, 11, 9, tzinfo=dt.UTC)
+    assert warehouse.jobs(since=monday.date(), until=monday + dt.timedelta(days=7)).rows() == (
+        week.rows()
+    )
+    assert _ids(warehouse.jobs(until="2026-11-01")) == ["103"]  # began 40 days before
+    assert _ids(warehouse.jobs(since="2026-11-16T00:00:00+00:00")) == ["103", "105"]
+
+    assert _ids(warehouse.jobs(user=fx.EVIL_USER)) == ["101"]
+    assert _ids(warehouse.jobs(team=fx.EVIL_TEAM, account=EVIL_ACCOUNT)) == ["101"]
+    assert _ids(warehouse.jobs(state="failed")) == ["101"]
+    assert _ids(warehouse.jobs(state=["RUNNING", "Failed"])) == ["101", "103"]
+    assert warehouse.jobs(fx.WEEK, cluster="alpha", state="RUNNING")["job_id"].to_list() == ["103"]
+    # a name is a value, never SQL
+    assert warehouse.jobs(user="x' or '1'='1").is_empty()
+    with pytest.raises(GpufleetError, match="not an ISO week"):
+        warehouse.jobs("2026-47")
+    with pytest.raises(GpufleetError, match="since: 'last week' is not an ISO-8601"):
+        warehouse.jobs(since="last week")
+
+
+def test_jobs_without_a_zone_are_in_the_configured_one(tmp_path: Path) -> None:
+    fx.make_warehouse(tmp_path)
+    fx.write_config(tmp_path)
+    (tmp_path / "gpufleet.toml").write_text(
+        f'timezone = "America/New_York"\ndata_dir = "{tmp_path}"\n', encoding="utf-8"
+    )
+    # ended at 03:00 UTC on 2026-11-09, 22:00 in New York the day before
+    add_job_efficiency(tmp_path, [job("late", 1.0, 1.0, start=_utc(8, 20), end=_utc(9, 3))])
+    warehouse = gpufleet.open(tmp_path)
+    assert _ids(warehouse.jobs(since="2026-11-09T00:00:00Z")) == ["late"]
+    assert warehouse.jobs(since="2026-11-09").is_empty()  # New York midnight: 05:00 UTC
+    assert warehouse.jobs(since=dt.datetime(2026, 11, 9)).is_empty()
+    assert _ids(warehouse.jobs(until=dt.date(2026, 11, 9))) == ["late"]
+
+
+def _utc(day: int, hour: int) -> dt.datetime:
+    return dt.datetime(2026, 11, day, hour, tzinfo=dt.UTC)
 
 
 def test_open_names_a_missing_warehouse(tmp_path: Path) -> None:

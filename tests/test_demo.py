@@ -1,12 +1,14 @@
 """`gpufleet demo`, and with it the whole pipeline: simulate -> ingest -> build -> report.
 
 A small fleet (16 GPUs, 2 days of the last complete week) goes through the real simulator,
-ingest, SQL models and report; the page is then opened in headless Chromium.
+`import slurm` of its saved sacct/squeue output, ingest, SQL models and report; the page is
+then opened in headless Chromium.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +20,7 @@ from gpufleet.config import load_config
 from gpufleet.demo import run_demo
 from gpufleet.reports.data import load_week
 from gpufleet.reports.mail import read_message
+from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import last_complete_week, week_monday
 from tests.test_browser import BlackHoleProxy, rendered_dom
 
@@ -25,6 +28,13 @@ pytestmark = pytest.mark.slow
 
 GPUS = 16
 DAYS = 2
+
+
+def _slurm_files(data_dir: Path) -> dict[str, bytes]:
+    """What `import slurm` wrote: allocation files and job records, by path."""
+    raw = data_dir / "raw"
+    files = [*raw.glob("allocations/*.csv"), *raw.glob("jobs/*.csv")]
+    return {path.relative_to(raw).as_posix(): path.read_bytes() for path in files}
 
 
 def test_demo_runs_the_whole_pipeline_and_again(
@@ -60,6 +70,33 @@ def test_demo_runs_the_whole_pipeline_and_again(
     assert any(" build (" in step for step in steps)
     assert steps[-1].startswith(f"done: gpufleet weekly report {week}: $")
 
+    # the Slurm side comes from `import slurm` of the simulated sacct/squeue output: the
+    # running jobs' allocation rows and a record of every job, nothing written by simulate
+    imported = next(step for step in steps if step.startswith("import slurm: "))
+    sacct_jobs = json.loads((data_dir / "slurm" / "sacct.json").read_text())["jobs"]
+    assert f"import slurm: {len(sacct_jobs)} jobs from " in imported
+    slurm_files = _slurm_files(data_dir)
+    assert any(name.startswith("allocations/slurm-sim-") for name in slurm_files)
+    assert any(name.startswith("jobs/slurm-sim-") for name in slurm_files)
+    assert all(re.fullmatch(r"(allocations|jobs)/slurm-sim-[\d-]+\.csv", n) for n in slurm_files)
+    with connect_read_only(config) as con:
+        records = con.execute("select count(*), count(distinct job_id) from slurm_jobs").fetchall()
+        # finished jobs by the gpustat evidence (no allocation row), and no Slurm job's
+        # samples left to its processes
+        by_evidence, by_process = con.execute(
+            """
+            select count(*) filter (where attributed_by = 'allocation'
+                                    and job_id not in (select job_id from allocations)),
+                count(*) filter (where attributed_by = 'process'
+                                 and job_id in (select job_id from slurm_jobs))
+            from samples_attributed
+            """
+        ).fetchall()[0]
+        least_efficient = con.execute("select count(*) from job_efficiency").fetchall()
+    assert records == [(len(sacct_jobs), len(sacct_jobs))]
+    assert by_evidence > 0 and by_process == 0 and least_efficient[0][0] > 0
+    assert "Least efficient jobs" in page.read_text()
+
     first = load_week(config, week)
     assert first.totals.gpus_seen == GPUS
     # 16 GPUs x 48 hours, less the simulated collector gap (at most 1.5 hours of one host)
@@ -78,6 +115,10 @@ def test_demo_runs_the_whole_pipeline_and_again(
     assert second.teams["waste_usd"].to_list() == pytest.approx(first.teams["waste_usd"].to_list())
     assert any("not simulating them again" in m for m in messages), messages
     assert any(" 0 new samples" in m for m in messages), messages
+    assert any(" 0 allocation rows added, 0 closed" in m for m in messages), messages
+    assert _slurm_files(data_dir) == slurm_files  # imported again: nothing added or rewritten
+    with connect_read_only(config) as con:
+        assert con.execute("select count(*) from slurm_jobs").fetchall() == [(len(sacct_jobs),)]
     assert second.quarantined_total == 0  # no file was rewritten under ingest's feet
 
     # and the page of real data renders in the browser

@@ -16,8 +16,8 @@ README = ROOT / "README.md"
 MAX_README_LINES = 200
 COMMANDS = [
     "```sh",
-    "make demo    # simulate 4 weeks of a 128-GPU fleet, load, build, write the report, "
-    "team emails, notices",
+    "make demo    # simulate 4 weeks of a 128-GPU Slurm fleet, import, load, build, report, "
+    "emails, notices",
     "make test    # lint, type-check and run every test (creates .venv, installs what it needs)",
     "```",
 ]

@@ -39,6 +39,7 @@ MARTS = (
     "team_weekly",
     "gpu_daily",
     "host_daily",
+    "job_efficiency",  # a view of the marts: what they hold per job must agree too
 )
 
 # Six GPUs on four hosts (GPU 4, which joins late, alone on node-c0: a host, and so a host
@@ -59,6 +60,9 @@ shaped as (
         (k + 113 * g) % 5000 < 1800 as hot,
         ['alice', 'bob', 'carol', 'nobody', null][(1 + hash(g, k // 2100) % 5)::bigint] as owner,
         (k + 31 * g) % 4000 between 100 and 130 as in_gap,
+        -- GPUs 0 and 3 carry the collector's gpustat evidence of Slurm jobs in blocks
+        g in (0, 3) and (k + 500 * g) % 3000 < 1200 as held,
+        'sj-' || g || '-' || (k + 500 * g) // 3000 as held_by,
     from ticks
 )
 select
@@ -98,6 +102,11 @@ select
             then [{{'pid': 104, 'user': 'aaron', 'used_mem_bytes': 1000, 'job_id': 'j4'}}]
         else [{{'pid': 100 + g, 'user': owner, 'used_mem_bytes': 1000, 'job_id': 'j' || g}}]
     end as processes,
+    case when held then held_by end as alloc_job_id,
+    case when held then ['dave', 'erin', 'alice'][(1 + hash(held_by) % 3)::bigint] end
+        as alloc_user,
+    (hash(g, k // 90) % 80)::bigint * 1000000000 as mem_used_bytes,
+    80000000000::bigint as mem_total_bytes,
 from shaped
 where not in_gap
     -- GPU 4 joins late
@@ -131,6 +140,21 @@ def _references(con: duckdb.DuckDBPyConnection) -> None:
             ('slurm-8', 'erin', null, 'node-a1', 0,
              timestamptz '{START.isoformat()}' + interval 40 hours, null,
              'raw/allocations/a.csv');
+        -- sacct's records: half the gpustat jobs with an account team; GPU 1's process
+        -- job with one; GPU 2's requeued, its account changed for the second start
+        insert into slurm_jobs
+        select
+            alloc_job_id, 'c1', any_value(alloc_user), 'acct', 'gpu', 'COMPLETED',
+            case when hash(alloc_job_id) % 2 = 0 then 'physics' end, 1, [any_value(host)],
+            min(ts) - interval 1 minute, max(ts), 'raw/jobs/a.csv',
+        from source where alloc_job_id is not null group by alloc_job_id;
+        insert into slurm_jobs values
+            ('j1', 'c1', 'bob', 'chem', 'gpu', 'RUNNING', 'chem', 1, ['node-a1'],
+             timestamptz '{START.isoformat()}', null, 'raw/jobs/a.csv'),
+            ('j2', 'c1', 'carol', 'chem', 'gpu', 'REQUEUED', 'chem', 1, ['node-b1'],
+             timestamptz '{START.isoformat()}', null, 'raw/jobs/a.csv'),
+            ('j2', 'c1', 'carol', 'bio', 'gpu', 'RUNNING', 'bio', 1, ['node-b1'],
+             timestamptz '{START.isoformat()}' + interval 24 hours, null, 'raw/jobs/a.csv');
         """
     )
 
@@ -215,6 +239,25 @@ def test_data_has_names_first_seen_in_an_incremental_build(
         "select min(ts) from samples where gpu_uuid = 'GPU-4'"
     ).fetchone()
     assert first_ts is not None and first_ts[0] >= START + dt.timedelta(seconds=CHUNK_S)
+
+
+def test_data_has_jobs_of_every_kind(built: tuple[Fleet, Fleet, list[str]]) -> None:
+    """The comparison covers jobs only if the data has each kind: the gpustat evidence with
+    and without a Slurm team, processes of Slurm jobs (one requeued under another team)."""
+    incremental, _, _ = built
+    rows = incremental.con.execute(
+        """
+        select distinct attributed_by, team from samples_attributed
+        where team in ('physics', 'chem', 'bio')
+            or (attributed_by = 'allocation' and job_id like 'sj-%')
+        """
+    ).fetchall()
+    assert {("allocation", "physics"), ("process", "chem"), ("process", "bio")} <= set(rows)
+    assert any(team not in ("physics", "chem", "bio") for _, team in rows)
+    peak = incremental.con.execute(
+        "select count(*) from job_efficiency where max_mem_used_bytes > 0 and waste_usd > 0"
+    ).fetchone()
+    assert peak is not None and peak[0] > 0
 
 
 def test_data_has_runs_across_midnight_and_chunks(built: tuple[Fleet, Fleet, list[str]]) -> None:

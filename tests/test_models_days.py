@@ -179,6 +179,7 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "gpu_team_daily",  # the daily marts' building block
         "run_pieces",  # the episodes' and events' building block
         "gpu_hourly",  # the report's heatmaps
+        "job_efficiency",  # a view of gpu_hourly, run_pieces and idle_episodes per job
     }
     assert set(result.mart_rows) == marts
     # the view is counted as the table it names (warehouse/models.count_mart_rows): the same rows
@@ -230,6 +231,10 @@ def test_contract_columns_of_every_mart() -> None:
         "gpu_daily": "day, gpu_uuid, host, gpu_name, hours_observed, avg_util_pct, idle_hours, "
         "thermal_seconds, energy_kwh",
         "host_daily": "day, host, gpus, samples, hours_observed, first_ts, last_ts",
+        "job_efficiency": "job_id, cluster, user, team, account, partition, state, start_ts, "
+        "end_ts, gpus, alloc_gpu_hours, gpu_hours, busy_gpu_hours, avg_util_pct, "
+        "idle_gpu_hours, waste_gpu_hours, waste_usd, max_mem_used_bytes, mem_total_bytes, "
+        "energy_kwh",
     }
     for table, wanted in contract.items():
         described = {r["column_name"]: r["column_type"] for r in fleet.rows(f"describe {table}")}

@@ -170,7 +170,8 @@ def test_names_are_escaped_in_the_html_part(tmp_path: Path, inbox: tuple[Inbox, 
     text, html = parts(message)
     assert "<script" not in html
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 3  # title, team, user
-    assert f"team {fx.EVIL} have no email address" in text and f"User {fx.EVIL}:" in text
+    assert f"team {fx.EVIL} were held by users with no email" in text
+    assert f"User {fx.EVIL}:" in text
     (path,) = (tmp_path / "notices" / D).glob("team-*.eml")
     assert path.parent == tmp_path / "notices" / D and "<" not in path.name
 
@@ -504,3 +505,36 @@ def test_sending_does_not_hold_the_warehouse_writers_up(tmp_path: Path) -> None:
     assert handler.free == [True, True, True]  # every message, while it was being sent
     assert notify(config, "--day", D, "--send") == 0  # recorded: nothing is sent again
     assert len(handler.envelopes) == 3
+
+
+def test_a_job_with_no_user_is_listed_to_its_teams_lead(tmp_path: Path) -> None:
+    """A pod (an allocation row with no user) idle for hours: its episodes go to the lead
+    of its team, named by job id, as '(no user known)'; a host-attributed GPU is not
+    notified."""
+    d = fx.DAY
+    rows_ = fx.samples(
+        "GPU-e0", "node-e", 0, fx.H100, "nobody", "",
+        [(fx.at(d, 9), fx.at(d, 10), fx.BUSY), (fx.at(d, 10), fx.at(d, 14), fx.IDLE),
+         (fx.at(d, 14), fx.at(d, 15), fx.BUSY)],
+    )  # fmt: skip
+    for row in rows_:
+        row["processes"] = []
+    config = fx.make_fleet(tmp_path)
+    fx.write_samples(tmp_path, "pods", rows_)
+    allocations = tmp_path / "raw" / "allocations"
+    allocations.mkdir(parents=True, exist_ok=True)
+    (allocations / "pods.csv").write_text(
+        "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+        f"ml-serving/llm-0,,nlp,node-e,0,{fx.at(fx.DAY, 8).isoformat()},\n",
+        encoding="utf-8",
+    )
+    ingest(config, compact=False)
+    build(config)
+    run = notify_idle(config, day=fx.DAY, mode=DRY_RUN)
+    (lead,) = [notice for notice in run.plan.notices if notice.to == "nlp-lead@example.org"]
+    pod_episodes = [episode for episode in lead.episodes if episode.job_id == "ml-serving/llm-0"]
+    assert pod_episodes and all(episode.user is None for episode in pod_episodes)
+    assert sum(episode.gpu_hours for episode in pod_episodes) == pytest.approx(4.0)
+    assert "(no user known)" in lead.users
+    text = str(run)
+    assert "ml-serving/llm-0" in text and "(no user known)" in text

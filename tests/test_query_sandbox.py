@@ -17,7 +17,11 @@ from gpufleet.analyst import connect_sandboxed
 from gpufleet.cli import main
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, ensure_raw_tables
+from gpufleet.warehouse.base.raw_tables import (
+    QUOTED_SAMPLE_COLUMNS,
+    SAMPLE_COLUMNS,
+    ensure_raw_tables,
+)
 from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish import connect_read_only
 from tests import report_fixtures as fx
@@ -68,8 +72,9 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
         )
         con.execute("delete from samples_stored")
         con.execute(
-            "insert into build_state.lake_files values ($path, $day, $rows, now(), null)",
-            {"path": LAKE_FILE, "day": LAKE_DAY, "rows": LAKE_ROWS},
+            "insert into build_state.lake_files (path, day, row_count, evicted_at, sample_columns)"
+            " values ($path, $day, $rows, now(), $held)",
+            {"path": LAKE_FILE, "day": LAKE_DAY, "rows": LAKE_ROWS, "held": len(SAMPLE_COLUMNS)},
         )
         _add_samples(con, LAKE_DAY + dt.timedelta(days=1), STORED_ROWS // 2)
         refresh_samples_view(con, config)

@@ -1,4 +1,5 @@
-"""Reference files and allocations: loaded as tables; a bad one fails and changes nothing."""
+"""Reference files, allocations and Slurm job records: loaded as tables; a bad one fails and
+changes nothing."""
 
 from __future__ import annotations
 
@@ -178,6 +179,43 @@ def test_empty_cells_are_null_and_blank_lines_are_skipped(config: Config) -> Non
             r"line 1: missing column 'gpu_index'",
         ),
         ("ref/users.csv", 'user,team\n"alice,vision\n', r"ref/users\.csv: line \d: malformed CSV"),
+        (
+            "raw/jobs/slurm-c1-2026-11-16.csv",
+            "job_id,user,team\n7,alice,vision\n",
+            r"slurm-c1-2026-11-16\.csv: line 1: missing column 'start_ts'",
+        ),
+        (
+            "raw/jobs/slurm-c1-2026-11-16.csv",
+            "job_id,start_ts\n,2026-11-16T08:00:00Z\n",
+            r"slurm-c1-2026-11-16\.csv: line 2: 'job_id' is empty",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            "job_id,start_ts,hosts\n7,2026-11-16T08:00:00Z,h1\n8,2026-11-16T08:00:00Z,h1\n"
+            "7,2026-11-16T09:00:00+01:00,h2\n",
+            r"own-export\.csv: line 4: job '7' starting at 2026-11-16T08:00:00\+00:00 is listed "
+            r"twice \(first on line 2\)",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            'job_id,start_ts,hosts\n7,2026-11-16T08:00:00Z,"h1,h2"\n',
+            r"own-export\.csv: line 2: 'hosts' must be host names separated by spaces",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            "job_id,start_ts,gpus\n7,2026-11-16T08:00:00Z,two\n",
+            r"own-export\.csv: line 2: 'gpus' is not a whole number: 'two'",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            "job_id,start_ts,end_ts\n7,2026-11-16T08:00:00Z,2026-11-16T07:00:00Z\n",
+            r"own-export\.csv: line 2: 'end_ts' is before 'start_ts'",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            "job_id,start_ts,nodes\n7,2026-11-16T08:00:00Z,h1\n",
+            r"own-export\.csv: line 1: unknown column 'nodes' in header",
+        ),
     ],
 )
 def test_a_bad_reference_file_fails_naming_file_and_line_and_changes_nothing(
@@ -319,3 +357,84 @@ def test_an_allocation_file_another_ingest_read_differently_is_read_in_the_trans
     with pytest.raises(GpufleetError, match=r"slurm-2026-11-16\.csv: line 4: 'start_ts' is empty"):
         load_warehouse(config, read_references(config, known=known), [])
     assert config.warehouse_path.read_bytes() == before
+
+
+JOBS = (
+    "job_id,cluster,user,account,partition,state,team,gpus,hosts,start_ts,end_ts\n"
+    "4242,c1,alice,cv-lab,gpu,COMPLETED,vision,2,h1 h2,2026-11-16T08:00:00Z,"
+    "2026-11-16T09:00:00Z\n"
+    "4243_1,c1,bob,asr,gpu,RUNNING,,1,h1,2026-11-16T08:30:00Z,\n"
+)
+JOB_TEAMS = "select job_id, team, hosts from slurm_jobs order by source_file, job_id"
+
+
+def test_job_records_become_slurm_jobs(config: Config) -> None:
+    write(config, "raw/jobs/slurm-c1-2026-11-16.csv", JOBS)
+    # a site's own export: any column order, only job_id and start_ts required
+    write(config, "raw/jobs/site.csv", "start_ts,job_id,team\n2026-11-16T10:00:00+01:00,77,ops\n")
+    result = ingest(config)
+    assert result.slurm_jobs == 3
+    assert ", 3 Slurm jobs" in str(result)
+    assert rows(config, "select * from slurm_jobs order by source_file, job_id") == [
+        ("77", None, None, None, None, None, "ops", None, None, utc(2026, 11, 16, 9), None,
+         "raw/jobs/site.csv"),
+        ("4242", "c1", "alice", "cv-lab", "gpu", "COMPLETED", "vision", 2, ["h1", "h2"],
+         utc(2026, 11, 16, 8), utc(2026, 11, 16, 9), "raw/jobs/slurm-c1-2026-11-16.csv"),
+        ("4243_1", "c1", "bob", "asr", "gpu", "RUNNING", None, 1, ["h1"],
+         utc(2026, 11, 16, 8) + dt.timedelta(minutes=30), None,
+         "raw/jobs/slurm-c1-2026-11-16.csv"),
+    ]  # fmt: skip
+    assert not ingest(config).references_changed
+
+
+def test_a_job_file_is_read_again_only_when_changed_and_replaces_its_own_rows(
+    config: Config,
+) -> None:
+    path = write(config, "raw/jobs/slurm-c1-2026-11-16.csv", JOBS)
+    write(config, "raw/jobs/slurm-c1-2026-11-17.csv", JOBS.replace("-16T", "-17T"))
+    ingest(config)
+    assert len(rows(config, JOB_TEAMS)) == 4
+    # same size and mtime: not read again (as an allocation file)
+    _rewrite_keeping_size_and_mtime(path, "vision", "vizion")
+    assert read_references(config, known=published_allocation_files(config)).jobs == ()
+    assert not ingest(config).references_changed
+    assert rows(config, JOB_TEAMS)[0] == ("4242", "vision", ["h1", "h2"])
+    # an import updates the file: its rows are replaced, the other file's kept
+    write(config, "raw/jobs/slurm-c1-2026-11-16.csv", JOBS.replace(",,1,h1,", ",speech,1,h1,"))
+    assert ingest(config).references_changed
+    assert [team for _, team, _ in rows(config, JOB_TEAMS)] == [
+        "vision",
+        "speech",
+        "vision",
+        None,
+    ]
+    (config.data_dir / "raw/jobs/slurm-c1-2026-11-17.csv").unlink()
+    assert ingest(config).references_changed
+    assert len(rows(config, JOB_TEAMS)) == 2
+    assert rows(config, "select path from build_state.allocation_files order by 1") == [
+        ("raw/allocations/slurm-2026-11-16.csv",),
+        ("raw/jobs/slurm-c1-2026-11-16.csv",),
+    ]
+
+
+def test_the_importers_job_file_is_what_ingest_reads(config: Config) -> None:
+    """`gpufleet import slurm` writes raw/jobs/ in the format ingest reads."""
+    from gpufleet.integrations.slurm import import_slurm
+
+    fixtures = Path(__file__).parent / "slurm_fixtures"
+    import_slurm(
+        config,
+        sacct_json=fixtures / "sacct-22.05.json",
+        squeue_json=fixtures / "squeue-22.05.json",
+    )
+    ingest(config)
+    assert rows(
+        config, "select job_id, team, hosts, end_ts is null from slurm_jobs order by start_ts, 1"
+    ) == [
+        ("1", "vision", ["gpu-node01"], False),
+        ("2", "speech", ["gpu-node01"], True),
+        ("3", "speech", ["gpu-node01"], False),
+        ("4_0", "vision", ["gpu-node02"], True),
+        ("4_1", "vision", ["gpu-node02"], True),
+        ("5", "speech", ["gpu-node01", "gpu-node02"], True),
+    ]

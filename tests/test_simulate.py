@@ -1,20 +1,28 @@
-"""`gpufleet simulate`: layout, schema, sort order and each simulated phenomenon."""
+"""`gpufleet simulate`: layout, schema, sort order, each simulated phenomenon, and the Slurm
+side (allocation files, or saved sacct/squeue JSON and the samples' gpustat evidence)."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
 import fnmatch
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from gpufleet.cli import main
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, THERMAL_MASK, file_metadata
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.slurm import import_slurm
+from gpufleet.integrations.slurm.payload import load_payload
+from gpufleet.integrations.slurm.sacct import parse_sacct
+from gpufleet.integrations.slurm.squeue import parse_squeue
 from gpufleet.simulate.fleet import (
     SimulationSpec,
     scenario_for,
@@ -22,13 +30,18 @@ from gpufleet.simulate.fleet import (
     simulate_next_flush,
     simulate_window,
 )
+from gpufleet.simulate.jobs import overlaps_span
 from gpufleet.simulate.layout import gpu_roles, host_kinds
+from gpufleet.simulate.reference import write_reference_files
+from gpufleet.simulate.slurm import gpu_ranges, state
+from gpufleet.simulate.teams import EXTERNAL_ACCOUNT, EXTERNAL_USER
 
 START = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
 SPEC = SimulationSpec(gpus=16, gpus_per_host=8, start=START, end=START + DAY, seed=11)
 TICKS_PER_DAY = 8640  # 86400 s / 10 s
 FILE_NAME = re.compile(r"^(?P<host>gpu-r\d\dn\d\d)-(?P<start>\d+)-(?P<end>\d+)\.parquet$")
+SLURM_FIXTURES = Path(__file__).parent / "slurm_fixtures"  # real Slurm 22.05 output
 
 
 @pytest.fixture(scope="module")
@@ -347,6 +360,167 @@ def test_several_gpu_models_and_processes_per_gpu(con: duckdb.DuckDBPyConnection
     names = {r[0] for r in _rows(con, "select distinct gpu_name from s")}
     assert "NVIDIA H100 80GB HBM3" in names and len(names) >= 2
     assert _rows(con, "select max(len(processes)) from s")[0][0] >= 2
+
+
+# --- the Slurm side: saved sacct/squeue JSON, the samples' gpustat evidence ---------------
+
+
+@pytest.fixture(scope="module")
+def slurm_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SPEC's reference files with the Slurm side as saved JSON (the samples are the same
+    as `fleet`'s: they do not depend on how the Slurm side is written)."""
+    data_dir = tmp_path_factory.mktemp("slurm")
+    written = write_reference_files(scenario_for(SPEC), SPEC, data_dir, slurm="json")
+    assert [p.relative_to(data_dir).as_posix() for p in written][-2:] == [
+        "slurm/sacct.json", "slurm/squeue.json",
+    ]  # fmt: skip
+    assert not (data_dir / "raw").exists()
+    return data_dir
+
+
+def _saved(data_dir: Path, name: str) -> dict:
+    return json.loads((data_dir / "slurm" / name).read_text())
+
+
+def _epoch(seconds: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def test_saved_sacct_lists_every_allocated_job_of_the_span(slurm_json: Path) -> None:
+    scn = scenario_for(SPEC)
+    span = scn.span
+    simulated = {job.job_id: job for job in scn.jobs if overlaps_span(job, span)}
+    path = slurm_json / "slurm" / "sacct.json"
+    payload = load_payload(path.read_text(), source=str(path))
+    assert payload.version == 38  # openapi/dbv0.0.38: Slurm 22.05
+    jobs = {job.job_id: job for job in parse_sacct(payload)}
+    assert len(jobs) == len(payload.jobs) == len(simulated) > 0
+    teams = dict(scn.users)
+    for job_id, job in jobs.items():
+        planned = simulated[job_id]
+        running = planned.end_s >= span.end_s
+        assert job.user == planned.user and job.cluster == "sim"
+        assert job.account == (planned.team_field or teams.get(planned.user, EXTERNAL_ACCOUNT))
+        assert job.gpus == len(planned.gpus) and job.nodes == (planned.gpus[0].host.name,)
+        assert job.start_ts == _epoch(planned.start_s)
+        assert job.end_ts == (None if running else _epoch(planned.end_s))
+        assert (job.state == "RUNNING") == running
+        assert (job.state == "FAILED") == (planned.crashed and not running)
+    assert {"COMPLETED", "RUNNING", "TIMEOUT"} <= {j.state for j in jobs.values()}
+    longer = scenario_for(replace(SPEC, gpus=32, end=START + 2 * DAY))
+    states = {state(job, longer.span) for job in longer.jobs if overlaps_span(job, longer.span)}
+    assert states == {"COMPLETED", "RUNNING", "TIMEOUT", "FAILED", "CANCELLED"}
+    assert {j.account for j in jobs.values() if j.user == EXTERNAL_USER} == {EXTERNAL_ACCOUNT}
+    # the shape real Slurm 22.05 prints, key for key
+    recorded = json.loads((SLURM_FIXTURES / "sacct-22.05.json").read_text())
+    written = _saved(slurm_json, "sacct.json")
+    assert written["meta"] == recorded["meta"] and written["errors"] == []
+    assert all(set(job) == set(recorded["jobs"][0]) for job in written["jobs"])
+
+
+def test_saved_squeue_holds_the_running_jobs_and_their_gpu_indices(slurm_json: Path) -> None:
+    scn = scenario_for(SPEC)
+    running = {
+        job.job_id: job
+        for job in scn.jobs
+        if overlaps_span(job, scn.span) and job.end_s >= scn.span.end_s
+    }
+    path = slurm_json / "slurm" / "squeue.json"
+    held = parse_squeue(load_payload(path.read_text(), source=str(path)))
+    assert set(held) == set(running) and running
+    for job_id, gpus in held.items():
+        planned = running[job_id]
+        indices = tuple(sorted(g.index for g in planned.gpus))
+        assert [(n.node, n.gpu_indices, n.mig) for n in gpus.nodes] == [
+            (planned.gpus[0].host.name, indices, False)
+        ]
+        assert gpus.job.user == planned.user and gpus.job.state == "RUNNING"
+        assert gpus.job.start_ts == _epoch(planned.start_s)
+    recorded = json.loads((SLURM_FIXTURES / "squeue-22.05.json").read_text())
+    written = _saved(slurm_json, "squeue.json")
+    assert written["meta"] == recorded["meta"]
+    assert all(set(job) <= set(recorded["jobs"][0]) for job in written["jobs"])
+    assert [gpu_ranges(i) for i in ([0, 1, 2, 3], [3, 0, 2], [5], [0, 2, 4])] == [
+        "0-3", "0,2-3", "5", "0,2,4",
+    ]  # fmt: skip
+
+
+def test_import_slurm_of_the_saved_output_gives_the_allocations_of_running_jobs(
+    slurm_json: Path, fleet: Path, tmp_path: Path
+) -> None:
+    """What the importer makes of the JSON is the allocation files' rows of the jobs still
+    running at the span's end; the finished ones are left to the gpustat evidence."""
+    config = Config(data_dir=tmp_path)
+    result = import_slurm(
+        config,
+        sacct_json=slurm_json / "slurm" / "sacct.json",
+        squeue_json=slurm_json / "slurm" / "squeue.json",
+        now=SPEC.end,
+        warn=lambda line: pytest.fail(line),
+    )
+
+    def rows(folder: Path, running_only: bool) -> set[tuple[str, str, str, str, dt.datetime]]:
+        found = set()
+        for path in folder.glob("*.csv"):
+            with path.open(newline="") as handle:
+                for row in csv.DictReader(handle):
+                    if not running_only or not row["end_ts"]:
+                        start = dt.datetime.fromisoformat(row["start_ts"])
+                        key = (row["job_id"], row["user"], row["host"], row["gpu_index"], start)
+                        found.add(key)
+        return found
+
+    imported = rows(config.allocations_dir, running_only=False)
+    assert imported and imported == rows(fleet / "raw" / "allocations", running_only=True)
+    assert result.gpu_jobs == len(_saved(slurm_json, "sacct.json")["jobs"])
+    assert len(result.unplaced) == result.gpu_jobs - len({key[0] for key in imported})
+
+
+def test_samples_name_the_job_holding_their_gpu_as_the_allocations_do(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    """alloc_job_id/alloc_user (jobstats' prolog files, read by the collector) name the job
+    of the allocation row that covers the sample, process or not, and nothing elsewhere."""
+    total, same_job, same_user, held, idle = _rows(
+        con,
+        """
+        select count(*),
+            count(*) filter (where s.alloc_job_id is not distinct from a.job_id),
+            count(*) filter (where s.alloc_user is not distinct from a."user"),
+            count(s.alloc_job_id),
+            count(*) filter (where s.alloc_job_id is not null and len(s.processes) = 0)
+        from s left join a on a.host = s.host and a.gpu_index::int = s.gpu_index
+            and a.start_ts::timestamptz < s.ts
+            and (a.end_ts is null or s.ts <= a.end_ts::timestamptz)
+        """,
+    )[0]
+    assert total == same_job == same_user == _rows(con, "select count(*) from s")[0][0]
+    assert 0 < held < total and idle > 0  # allocated GPUs with no process are held too
+    assert _rows(
+        con,
+        "select count(*) from s, unnest(s.processes) as p(proc) "
+        "where proc.job_id is not null and proc.job_id is distinct from s.alloc_job_id",
+    ) == [(0,)]
+
+
+def test_simulate_slurm_json_writes_the_saved_output_instead_of_allocation_files(
+    tmp_path: Path, fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--data-dir", str(tmp_path), "simulate", "--gpus", "16", "--start", "2026-11-16"]
+    assert main([*args, "--days", "1", "--seed", str(SPEC.seed), "--slurm", "json"]) == 0
+    out = capsys.readouterr().out
+    assert "ref/prices.csv, slurm/sacct.json, slurm/squeue.json" in out
+    assert not (tmp_path / "raw" / "allocations").exists()
+    assert _saved(tmp_path, "sacct.json")["jobs"]
+    files = _sample_files(tmp_path)
+    assert [p.relative_to(tmp_path) for p in files] == [
+        p.relative_to(fleet) for p in _sample_files(fleet)
+    ]
+    for path in files[::23]:  # the samples do not depend on how the Slurm side is written
+        assert pq.read_table(path).equals(pq.read_table(fleet / path.relative_to(tmp_path)))
+    with pytest.raises(SystemExit):
+        main(["simulate", "--slurm", "xml"])
+    assert "invalid choice: 'xml'" in capsys.readouterr().err
 
 
 # --- determinism, windows, next flush ---------------------------------------------------

@@ -1,7 +1,7 @@
 """`gpufleet import slurm` on saved sacct/squeue output: the JSON of each Slurm release
 (tests/slurm_fixtures), the GRES details and host lists, teams from accounts, the allocation
-files it writes and closes, and its one-line errors. The same import against a running
-Slurm: test_slurm_stack.py."""
+files and job records it writes and updates, and its one-line errors. The same import
+against a running Slurm: test_slurm_stack.py."""
 
 from __future__ import annotations
 
@@ -207,11 +207,40 @@ def test_bad_accounts_csv(tmp_path: Path, text: str, message: str) -> None:
 # --- the import itself, from saved output ------------------------------------------------
 
 DAY_FILE = "raw/allocations/slurm-gpufleet-2026-11-27.csv"
+JOB_FILE = "raw/jobs/slurm-gpufleet-2026-11-27.csv"
 
 
-def rows(config: Config) -> list[dict[str, str]]:
-    with open(config.data_dir / DAY_FILE, newline="") as handle:
+def rows(config: Config, name: str = DAY_FILE) -> list[dict[str, str]]:
+    with open(config.data_dir / name, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def record(job_id, user, state, gpus, hosts, start=13, end=None, team=None) -> dict[str, str]:
+    """A job record as the importer writes it (the fixtures' cluster and partition)."""
+    account = {"gf-alice": "vision", "gf-bob": "speech"}[user]
+    return {
+        "job_id": job_id,
+        "cluster": "gpufleet",
+        "user": user,
+        "account": account,
+        "partition": "gpu",
+        "state": state,
+        "team": account if team is None else team,
+        "gpus": str(gpus),
+        "hosts": hosts,
+        "start_ts": at(start).isoformat(),
+        "end_ts": at(end).isoformat() if end is not None else "",
+    }
+
+
+EXPECTED_RECORDS = [
+    record("1", "gf-alice", "COMPLETED", 2, "gpu-node01", end=14),
+    record("2", "gf-bob", "RUNNING", 1, "gpu-node01"),
+    record("3", "gf-bob", "FAILED", 1, "gpu-node01", end=13),
+    record("4_0", "gf-alice", "RUNNING", 1, "gpu-node02"),
+    record("4_1", "gf-alice", "RUNNING", 1, "gpu-node02"),
+    record("5", "gf-bob", "RUNNING", 2, "gpu-node01 gpu-node02", start=16),
+]
 
 
 def row(job_id, user, team, host, gpu, start=13, end=None) -> dict[str, str]:
@@ -253,6 +282,10 @@ def test_import_from_saved_output_writes_a_row_per_gpu_of_each_running_job(
     assert (result.jobs, result.gpu_jobs, result.rows_added, result.rows_closed) == (6, 6, 5, 0)
     assert result.unplaced == ("1", "3")  # began and ended before squeue saw them
     assert "2 GPU job(s) never seen running by squeue" in str(result)
+    # every started GPU job has a record, placed or not (1 and 3 have no rows)
+    assert rows(config, JOB_FILE) == EXPECTED_RECORDS
+    assert (result.job_records, result.job_files) == (6, (config.data_dir / JOB_FILE,))
+    assert "6 job records written, in 1 file(s)" in str(result)
     assert warnings == []  # no sample files at all: nothing to compare node names with
     loaded = read_allocations(config.data_dir / DAY_FILE, DAY_FILE)  # as ingest reads it
     assert [(a.job_id, a.host, a.gpu_index, a.end_ts) for a in loaded][-1] == (
@@ -293,11 +326,26 @@ def test_a_job_that_ended_has_its_rows_closed_and_nothing_is_added_twice(
         row("2", "gf-bob", "speech", "gpu-node01", 2, end=40),
         row("4_0", "gf-alice", "vision", "gpu-node02", 0, end=45),
     ]
+    # their records are updated in place: state and end
+    assert result.job_records == 2
+    assert rows(config, JOB_FILE) == [
+        *EXPECTED_RECORDS[:1],
+        record("2", "gf-bob", "COMPLETED", 1, "gpu-node01", end=40),
+        *EXPECTED_RECORDS[2:3],
+        record("4_0", "gf-alice", "COMPLETED", 1, "gpu-node02", end=45),
+        *EXPECTED_RECORDS[4:],
+    ]
     before = (config.data_dir / DAY_FILE).stat()
+    job_file = (config.data_dir / JOB_FILE).stat()
     again = import_slurm(config, sacct_json=later)  # no squeue: the rows are known
     assert (again.rows_added, again.rows_closed, again.files) == (0, 0, ())
+    assert (again.job_records, again.job_files) == (0, ())
     assert (config.data_dir / DAY_FILE).stat().st_mtime_ns == before.st_mtime_ns
+    assert (config.data_dir / JOB_FILE).stat().st_mtime_ns == job_file.st_mtime_ns
     assert len(rows(config)) == 5
+    # an older answer (the job still running) does not reopen an ended job's record
+    import_slurm(config, sacct_json=FIXTURES / "sacct-24.11.json")
+    assert rows(config, JOB_FILE)[1]["end_ts"] == at(40).isoformat()
 
 
 def test_a_requeued_job_closes_its_earlier_run_and_opens_the_new_one(
@@ -331,6 +379,11 @@ def test_a_requeued_job_closes_its_earlier_run_and_opens_the_new_one(
     assert job_2 == [
         row("2", "gf-bob", "speech", "gpu-node01", 2, end=20),
         row("2", "gf-bob", "speech", "gpu-node01", 3, start=30),
+    ]
+    # one record per run: keyed by (job id, start)
+    assert [r for r in rows(config, JOB_FILE) if r["job_id"] == "2"] == [
+        record("2", "gf-bob", "REQUEUED", 1, "gpu-node01", end=20),
+        record("2", "gf-bob", "RUNNING", 1, "gpu-node01", start=30),
     ]
 
 
@@ -368,6 +421,8 @@ def test_teams_from_accounts_csv_or_from_users(config: Config) -> None:
         squeue_json=FIXTURES / "squeue-22.05.json",
     )
     assert {r["team"] for r in rows(by_user)} == {""}  # ingest maps the users
+    assert {r["team"] for r in rows(by_user, JOB_FILE)} == {""}
+    assert {r["job_id"]: r["team"] for r in rows(config, JOB_FILE)}["1"] == "vision"
 
 
 def test_node_names_are_matched_to_collector_hosts(config: Config) -> None:
@@ -383,6 +438,9 @@ def test_node_names_are_matched_to_collector_hosts(config: Config) -> None:
         warn=warnings.append,
     )
     assert {r["host"] for r in rows(config)} == {"gpu-node01.cluster.example", "gpu-node02"}
+    assert {r["job_id"]: r["hosts"] for r in rows(config, JOB_FILE)}["5"] == (
+        "gpu-node01.cluster.example gpu-node02"
+    )
     assert result.unknown_nodes == ("gpu-node02",)
     assert len(warnings) == 1
     assert warnings[0].startswith("import slurm: 1 Slurm node(s) match no collector host")
@@ -408,6 +466,17 @@ def test_a_failed_import_changes_nothing(config: Config, tmp_path: Path) -> None
     with pytest.raises(GpufleetError, match=r"accounts\.csv: line 2: expected 2 fields"):
         import_slurm(config, sacct_json=FIXTURES / "sacct-22.05.json")
     assert not (config.data_dir / "raw").exists()
+    # a job file it cannot read stops it before any allocation file is written
+    (config.ref_dir / "accounts.csv").unlink()
+    (config.data_dir / "raw" / "jobs").mkdir(parents=True)
+    (config.data_dir / JOB_FILE).write_text("job_id,user\n1,gf-alice\n")
+    with pytest.raises(GpufleetError, match=r"slurm-gpufleet-2026-11-27\.csv: not a job file"):
+        import_slurm(
+            config,
+            sacct_json=FIXTURES / "sacct-22.05.json",
+            squeue_json=FIXTURES / "squeue-22.05.json",
+        )
+    assert not (config.data_dir / "raw" / "allocations").exists()
 
 
 def fake_command(folder: Path, name: str, output: Path, log: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gpufleet.cli.common import positive_float
 from gpufleet.config import Config
@@ -36,6 +37,16 @@ def add_collect(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--host", metavar="NAME", help="host name to record (default: this machine's name)"
     )
+    parser.add_argument(
+        "--slurm-gpustat",
+        type=Path,
+        metavar="DIR",
+        help=(
+            "read jobstats' Slurm prolog files in DIR (usually /run/gpustat: one file per GPU "
+            "index or MIG UUID holding '<job id> <uid>') each tick, and record the job holding "
+            "each GPU in alloc_job_id/alloc_user (default: not read; both null)"
+        ),
+    )
     parser.set_defaults(handler=run_collect, needs_pipeline=False)
 
 
@@ -47,4 +58,5 @@ def run_collect(args: argparse.Namespace, config: Config) -> int:
         interval_s=args.interval,
         flush_s=args.flush,
         host=args.host,
+        slurm_gpustat=args.slurm_gpustat,
     )

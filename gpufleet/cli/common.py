@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 from gpufleet.config import Config
+from gpufleet.console import printable_lines
 from gpufleet.weeks import week_monday
 
 # A command's handler: the parsed arguments and the loaded configuration in, the exit status out.
@@ -50,8 +51,9 @@ def command_parsers(
 
 
 def progress(message: str) -> None:
-    """A progress line on stderr, so that stdout holds the command's result alone."""
-    print(message, file=sys.stderr, flush=True)
+    """A progress line on stderr, so that stdout holds the command's result alone; names in
+    it are escaped (`gpufleet.console`)."""
+    print(printable_lines(message), file=sys.stderr, flush=True)
 
 
 def config_source(config: Config) -> str | None:

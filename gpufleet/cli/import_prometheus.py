@@ -8,6 +8,7 @@ import datetime as dt
 
 from gpufleet.cli.common import progress
 from gpufleet.config import Config
+from gpufleet.console import printable_lines
 
 
 def iso_timestamp(value: str) -> dt.datetime:
@@ -72,5 +73,5 @@ def run_import_prometheus(args: argparse.Namespace, config: Config) -> int:
     result = import_prometheus(
         config, url=args.url, since=args.since, until=args.until, progress=progress
     )
-    print(result)
+    print(printable_lines(result))
     return 0

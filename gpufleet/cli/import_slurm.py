@@ -9,6 +9,7 @@ from pathlib import Path
 from gpufleet.cli.common import progress
 from gpufleet.cli.import_prometheus import iso_timestamp
 from gpufleet.config import Config
+from gpufleet.console import printable_lines
 
 
 def add_slurm(imports: argparse._SubParsersAction) -> None:
@@ -19,11 +20,12 @@ def add_slurm(imports: argparse._SubParsersAction) -> None:
             "Ask sacct for the jobs that ran since the last import (all users: run it as\n"
             "root, SlurmUser or an operator) and squeue for the GPUs the running ones hold,\n"
             "and write one allocation row per job and GPU under <data-dir>/raw/allocations\n"
-            "(slurm-<cluster>-<day>.csv); a job that ended has its rows closed. The team is\n"
-            'the job\'s account, renamed by ref/accounts.csv ([slurm] team_from = "user":\n'
-            "the user's team from ref/users.csv). A job that began and ended between two\n"
-            "imports gets no rows: sacct does not say which GPUs it held. Then run\n"
-            "'gpufleet ingest' and 'gpufleet build'."
+            "(slurm-<cluster>-<day>.csv); a job that ended has its rows closed. Every started\n"
+            "GPU job also gets a job record under <data-dir>/raw/jobs (same file names). The\n"
+            "team is the job's account, renamed by ref/accounts.csv ([slurm] team_from =\n"
+            '"user": the user\'s team from ref/users.csv). A job that began and ended between\n'
+            "two imports gets a job record but no rows: sacct does not say which GPUs it\n"
+            "held. Then run 'gpufleet ingest' and 'gpufleet build'."
         ),
         epilog=(
             "examples:\n"
@@ -67,5 +69,5 @@ def run_import_slurm(args: argparse.Namespace, config: Config) -> int:
         squeue_json=args.squeue_json,
         warn=progress,
     )
-    print(result)
+    print(printable_lines(result))
     return 0

@@ -56,6 +56,15 @@ def add_simulate(commands: argparse._SubParsersAction) -> None:
         help="collector flush period, i.e. seconds per file (default: 600)",
     )
     parser.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
+    parser.add_argument(
+        "--slurm",
+        choices=("csv", "json"),
+        default="csv",
+        help="the Slurm side: 'csv' writes allocation files under raw/allocations; 'json' "
+        "writes the saved output of sacct --json and squeue --json (taken at the end of "
+        "the span) to slurm/sacct.json and slurm/squeue.json, for 'gpufleet import slurm "
+        "--sacct-json ... --squeue-json ...' (default: csv)",
+    )
     parser.set_defaults(handler=run_simulate)
 
 
@@ -73,14 +82,15 @@ def run_simulate(args: argparse.Namespace, config: Config) -> int:
         flush_s=args.flush,
         seed=args.seed,
     )
-    print(simulate_fleet(spec, data_dir=config.data_dir, progress=progress))
+    print(simulate_fleet(spec, data_dir=config.data_dir, progress=progress, slurm=args.slurm))
     return 0
 
 
 def add_demo(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "demo",
-        help="simulate a fleet week, ingest, build and report, and print where the report is",
+        help="simulate a fleet week, import its Slurm jobs, ingest, build and report, and "
+        "print where the report is",
     )
     parser.add_argument(
         "--gpus", type=positive_int, default=128, help="number of simulated GPUs (default: 128)"

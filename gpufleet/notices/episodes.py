@@ -1,11 +1,13 @@
 """The waste episodes of a local day, and the contacts, as the published warehouse has them.
 
 An episode belongs to day D (a local date in the configured time zone) when it is waste,
-has a user, and either ended in D (its last sample's `ts` falls in D, the contract's day of
-a sample) or is still open: its last sample is its GPU's latest sample in the warehouse
-and it began before D ended. So a GPU idle since yesterday afternoon and still idle at the
-last collector flush is in yesterday's notices, and an episode is never in two days' unless
-it was still open on the first (and then `notices_sent` keeps it out of the second).
+has a user or is a job's (attributed by allocation: a Kubernetes pod with no user label,
+say, whose notice goes to the team's lead), and either ended in D (its last sample's `ts`
+falls in D, the contract's day of a sample) or is still open: its last sample is its GPU's
+latest sample in the warehouse and it began before D ended. So a GPU idle since yesterday
+afternoon and still idle at the last collector flush is in yesterday's notices, and an
+episode is never in two days' unless it was still open on the first (and then
+`notices_sent` keeps it out of the second).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ day_episodes as (
     from episodes
     inner join gpu_last_samples on gpu_last_samples.gpu_uuid = episodes.gpu_uuid
     where episodes.is_waste
-        and episodes."user" is not null
+        and (episodes."user" is not null or episodes.attributed_by = 'allocation')
         and episodes.start_ts < $day_end
         and episodes.end_ts >= $day_start
 ),
@@ -79,7 +81,7 @@ final as (
 )
 
 select * from final
-order by "user", start_ts, host, gpu_index, gpu_uuid
+order by "user" nulls last, start_ts, host, gpu_index, gpu_uuid
 """
 
 
@@ -93,7 +95,7 @@ class WasteEpisode:
     gpu_index: int
     gpu_name: str | None
     team: str
-    user: str
+    user: str | None  # None: a job with no known user (its team's lead is told)
     job_id: str | None
     start_ts: dt.datetime
     end_ts: dt.datetime
@@ -132,7 +134,7 @@ class NoticeLine:
         return self._first.gpu_name
 
     @property
-    def user(self) -> str:
+    def user(self) -> str | None:
         return self._first.user
 
     @property
@@ -172,7 +174,7 @@ class NoticeLine:
 def notice_lines(episodes: Iterable[WasteEpisode]) -> list[NoticeLine]:
     """The episodes as a notice lists them: those of one user, GPU and job merged into one
     line, each line where its first episode was."""
-    merged: dict[tuple[str, str, str | None], list[WasteEpisode]] = {}
+    merged: dict[tuple[str | None, str, str | None], list[WasteEpisode]] = {}
     for episode in episodes:
         merged.setdefault((episode.user, episode.gpu_uuid, episode.job_id), []).append(episode)
     return [

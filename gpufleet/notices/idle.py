@@ -31,7 +31,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
-from gpufleet.console import printable
+from gpufleet.console import printable, printable_lines
 from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import day_episodes, read_contacts, yesterday
 from gpufleet.notices.messages import build_notice, hours, usd
@@ -100,7 +100,7 @@ class NoticeRun:
             else "none"
         )
         # Names are escaped (`gpufleet.console`): a CR or LF in one would forge a line.
-        lines = [_printable_lines(preview) + "-" * 72 for preview in self.previews]
+        lines = [printable_lines(preview) + "-" * 72 for preview in self.previews]
         lines.append(f"idle notices for {plan.day} ({self.timezone}): {totals}")
         lines += [f"  {printable(_describe(notice))}" for notice in plan.notices]
         lines += [printable(line) for line in _left_out(plan)]
@@ -123,11 +123,6 @@ class NoticeRun:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def _printable_lines(text: str) -> str:
-    """`text` with each of its lines printable (`gpufleet.console`)."""
-    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _describe(notice: Notice) -> str:

@@ -17,7 +17,7 @@ import jinja2
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.notices.episodes import NoticeLine, notice_lines
-from gpufleet.notices.plan import USER, Notice
+from gpufleet.notices.plan import NO_USER, USER, Notice
 
 TEMPLATE = "idle_notice"
 
@@ -71,15 +71,16 @@ def subject(notice: Notice) -> str:
         return _one_line(f"gpufleet: your idle GPUs on {notice.day}: {figures}")
     return _one_line(
         f"gpufleet: idle GPUs of team {notice.team} on {notice.day}: {figures} "
-        "(users without an address)"
+        "(users without an address, jobs without a user)"
     )
 
 
 def _groups(notice: Notice) -> list[tuple[str, list[NoticeLine]]]:
-    """The notice's lines by user: a job's episodes on one GPU are one line."""
+    """The notice's lines by user (jobs with no known user last, as `NO_USER`): a job's
+    episodes on one GPU are one line."""
     grouped: dict[str, list[NoticeLine]] = {}
     for line in notice_lines(notice.episodes):
-        grouped.setdefault(line.user, []).append(line)
+        grouped.setdefault(line.user or NO_USER, []).append(line)
     return list(grouped.items())
 
 

@@ -8,6 +8,8 @@
    without one go to their team's lead (ref/teams.csv), one notice per team, with the
    team's `cc` copied; with no lead (or a lead who opted out) nobody is mailed, and the
    run says so.
+5. The episodes of a job with no known user (a Kubernetes pod without a user label) go to
+   its team's lead the same way; rule 3 applies to them per team.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gpufleet.notices.episodes import Contacts, WasteEpisode
 
 USER = "user"
 TEAM_LEAD = "team_lead"
+NO_USER = "(no user known)"  # how a job with no user is named in messages and summaries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +50,8 @@ class Notice:
 
     @property
     def users(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(episode.user for episode in self.episodes))
+        """The users the notice is about; a job with no known user is `NO_USER`."""
+        return tuple(dict.fromkeys(episode.user or NO_USER for episode in self.episodes))
 
     @property
     def recipients(self) -> tuple[str, ...]:
@@ -78,7 +82,17 @@ def _opted_out(name_or_address: str | None, opt_out: Sequence[str]) -> bool:
 def _by_user(episodes: Iterable[WasteEpisode]) -> dict[str, list[WasteEpisode]]:
     grouped: dict[str, list[WasteEpisode]] = {}
     for episode in episodes:
-        grouped.setdefault(episode.user, []).append(episode)
+        if episode.user is not None:
+            grouped.setdefault(episode.user, []).append(episode)
+    return grouped
+
+
+def _without_user(episodes: Iterable[WasteEpisode]) -> dict[str, list[WasteEpisode]]:
+    """The episodes of jobs with no known user, by team."""
+    grouped: dict[str, list[WasteEpisode]] = {}
+    for episode in episodes:
+        if episode.user is None:
+            grouped.setdefault(episode.team, []).append(episode)
     return grouped
 
 
@@ -116,10 +130,15 @@ def plan_notices(
         else:
             for episode in held:
                 for_leads.setdefault(episode.team, []).append(episode)
+    for team, held in _without_user(fresh).items():
+        if sum(episode.gpu_hours for episode in held) < rules.min_waste_gpu_hours:
+            below.append(f"{NO_USER} (team {team})")
+        else:
+            for_leads.setdefault(team, []).extend(held)
     for team, held in sorted(for_leads.items()):
         lead = contacts.teams.get(team)
         if lead is None or _opted_out(lead.lead_email, rules.opt_out):
-            unreachable.extend(dict.fromkeys((episode.user, team) for episode in held))
+            unreachable.extend(dict.fromkeys((episode.user or NO_USER, team) for episode in held))
             continue
         cc = tuple(address for address in lead.cc if not _opted_out(address, rules.opt_out))
         notices.append(
@@ -130,7 +149,9 @@ def plan_notices(
                 cc=cc,
                 user=None,
                 team=team,
-                episodes=tuple(sorted(held, key=lambda e: (e.user, e.start_ts))),
+                episodes=tuple(
+                    sorted(held, key=lambda e: (e.user is None, e.user or "", e.start_ts))
+                ),
             )
         )
     return NoticePlan(

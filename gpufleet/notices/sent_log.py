@@ -26,7 +26,7 @@ create table if not exists notices_sent (
     kind varchar not null,
     episode_id bigint not null,
     gpu_uuid varchar not null,
-    "user" varchar not null,
+    "user" varchar,
     team varchar not null,
     recipient varchar not null,
     message_id varchar not null,
@@ -39,6 +39,7 @@ create table if not exists notices_sent (
 _SENT_LOG_COLUMNS_DDL = """
 alter table notices_sent add column if not exists status varchar default 'sent';
 alter table notices_sent add column if not exists reply varchar;
+alter table notices_sent alter column "user" drop not null;
 """
 SENT, REFUSED = "sent", "refused"
 SENT_LOG_DOCS: tuple[TableDoc, ...] = (
@@ -59,7 +60,7 @@ SENT_LOG_DOCS: tuple[TableDoc, ...] = (
     ),
     (TABLE, "episode_id", "The episode (idle_episodes.episode_id)."),
     (TABLE, "gpu_uuid", "The episode's GPU (idle_episodes.gpu_uuid)."),
-    (TABLE, "user", "The episode's user."),
+    (TABLE, "user", "The episode's user (null: a job with no known user, listed to its lead)."),
     (TABLE, "team", "The episode's team."),
     (TABLE, "recipient", "The address the notice was sent to (To:), or the refused address."),
     (TABLE, "message_id", "The Message-ID of the email."),
@@ -82,7 +83,7 @@ class SentEpisode(NamedTuple):
     kind: str
     episode_id: int
     gpu_uuid: str
-    user: str
+    user: str | None  # None: a job with no known user
     team: str
     recipient: str
     message_id: str

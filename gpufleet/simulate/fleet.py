@@ -3,7 +3,10 @@
 The simulator's entry points (`simulate_fleet`, `simulate_window`, `simulate_next_flush`)
 and what they report. Sample files exactly as collectors write them
 (docs/reference.md#sample-files: schema, metadata, one zstd Parquet file per host per flush
-period, sorted by (gpu_uuid, ts)), plus the matching reference files and Slurm allocations.
+period, sorted by (gpu_uuid, ts)), plus the matching reference files and the Slurm side:
+allocation files, or the saved sacct/squeue output `gpufleet import slurm` reads. The
+samples carry the job holding each allocated GPU (`alloc_job_id`, `alloc_user`), as a
+collector run with `--slurm-gpustat` records it.
 The story it tells, scaled with the fleet size:
 
 - shared H100 hosts running multi-GPU training jobs (busy 80-100 %),
@@ -17,7 +20,7 @@ The story it tells, scaled with the fleet size:
 
 The package's modules, in the order the story is drawn: `spec`, `models`, `teams`,
 `layout`, `events`, `jobs`, `activity`, `states`, `timelines`, `scenario`; then `noise` and
-`rows` make a window's samples, `samples` and `reference` write the files.
+`rows` make a window's samples, `samples`, `reference` and `slurm` write the files.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class SimulationSummary:
         ]
         if self.reference_files:
             lines.append(
-                "reference data and allocations: "
+                "reference data and the Slurm side: "
                 + ", ".join(str(p.relative_to(self.data_dir)) for p in self.reference_files)
             )
         return "\n".join(lines)
@@ -99,11 +102,17 @@ def scenario_for(spec: SimulationSpec) -> Scenario:
 
 
 def simulate_fleet(
-    spec: SimulationSpec, *, data_dir: Path, progress: Progress | None = None
+    spec: SimulationSpec,
+    *,
+    data_dir: Path,
+    progress: Progress | None = None,
+    slurm: str = "csv",
 ) -> SimulationSummary:
-    """Write the spec's whole span: sample files, ref/*.csv and raw/allocations/*.csv."""
+    """Write the spec's whole span: sample files, ref/*.csv, and raw/allocations/*.csv
+    (`slurm="csv"`) or the saved `sacct --json` and `squeue --json` output taken at the
+    span's end, slurm/sacct.json and slurm/squeue.json (`slurm="json"`)."""
     scenario = scenario_for(spec)
-    references = write_reference_files(scenario, spec, data_dir)
+    references = write_reference_files(scenario, spec, data_dir, slurm=slurm)
     files, rows = write_samples(
         scenario,
         data_dir=data_dir,

@@ -40,6 +40,7 @@ class Job:
     serial: int = -1  # order of creation
     job_id: str | None = None  # the Slurm job id of an allocated job
     extra_kernel: bool = False  # a notebook with a second kernel
+    crashed: bool = False  # training whose processes died early (the allocation idles on)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +145,11 @@ def _with_job_ids(jobs: list[Job], *, seed: int) -> list[Job]:
     return [replace(job, job_id=ids.get(job.serial)) for job in jobs]
 
 
+def overlaps_span(job: Job, span: Span) -> bool:
+    """Whether the job is an allocation that overlaps the span (what sacct lists)."""
+    return job.allocated and job.end_s > span.start_s and job.start_s < span.end_s
+
+
 def allocation_rows(jobs: list[Job], span: Span) -> list[AllocationRow]:
     """One row per GPU of each allocation that overlaps the span, in submission order."""
     return [
@@ -157,7 +163,7 @@ def allocation_rows(jobs: list[Job], span: Span) -> list[AllocationRow]:
             end_s=job.end_s if job.end_s < span.end_s else None,
         )
         for job in sorted(jobs, key=lambda j: (j.start_s, j.serial))
-        if job.allocated and job.end_s > span.start_s and job.start_s < span.end_s
+        if overlaps_span(job, span)
         for gpu in job.gpus
     ]
 
@@ -180,7 +186,8 @@ def _training(draw: _HostDraw, stream: list[GpuPlan], *, owner: str | None) -> l
         team_field = team if rng.random() < 0.7 else ""
         proc_start = start + int(rng.uniform(30, 120))
         proc_end = end - int(rng.uniform(5, 60))
-        if rng.random() < 0.1:  # crashed: the allocation idles on until its time limit
+        crashed = bool(rng.random() < 0.1)  # the allocation idles on until its time limit
+        if crashed:
             proc_end = proc_start + int((proc_end - proc_start) * rng.uniform(0.2, 0.8))
         jobs.append(
             Job(
@@ -193,6 +200,7 @@ def _training(draw: _HostDraw, stream: list[GpuPlan], *, owner: str | None) -> l
                 user=user,
                 team_field=team_field,
                 allocated=True,
+                crashed=crashed,
             )
         )
     return jobs

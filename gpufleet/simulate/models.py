@@ -25,6 +25,7 @@ class GpuModel:
     mem_clock_mhz: int
     has_hbm_temp: bool
     idle_mem_used_bytes: int  # what NVML reports as used with no process
+    gres_type: str  # the GRES type Slurm's gres.conf gives it (`gpu:<type>:<count>`)
 
 
 H100 = GpuModel(
@@ -40,6 +41,7 @@ H100 = GpuModel(
     mem_clock_mhz=2619,
     has_hbm_temp=True,
     idle_mem_used_bytes=603 * MIB,
+    gres_type="h100",
 )
 A100 = GpuModel(
     name="NVIDIA A100-SXM4-80GB",
@@ -54,6 +56,7 @@ A100 = GpuModel(
     mem_clock_mhz=1593,
     has_hbm_temp=True,
     idle_mem_used_bytes=421 * MIB,
+    gres_type="a100",
 )
 L40S = GpuModel(
     name="NVIDIA L40S",
@@ -68,5 +71,6 @@ L40S = GpuModel(
     mem_clock_mhz=9001,
     has_hbm_temp=False,
     idle_mem_used_bytes=437 * MIB,
+    gres_type="l40s",
 )
 GPU_MODELS = (H100, A100, L40S)

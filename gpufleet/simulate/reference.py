@@ -2,8 +2,10 @@
 
 ref/users.csv (with addresses), ref/teams.csv (each team's lead), ref/hosts.csv and
 ref/prices.csv from the scenario's rows, a marker that
-says `simulate` wrote them (it refuses to overwrite real ones), and one allocations export
-per local day, raw/allocations/slurm-<date>.csv.
+says `simulate` wrote them (it refuses to overwrite real ones), and the Slurm side: one
+allocations export per local day, raw/allocations/slurm-<date>.csv (`slurm="csv"`), or
+the saved `sacct --json` and `squeue --json` output that `gpufleet import slurm` reads,
+slurm/sacct.json and slurm/squeue.json (`slurm="json"`, see `slurm.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from gpufleet.errors import GpufleetError
 from gpufleet.simulate.scenario import Scenario
+from gpufleet.simulate.slurm import write_slurm_outputs
 from gpufleet.simulate.spec import SimulationSpec
 
 USERS_HEADER = ("user", "team", "email")
@@ -28,6 +31,7 @@ HOSTS_HEADER = ("host_glob", "team")
 PRICES_HEADER = ("gpu_glob", "usd_per_gpu_hour")
 ALLOCATIONS_HEADER = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
 SIMULATED_MARKER = ".simulated"  # in ref/: these reference files are simulate's own
+SLURM_OUTPUTS = ("csv", "json")  # allocation CSVs, or saved sacct/squeue JSON
 
 
 def check_reference_files_are_simulated(data_dir: Path) -> None:
@@ -43,9 +47,14 @@ def check_reference_files_are_simulated(data_dir: Path) -> None:
             )
 
 
-def write_reference_files(scenario: Scenario, spec: SimulationSpec, data_dir: Path) -> list[Path]:
+def write_reference_files(
+    scenario: Scenario, spec: SimulationSpec, data_dir: Path, *, slurm: str = "csv"
+) -> list[Path]:
     """ref/users.csv (with addresses, some left out), ref/teams.csv (each team's lead),
-    ref/hosts.csv, ref/prices.csv and raw/allocations/slurm-<date>.csv."""
+    ref/hosts.csv, ref/prices.csv, and raw/allocations/slurm-<date>.csv (`slurm="csv"`)
+    or slurm/sacct.json and slurm/squeue.json (`slurm="json"`)."""
+    if slurm not in SLURM_OUTPUTS:
+        raise ValueError(f"slurm must be one of {', '.join(SLURM_OUTPUTS)}, got {slurm!r}")
     ref_dir = data_dir / "ref"
     check_reference_files_are_simulated(data_dir)
     ref_dir.mkdir(parents=True, exist_ok=True)
@@ -74,6 +83,8 @@ def write_reference_files(scenario: Scenario, spec: SimulationSpec, data_dir: Pa
             [(glob, f"{usd:.2f}") for glob, usd in scenario.prices],
         ),
     ]
+    if slurm == "json":
+        return written + write_slurm_outputs(scenario.jobs, scenario.users, scenario.span, data_dir)
     tz = zoneinfo.ZoneInfo(spec.timezone)
 
     def stamp(epoch_s: int | None) -> str:

@@ -142,6 +142,7 @@ def _columns(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, pa.Array]:
         "power_violation_ns": metric("power_violation_ns", pa.int64()),
         "mig_enabled": level(False, np.bool_, pa.bool_()),
         "processes": _processes(scn, piece, ~lost, mask),
+        **_holders(scn, rows),
     }
 
 
@@ -211,6 +212,24 @@ def _processes(
         type=pa.list_(PROCESS_TYPE),
         mask=None if mask is None else pa.array(mask),
     )
+
+
+def _holders(scn: Scenario, rows: _Rows) -> dict[str, pa.Array]:
+    """`alloc_job_id` and `alloc_user`: the job that holds each row's GPU per jobstats'
+    prolog files (the collector's --slurm-gpustat), whether or not a process runs."""
+    holder = np.full(len(rows.gpu), -1, dtype=np.int32)
+    for position, gpu in enumerate(rows.gpus):
+        at = np.flatnonzero(rows.gpu == position)
+        holder[at] = scn.holders.at(gpu.ordinal, rows.ts_us[at])
+    none = holder < 0
+    if none.all():
+        nulls = pa.nulls(len(holder), pa.string())
+        return {"alloc_job_id": nulls, "alloc_user": nulls}
+    index = pa.array(np.where(none, 0, holder), mask=none)
+    return {
+        "alloc_job_id": pa.array(scn.holders.job_ids, type=pa.string()).take(index),
+        "alloc_user": pa.array(scn.holders.users, type=pa.string()).take(index),
+    }
 
 
 def _flush_files(

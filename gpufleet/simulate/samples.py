@@ -23,7 +23,7 @@ from gpufleet.simulate.scenario import Scenario
 Progress = Callable[[str], None]
 WORKERS = min(4, os.cpu_count() or 1)
 # Dictionary-encode the repetitive strings only: it halves the per-file encoding cost.
-_DICTIONARY_COLUMNS = ["host", "gpu_uuid", "gpu_name", "status"]
+_DICTIONARY_COLUMNS = ["host", "gpu_uuid", "gpu_name", "status", "alloc_job_id", "alloc_user"]
 
 
 def write_samples(

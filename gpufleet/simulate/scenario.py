@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.simulate.events import Events, plan_events
-from gpufleet.simulate.jobs import AllocationRow, allocation_rows, plan_jobs
+from gpufleet.simulate.jobs import AllocationRow, Job, allocation_rows, plan_jobs
 from gpufleet.simulate.layout import GpuPlan, HostPlan, host_rules, plan_layout
 from gpufleet.simulate.models import GPU_MODELS
+from gpufleet.simulate.slurm import GpuHolders, gpu_holders
 from gpufleet.simulate.span import Span
 from gpufleet.simulate.teams import team_users, users
 from gpufleet.simulate.timelines import Timelines, build_timelines
@@ -25,13 +26,25 @@ class Scenario:
     users: list[tuple[str, str]]  # (user, team) rows of users.csv
     host_rules: list[tuple[str, str]]  # (host_glob, team) rows of hosts.csv
     prices: list[tuple[str, float]]  # (gpu_glob, usd_per_gpu_hour) rows of prices.csv
+    jobs: list[Job]
     allocations: list[AllocationRow]
+    holders: GpuHolders  # which job holds each GPU when (the collector's gpustat evidence)
     events: Events
     timelines: Timelines
     interval_us: int
     span_start_s: int
     span_end_s: int
+    timezone: str
     _by_host: dict[int, list[GpuPlan]] = field(default_factory=dict, repr=False)
+
+    @property
+    def span(self) -> Span:
+        return Span(
+            start_s=self.span_start_s,
+            end_s=self.span_end_s,
+            interval_us=self.interval_us,
+            timezone=self.timezone,
+        )
 
     def host_gpus(self, host: HostPlan) -> list[GpuPlan]:
         """The host's GPUs in uuid order."""
@@ -68,10 +81,13 @@ def build_scenario(
         users=user_rows,
         host_rules=host_rules(hosts),
         prices=[(m.price_glob, m.usd_per_gpu_hour) for m in models],
+        jobs=jobs,
         allocations=allocation_rows(jobs, span),
+        holders=gpu_holders(jobs, gpu_plans, span),
         events=events,
         timelines=build_timelines(jobs, gpu_plans, events, seed=seed, span=span),
         interval_us=interval_us,
         span_start_s=span_start_s,
         span_end_s=span_end_s,
+        timezone=timezone,
     )

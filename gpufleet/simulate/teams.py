@@ -14,6 +14,7 @@ OWNER_TEAMS = ("research", "speech")  # teams that own hosts (hosts.csv)
 
 # Owners that are not in users.csv, so their samples are attributed to `(unmapped)`.
 EXTERNAL_USER = "ext-jmorales"  # an external collaborator with Slurm allocations
+EXTERNAL_ACCOUNT = "research"  # their Slurm account: the team that hosts them
 ROGUE_UNMAPPED_USER = "tmpuser07"  # runs processes with no allocation
 SERVICE_USER = "svc-infer"  # the inference service account (its allocations name a team)
 

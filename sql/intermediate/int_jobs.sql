@@ -1,6 +1,7 @@
--- Every job id a sample can be attributed to (an allocation's or a process's), with a small
--- integer key that samples_attributed_rows stores instead of the id string (kept across
--- builds in build_state.jobs).
+-- Every job id a sample can be attributed to (an allocation's, the job holding the GPU by
+-- the scheduler's record in a sample, or a process's: int_process_owners reads both), with
+-- a small integer key that samples_attributed_rows stores instead of the id string (kept
+-- across builds in build_state.jobs).
 with allocations as (
     select * from stg_allocations
 ),

@@ -1,8 +1,9 @@
 -- materialized: temp_view
--- Every sample with its attribution (docs/reference.md#attribution: allocation, else
--- process, else host, else none) and whether it is idle or thermally throttled. Names the series window would have
--- to sort are carried as small integers (series, host, team, user, job, status, attribution
--- code: gpufleet/warehouse/build/ids.py); samples_attributed_rows stores them so.
+-- Every sample with its attribution (docs/reference.md#attribution: an allocation row, else
+-- the job holding the GPU by the scheduler's record in the sample, else process, else host,
+-- else none) and whether it is idle or thermally throttled. Names the series window would
+-- have to sort are carried as small integers (series, host, team, user, job, status,
+-- attribution code: gpufleet/warehouse/build/ids.py); samples_attributed_rows stores them so.
 -- A view: it is read once, by the series model, so it is never held in memory whole.
 with samples as (
     select * from stg_samples
@@ -24,8 +25,8 @@ users as (
     select * from int_users
 ),
 
-jobs as (
-    select * from int_jobs
+job_teams as (
+    select * from int_job_teams
 ),
 
 statuses as (
@@ -65,13 +66,14 @@ with_top_process as (
     -- The process a sample is attributed to (docs/reference.md#attribution, rule 2): of
     -- several, the one holding the most memory, ties to the lowest pid (the maximum of
     -- (memory, -pid)).
-    -- Only a sample no allocation covers is attributed by process, so only its top process
-    -- is worked out. A single process is taken as it is: building the sort key for it too
-    -- tripled the cost (1.7 s against 0.6 s for 6 million samples).
+    -- Only a sample neither an allocation row nor the scheduler's record in the sample
+    -- covers is attributed by process, so only its top process is worked out. A single
+    -- process is taken as it is: building the sort key for it too tripled the cost (1.7 s
+    -- against 0.6 s for 6 million samples).
     select
         with_allocation.* exclude (processes),
         case
-            when has_allocation or process_count = 0 then null
+            when has_allocation or alloc_job_id is not null or process_count = 0 then null
             when process_count = 1
                 then {
                     'used_mem_bytes': coalesce(processes[1].used_mem_bytes, -1),
@@ -94,20 +96,41 @@ with_top_process as (
     from with_allocation
 ),
 
+with_evidence as (
+    -- The job and user of rule 1b (the scheduler's record in the sample) or of rule 2 (the
+    -- top process): one lookup of each for both rules.
+    select
+        * exclude (alloc_user),
+        case
+            when has_allocation then null
+            when alloc_job_id is not null then alloc_job_id
+            else top_process.job_id
+        end as evidence_job_id,
+        case
+            when has_allocation then null
+            when alloc_job_id is not null then alloc_user
+            else top_process."user"
+        end as evidence_user,
+    from with_top_process
+),
+
 attributed as (
     select
-        with_top_process.*,
-        -- 1 allocation, 2 process, 3 host, 4 none
+        with_evidence.*,
+        -- 1 allocation (an allocation row, or the scheduler's record), 2 process, 3 host,
+        -- 4 none
         case
-            when has_allocation then 1
+            when has_allocation or alloc_job_id is not null then 1
             when process_count > 0 then 2
             when host_team_id is not null then 3
             else 4
         end::utinyint as attribution_code,
+        -- rules 1b and 2: the job's Slurm team, else users.csv, else (unmapped)
         case
             when has_allocation then allocation_team_id
-            when process_count > 0
+            when alloc_job_id is not null or process_count > 0
                 then coalesce(
+                    job_teams.team_id,
                     users.team_id,
                     (select team_id from teams where team = '(unmapped)')
                 )
@@ -116,15 +139,18 @@ attributed as (
         end as team_id,
         case
             when has_allocation then allocation_user_id
-            when process_count > 0 then users.user_id
+            when alloc_job_id is not null or process_count > 0 then users.user_id
         end as user_id,
         case
             when has_allocation then allocation_job_key
-            when process_count > 0 then jobs.job_key
+            when alloc_job_id is not null or process_count > 0 then job_teams.job_key
         end as job_key,
-    from with_top_process
-    left join users on users."user" = with_top_process.top_process."user"
-    left join jobs on jobs.job_id = with_top_process.top_process.job_id
+    from with_evidence
+    left join users on users."user" = with_evidence.evidence_user
+    left join job_teams
+        on job_teams.job_id = with_evidence.evidence_job_id
+        and with_evidence.ts_us >= job_teams.from_us
+        and with_evidence.ts_us < job_teams.to_us
 ),
 
 final as (
@@ -148,6 +174,8 @@ final as (
         attributed.sm_clock_mhz,
         attributed.power_w,
         attributed.energy_mj,
+        attributed.mem_used_bytes,
+        attributed.mem_total_bytes,
     from attributed
     inner join series_ids on series_ids.gpu_uuid = attributed.gpu_uuid
     inner join statuses on statuses.status = attributed.status

@@ -98,6 +98,8 @@ final as (
         with_run_starts.clock_event_mask,
         with_run_starts.temp_gpu_c,
         with_run_starts.sm_clock_mhz,
+        with_run_starts.mem_used_bytes,
+        with_run_starts.mem_total_bytes,
     from with_run_starts
     inner join local_days on local_days.bucket = with_run_starts.ts_us // 900000000
     -- No order by: the window emits each series' rows together and in time order, and the

@@ -1,7 +1,7 @@
--- Every user a sample can be attributed to (an allocation's user or a process owner), with a
--- small integer id that samples_attributed_rows stores instead of the name (kept across
--- builds in build_state.users), and the team of a process owner by users.csv (null when it
--- has none).
+-- Every user a sample can be attributed to (an allocation's user, the user of the job
+-- holding the GPU by the scheduler's record in a sample, or a process owner), with a small
+-- integer id that samples_attributed_rows stores instead of the name (kept across builds
+-- in build_state.users), and the user's team by users.csv (null when it has none).
 with allocations as (
     select * from stg_allocations
 ),

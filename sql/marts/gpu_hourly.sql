@@ -1,7 +1,9 @@
--- Per local day and hour, GPU, team and host: the sample sums of gpu_team_daily (which adds
--- up the hours of a day) and of the report's utilization heatmaps, a small table instead
--- of the samples. A table: an incremental build replaces a GPU's rows from the local hour of
--- its first new sample on, so a cycle late in the day reads an hour of samples, not a day.
+-- Per local day and hour, GPU, team, host, job and user: the sample sums of gpu_team_daily
+-- (which adds up the hours of a day), of the report's utilization heatmaps and of
+-- job_efficiency, a small table instead of the samples (a job or user adds rows only where
+-- it changes within the hour; every reader but job_efficiency sums over them). A table: an
+-- incremental build replaces a GPU's rows from the local hour of its first new sample on,
+-- so a cycle late in the day reads an hour of samples, not a day.
 with samples as (
     select * from samples_attributed_rows
 ),
@@ -18,6 +20,14 @@ teams as (
     select * from build_state.teams
 ),
 
+users as (
+    select * from build_state.users
+),
+
+jobs as (
+    select * from build_state.jobs
+),
+
 hours as (
     select
         day,
@@ -25,6 +35,8 @@ hours as (
         series_id,
         team_id,
         host_id,
+        job_key,
+        user_id,
         count(*) as samples,
         sum(interval_s)::double as observed_s,
         coalesce(sum(interval_s) filter (where gpu_util_pct is not null), 0)::double
@@ -37,8 +49,12 @@ hours as (
         sum(energy_j) as energy_j,
         min(ts) as first_ts,
         max(ts) as last_ts,
+        coalesce(sum(interval_s) filter (where attribution_code = 1), 0)::double
+            as allocated_s,
+        max(mem_used_bytes) as max_mem_used_bytes,
+        max(mem_total_bytes) as mem_total_bytes,
     from samples
-    group by day, hour, series_id, team_id, host_id
+    group by day, hour, series_id, team_id, host_id, job_key, user_id
 ),
 
 final as (
@@ -51,11 +67,15 @@ final as (
         teams.team,
         hosts.host,
         series.gpu_name,
-        hours.* exclude (day, hour, series_id, team_id, host_id),
+        jobs.job_id,
+        users."user",
+        hours.* exclude (day, hour, series_id, team_id, host_id, job_key, user_id),
     from hours
     inner join series on series.series_id = hours.series_id
     inner join teams on teams.team_id = hours.team_id
     inner join hosts on hosts.host_id = hours.host_id
+    left join jobs on jobs.job_key = hours.job_key
+    left join users on users.user_id = hours.user_id
 )
 
 select * from final

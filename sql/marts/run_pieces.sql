@@ -6,12 +6,14 @@
 -- window of the samples took 3 times as long; an as-of join per kind, 1.4-1.6 times).
 -- Only idle and thermal samples need a key, so only they are joined.
 -- A piece is the samples of one idle run and one thermal run (either may be null) in one
--- local hour and host; every measure below adds up over pieces, so int_idle_episode_days
--- and int_thermal_events regroup this small table instead of the samples. A table: an
--- incremental build replaces a GPU's pieces from the local hour of its first new sample
--- on, and re-adds only the runs those pieces belong to. A run already open before the
--- samples read begin gets the key '-infinity' here; the incremental build puts the run's
--- start in. Ids become names only after the pieces are summed (gpufleet/warehouse/build/ids.py).
+-- local hour and host, of one job (so first_job_id is the job of all its samples, and
+-- job_efficiency counts a job's waste from its pieces); every measure below adds up over
+-- pieces, so int_idle_episode_days and int_thermal_events regroup this small table
+-- instead of the samples. A table: an incremental build replaces a GPU's pieces from the
+-- local hour of its first new sample on, and re-adds only the runs those pieces belong
+-- to. A run already open before the samples read begin gets the key '-infinity' here; the
+-- incremental build puts the run's start in. Ids become names only after the pieces are
+-- summed (gpufleet/warehouse/build/ids.py).
 with samples as (
     select * from samples_attributed_rows
 ),
@@ -115,7 +117,7 @@ pieces as (
         min(sm_clock_mhz) as min_sm_clock_mhz,
         bit_or(clock_event_mask) as reasons_mask,
     from keyed
-    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, hour, host_id
+    group by idle_run_start_ts, thermal_run_start_ts, series_id, day, hour, host_id, job_key
 ),
 
 final as (

@@ -1,7 +1,9 @@
 -- materialized: temp_view
 -- The collector samples as the models use them: integer epoch microseconds for the series
--- arithmetic, and the processes list with its count (int_samples_attributed picks the
--- process a sample is attributed to; int_process_owners reads every process).
+-- arithmetic, the processes list with its count (int_samples_attributed picks the
+-- process a sample is attributed to; int_process_owners reads every process), and the
+-- Slurm job that holds the GPU by the scheduler's own record (alloc_job_id, alloc_user;
+-- empty text is no job).
 with source as (
     select * from samples
 ),
@@ -24,6 +26,10 @@ renamed as (
         clock_event_mask,
         processes,
         coalesce(len(processes), 0) as process_count,
+        nullif(alloc_job_id, '') as alloc_job_id,
+        nullif(alloc_user, '') as alloc_user,
+        mem_used_bytes,
+        mem_total_bytes,
     from source
 ),
 
@@ -45,6 +51,10 @@ final as (
         clock_event_mask,
         processes,
         process_count,
+        alloc_job_id,
+        alloc_user,
+        mem_used_bytes,
+        mem_total_bytes,
     from renamed
 )
 

@@ -1,11 +1,14 @@
-"""The importer's files: allocation rows by cluster and day, and the watermark.
+"""The importer's files: allocation rows and job records by cluster and day, and the
+watermark.
 
 Rows go to `raw/allocations/slurm-<cluster>-<YYYY-MM-DD>.csv`, the UTC day of the job's
 start, in the format ingest reads. A job's rows are keyed by (job id, start): importing a
 job again adds nothing, and a job seen running, then ended, has its open rows closed in the
-file that holds them (the day of its start). A file is rewritten whole under a temporary
-`.` name, flushed and renamed, and only when its content changes, so that a reader sees
-the old file or the new one, never a part.
+file that holds them (the day of its start). Each started GPU job also has one record in
+`raw/jobs/slurm-<cluster>-<YYYY-MM-DD>.csv` (same key, same day rule), whether or not
+squeue saw its GPUs; a later import updates its state and end. A file is rewritten whole
+under a temporary `.` name, flushed and renamed, and only when its content changes, so that
+a reader sees the old file or the new one, never a part.
 
 The watermark, the end of the last window asked of sacct, is kept in
 `<data_dir>/imports/slurm.json`, beside the other importers' records: it says where the
@@ -28,6 +31,19 @@ from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
 
 COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+JOB_COLUMNS = (
+    "job_id",
+    "cluster",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "team",
+    "gpus",
+    "hosts",
+    "start_ts",
+    "end_ts",
+)
 RECORD_FILE = "slurm.json"
 
 
@@ -51,10 +67,27 @@ class JobUpdate(NamedTuple):
     rows: tuple[AllocationRow, ...]
 
 
-def day_file(allocations_dir: Path, cluster: str | None, start_ts: dt.datetime) -> Path:
+class JobRecord(NamedTuple):
+    """One started GPU job, as `raw/jobs/*.csv` holds it."""
+
+    job_id: str
+    cluster: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str
+    team: str | None  # None: team_from = "user" (ingest maps the user)
+    gpus: int
+    hosts: tuple[str, ...]  # its nodes, as the collectors name them
+    start_ts: dt.datetime
+    end_ts: dt.datetime | None  # None: still running
+
+
+def day_file(folder: Path, cluster: str | None, start_ts: dt.datetime) -> Path:
+    """The file of a job's rows or record in `folder`: its cluster and start's UTC day."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster or "slurm")
     day = start_ts.astimezone(dt.UTC).date().isoformat()
-    return allocations_dir / f"slurm-{name}-{day}.csv"
+    return folder / f"slurm-{name}-{day}.csv"
 
 
 def _time(text: str) -> dt.datetime:
@@ -139,6 +172,76 @@ def render(rows: list[AllocationRow]) -> str:
                 row.gpu_index,
                 _iso(row.start_ts),
                 _iso(row.end_ts),
+            ]
+        )
+    return out.getvalue()
+
+
+def read_jobs(path: Path) -> list[JobRecord]:
+    """The records of a job file this importer wrote ([] when there is none)."""
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if tuple(reader.fieldnames or ()) != JOB_COLUMNS:
+                raise ValueError(f"header {reader.fieldnames} is not {','.join(JOB_COLUMNS)}")
+            return [
+                JobRecord(
+                    row["job_id"],
+                    row["cluster"] or None,
+                    row["user"] or None,
+                    row["account"] or None,
+                    row["partition"] or None,
+                    row["state"],
+                    row["team"] or None,
+                    int(row["gpus"]),
+                    tuple(row["hosts"].split()),
+                    _time(row["start_ts"]),
+                    _time(row["end_ts"]) if row["end_ts"] else None,
+                )
+                for row in reader
+            ]
+    except (OSError, KeyError, TypeError, ValueError, AttributeError, csv.Error) as exc:
+        raise GpufleetError(
+            f"{path}: not a job file as 'gpufleet import slurm' writes it ({exc}); "
+            "move it away to import again"
+        ) from exc
+
+
+def merge_jobs(existing: list[JobRecord], seen: Iterable[JobRecord]) -> list[JobRecord]:
+    """`existing` with the jobs `seen` now: a new (job id, start) is added, a known one
+    takes the state and end seen (the rest stays as first written, as the allocation
+    rows' team does), unless it has ended and is seen running (older news)."""
+    records = {(record.job_id, record.start_ts): record for record in existing}
+    for record in seen:
+        key = (record.job_id, record.start_ts)
+        known = records.get(key)
+        if known is None:
+            records[key] = record
+        elif record.end_ts is not None or known.end_ts is None:
+            records[key] = known._replace(state=record.state, end_ts=record.end_ts)
+    return sorted(records.values(), key=lambda r: (r.start_ts, _job_order(r.job_id), r.job_id))
+
+
+def render_jobs(records: list[JobRecord]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(JOB_COLUMNS)
+    for record in records:
+        writer.writerow(
+            [
+                record.job_id,
+                record.cluster or "",
+                record.user or "",
+                record.account or "",
+                record.partition or "",
+                record.state,
+                record.team or "",
+                record.gpus,
+                " ".join(record.hosts),
+                _iso(record.start_ts),
+                _iso(record.end_ts),
             ]
         )
     return out.getvalue()

@@ -1,12 +1,15 @@
-"""`gpufleet import slurm`: sacct's jobs and squeue's GPU indices -> allocation rows.
+"""`gpufleet import slurm`: sacct's jobs and squeue's GPU indices -> allocation rows and
+job records.
 
 One run asks sacct for every job that ran in `[since, now)` (`--allusers --allocations`),
 where `since` is the last run's end less an hour (records reach slurmdbd late when it was
 down; a job seen twice adds nothing), and squeue for the GPUs running jobs hold. A started
 job with GPUs becomes one row per GPU, team from its account (`accounts.py`); a job that
 ended has its rows closed. A job that began and ended between two runs was never seen by
-squeue: sacct does not say which GPUs it held, so it gets no rows (listed in the summary;
-its samples are still attributed by process).
+squeue: sacct does not say which GPUs it held, so it gets no rows (listed in the summary).
+Every started GPU job, placed or not, gets a job record (`raw/jobs/`): its account's team
+is what the collector's gpustat evidence (`alloc_job_id`) and its processes' job id are
+attributed to.
 
 Everything is read and checked before anything is written: a failed import changes nothing.
 """
@@ -28,12 +31,16 @@ from gpufleet.integrations.slurm.accounts import ACCOUNTS_FILE, Teams, read_acco
 from gpufleet.integrations.slurm.files import (
     RECORD_FILE,
     AllocationRow,
+    JobRecord,
     JobUpdate,
     day_file,
     merge,
+    merge_jobs,
+    read_jobs,
     read_rows,
     read_watermark,
     render,
+    render_jobs,
     write_watermark,
 )
 from gpufleet.integrations.slurm.payload import load_payload
@@ -54,6 +61,8 @@ class SlurmImport:
     rows_added: int
     rows_closed: int
     files: tuple[Path, ...]  # allocation files written
+    job_records: int = 0  # job records added or updated
+    job_files: tuple[Path, ...] = ()  # job files written
     unplaced: tuple[str, ...] = ()  # GPU jobs with no indices: not seen running by squeue
     mig: tuple[str, ...] = ()  # jobs on MIG devices (no GPU indices)
     unknown_nodes: tuple[str, ...] = ()  # nodes that match no collector host
@@ -63,12 +72,13 @@ class SlurmImport:
         lines = [
             f"import slurm: {self.jobs:,} jobs from {self.source}, {self.gpu_jobs:,} with "
             f"GPUs; {self.rows_added:,} allocation rows added, {self.rows_closed:,} closed, "
-            f"in {len(self.files)} file(s)"
+            f"in {len(self.files)} file(s); {self.job_records:,} job records written, in "
+            f"{len(self.job_files)} file(s)"
         ]
         if self.unplaced:
             lines.append(
                 f"  {len(self.unplaced):,} GPU job(s) never seen running by squeue, so with no "
-                f"GPU indices and no rows: {_some(self.unplaced)}"
+                f"GPU indices and no rows (a job record only): {_some(self.unplaced)}"
             )
         if self.mig:
             lines.append(f"  {len(self.mig):,} job(s) on MIG devices, no rows: {_some(self.mig)}")
@@ -165,15 +175,21 @@ def _held(job: SlurmJob, held: dict[str, HeldGpus]) -> HeldGpus | None:
     return found
 
 
+class _Found(NamedTuple):
+    job: SlurmJob
+    update: JobUpdate  # its allocation rows (none when squeue did not see its GPUs)
+    record: JobRecord
+
+
 def _updates(
     jobs: list[SlurmJob],
     held: dict[str, HeldGpus],
     teams: Teams,
     host_of: Callable[[str], str],
     since: dt.datetime | None,
-) -> tuple[list[tuple[SlurmJob, JobUpdate]], list[str]]:
-    """Each started GPU job's update, and the jobs on MIG devices."""
-    found: list[tuple[SlurmJob, JobUpdate]] = []
+) -> tuple[list[_Found], list[str]]:
+    """Each started GPU job's update and record, and the jobs on MIG devices."""
+    found: list[_Found] = []
     mig: list[str] = []
     for job in jobs:
         gpus = _held(job, held)
@@ -181,19 +197,34 @@ def _updates(
             continue
         if since is not None and job.end_ts is not None and job.end_ts < since:
             continue
+        team = teams.team(job.account, job.start_ts)
         rows: list[AllocationRow] = []
         for node in gpus.nodes if gpus else ():
             if node.mig:
                 mig.append(job.job_id)
                 continue
-            team = teams.team(job.account, job.start_ts)
             rows.extend(
                 AllocationRow(
                     job.job_id, job.user, team, host_of(node.node), index, job.start_ts, None
                 )
                 for index in node.gpu_indices
             )
-        found.append((job, JobUpdate(job.job_id, job.start_ts, job.end_ts, tuple(rows))))
+        nodes = job.nodes or (gpus.job.nodes if gpus else ())
+        record = JobRecord(
+            job_id=job.job_id,
+            cluster=job.cluster,
+            user=job.user,
+            account=job.account,
+            partition=job.partition,
+            state=job.state,
+            team=team,
+            gpus=job.gpus or (gpus.job.gpus if gpus else 0),
+            hosts=tuple(dict.fromkeys(host_of(node) for node in nodes)),
+            start_ts=job.start_ts,
+            end_ts=job.end_ts,
+        )
+        update = JobUpdate(job.job_id, job.start_ts, job.end_ts, tuple(rows))
+        found.append(_Found(job, update, record))
     return found, sorted(set(mig))
 
 
@@ -255,20 +286,29 @@ def _outputs(
 
 
 class _Plan(NamedTuple):
-    contents: dict[Path, str]  # the files to write, and their new content
+    contents: dict[Path, str]  # the allocation files to write, and their new content
     added: int
     closed: int
     placed: set[tuple[str, dt.datetime]]  # (job id, start) of the jobs with rows
+    job_contents: dict[Path, str]  # the job files to write, and their new content
+    job_records: int  # records added or changed
 
 
-def _plan(config: Config, found: list[tuple[SlurmJob, JobUpdate]]) -> _Plan:
+def _changed(path: Path, text: str) -> bool:
+    return not path.is_file() or path.read_text(encoding="utf-8") != text
+
+
+def _plan(config: Config, found: list[_Found]) -> _Plan:
     """Each day file the updates change, merged with what it holds."""
     by_file: dict[Path, list[JobUpdate]] = {}
-    for job, update in found:
-        path = day_file(config.allocations_dir, job.cluster, update.start_ts)
-        by_file.setdefault(path, []).append(update)
-    plan = _Plan({}, 0, 0, set())
-    added = closed = 0
+    by_job_file: dict[Path, list[JobRecord]] = {}
+    for item in found:
+        path = day_file(config.allocations_dir, item.job.cluster, item.update.start_ts)
+        by_file.setdefault(path, []).append(item.update)
+        path = day_file(config.jobs_dir, item.job.cluster, item.record.start_ts)
+        by_job_file.setdefault(path, []).append(item.record)
+    plan = _Plan({}, 0, 0, set(), {}, 0)
+    added = closed = job_records = 0
     for path, updates in sorted(by_file.items()):
         existing = read_rows(path)
         rows = merge(existing, updates)
@@ -277,9 +317,16 @@ def _plan(config: Config, found: list[tuple[SlurmJob, JobUpdate]]) -> _Plan:
         was_open = {_key(row) for row in existing if row.end_ts is None}
         closed += sum(1 for row in rows if row.end_ts is not None and _key(row) in was_open)
         text = render(rows)
-        if rows and (not path.is_file() or path.read_text(encoding="utf-8") != text):
+        if rows and _changed(path, text):
             plan.contents[path] = text
-    return plan._replace(added=added, closed=closed)
+    for path, seen in sorted(by_job_file.items()):
+        known = read_jobs(path)
+        records = merge_jobs(known, seen)
+        job_records += len(set(records) - set(known))
+        text = render_jobs(records)
+        if records and _changed(path, text):
+            plan.job_contents[path] = text
+    return plan._replace(added=added, closed=closed, job_records=job_records)
 
 
 def import_slurm(
@@ -315,17 +362,23 @@ def import_slurm(
             f"(no sample files under {config.samples_dir} name them; their rows are written "
             f"but attribute nothing): {_some(tuple(sorted(host_of.unknown)))}"
         )
-    for path, text in plan.contents.items():
+    for path, text in (*plan.contents.items(), *plan.job_contents.items()):
         write_text_atomically(path, text)
     if sacct_json is None:
         write_watermark(config.data_dir / "imports" / RECORD_FILE, now)
-    unplaced = [job.job_id for job, u in found if (job.job_id, u.start_ts) not in plan.placed]
+    unplaced = [
+        item.job.job_id
+        for item in found
+        if (item.job.job_id, item.update.start_ts) not in plan.placed
+    ]
     return SlurmImport(
         jobs=len(jobs),
         gpu_jobs=len(found),
         rows_added=plan.added,
         rows_closed=plan.closed,
         files=tuple(plan.contents),
+        job_records=plan.job_records,
+        job_files=tuple(plan.job_contents),
         unplaced=tuple(job_id for job_id in unplaced if job_id not in mig),
         mig=tuple(mig),
         unknown_nodes=tuple(sorted(host_of.unknown)),

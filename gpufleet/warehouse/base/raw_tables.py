@@ -39,9 +39,18 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("power_violation_ns", "bigint"),
     ("mig_enabled", "boolean"),
     ("processes", f"{PROCESS_STRUCT}[]"),
+    ("alloc_job_id", "varchar"),
+    ("alloc_user", "varchar"),
 )
 
 REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
+# The columns sample files gained after the first release, appended in contract order: an
+# older file (or a compacted file of an older release) has none of them and reads as NULL
+# there, and a warehouse of an older release gets them when opened for writing.
+ADDED_SAMPLE_COLUMNS = ("alloc_job_id", "alloc_user")
+# How many of the sample columns (the first ones) the files of a release before
+# ADDED_SAMPLE_COLUMNS hold.
+FIRST_RELEASE_COLUMNS = len(SAMPLE_COLUMNS) - len(ADDED_SAMPLE_COLUMNS)
 # The sample columns as a SELECT or INSERT list, in contract order.
 QUOTED_SAMPLE_COLUMNS = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)
 
@@ -58,6 +67,13 @@ def literal_path(path: str) -> str:
     return path.translate(_GLOB_LITERALS)
 
 
+# A samples_stored of an older release gains the newer columns (NULL in its rows), after
+# load_id: the inserts name their columns.
+_ADD_SAMPLE_COLUMNS = "".join(
+    f'alter table samples_stored add column if not exists "{name}" {dict(SAMPLE_COLUMNS)[name]};\n'
+    for name in ADDED_SAMPLE_COLUMNS
+)
+
 RAW_TABLES_DDL = f"""
 create table if not exists samples_stored (
     {
@@ -68,7 +84,7 @@ create table if not exists samples_stored (
 },
     load_id bigint not null        -- the publish (build_state.generation) that loaded it
 );
-create view if not exists samples as
+{_ADD_SAMPLE_COLUMNS}create view if not exists samples as
 select {QUOTED_SAMPLE_COLUMNS} from samples_stored;
 create table if not exists ref_users (
     "user" varchar not null,
@@ -93,6 +109,20 @@ create table if not exists allocations (
     start_ts timestamptz not null,
     end_ts timestamptz,            -- null: still running
     source_file varchar not null
+);
+create table if not exists slurm_jobs (
+    job_id varchar not null,
+    cluster varchar,
+    "user" varchar,
+    account varchar,
+    partition varchar,
+    state varchar,                 -- sacct's current state (its first flag)
+    team varchar,                  -- the account's team; null: look the user up in ref_users
+    gpus integer,
+    hosts varchar[],               -- the job's nodes as collector host names
+    start_ts timestamptz not null,
+    end_ts timestamptz,            -- null: still running
+    source_file varchar
 );
 create table if not exists loaded_files (
     path varchar primary key,      -- relative to the data directory
@@ -125,6 +155,10 @@ create table if not exists build_state.lake_files (
 -- The publish whose ingest wrote it from the rows it loaded, straight into the lake (its
 -- samples never in samples_stored; a build takes them as new); NULL: a build evicted it.
 alter table build_state.lake_files add column if not exists load_id bigint;
+-- How many of the sample columns (the first ones, in contract order) the file holds: the
+-- others read as NULL from it. NULL: listed by a release before alloc_job_id, whose
+-- compacted files hold the first 24.
+alter table build_state.lake_files add column if not exists sample_columns smallint;
 """
 
 

@@ -38,7 +38,11 @@ from gpufleet.warehouse.build.state import (
     record_full_build,
     samples_load_top,
 )
-from gpufleet.warehouse.lake.samples import evict_built_days, refresh_samples_view
+from gpufleet.warehouse.lake.samples import (
+    evict_built_days,
+    refresh_samples_view,
+    samples_view_is_current,
+)
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 
 
@@ -76,6 +80,11 @@ def build_models(
     order = build_order(models)
     prepare(con, config, sql_dir=sql_dir)
     ensure_state_tables(con)
+    if not samples_view_is_current(con):
+        # A warehouse of an older release: its samples_stored has just gained the newer
+        # columns (`ensure_raw_tables`); the `samples` view the models read lists them too.
+        refresh_samples_view(con, config)
+        apply_table_docs(con, "samples", sql_dir)
     sql_files = [path for path in sql_dir.rglob("*") if path.suffix in (".sql", ".toml")]
     digest = fingerprint(con, model_variables(config), sql_files)
     state = read_state(con)

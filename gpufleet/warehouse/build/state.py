@@ -1,7 +1,8 @@
 """What a build leaves in `build_state` for the next one to decide full or incremental.
 
 The watermark (the last load of `samples_stored` the marts include), the fingerprint of the
-SQL, configuration and reference tables, and the allocations the marts were built with.
+SQL, configuration and reference tables, and the allocations and Slurm job records the marts
+were built with.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ create table if not exists build_state.watermark (
 );
 create table if not exists build_state.allocations_built as
 select job_id, "user", team, host, gpu_index, start_ts, end_ts from allocations limit 0;
+create table if not exists build_state.slurm_jobs_built as
+select job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts
+from slurm_jobs limit 0;
 """
 
-# Allocations are not here: a change in them recomputes the GPUs they cover, incrementally.
+# Allocations and job records are not here: a change in them recomputes the GPUs they cover,
+# incrementally.
 REFERENCE_TABLES = ("ref_users", "ref_hosts", "ref_prices")
 
 ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts'
@@ -38,6 +43,20 @@ ALLOCATION_CHANGES_SQL = f"""
 union all
 (select {ALLOCATION_COLUMNS} from build_state.allocations_built
  except all select {ALLOCATION_COLUMNS} from allocations)
+"""
+
+
+JOB_COLUMNS = (
+    'job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts'
+)
+# The rows of slurm_jobs added, removed or changed since the marts were built (both
+# directions; which file holds a row does not matter).
+JOB_CHANGES_SQL = f"""
+(select {JOB_COLUMNS} from slurm_jobs
+ except all select {JOB_COLUMNS} from build_state.slurm_jobs_built)
+union all
+(select {JOB_COLUMNS} from build_state.slurm_jobs_built
+ except all select {JOB_COLUMNS} from slurm_jobs)
 """
 
 
@@ -106,20 +125,28 @@ def record_full_build(con: duckdb.DuckDBPyConnection, *, top: int, digest: str) 
 
 
 def record_incremental_build(con: duckdb.DuckDBPyConnection, *, top: int) -> None:
-    """After an incremental build: the new watermark, and the allocations built with."""
+    """After an incremental build: the new watermark, and the allocations and job
+    records built with."""
     con.execute("update build_state.watermark set samples_load_id = ?, built_at = now()", [top])
     record_allocations(con)
 
 
 def allocations_changed(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the allocations differ from those the marts were built with."""
-    row = con.execute(f"select count(*) from ({ALLOCATION_CHANGES_SQL})").fetchone()
+    """Whether the allocations or the Slurm job records differ from those the marts were
+    built with."""
+    row = con.execute(
+        f"select (select count(*) from ({ALLOCATION_CHANGES_SQL}))"
+        f" + (select count(*) from ({JOB_CHANGES_SQL}))"
+    ).fetchone()
     return bool(row and row[0])
 
 
 def record_allocations(con: duckdb.DuckDBPyConnection) -> None:
-    """The allocations the marts are now built with (the next build diffs against them)."""
+    """The allocations and job records the marts are now built with (the next build diffs
+    against them)."""
     con.execute("delete from build_state.allocations_built")
     con.execute(
         f"insert into build_state.allocations_built select {ALLOCATION_COLUMNS} from allocations"
     )
+    con.execute("delete from build_state.slurm_jobs_built")
+    con.execute(f"insert into build_state.slurm_jobs_built select {JOB_COLUMNS} from slurm_jobs")

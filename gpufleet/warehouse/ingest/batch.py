@@ -74,7 +74,7 @@ def create_existing_view(
             paths += ahead.paths_between(first, last, gpus)
     con.execute(
         "create or replace temp view _ingest_existing as "
-        + samples_sql(paths, columns="gpu_uuid, ts")
+        + samples_sql(paths, columns=("gpu_uuid", "ts"))
     )
 
 

@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
-from gpufleet.warehouse.ingest.schemas import one_line, schema_problem
+from gpufleet.warehouse.ingest.schemas import TEXT_FROM_INTEGERS, one_line, schema_problem
 
 _ARROW_SCHEMA_KEY = "ARROW:schema"
 _VERSION_KEY = "gpufleet.collector_version"
@@ -128,12 +128,15 @@ def reads_without_loss(name: str, source: pl.DataType, target: pl.DataType) -> b
     """Whether polars casts a column read as `source` to its contract type `target` with no
     loss but that of values that do not fit (which the read checks): any time zone's
     timestamps to UTC, dictionary text to text, any number to a float, any integer to an
-    integer. (The type rules have refused the rest already.)"""
+    integer, and to its decimal text where the rules allow (`TEXT_FROM_INTEGERS`). (The
+    type rules have refused the rest already.)"""
     if source == target:
         return True
     if name == "ts":
         return isinstance(source, pl.Datetime) and source.time_zone is not None
     if target == pl.String:
+        if name in TEXT_FROM_INTEGERS and source.is_integer():
+            return True
         return isinstance(source, pl.Categorical | pl.Enum)
     if target.is_float():
         return source.is_numeric()

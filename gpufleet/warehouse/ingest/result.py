@@ -26,6 +26,7 @@ class IngestResult:
     host_rules: int = 0
     price_rules: int = 0
     allocations: int = 0
+    slurm_jobs: int = 0  # rows of slurm_jobs (raw/jobs/*.csv)
 
     references_changed: bool = False  # a reference or allocation row differs from before
     warnings: tuple[str, ...] = ()  # about edited compacted files and the reference files
@@ -48,6 +49,7 @@ class IngestResult:
             f"{len(self.quarantined):,} quarantined; "
             f"refs: {self.users:,} users, {self.host_rules:,} host rules, "
             f"{self.price_rules:,} price rules, {self.allocations:,} allocations"
+            + (f", {self.slurm_jobs:,} Slurm jobs" if self.slurm_jobs else "")
         )
         lines = [line]
         if self.step_seconds:

@@ -22,7 +22,8 @@ from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.lake.compact import compact_completed_days
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
-from gpufleet.warehouse.refs.read import read_references, stray_host_teams
+from gpufleet.warehouse.refs.listing import read_references
+from gpufleet.warehouse.refs.read import stray_host_teams
 from gpufleet.warehouse.refs.records import HOSTS_FILE, References
 from gpufleet.warehouse.refs.tables import published_allocation_files, replace_references
 
@@ -116,6 +117,7 @@ def load_warehouse(
             loaded = time.perf_counter()
             references_changed = replace_references(con, references)
             allocations = con.execute("select count(*) from allocations").fetchone()
+            slurm_jobs = con.execute("select count(*) from slurm_jobs").fetchone()
             allocation_teams = con.execute(
                 "select distinct team from allocations where team is not null"
             ).fetchall()
@@ -162,6 +164,7 @@ def load_warehouse(
         host_rules=len(references.hosts),
         price_rules=len(references.prices),
         allocations=int(allocations[0]) if allocations else 0,
+        slurm_jobs=int(slurm_jobs[0]) if slurm_jobs else 0,
         references_changed=references_changed,
         warnings=(*listing.warnings, *stray),
         compaction=compaction,

@@ -28,10 +28,16 @@ _FLOAT_TYPES = frozenset({"FLOAT", "DOUBLE"})
 _TZ_TIMESTAMP_TYPES = frozenset({"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"})
 CONTRACT_TYPES = dict(SAMPLE_COLUMNS)
 _RESERVED_COLUMNS = ("file_index", "file_row_number")  # read_parquet's virtual columns
+# Text columns that may come as integers (a foreign writer's Slurm job ids): they load as
+# their decimal text, which loses nothing.
+TEXT_FROM_INTEGERS = frozenset({"alloc_job_id"})
 
 
-def _accepts(target: str, source: str) -> bool:
-    """Whether a file column of DuckDB type `source` may load into contract type `target`."""
+def _accepts(name: str, target: str, source: str) -> bool:
+    """Whether a file column `name` of DuckDB type `source` may load into contract type
+    `target`."""
+    if name in TEXT_FROM_INTEGERS and source in _INTEGER_TYPES:
+        return True
     if target == "timestamptz":
         return source in _TZ_TIMESTAMP_TYPES
     if target == "float":
@@ -57,7 +63,7 @@ def schema_problem(columns: dict[str, str]) -> str | None:
             return f"missing required column '{name}'"
     for name, target in SAMPLE_COLUMNS:
         source = columns.get(name)
-        if source is not None and not _accepts(target, source):
+        if source is not None and not _accepts(name, target, source):
             return f"column '{name}' is {source}, expected {target.upper()}"
     return None
 

@@ -39,7 +39,8 @@ from gpufleet.warehouse.ingest.values import time_window, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
-_UNCHECKED = frozenset({"gpu_name", "processes"})  # the columns no rule looks at
+# The columns no rule looks at.
+_UNCHECKED = frozenset({"gpu_name", "processes", "alloc_job_id", "alloc_user"})
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError)
 _SLICE = "_ingest_slice"
 _INSERT_SQL = f"""

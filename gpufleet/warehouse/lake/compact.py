@@ -262,13 +262,15 @@ def _record(
             return
         con.execute(
             """
-            insert into build_state.lake_files (path, day, row_count, evicted_at, load_id)
-            select path, compacted.day, row_count, now(), $load_id
+            insert into build_state.lake_files
+                (path, day, row_count, evicted_at, load_id, sample_columns)
+            select path, compacted.day, row_count, now(), $load_id, $held
             from loaded_files
             inner join (select distinct new, day from _compacted where "join") as compacted
                 on compacted.new = loaded_files.path
             """,
-            {"load_id": current_generation(con)},
+            # Written from the load's rows, in this release's columns (`write_compacted`).
+            {"load_id": current_generation(con), "held": len(SAMPLE_COLUMNS)},
         )
     finally:
         con.unregister("_compacted")

@@ -1,4 +1,5 @@
-"""Reading and validating the reference files (ref/*.csv) and the allocations.
+"""Reading and validating one reference file (ref/*.csv) or allocation file; the Slurm job
+records are read in `jobs.py`, and `listing.py` lists the files and reads what changed.
 
 Every file is validated completely before anything is written, so a bad file fails the
 ingest with one line naming the file, the line and the problem, and changes nothing.
@@ -10,10 +11,10 @@ stripped and an empty cell is NULL; timestamps are ISO-8601 with an offset
 (gpufleet/addresses.py); a missing file is an empty table, as is a file with no content
 at all.
 
-An allocation file is read again only when its size or modification time differs from
-those it had when the warehouse last read it (`build_state.allocation_files`, as
-`loaded_files` does for the sample files): a scheduler writes a file a day, and the
-15-minute cycle would otherwise parse weeks of them each time.
+An allocation or job file is read again only when its size or modification time differs
+from those it had when the warehouse last read it (`build_state.allocation_files`, as
+`loaded_files` does for the sample files, `listing.py`): a scheduler writes a file a day,
+and the 15-minute cycle would otherwise parse weeks of them each time.
 """
 
 from __future__ import annotations
@@ -21,27 +22,21 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpufleet.addresses import is_address, same_address, split_addresses
-from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.refs.records import (
     ALLOCATIONS_COLUMNS,
     HOSTS_COLUMNS,
-    HOSTS_FILE,
     PRICES_COLUMNS,
-    PRICES_FILE,
     TEAMS_COLUMNS,
-    TEAMS_FILE,
     TEAMS_OPTIONAL,
     USERS_COLUMNS,
-    USERS_FILE,
     USERS_OPTIONAL,
     Allocation,
-    AllocationFile,
     HostRule,
     PriceRule,
     References,
@@ -316,48 +311,3 @@ def read_allocations(
 
 def _visible(path: Path) -> bool:
     return not path.name.startswith((".", "_"))
-
-
-def read_references(
-    config: Config, *, known: Mapping[str, tuple[int, int]] | None = None
-) -> References:
-    """Read and validate every reference file; missing files give empty tables. An
-    allocation file whose (size, mtime_ns) is `known[its source]` is listed, not read."""
-    known = known or {}
-    ref_dir = config.ref_dir
-    users_path, teams_path, hosts_path, prices_path = (
-        ref_dir / USERS_FILE,
-        ref_dir / TEAMS_FILE,
-        ref_dir / HOSTS_FILE,
-        ref_dir / PRICES_FILE,
-    )
-    allocation_paths = (
-        sorted(p for p in config.allocations_dir.glob("*.csv") if _visible(p) and p.is_file())
-        if config.allocations_dir.is_dir()
-        else []
-    )
-    allocations: list[Allocation] = []
-    listed: list[AllocationFile] = []
-    unread: set[str] = set()
-    for path in allocation_paths:
-        try:
-            stat = path.stat()  # before the read: a file changed during it is read again
-        except OSError as exc:
-            raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        file = AllocationFile(
-            path.relative_to(config.data_dir).as_posix(), path, stat.st_size, stat.st_mtime_ns
-        )
-        listed.append(file)
-        if known.get(file.source) == file.signature:
-            unread.add(file.source)
-        else:
-            allocations.extend(read_allocations(path, file.source))
-    return References(
-        users=read_users(users_path) if users_path.is_file() else (),
-        teams=read_teams(teams_path) if teams_path.is_file() else (),
-        hosts=read_hosts(hosts_path) if hosts_path.is_file() else (),
-        prices=read_prices(prices_path) if prices_path.is_file() else (),
-        allocations=tuple(allocations),
-        allocation_files=tuple(listed),
-        unread=frozenset(unread),
-    )

@@ -1,7 +1,7 @@
 """The reference files' names and columns, and the records their rows become.
 
-`References` holds everything in ref/ and raw/allocations/, validated (`read.py` reads it;
-`tables.py` writes it into the warehouse).
+`References` holds everything in ref/, raw/allocations/ and raw/jobs/, validated (`read.py`
+reads it; `tables.py` writes it into the warehouse).
 """
 
 from __future__ import annotations
@@ -23,6 +23,20 @@ TEAMS_OPTIONAL = ("cc",)
 HOSTS_COLUMNS = ("host_glob", "team")
 PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
 ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+# raw/jobs/*.csv: `gpufleet import slurm` writes every column; a site's own export needs
+# only a job's id and start.
+JOBS_COLUMNS = ("job_id", "start_ts")
+JOBS_OPTIONAL = (
+    "cluster",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "team",
+    "gpus",
+    "hosts",
+    "end_ts",
+)
 
 
 class UserTeam(NamedTuple):
@@ -61,8 +75,26 @@ class Allocation(NamedTuple):
     source_file: str  # relative to the data directory
 
 
+class SlurmJobRecord(NamedTuple):
+    """One row of raw/jobs/*.csv: a Slurm job that held GPUs (a row of `slurm_jobs`)."""
+
+    job_id: str
+    cluster: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+    team: str | None  # None: look the user up in users.csv
+    gpus: int | None
+    hosts: tuple[str, ...] | None  # collector host names; None: not given
+    start_ts: dt.datetime
+    end_ts: dt.datetime | None  # None: still running
+    source_file: str  # relative to the data directory
+
+
 class AllocationFile(NamedTuple):
-    """One raw/allocations/*.csv file as listed, before its rows were read."""
+    """One raw/allocations/*.csv or raw/jobs/*.csv file as listed, before its rows were
+    read."""
 
     source: str  # relative to the data directory, as in allocations.source_file
     path: Path
@@ -76,8 +108,9 @@ class AllocationFile(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class References:
-    """Everything in ref/ and raw/allocations/, validated; the rows of the allocation files
-    in `unread` were not read (the warehouse has them: `read_references`' `known`)."""
+    """Everything in ref/, raw/allocations/ and raw/jobs/, validated; the rows of the
+    allocation and job files in `unread` were not read (the warehouse has them:
+    `read_references`' `known`)."""
 
     users: tuple[UserTeam, ...] = ()
     teams: tuple[TeamContact, ...] = ()
@@ -85,4 +118,6 @@ class References:
     prices: tuple[PriceRule, ...] = ()
     allocations: tuple[Allocation, ...] = ()
     allocation_files: tuple[AllocationFile, ...] = ()
+    jobs: tuple[SlurmJobRecord, ...] = ()
+    job_files: tuple[AllocationFile, ...] = ()
     unread: frozenset[str] = frozenset()

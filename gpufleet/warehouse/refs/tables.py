@@ -1,17 +1,18 @@
-"""Writing the reference tables and allocations into the warehouse.
+"""Writing the reference tables, allocations and Slurm job records into the warehouse.
 
 `replace_references` replaces each table's rows with a file's, and says whether a row the
 models read changed. The contacts (users' addresses, teams' leads) are kept in tables of
 their own, `ref_user_emails` and `ref_teams`: the models never read them, so a changed
 address neither changes `ref_users` nor makes the next build a full one. The size and
-modification time each allocation file had when read are kept in
+modification time each allocation and job file had when read are kept in
 `build_state.allocation_files`, so that an unchanged file is not read again.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -21,12 +22,14 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.table_docs import TableDoc, document
 from gpufleet.warehouse.publish.read_only import connect_read_only
+from gpufleet.warehouse.refs.jobs import read_jobs
 from gpufleet.warehouse.refs.read import read_allocations
-from gpufleet.warehouse.refs.records import References
+from gpufleet.warehouse.refs.records import AllocationFile, References
 
 
 def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
-    """(size, mtime_ns) of each allocation file as the published warehouse last read it,
+    """(size, mtime_ns) of each allocation and job file as the published warehouse last
+    read it,
     for `read_references(known=...)`; empty when there is no warehouse (or none readable:
     every file is read then, as on the first ingest)."""
     if not config.warehouse_path.is_file():
@@ -71,6 +74,22 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
             ("team", pa.string()),
             ("host", pa.string()),
             ("gpu_index", pa.uint16()),
+            ("start_ts", _TS),
+            ("end_ts", _TS),
+            ("source_file", pa.string()),
+        ]
+    ),
+    "slurm_jobs": pa.schema(
+        [
+            ("job_id", pa.string()),
+            ("cluster", pa.string()),
+            ("user", pa.string()),
+            ("account", pa.string()),
+            ("partition", pa.string()),
+            ("state", pa.string()),
+            ("team", pa.string()),
+            ("gpus", pa.int32()),
+            ("hosts", pa.list_(pa.string())),
             ("start_ts", _TS),
             ("end_ts", _TS),
             ("source_file", pa.string()),
@@ -165,33 +184,64 @@ create table if not exists build_state.allocation_files (
 """
 
 
-def _replace_allocations(con: duckdb.DuckDBPyConnection, references: References) -> bool:
-    """Make `allocations` the rows of the files listed: the files not read keep their rows
-    when this warehouse read them at the same (size, mtime) (else they are read now: another
+def _replace_listed(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    rows: Sequence[tuple[Any, ...]],
+    files: Sequence[AllocationFile],
+    unread: frozenset[str],
+    stored: dict[str, tuple[int, int]],
+    read: Callable[[Path, str], Sequence[tuple[Any, ...]]],
+) -> bool:
+    """Make `table` the rows of the `files` listed: the files not read keep their rows when
+    this warehouse read them at the same (size, mtime) (else they are read now: another
     ingest published in between); every other row is replaced. True if any row changed."""
-    con.execute(ALLOCATION_FILES_DDL)
-    stored = _allocation_files(con)
-    rows = list(references.allocations)
+    rows = list(rows)
     kept: list[str] = []
-    for file in references.allocation_files:
-        if file.source not in references.unread:
+    for file in files:
+        if file.source not in unread:
             continue
         if stored.get(file.source) == file.signature:
             kept.append(file.source)
         else:
-            rows.extend(read_allocations(file.path, file.source))
+            rows.extend(read(file.path, file.source))
     con.execute("create or replace temp table _kept_sources (source_file varchar)")
     try:
         con.execute("insert into _kept_sources select unnest(?::varchar[])", [kept])
-        changed = _replace_table(
-            con,
-            "allocations",
-            rows,
-            keep="source_file in (select source_file from _kept_sources)",
+        return _replace_table(
+            con, table, rows, keep="source_file in (select source_file from _kept_sources)"
         )
     finally:
         con.execute("drop table temp._kept_sources")
-    listed = {file.source: file.signature for file in references.allocation_files}
+
+
+def _replace_scheduler_files(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+    """Make `allocations` and `slurm_jobs` the rows of the files listed, and record each
+    file's (size, mtime) in build_state.allocation_files. True if any row changed."""
+    con.execute(ALLOCATION_FILES_DDL)
+    stored = _allocation_files(con)
+    changed = _replace_listed(
+        con,
+        "allocations",
+        references.allocations,
+        references.allocation_files,
+        references.unread,
+        stored,
+        read_allocations,
+    )
+    changed |= _replace_listed(
+        con,
+        "slurm_jobs",
+        references.jobs,
+        references.job_files,
+        references.unread,
+        stored,
+        read_jobs,
+    )
+    listed = {
+        file.source: file.signature
+        for file in (*references.allocation_files, *references.job_files)
+    }
     if stored != listed:
         con.execute("delete from build_state.allocation_files")
         con.execute(
@@ -203,13 +253,13 @@ def _replace_allocations(con: duckdb.DuckDBPyConnection, references: References)
 
 
 def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
-    """Replace ref_users, ref_hosts, ref_prices and allocations, and the contacts; True if a
-    row the models read changed (a changed address needs no build)."""
+    """Replace ref_users, ref_hosts, ref_prices, allocations and slurm_jobs, and the
+    contacts; True if a row the models read changed (a changed address needs no build)."""
     changed = [
         _replace_table(con, "ref_users", references.users),
         _replace_table(con, "ref_hosts", references.hosts),
         _replace_table(con, "ref_prices", references.prices),
-        _replace_allocations(con, references),
+        _replace_scheduler_files(con, references),
     ]
     ensure_contact_tables(con)
     emails = [(user.user, user.email) for user in references.users if user.email is not None]

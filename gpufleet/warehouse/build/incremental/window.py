@@ -1,18 +1,25 @@
 """The slice an incremental build recomputes: the new samples, the cut and the window.
 
-Temp tables `_inc_series` (series with new samples or changed allocations, from `since_ts`
-on), `_inc_samples` (what `stg_samples` reads), `_inc_cut` (each series' local hour to
-replace from) and `_inc_window` (the per-sample rows from the cut on). `docs/warehouse.md`
-explains why these bounds suffice.
+Temp tables `_inc_series` (series with new samples, changed allocations or changed Slurm
+job records, from `since_ts` on), `_inc_samples` (what `stg_samples` reads), `_inc_cut`
+(each series' local hour to replace from) and `_inc_window` (the per-sample rows from the
+cut on). `docs/warehouse.md` explains why these bounds suffice.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
 import duckdb
 
 from gpufleet.config import Config
-from gpufleet.warehouse.build.state import ALLOCATION_CHANGES_SQL
-from gpufleet.warehouse.lake.samples import create_samples_since, lake_source
+from gpufleet.warehouse.build.state import ALLOCATION_CHANGES_SQL, JOB_CHANGES_SQL
+from gpufleet.warehouse.lake.samples import create_samples_since, lake_source, stored_held
+
+# A job's samples may carry its id a little before the start slurmdbd records: the node's
+# clock and the controller's differ (and a sample before every record of its job takes the
+# team of one of them). A changed job record recomputes its GPUs from this long before.
+JOB_CLOCK_SKEW = dt.timedelta(hours=1)
 
 
 def from_cut(rows: str) -> str:
@@ -26,11 +33,14 @@ def from_cut(rows: str) -> str:
 def select_new_samples(
     con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int
 ) -> None:
-    """_inc_series (series with new samples, or whose allocations changed) and _inc_samples
-    (what stg_samples reads).
+    """_inc_series (series with new samples, or whose allocations or jobs changed) and
+    _inc_samples (what stg_samples reads).
 
-    A series' `since_ts` is its first new sample, or its first sample after the start of an
-    allocation added, removed or changed on its host and GPU index, whichever is earlier.
+    A series' `since_ts` is the earliest of: its first new sample; its first sample after
+    the start of an allocation added, removed or changed on its host and GPU index; its
+    first sample from the start (less JOB_CLOCK_SKEW) of a Slurm job record added, removed
+    or changed on one of the job's hosts (every host when the record names none), or that
+    names the job (alloc_job_id, a process's job id) wherever it is.
     """
     _create_series(con, config, after=after, top=top)
     _create_samples(con, config)
@@ -44,10 +54,91 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
         {ALLOCATION_CHANGES_SQL}
         """
     )
-    # Samples from the earliest allocation change on, and from the earliest sample a series'
-    # first new one can be contiguous with: samples_stored and the lake's files of those days.
-    row = con.execute("select min(start_ts) from _inc_allocation_changes").fetchone()
-    create_samples_since(con, config, "_inc_allocation_samples", row[0] if row else None)
+    try:
+        jobs = _job_changes(con)
+        # Samples from the earliest allocation or job change on, and from the earliest
+        # sample a series' first new one can be contiguous with: samples_stored and the
+        # lake's files of those days.
+        row = con.execute(
+            "select least((select min(start_ts) from _inc_allocation_changes), $jobs)",
+            {"jobs": jobs},
+        ).fetchone()
+        create_samples_since(con, config, "_inc_allocation_samples", row[0] if row else None)
+        _create_series_table(con, config, after=after, top=top, jobs=jobs is not None)
+    finally:
+        for table in ("_inc_job_changes", "_inc_job_hosts"):
+            con.execute(f"drop table if exists temp.{table}")
+
+
+def _job_changes(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    """_inc_job_changes (job_id, hosts, since_ts) of the Slurm job records changed since
+    the last build, and _inc_job_hosts (host, since_ts) of those that name hosts; the
+    earliest since_ts, or None when none changed."""
+    con.execute(
+        f"""
+        create or replace temp table _inc_job_changes as
+        select job_id, hosts, start_ts - to_microseconds($skew) as since_ts,
+        from ({JOB_CHANGES_SQL})
+        """,
+        {"skew": int(JOB_CLOCK_SKEW.total_seconds() * 1_000_000)},
+    )
+    row = con.execute("select min(since_ts) from _inc_job_changes").fetchone()
+    if row is None or row[0] is None:
+        return None
+    con.execute(
+        """
+        create or replace temp table _inc_job_hosts as
+        select host, min(since_ts) as since_ts,
+        from (select unnest(hosts) as host, since_ts, from _inc_job_changes)
+        group by host
+        """
+    )
+    return row[0]
+
+
+# The series of the samples that a changed job record can attribute, each from its first
+# such sample: on the job's hosts (on every host for a record that names none), and those
+# naming the job (the collector's alloc_job_id, a process's job id) wherever they are.
+_JOB_SERIES_SQL = """
+            union all
+            select samples.gpu_uuid, min(samples.ts), null,
+                arg_min(samples.interval_s, samples.ts), 0,
+            from _inc_allocation_samples as samples
+            inner join _inc_job_hosts as job
+                on job.host = samples.host and samples.ts >= job.since_ts
+            where samples.ts >= (select min(since_ts) from _inc_job_hosts)
+            group by samples.gpu_uuid
+            union all
+            select gpu_uuid, min(ts), null, arg_min(interval_s, ts), 0,
+            from _inc_allocation_samples
+            where ts >= (
+                select min(since_ts) from _inc_job_changes where coalesce(len(hosts), 0) = 0
+            )
+            group by gpu_uuid
+            union all
+            select named.gpu_uuid, min(named.ts), null, arg_min(named.interval_s, named.ts), 0,
+            from (
+                select gpu_uuid, ts, interval_s, alloc_job_id as job_id,
+                from _inc_allocation_samples
+                where ts >= (select min(since_ts) from _inc_job_changes)
+                    and alloc_job_id is not null
+                union all
+                select
+                    gpu_uuid,
+                    ts,
+                    interval_s,
+                    unnest(list_transform(processes, lambda process: process.job_id)),
+                from _inc_allocation_samples
+                where ts >= (select min(since_ts) from _inc_job_changes) and len(processes) > 0
+            ) as named
+            inner join _inc_job_changes as job
+                on job.job_id = named.job_id and named.ts >= job.since_ts
+            group by named.gpu_uuid"""
+
+
+def _create_series_table(
+    con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int, jobs: bool
+) -> None:
     con.execute(
         f"""
         create or replace temp table _inc_series as
@@ -76,6 +167,7 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
                 and samples.ts > allocation.start_ts
             where samples.ts > (select min(start_ts) from _inc_allocation_changes)
             group by samples.gpu_uuid
+            {_JOB_SERIES_SQL if jobs else ""}
         )
         select
             gpu_uuid,
@@ -99,16 +191,18 @@ def _new_lake_series(
     """SQL (`union all` ...) of each series' new samples in the files that ingests after
     `after` put straight into the lake, as `_create_series` counts them; '' if none."""
     rows = con.execute(
-        "select path from build_state.lake_files where load_id > $after and load_id <= $top",
+        "select path, sample_columns from build_state.lake_files"
+        " where load_id > $after and load_id <= $top",
         {"after": after, "top": top},
     ).fetchall()
     if not rows:
         return ""
     root = config.data_dir.absolute()
+    files = {str(root / path): stored_held(held) for path, held in rows}
     return f"""
             union all
             select gpu_uuid, min(ts), max(gpu_name), max(interval_s), count(*),
-            from ({lake_source(str(root / path) for (path,) in rows)})
+            from ({lake_source(files)})
             group by gpu_uuid"""
 
 

@@ -1,0 +1,237 @@
+-- materialized: view
+-- One row per job and GPU model (docs/reference.md#job-efficiency): what the job was
+-- allocated, what its samples show it used, its idle and waste time and cost, peak memory
+-- and energy. Every job with attributed samples or allocation rows; the measures are
+-- team_daily's over the job's samples of that model, so summed over jobs they equal
+-- team_daily's over the samples with a job. A view over small persistent tables (the
+-- build's temp macros and models are gone when it is read): gpu_hourly and run_pieces are
+-- grouped by job, the waste cost is each waste piece's share of its episode's waste_usd
+-- (no price lookup here), and the Slurm and allocation facts are read from the raw tables.
+with hours as (
+    select * from gpu_hourly
+),
+
+pieces as (
+    select * from run_pieces
+),
+
+episodes as (
+    select * from idle_episodes
+),
+
+allocation_rows as (
+    select * from allocations
+),
+
+slurm_job_rows as (
+    select * from slurm_jobs
+),
+
+reference_users as (
+    select * from ref_users
+),
+
+job_hours as (
+    select * from hours
+    where job_id is not null
+),
+
+people as (
+    -- the team and user the job's samples of the model were attributed to (one per job in
+    -- practice; else the one with the most hours)
+    select
+        job_id,
+        gpu_name,
+        team,
+        "user",
+        sum(observed_s) as observed_s,
+    from job_hours
+    group by all
+),
+
+sample_people as (
+    select
+        job_id,
+        gpu_name,
+        arg_max(team, {'observed_s': observed_s, 'team': team}) as team,
+        arg_max("user", {'observed_s': observed_s, 'user': "user"})
+            filter (where "user" is not null) as "user",
+    from people
+    group by all
+),
+
+sample_sums as (
+    select
+        job_id,
+        gpu_name,
+        sum(observed_s) as observed_s,
+        sum(utilization_s) as utilization_s,
+        sum(busy_s) as busy_s,
+        sum(idle_s) as idle_s,
+        sum(energy_j) as energy_j,
+        sum(allocated_s) as allocated_s,
+        max(max_mem_used_bytes) as max_mem_used_bytes,
+        max(mem_total_bytes) as mem_total_bytes,
+        count(distinct gpu_uuid) as gpus,
+        min(first_ts) as first_ts,
+        max(last_ts) as last_ts,
+    from job_hours
+    group by all
+),
+
+last_samples as (
+    select
+        job_id,
+        max(last_ts) as last_ts,
+    from job_hours
+    group by all
+),
+
+waste_sums as (
+    -- the job's pieces of waste episodes; each piece's share of its episode's cost
+    select
+        pieces.first_job_id as job_id,
+        pieces.gpu_name,
+        sum(pieces.seconds) as waste_s,
+        sum(episodes.waste_usd * pieces.seconds / episodes.idle_seconds) as waste_usd,
+    from pieces
+    inner join episodes
+        on episodes.gpu_uuid = pieces.gpu_uuid
+        and episodes.episode_id = (hash(pieces.gpu_uuid, pieces.idle_run_start_ts) >> 1)::bigint
+    where pieces.idle_run_start_ts is not null
+        and pieces.first_job_id is not null
+        and episodes.is_waste
+    group by all
+),
+
+job_allocations as (
+    -- empty CSV cells are null, as the build reads them (stg_allocations)
+    select
+        nullif(trim(job_id), '') as job_id,
+        nullif(trim("user"), '') as "user",
+        nullif(trim(team), '') as team,
+        host,
+        gpu_index,
+        start_ts,
+        end_ts,
+    from allocation_rows
+    where nullif(trim(job_id), '') is not null
+),
+
+allocation_sums as (
+    -- an open row counts up to the job's last sample (none: 0)
+    select
+        job_allocations.job_id,
+        count(distinct (job_allocations.host, job_allocations.gpu_index)) as gpus,
+        sum(
+            greatest(
+                coalesce(
+                    epoch(
+                        coalesce(job_allocations.end_ts, last_samples.last_ts)
+                        - job_allocations.start_ts
+                    ),
+                    0
+                ),
+                0
+            )
+        ) / 3600 as alloc_gpu_hours,
+        min(job_allocations.start_ts) as start_ts,
+        case when bool_and(job_allocations.end_ts is not null) then max(job_allocations.end_ts) end
+            as end_ts,
+        arg_max(job_allocations."user", job_allocations.start_ts)
+            filter (where job_allocations."user" is not null) as "user",
+        arg_max(job_allocations.team, job_allocations.start_ts)
+            filter (where job_allocations.team is not null) as team,
+    from job_allocations
+    left join last_samples on last_samples.job_id = job_allocations.job_id
+    group by all
+),
+
+latest_slurm_jobs as (
+    -- a requeued job's latest start
+    select
+        trim(job_id) as job_id,
+        arg_max(
+            {
+                'cluster': nullif(trim(cluster), ''),
+                'user': nullif(trim("user"), ''),
+                'account': nullif(trim(account), ''),
+                'partition': nullif(trim(partition), ''),
+                'state': nullif(trim(state), ''),
+                'team': nullif(trim(team), ''),
+                'start_ts': start_ts,
+                'end_ts': end_ts,
+            },
+            {'start_ts': start_ts, 'cluster': cluster}
+        ) as job,
+    from slurm_job_rows
+    group by all
+),
+
+keys as (
+    select job_id, gpu_name, from sample_sums
+    union all
+    select job_id, null as gpu_name, from allocation_sums
+    where job_id not in (select job_id from sample_sums)
+),
+
+final as (
+    select
+        keys.job_id,
+        keys.gpu_name,
+        latest_slurm_jobs.job.cluster,
+        coalesce(
+            latest_slurm_jobs.job."user", allocation_sums."user", sample_people."user"
+        ) as "user",
+        coalesce(
+            sample_people.team,
+            latest_slurm_jobs.job.team,
+            allocation_sums.team,
+            reference_users.team,
+            '(unmapped)'
+        ) as team,
+        latest_slurm_jobs.job.account,
+        latest_slurm_jobs.job.partition,
+        latest_slurm_jobs.job.state,
+        case
+            when latest_slurm_jobs.job_id is not null then latest_slurm_jobs.job.start_ts
+            when allocation_sums.job_id is not null then allocation_sums.start_ts
+            else sample_sums.first_ts
+        end as start_ts,
+        case
+            when latest_slurm_jobs.job_id is not null then latest_slurm_jobs.job.end_ts
+            when allocation_sums.job_id is not null then allocation_sums.end_ts
+            else sample_sums.last_ts
+        end as end_ts,
+        coalesce(allocation_sums.gpus, sample_sums.gpus, 0) as gpus,
+        case
+            when allocation_sums.job_id is not null then allocation_sums.alloc_gpu_hours
+            when sample_sums.allocated_s > 0 then sample_sums.allocated_s / 3600
+        end as alloc_gpu_hours,
+        coalesce(sample_sums.observed_s, 0) / 3600 as gpu_hours,
+        coalesce(sample_sums.busy_s, 0) / 3600 as busy_gpu_hours,
+        100 * sample_sums.busy_s / nullif(sample_sums.utilization_s, 0) as avg_util_pct,
+        coalesce(sample_sums.idle_s, 0) / 3600 as idle_gpu_hours,
+        coalesce(waste_sums.waste_s, 0) / 3600 as waste_gpu_hours,
+        coalesce(waste_sums.waste_usd, 0.0) as waste_usd,
+        sample_sums.max_mem_used_bytes,
+        sample_sums.mem_total_bytes,
+        sample_sums.energy_j / 3.6e6 as energy_kwh,
+    from keys
+    left join sample_sums
+        on sample_sums.job_id = keys.job_id
+        and sample_sums.gpu_name is not distinct from keys.gpu_name
+    left join sample_people
+        on sample_people.job_id = keys.job_id
+        and sample_people.gpu_name is not distinct from keys.gpu_name
+    left join waste_sums
+        on waste_sums.job_id = keys.job_id
+        and waste_sums.gpu_name is not distinct from keys.gpu_name
+    left join allocation_sums on allocation_sums.job_id = keys.job_id
+    left join latest_slurm_jobs on latest_slurm_jobs.job_id = keys.job_id
+    left join reference_users
+        on reference_users."user"
+        = coalesce(latest_slurm_jobs.job."user", allocation_sums."user")
+)
+
+select * from final

@@ -1,0 +1,25 @@
+-- materialized: temp_view
+-- The Slurm jobs `gpufleet import slurm` recorded (raw/jobs/*.csv), one row per job and
+-- start (a requeued job starts again under the same id); empty text becomes null (an empty
+-- team means: look the user up in users.csv).
+with source as (
+    select * from slurm_jobs
+),
+
+final as (
+    select
+        trim(job_id) as job_id,
+        nullif(trim(cluster), '') as cluster,
+        nullif(trim("user"), '') as "user",
+        nullif(trim(account), '') as account,
+        nullif(trim(partition), '') as partition,
+        nullif(trim(state), '') as state,
+        nullif(trim(team), '') as team,
+        gpus,
+        hosts,
+        start_ts,
+        end_ts,
+    from source
+)
+
+select * from final
