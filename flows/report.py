@@ -8,15 +8,26 @@ from collections.abc import Sequence
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 
 from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
 from gpufleet.reports.run import ReportResult, ReportSteps, run_report, send_report
 from gpufleet.reports.sent_log import Sending
 from gpufleet.reports.team import TeamEmail, send_team_emails, write_team_emails
 from gpufleet.reports.weekly import ReportFiles, write_report
 
 ARTIFACT_KEY = "gpufleet-weekly-report"
-__all__ = ["ARTIFACT_KEY", "ReportResult", "report_flow"]
+__all__ = ["ARTIFACT_KEY", "RecipientsRefused", "ReportResult", "report_flow"]
+
+
+class RecipientsRefused(GpufleetError):
+    """The SMTP server refused some recipients (the others got their email): the flow run
+    fails with this, and `result` is what the run did, for the command to print."""
+
+    def __init__(self, result: ReportResult) -> None:
+        super().__init__("; ".join(result.failures))
+        self.result = result
 
 
 @task(name="write-report", cache_policy=NO_CACHE)
@@ -74,7 +85,11 @@ def report_flow(
     """Render one week's report (default: the last complete week) and email it on request;
     with `per_team`, also each team's email to its lead (ref/teams.csv)."""
     config = load_config(config_path=config_path, data_dir=data_dir)
-    return run_report(config, week, send=send, per_team=per_team, steps=TASKS)
+    result = run_report(config, week, send=send, per_team=per_team, steps=TASKS)
+    if result.failures:  # refused recipients: the others went out, and the run fails visibly
+        refused = RecipientsRefused(result)
+        return Failed(message=str(refused), data=refused)  # type: ignore[return-value]
+    return result
 
 
 if __name__ == "__main__":

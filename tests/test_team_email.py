@@ -355,3 +355,27 @@ def test_the_users_beyond_the_top_ones_are_summed_in_one_row(
     assert "user dora" not in text.split("COSTLIEST")[0]
     html = _html(read_message(vision.path))
     assert '<tr class="others">' in html and "1 more users and jobs" in html
+
+
+def test_the_flow_run_fails_when_a_recipient_is_refused(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    """The others get their email; the run ends Failed (not Completed), naming the address,
+    and the exception carries what the run did."""
+    from gpufleet.flows.report import RecipientsRefused, report_flow
+
+    refusing = RefusingInbox(refused=frozenset({"vision-lead@example.org"}))
+    with smtp_inbox(refusing) as (inbox, port):
+        config_path = _warehouse(tmp_path, port)
+        with pytest.raises(RecipientsRefused) as caught:
+            report_flow(str(tmp_path), str(config_path), week=fx.WEEK, send=True, per_team=True)
+        state = report_flow(
+            str(tmp_path), str(config_path), week=fx.WEEK, send=True, per_team=True,
+            return_state=True,
+        )  # fmt: skip
+    assert "vision-lead@example.org" in str(caught.value) and REFUSAL_REPLY in str(caught.value)
+    assert caught.value.result.failures
+    assert state.is_failed() and "vision-lead@example.org" in (state.message or "")
+    assert [e.rcpt_tos for e in inbox.envelopes] == [
+        ["evil-lead@example.org", "evil-cc@example.org"]
+    ]

@@ -133,15 +133,18 @@ def run_report(args: argparse.Namespace, config: Config) -> int:
         return run.run_report(config, args.week, send=args.send, per_team=args.per_team)
 
     def flow() -> object:
-        from gpufleet.flows.report import report_flow
+        from gpufleet.flows.report import RecipientsRefused, report_flow
 
-        return report_flow(
-            data_dir=str(config.data_dir),
-            config_path=config_source(config),
-            week=args.week,
-            send=args.send,
-            per_team=args.per_team,
-        )
+        try:
+            return report_flow(
+                data_dir=str(config.data_dir),
+                config_path=config_source(config),
+                week=args.week,
+                send=args.send,
+                per_team=args.per_team,
+            )
+        except RecipientsRefused as refused:  # the run failed; say what it did all the same
+            return refused.result
 
     return run_engine_or_flow(engine=engine, flow=flow)
 
