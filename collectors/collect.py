@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
-import signal
 import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pynvml
 
@@ -39,6 +37,9 @@ from gpufleet.collectors.writer import (
 )
 from gpufleet.errors import GpufleetError
 
+if TYPE_CHECKING:
+    from gpufleet.collectors.upload import Uploader
+
 _MAX_REINIT_BACKOFF_S = 300.0
 _MAX_UNSPOOLED_TICKS = 360  # ticks kept in memory while the disk refuses the spool
 
@@ -59,6 +60,7 @@ class Collector:
         fsync: bool = True,
         proc_root: Path = Path("/proc"),
         slurm_gpustat: Path | None = None,
+        uploader: Uploader | None = None,
     ) -> None:
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s}")
@@ -99,6 +101,7 @@ class Collector:
         self._next_reinit = 0.0
         self._unspooled: list[tuple[list[dict[str, Any]], str, str]] = []
         self._spool_failing = False
+        self.uploader = uploader  # ships the finished files to a bucket (`upload.py`)
 
     @property
     def gpus(self) -> list[GpuState]:
@@ -123,6 +126,8 @@ class Collector:
         self._last_tick = now
         self._next_flush = now + self.flush_s
         self.flush()  # a restart converts a leftover spool first
+        if self.uploader is not None:
+            self.uploader.upload(budget_s=self.interval_s)  # and uploads what waits
 
     def _enumerate(self) -> None:
         found = list_gpus()
@@ -189,6 +194,8 @@ class Collector:
 
         if self._monotonic() >= self._next_flush:
             self.flush()
+        if self.uploader is not None and self.uploader.due():
+            self.uploader.upload(budget_s=self.interval_s / 2)  # the next tick comes first
         return samples
 
     def _read(self, gpu: GpuState, ts_us: int, interval_s: float) -> GpuSample:
@@ -304,6 +311,13 @@ class Collector:
     def close(self) -> bool:
         """Flush what is spooled and shut NVML down; True when everything was written."""
         flushed = self.flush(final=True)
+        if self.uploader is not None and not self.uploader.upload(budget_s=30.0):
+            waiting = len(self.uploader.pending())
+            self._say(
+                "warning",
+                f"{waiting} file(s) not uploaded yet wait in {self.samples_root}: the next "
+                "start uploads them",
+            )
         if self._started:
             shutdown_nvml()
             self._started = False
@@ -322,44 +336,3 @@ class Collector:
             self.tick()
             # Skip the deadlines already missed (a stall) rather than ticking in a burst.
             n = max(n + 1, math.floor((self._monotonic() - start) / self.interval_s) + 1)
-
-
-def run_collector(
-    *,
-    data_dir: Path,
-    interval_s: float,
-    flush_s: float,
-    host: str | None = None,
-    slurm_gpustat: Path | None = None,
-) -> int:
-    """`gpufleet collect`: returns the exit status. SIGTERM/SIGINT flush and return 0."""
-    stop = StopFlag()
-    collector: Collector | None = None
-    try:
-        with stop.on_signals(signal.SIGTERM, signal.SIGINT):
-            try:
-                collector = Collector(
-                    data_dir=data_dir,
-                    interval_s=interval_s,
-                    flush_s=flush_s,
-                    host=host,
-                    slurm_gpustat=slurm_gpustat,
-                )
-                collector.start()
-            except ValueError as exc:
-                raise GpufleetError(str(exc)) from exc
-            print(
-                f"gpufleet: collecting {len(collector.gpus)} GPU(s) on {collector.host} every "
-                f"{interval_s:g} s into {collector.samples_root}"
-                + (f", Slurm jobs from {slurm_gpustat}" if slurm_gpustat is not None else "")
-                + f" (pid {os.getpid()})",
-                file=sys.stderr,
-                flush=True,
-            )
-            collector.run(stop)
-            return 0 if collector.close() else 1
-    except GpufleetError as exc:
-        print(f"gpufleet: error: {exc}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        stop.close()

@@ -1,5 +1,6 @@
 """The `ingest` flow: list the new raw files, load them in one published transaction,
-then move the bad ones to quarantine/. The work is `gpufleet.warehouse.ingest`'s."""
+then move the bad ones to quarantine/; the run fails, after all that, when the raw location
+is missing or no new file arrived in time. The work is `gpufleet.warehouse.ingest`'s."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from prefect.tasks import Task
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.storage.mirror import mirror_raw_location
 from gpufleet.warehouse.ingest import (
     IngestResult,
     QuarantinedFile,
@@ -72,6 +74,7 @@ def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> Inges
     """Load new raw sample files, the reference files and the allocations."""
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
+        mirror_raw_location(config)  # raw_location = "s3://...": its new files into raw/
         # Plain call, not a task: a bad file must fail in one line, without a traceback.
         references = read_references(config, known=published_allocation_files(config))
     except GpufleetError as exc:
@@ -80,6 +83,11 @@ def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> Inges
     files = find_sample_files_task(config)
     result = load_warehouse_task(config, references, files)
     quarantine_files_task(config, result.quarantined)
+    if result.input_problem:
+        # The good files are loaded and published: the run fails visibly, in one line.
+        get_run_logger().info(str(result))
+        problem = GpufleetError(result.input_problem)
+        return Failed(message=str(problem), data=problem)  # type: ignore[return-value]
     return result
 
 

@@ -1,5 +1,6 @@
 """The `ingest-and-build` flow the 15-minute deployment runs: load new raw files, and
-update the models when anything was loaded, in one warehouse transaction."""
+update the models when anything was loaded, in one warehouse transaction; then fail when the
+raw location is missing or no new file arrived in time (the models are updated first)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> 
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
-    return f"{ingested}\n{built if built else 'build: skipped, nothing new was loaded'}"
+    summary = f"{ingested}\n{built if built else 'build: skipped, nothing new was loaded'}"
+    if ingested.input_problem:
+        logger.info(summary)  # what was loaded and built before the run fails
+        problem = GpufleetError(ingested.input_problem)
+        return Failed(message=str(problem), data=problem)  # type: ignore[return-value]
+    return summary
 
 
 if __name__ == "__main__":

@@ -9,12 +9,21 @@ import os
 import re
 import tomllib
 import zoneinfo
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpufleet.addresses import is_address
+from gpufleet.config_sources import (
+    DEFAULT_PROMETHEUS_SERIES,
+    LABEL_NAME,
+    KubernetesConfig,
+    PrometheusConfig,
+    S3Config,
+    SlurmConfig,
+    check_prometheus,
+    check_s3,
+)
 from gpufleet.errors import GpufleetError
 
 ENV_DATA_DIR = "GPUFLEET_DATA_DIR"
@@ -61,77 +70,20 @@ class SmtpConfig:
         return os.environ.get(ENV_SMTP_PASSWORD, "")
 
 
-# Contract column (or helper value) -> the Prometheus series names that give it, first found
-# wins: dcgm-exporter's names. `[prometheus.series]` overrides any of them for a site that
-# relabels (docs/kubernetes.md#configuration).
-DEFAULT_PROMETHEUS_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gpu_util_pct", ("DCGM_FI_DEV_GPU_UTIL",)),
-    ("engine_active_ratio", ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",)),
-    ("mem_util_pct", ("DCGM_FI_DEV_MEM_COPY_UTIL",)),
-    ("mem_used_bytes", ("DCGM_FI_DEV_FB_USED",)),
-    ("mem_free_bytes", ("DCGM_FI_DEV_FB_FREE",)),
-    ("mem_reserved_bytes", ("DCGM_FI_DEV_FB_RESERVED",)),
-    ("power_w", ("DCGM_FI_DEV_POWER_USAGE",)),
-    ("power_limit_w", ("DCGM_FI_DEV_POWER_MGMT_LIMIT",)),
-    ("energy_mj", ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",)),
-    ("temp_gpu_c", ("DCGM_FI_DEV_GPU_TEMP",)),
-    ("temp_mem_c", ("DCGM_FI_DEV_MEMORY_TEMP",)),
-    ("sm_clock_mhz", ("DCGM_FI_DEV_SM_CLOCK",)),
-    ("mem_clock_mhz", ("DCGM_FI_DEV_MEM_CLOCK",)),
-    (
-        "clock_event_mask",
-        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
-    ),
-    ("thermal_violation_ns", ("DCGM_FI_DEV_THERMAL_VIOLATION",)),
-    ("power_violation_ns", ("DCGM_FI_DEV_POWER_VIOLATION",)),
-)
-
-_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses a query_range with more points per series
-
-
 @dataclass(frozen=True, kw_only=True)
-class PrometheusConfig:
-    """`gpufleet import prometheus`: where, how finely, and the names a site's series carry."""
+class IngestConfig:
+    """When `gpufleet ingest` and `gpufleet status` call the input stale."""
 
-    url: str = ""  # the Prometheus server; `--url` wins
-    step_seconds: int = 60  # a row's interval_s: each row is the mean of the scrapes in its step
-    window_minutes: int = 60  # one query per series and host covers at most this much
-    delay_seconds: int = 120  # steps younger than this wait for the next run
-    timeout_seconds: float = 30.0  # per HTTP request
-    host_label: str = "Hostname"
-    uuid_label: str = "UUID"
-    gpu_label: str = "gpu"
-    model_label: str = "modelName"
-    series: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_PROMETHEUS_SERIES
-
-    def series_names(self, column: str) -> tuple[str, ...]:
-        """The series names that give `column`, first found wins."""
-        return dict(self.series)[column]
-
-
-@dataclass(frozen=True, kw_only=True)
-class KubernetesConfig:
-    """Pods as allocations: the labels dcgm-exporter puts on a GPU that a pod holds."""
-
-    team_from: str = "namespace"  # "namespace", or the name of a label that holds the team
-    namespace_label: str = "namespace"  # "exported_namespace" behind a ServiceMonitor
-    pod_label: str = "pod"
-    user_label: str = ""  # a label that names the pod's user; empty: users stay null
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmConfig:
-    """`gpufleet import slurm`: where a job's team comes from, and whether `gpufleet serve`
-    imports every 15 minutes."""
-
-    team_from: str = "account"  # "account" (ref/accounts.csv, else the account) or "user"
-    enabled: bool = False  # `gpufleet serve` runs the import before each ingest
+    stale_after_minutes: int = 60  # no new sample file for this long is an error; 0: off
 
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
     data_dir: Path = Path("data")
+    # Where the raw files come from: empty, <data_dir>/raw; or an s3://bucket/prefix that
+    # each ingest copies into <data_dir>/raw first (docs/ingest.md#reading-from-object-storage).
+    raw_location: str = ""
+    s3: S3Config = field(default_factory=S3Config)
     timezone: str = "UTC"
     idle: IdleConfig = field(default_factory=IdleConfig)
     series: SeriesConfig = field(default_factory=SeriesConfig)
@@ -141,6 +93,7 @@ class Config:
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
     source: Path | None = None  # the TOML file this came from, if any
 
     # The data directory's layout (docs/reference.md#data-directory).
@@ -179,7 +132,12 @@ class Config:
 
 # section -> key -> (python type(s) accepted, description for messages)
 _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
-    None: {"data_dir": ((str,), "a path"), "timezone": ((str,), "an IANA time zone name")},
+    None: {
+        "data_dir": ((str,), "a path"),
+        "timezone": ((str,), "an IANA time zone name"),
+        "raw_location": ((str,), "an s3://bucket/prefix URL"),
+    },
+    "s3": {"endpoint_url": ((str,), "an http(s) URL"), "region": ((str,), "a region name")},
     "idle": {
         "threshold_pct": ((int, float), "a number"),
         "min_minutes": ((int, float), "a number"),
@@ -215,6 +173,7 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "user_label": ((str,), "a label name or an empty string"),
     },
     "slurm": {"team_from": ((str,), '"account" or "user"'), "enabled": ((bool,), "true or false")},
+    "ingest": {"stale_after_minutes": ((int,), "a whole number of minutes")},
 }
 
 
@@ -294,7 +253,7 @@ def _series_overrides(
         if (
             not isinstance(names, list)
             or not names
-            or not all(isinstance(n, str) and _LABEL_NAME.match(n) for n in names)
+            or not all(isinstance(n, str) and LABEL_NAME.match(n) for n in names)
         ):
             raise GpufleetError(
                 f"{where}: 'prometheus.series.{key}' must be a series name or a list of them, "
@@ -338,9 +297,16 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
         raise fail(
             "notify", "min_waste_gpu_hours", "'notify.min_waste_gpu_hours' must be a number >= 0"
         )
+    if config.ingest.stale_after_minutes < 0:
+        raise fail(
+            "ingest",
+            "stale_after_minutes",
+            "'ingest.stale_after_minutes' must be >= 0 (0 turns the check off)",
+        )
     if any(not entry.strip() for entry in config.notify.opt_out):
         raise fail("notify", "opt_out", "'notify.opt_out' must not hold an empty name")
-    _check_prometheus(config, fail)
+    check_prometheus(config, fail)
+    check_s3(config, fail)
     if config.slurm.team_from not in ("account", "user"):
         raise fail(
             "slurm",
@@ -356,44 +322,6 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             raise fail(
                 "report", "recipients", f"'report.recipients' holds {recipient!r}, not an address"
             )
-
-
-def _check_prometheus(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
-    prometheus, kubernetes = config.prometheus, config.kubernetes
-    url = prometheus.url
-    if url and not re.match(r"^https?://[^/\s]+", url):
-        raise fail("prometheus", "url", f"'prometheus.url' is not an http(s) URL: {url!r}")
-    if prometheus.step_seconds < 1:
-        raise fail("prometheus", "step_seconds", "'prometheus.step_seconds' must be >= 1")
-    window_s = prometheus.window_minutes * 60
-    if prometheus.window_minutes < 1 or window_s % prometheus.step_seconds:
-        raise fail(
-            "prometheus",
-            "window_minutes",
-            "'prometheus.window_minutes' must be >= 1 and a whole number of steps "
-            f"({prometheus.step_seconds} s)",
-        )
-    if window_s // prometheus.step_seconds > _MAX_POINTS_PER_QUERY:
-        raise fail(
-            "prometheus",
-            "window_minutes",
-            f"'prometheus.window_minutes' holds more than {_MAX_POINTS_PER_QUERY} steps, "
-            "more than Prometheus answers in one query",
-        )
-    if prometheus.delay_seconds < 0:
-        raise fail("prometheus", "delay_seconds", "'prometheus.delay_seconds' must be >= 0")
-    if not 0 < prometheus.timeout_seconds < float("inf"):
-        raise fail("prometheus", "timeout_seconds", "'prometheus.timeout_seconds' must be > 0")
-    labels = [
-        ("prometheus", key, getattr(prometheus, key))
-        for key in ("host_label", "uuid_label", "gpu_label", "model_label")
-    ] + [
-        ("kubernetes", key, getattr(kubernetes, key))
-        for key in ("team_from", "namespace_label", "pod_label", "user_label")
-    ]
-    for section, key, value in labels:
-        if (value or key != "user_label") and not _LABEL_NAME.match(value):
-            raise fail(section, key, f"'{section}.{key}' is not a label name: {value!r}")
 
 
 def load_config(
@@ -449,6 +377,8 @@ def load_config(
     config = Config(
         data_dir=resolved_dir,
         timezone=str(raw.get("timezone", "UTC")),
+        raw_location=str(raw.get("raw_location", "")).rstrip("/"),
+        s3=S3Config(**section("s3")),
         idle=IdleConfig(**idle),
         series=SeriesConfig(**series),
         report=ReportConfig(**report),
@@ -457,6 +387,7 @@ def load_config(
         prometheus=PrometheusConfig(**prometheus),
         kubernetes=KubernetesConfig(**section("kubernetes")),
         slurm=SlurmConfig(**section("slurm")),
+        ingest=IngestConfig(**section("ingest")),
         source=path,
     )
     _check_values(config, path, text)

@@ -12,10 +12,12 @@ behind FOCUS's `x_` prefix for custom columns:
 - `ConsumedQuantity` (and `PricingQuantity`): GPU-hours (`gpu_hours`); `ConsumedUnit` (and
   `PricingUnit`): `GPU-Hours`;
 - `ListUnitPrice`: the price used, USD per GPU-hour: the first ref/prices.csv glob that
-  matches the GPU model, as the build prices waste (0 without one), read from the prices
-  loaded by the last ingest (after a prices.csv change, build before exporting, or
-  `x_waste_usd` still carries the old price);
-- `BilledCost`: ConsumedQuantity * ListUnitPrice; `BillingCurrency`: `USD`;
+  matches the GPU model, with the row that applies on the day (`valid_from`), as the build
+  prices waste (0 without one), read from the prices loaded by the last ingest (after a
+  prices.csv change, build before exporting, or `x_waste_usd` still carries the old
+  price); when the price changes during the month, BilledCost / ConsumedQuantity;
+- `BilledCost`: each day's GPU-hours at that day's price (ConsumedQuantity * ListUnitPrice
+  when the price held all month); `BillingCurrency`: `USD`;
 - custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
   `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, and `x_gpus`:
   the distinct GPUs of that team and model in the month;
@@ -61,28 +63,61 @@ with gpu_team_days as (
     where day >= $first_day and day < $next_first_day
 ),
 
+price_rows as (
+    select rule_order, gpu_glob, usd_per_gpu_hour, null::date as valid_from, from ref_prices
+    union all
+    select rule_order, gpu_glob, usd_per_gpu_hour, valid_from, from ref_prices_dated
+),
+
 price_rules as (
     select
         rule_order,
+        min(rule_order) over (partition by gpu_glob) as glob_order,
+        gpu_glob,
         glob_to_like(gpu_glob) as gpu_like,
         usd_per_gpu_hour,
-    from ref_prices
+        valid_from,
+    from price_rows
 ),
 
-gpu_names as (
-    select distinct gpu_name,
+gpu_days as (
+    select distinct gpu_name, day,
     from gpu_team_days
 ),
 
-gpu_prices as (
+applicable as (
+    -- per GPU model, day and glob: the row that applies that day (the latest valid_from on
+    -- or before it, else the undated row), as the build prices waste
     select
-        gpu_names.gpu_name,
-        coalesce(
-            arg_min(price_rules.usd_per_gpu_hour, price_rules.rule_order), 0.0
+        gpu_days.gpu_name,
+        gpu_days.day,
+        price_rules.glob_order,
+        arg_max(
+            price_rules.usd_per_gpu_hour,
+            {
+                'dated': price_rules.valid_from is not null,
+                'valid_from': coalesce(price_rules.valid_from, date '0001-01-01'),
+                'file_order': -price_rules.rule_order,
+            }
         ) as usd_per_gpu_hour,
-    from gpu_names
-    left join price_rules on gpu_names.gpu_name like price_rules.gpu_like escape '\'
-    group by gpu_names.gpu_name
+    from gpu_days
+    inner join price_rules
+        on gpu_days.gpu_name like price_rules.gpu_like escape '\'
+        and (price_rules.valid_from is null or price_rules.valid_from <= gpu_days.day)
+    group by all
+),
+
+day_prices as (
+    select
+        gpu_days.gpu_name,
+        gpu_days.day,
+        coalesce(arg_min(applicable.usd_per_gpu_hour, applicable.glob_order), 0.0)
+            as usd_per_gpu_hour,
+    from gpu_days
+    left join applicable
+        on applicable.gpu_name is not distinct from gpu_days.gpu_name
+        and applicable.day = gpu_days.day
+    group by all
 ),
 
 fleet_samples as (
@@ -103,7 +138,7 @@ coverage as (
 team_gpu_sums as (
     select
         team,
-        gpu_name,
+        gpu_team_days.gpu_name,
         sum(observed_s) / 3600 as gpu_hours,
         sum(busy_s) / 3600 as busy_gpu_hours,
         sum(idle_s) / 3600 as idle_gpu_hours,
@@ -111,8 +146,31 @@ team_gpu_sums as (
         sum(waste_usd) as waste_usd,
         sum(energy_j) / 3.6e6 as energy_kwh,
         count(distinct gpu_uuid) as gpus,
+        min(day_prices.usd_per_gpu_hour) as min_price,
+        max(day_prices.usd_per_gpu_hour) as max_price,
+        sum(observed_s / 3600 * day_prices.usd_per_gpu_hour) as billed_usd,
     from gpu_team_days
-    group by team, gpu_name
+    inner join day_prices
+        on day_prices.gpu_name is not distinct from gpu_team_days.gpu_name
+        and day_prices.day = gpu_team_days.day
+    group by team, gpu_team_days.gpu_name
+),
+
+gpu_prices as (
+    -- a price that changed during the month: each day's hours at that day's price, and
+    -- the mean price per GPU-hour
+    select
+        team,
+        gpu_name,
+        case
+            when min_price = max_price then min_price
+            when gpu_hours > 0 then billed_usd / gpu_hours
+            else 0.0
+        end as usd_per_gpu_hour,
+        case
+            when min_price = max_price then gpu_hours * min_price else billed_usd
+        end as billed_usd,
+    from team_gpu_sums
 ),
 
 final as (
@@ -126,7 +184,7 @@ final as (
         team_gpu_sums.gpu_hours as PricingQuantity,
         'GPU-Hours' as PricingUnit,
         gpu_prices.usd_per_gpu_hour as ListUnitPrice,
-        team_gpu_sums.gpu_hours * gpu_prices.usd_per_gpu_hour as BilledCost,
+        gpu_prices.billed_usd as BilledCost,
         'USD' as BillingCurrency,
         $month as x_month,
         team_gpu_sums.gpu_name as x_gpu_name,
@@ -141,7 +199,9 @@ final as (
         coverage.coverage_start > $period_start::timestamptz
             or coverage.coverage_end < $period_end::timestamptz as x_is_partial_month,
     from team_gpu_sums
-    inner join gpu_prices on gpu_prices.gpu_name is not distinct from team_gpu_sums.gpu_name
+    inner join gpu_prices
+        on gpu_prices.team = team_gpu_sums.team
+        and gpu_prices.gpu_name is not distinct from team_gpu_sums.gpu_name
     cross join coverage
 )
 

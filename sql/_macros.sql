@@ -116,3 +116,8 @@ create or replace temp macro sample_flag(flags, name) as
 -- (docs/reference.md#thermal-event); false when the mask is unknown.
 create or replace temp macro thermal_slowdown(clock_event_mask) as
     coalesce(clock_event_mask & 96 != 0, false);
+
+-- The local midnight (in getvariable('timezone')) that starts `day`, as epoch microseconds;
+-- null for a null day. A reference row's valid_from applies from this instant on.
+create or replace temp macro local_midnight_us(day) as
+    epoch_us(timezone(getvariable('timezone'), day::timestamp));

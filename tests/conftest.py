@@ -1,5 +1,5 @@
 """Shared fixtures: a configuration over an empty data directory, a local SMTP inbox, one
-temporary Prefect server and one real Slurm for the whole session."""
+temporary Prefect server, one real Slurm and one real S3 store for the whole session."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 from gpufleet.config import Config
 from tests.report_fixtures import Inbox, smtp_inbox
+from tests.s3_stack import S3Store, S3Unavailable, s3_store
 from tests.slurm_stack import SlurmStack, SlurmUnavailable, slurm_stack
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -58,3 +59,15 @@ def slurm() -> Iterator[SlurmStack]:
         except SlurmUnavailable as exc:
             pytest.fail(str(exc))
         yield stack
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
+    """A real S3 store (SeaweedFS, tests/s3_stack.py) with one bucket, started once per
+    session on first use; a test that stops it starts it again (`s3.start()`)."""
+    with contextlib.ExitStack() as running:
+        try:
+            store = running.enter_context(s3_store(tmp_path_factory.mktemp("s3")))
+        except S3Unavailable as exc:
+            pytest.fail(str(exc))
+        yield store

@@ -10,8 +10,10 @@ import threading
 import pytest
 
 from gpufleet.cli import main
-from gpufleet.collectors.collect import Collector, StopFlag, run_collector
+from gpufleet.collectors.collect import Collector
+from gpufleet.collectors.service import run_collector
 from gpufleet.collectors.spool import read_segment
+from gpufleet.collectors.stopflag import StopFlag
 from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
 
 WALL_START = 1_795_000_000.0  # 2026-11-18T11:06:40Z

@@ -144,16 +144,16 @@ def _references(con: duckdb.DuckDBPyConnection) -> None:
         -- job with one; GPU 2's requeued, its account changed for the second start
         insert into slurm_jobs
         select
-            alloc_job_id, 'c1', any_value(alloc_user), 'acct', 'gpu', 'COMPLETED',
+            alloc_job_id, null, 'c1', any_value(alloc_user), 'acct', 'gpu', 'COMPLETED',
             case when hash(alloc_job_id) % 2 = 0 then 'physics' end, 1, [any_value(host)],
             min(ts) - interval 1 minute, max(ts), 'raw/jobs/a.csv',
         from source where alloc_job_id is not null group by alloc_job_id;
         insert into slurm_jobs values
-            ('j1', 'c1', 'bob', 'chem', 'gpu', 'RUNNING', 'chem', 1, ['node-a1'],
+            ('j1', null, 'c1', 'bob', 'chem', 'gpu', 'RUNNING', 'chem', 1, ['node-a1'],
              timestamptz '{START.isoformat()}', null, 'raw/jobs/a.csv'),
-            ('j2', 'c1', 'carol', 'chem', 'gpu', 'REQUEUED', 'chem', 1, ['node-b1'],
+            ('j2', null, 'c1', 'carol', 'chem', 'gpu', 'REQUEUED', 'chem', 1, ['node-b1'],
              timestamptz '{START.isoformat()}', null, 'raw/jobs/a.csv'),
-            ('j2', 'c1', 'carol', 'bio', 'gpu', 'RUNNING', 'bio', 1, ['node-b1'],
+            ('j2', null, 'c1', 'carol', 'bio', 'gpu', 'RUNNING', 'bio', 1, ['node-b1'],
              timestamptz '{START.isoformat()}' + interval 24 hours, null, 'raw/jobs/a.csv');
         """
     )

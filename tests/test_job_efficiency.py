@@ -45,6 +45,7 @@ def slurm_job(
     fleet: Fleet,
     job_id: str,
     *,
+    job_id_raw: str | None = None,
     start_ts: dt.datetime,
     end_ts: dt.datetime | None = None,
     user: str | None = "alice",
@@ -55,8 +56,9 @@ def slurm_job(
     hosts: tuple[str, ...] = ("node1",),
 ) -> None:
     fleet.con.execute(
-        "insert into slurm_jobs values (?, 'c1', ?, ?, 'gpu', ?, ?, ?, ?, ?, ?, 'raw/jobs/x.csv')",
-        [job_id, user, account, state, team, gpus, list(hosts), start_ts, end_ts],
+        "insert into slurm_jobs values "
+        "(?, ?, 'c1', ?, ?, 'gpu', ?, ?, ?, ?, ?, ?, 'raw/jobs/x.csv')",
+        [job_id, job_id_raw, user, account, state, team, gpus, list(hosts), start_ts, end_ts],
     )
 
 
@@ -132,6 +134,52 @@ def test_requeued_job_takes_the_team_of_its_latest_start_at_or_before_the_sample
     fleet.build()
     teams = [attribution(fleet, "GPU-A", s)[1] for s in (50, 150, 300, 350)]
     assert teams == ["first", "first", "second", "second"]
+
+
+def test_an_array_tasks_raw_id_in_a_sample_is_the_task_as_slurm_prints_it() -> None:
+    """An array task's or a heterogeneous component's samples name its own SLURM_JOB_ID
+    (gpustat files, a process's cgroup): they are the job Slurm prints, with its team."""
+    fleet = Fleet()
+    fleet.user("alice", "ml")
+    slurm_job(fleet, "4242_7", job_id_raw="4250", start_ts=at(0), account="cv", team="vision")
+    slurm_job(fleet, "5000+1", job_id_raw="5001", start_ts=at(0), user="bob", team="speech")
+    slurm_job(fleet, "4242", job_id_raw="4242", start_ts=at(0), team="plain")  # its own id
+    # a raw id that is another job's printed id stays that job (here 4242)
+    slurm_job(fleet, "4100_1", job_id_raw="4242", start_ts=at(0), team="other")
+    # a raw id used again later (another cluster's, or after the ids wrapped): by start
+    slurm_job(fleet, "100_1", job_id_raw="150", start_ts=at(0), end_ts=at(100), team="early")
+    slurm_job(fleet, "200_3", job_id_raw="150", start_ts=at(300), team="late")
+    sample(fleet, at(10), gpu_uuid="GPU-0", gpu_index=0, gpu_util_pct=0.0, alloc=("4250", "alice"))
+    sample(fleet, at(20), gpu_uuid="GPU-0", gpu_index=0, gpu_util_pct=0.0, alloc=("4250", "alice"))
+    sample(
+        fleet,
+        at(10),
+        gpu_uuid="GPU-1",
+        gpu_index=1,
+        gpu_util_pct=90.0,
+        processes=[proc(1, "alice", 10, "4250")],
+    )
+    sample(fleet, at(10), gpu_uuid="GPU-2", processes=[proc(2, "bob", 10, "5001")])
+    sample(fleet, at(10), gpu_uuid="GPU-3", alloc=("4242", "alice"))
+    sample(fleet, at(50), gpu_uuid="GPU-4", alloc=("150", "alice"))
+    sample(fleet, at(350), gpu_uuid="GPU-4", alloc=("150", "alice"))
+    fleet.build()
+    assert attribution(fleet, "GPU-0", 10) == ("allocation", "vision", "alice", "4242_7")
+    assert attribution(fleet, "GPU-1", 10) == ("process", "vision", "alice", "4242_7")
+    assert attribution(fleet, "GPU-2", 10) == ("process", "speech", "bob", "5000+1")
+    assert attribution(fleet, "GPU-3", 10) == ("allocation", "plain", "alice", "4242")
+    assert attribution(fleet, "GPU-4", 50) == ("allocation", "early", "alice", "100_1")
+    assert attribution(fleet, "GPU-4", 350) == ("allocation", "late", "alice", "200_3")
+    task = job(fleet, "4242_7")
+    assert (task["team"], task["user"], task["account"], task["state"], task["gpus"]) == (
+        "vision", "alice", "cv", "COMPLETED", 2,
+    )  # fmt: skip
+    assert task["gpu_hours"] == pytest.approx(30 / 3600)
+    assert task["busy_gpu_hours"] == pytest.approx(0.9 * 10 / 3600)
+    assert task["idle_gpu_hours"] == pytest.approx(20 / 3600)
+    assert task["alloc_gpu_hours"] == pytest.approx(20 / 3600)  # its gpustat samples
+    names = {row["job_id"] for row in fleet.rows("select job_id from job_efficiency")}
+    assert names == {"4242_7", "5000+1", "4242", "100_1", "200_3"}
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ MAX_LINES = 400
 # Modules allowed over MAX_LINES for now, each until it is split (shrink this, never grow it):
 # both grew past it while this test was written, in work beside it.
 OVER_MAX_LINES = {
-    "gpufleet.config",  # 464 lines: the configuration's sections could be a package
     "gpufleet.reports.queries",  # 442 lines: the report's queries, one module per section
 }
 

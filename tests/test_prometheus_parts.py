@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.config import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig, load_config
+from gpufleet.config import load_config
+from gpufleet.config_sources import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus.files import ImportedWindows, merged
 from gpufleet.integrations.prometheus.pods import (

@@ -360,10 +360,10 @@ def test_an_allocation_file_another_ingest_read_differently_is_read_in_the_trans
 
 
 JOBS = (
-    "job_id,cluster,user,account,partition,state,team,gpus,hosts,start_ts,end_ts\n"
-    "4242,c1,alice,cv-lab,gpu,COMPLETED,vision,2,h1 h2,2026-11-16T08:00:00Z,"
+    "job_id,job_id_raw,cluster,user,account,partition,state,team,gpus,hosts,start_ts,end_ts\n"
+    "4242,,c1,alice,cv-lab,gpu,COMPLETED,vision,2,h1 h2,2026-11-16T08:00:00Z,"
     "2026-11-16T09:00:00Z\n"
-    "4243_1,c1,bob,asr,gpu,RUNNING,,1,h1,2026-11-16T08:30:00Z,\n"
+    "4243_1,4250,c1,bob,asr,gpu,RUNNING,,1,h1,2026-11-16T08:30:00Z,\n"
 )
 JOB_TEAMS = "select job_id, team, hosts from slurm_jobs order by source_file, job_id"
 
@@ -376,11 +376,11 @@ def test_job_records_become_slurm_jobs(config: Config) -> None:
     assert result.slurm_jobs == 3
     assert ", 3 Slurm jobs" in str(result)
     assert rows(config, "select * from slurm_jobs order by source_file, job_id") == [
-        ("77", None, None, None, None, None, "ops", None, None, utc(2026, 11, 16, 9), None,
-         "raw/jobs/site.csv"),
-        ("4242", "c1", "alice", "cv-lab", "gpu", "COMPLETED", "vision", 2, ["h1", "h2"],
+        ("77", None, None, None, None, None, None, "ops", None, None, utc(2026, 11, 16, 9),
+         None, "raw/jobs/site.csv"),
+        ("4242", None, "c1", "alice", "cv-lab", "gpu", "COMPLETED", "vision", 2, ["h1", "h2"],
          utc(2026, 11, 16, 8), utc(2026, 11, 16, 9), "raw/jobs/slurm-c1-2026-11-16.csv"),
-        ("4243_1", "c1", "bob", "asr", "gpu", "RUNNING", None, 1, ["h1"],
+        ("4243_1", "4250", "c1", "bob", "asr", "gpu", "RUNNING", None, 1, ["h1"],
          utc(2026, 11, 16, 8) + dt.timedelta(minutes=30), None,
          "raw/jobs/slurm-c1-2026-11-16.csv"),
     ]  # fmt: skip
@@ -429,12 +429,14 @@ def test_the_importers_job_file_is_what_ingest_reads(config: Config) -> None:
     )
     ingest(config)
     assert rows(
-        config, "select job_id, team, hosts, end_ts is null from slurm_jobs order by start_ts, 1"
+        config,
+        "select job_id, job_id_raw, team, hosts, end_ts is null from slurm_jobs"
+        " order by start_ts, 1",
     ) == [
-        ("1", "vision", ["gpu-node01"], False),
-        ("2", "speech", ["gpu-node01"], True),
-        ("3", "speech", ["gpu-node01"], False),
-        ("4_0", "vision", ["gpu-node02"], True),
-        ("4_1", "vision", ["gpu-node02"], True),
-        ("5", "speech", ["gpu-node01", "gpu-node02"], True),
+        ("1", "1", "vision", ["gpu-node01"], False),
+        ("2", "2", "speech", ["gpu-node01"], True),
+        ("3", "3", "speech", ["gpu-node01"], False),
+        ("4_0", "6", "vision", ["gpu-node02"], True),
+        ("4_1", "4", "vision", ["gpu-node02"], True),
+        ("5", "5", "speech", ["gpu-node01", "gpu-node02"], True),
     ]

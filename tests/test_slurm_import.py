@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.config import Config, SlurmConfig
+from gpufleet.config import Config
+from gpufleet.config_sources import SlurmConfig
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.slurm import import_slurm
 from gpufleet.integrations.slurm.accounts import Teams, read_accounts
@@ -38,6 +39,7 @@ def job(job_id: str, user: str, state: str, nodes: tuple[str, ...], gpus: int, *
     account = {"gf-alice": "vision", "gf-bob": "speech"}[user]
     return SlurmJob(
         job_id=job_id,
+        job_id_raw=RAW_IDS.get(job_id, job_id),
         user=user,
         account=account,
         partition="gpu",
@@ -50,6 +52,8 @@ def job(job_id: str, user: str, state: str, nodes: tuple[str, ...], gpus: int, *
     )
 
 
+# The recorded array tasks' own job ids (sacct's and squeue's job_id): 4_1 kept the array's
+RAW_IDS = {"4_0": "6", "4_1": "4"}
 N1, N2 = ("gpu-node01",), ("gpu-node02",)
 EXPECTED_JOBS = [
     job("1", "gf-alice", "COMPLETED", N1, 2, end=at(14)),
@@ -85,6 +89,12 @@ def test_squeue_of_every_release_gives_the_same_gpu_indices(release: str) -> Non
     assert {key: value.nodes for key, value in held.items()} == EXPECTED_GPUS
     assert held["5"].job.start_ts == at(16) and held["4_1"].job.user == "gf-alice"
     assert held["2"].job.account == "speech" and held["2"].job.end_ts is None
+    assert {key: value.job.job_id_raw for key, value in held.items()} == {
+        "2": "2",
+        "4_0": "6",
+        "4_1": "4",
+        "5": "5",
+    }
 
 
 @pytest.mark.parametrize(
@@ -220,6 +230,7 @@ def record(job_id, user, state, gpus, hosts, start=13, end=None, team=None) -> d
     account = {"gf-alice": "vision", "gf-bob": "speech"}[user]
     return {
         "job_id": job_id,
+        "job_id_raw": RAW_IDS.get(job_id, job_id),
         "cluster": "gpufleet",
         "user": user,
         "account": account,
@@ -385,6 +396,21 @@ def test_a_requeued_job_closes_its_earlier_run_and_opens_the_new_one(
         record("2", "gf-bob", "REQUEUED", 1, "gpu-node01", end=20),
         record("2", "gf-bob", "RUNNING", 1, "gpu-node01", start=30),
     ]
+
+
+def test_a_job_file_without_raw_ids_is_read_and_gains_them(config: Config) -> None:
+    """A job file of a release before `job_id_raw`: read as it is, and written with the
+    column (the raw ids of the jobs seen filled in) on the next import that changes it."""
+    import_slurm(config, sacct_json=FIXTURES / "sacct-22.05.json")
+    path = config.data_dir / JOB_FILE
+    old = [
+        ",".join(line.split(",")[:1] + line.split(",")[2:])
+        for line in path.read_text().splitlines()
+    ]
+    assert old[0] == "job_id,cluster,user,account,partition,state,team,gpus,hosts,start_ts,end_ts"
+    path.write_text("\n".join(old) + "\n")
+    import_slurm(config, sacct_json=FIXTURES / "sacct-22.05.json")
+    assert rows(config, JOB_FILE) == EXPECTED_RECORDS
 
 
 def test_the_first_scheduled_run_imports_the_last_day(

@@ -63,9 +63,9 @@ def _at(hours: float) -> str:
 # The records the import writes once J1 and J2 have been seen (J2 has ended).
 FIRST_RECORDS = f"""
 insert into slurm_jobs values
-    ('J1', 'c1', 'alice', 'cv', 'gpu', 'RUNNING', 'vision', 1, ['node-a'], {_at(1)}, null,
+    ('J1', null, 'c1', 'alice', 'cv', 'gpu', 'RUNNING', 'vision', 1, ['node-a'], {_at(1)}, null,
      'raw/jobs/slurm-c1-2026-11-16.csv'),
-    ('J2', 'c1', 'bob', 'asr', 'gpu', 'COMPLETED', 'speech', 1, ['nb'], {_at(3)}, {_at(7)},
+    ('J2', null, 'c1', 'bob', 'asr', 'gpu', 'COMPLETED', 'speech', 1, ['nb'], {_at(3)}, {_at(7)},
      'raw/jobs/slurm-c1-2026-11-16.csv');
 """
 # Later: J1's account is renamed (another team), J2's record goes, J3's is written by hand.
@@ -73,7 +73,7 @@ LATER_RECORDS = f"""
 update slurm_jobs set team = 'perception' where job_id = 'J1';
 delete from slurm_jobs where job_id = 'J2';
 insert into slurm_jobs values
-    ('J3', null, 'carol', null, null, null, 'infra', null, null, {_at(0)}, null,
+    ('J3', null, null, 'carol', null, null, null, 'infra', null, null, {_at(0)}, null,
      'raw/jobs/site.csv');
 """
 
@@ -175,3 +175,43 @@ def test_a_changed_record_recomputes_only_the_gpus_of_its_hosts() -> None:
         """
     )
     assert _recomputed(build_models(fleet.con, fleet.config)).startswith("60 new samples; 1 GPUs")
+
+
+# GPU 2 (node-b) carries the gpustat evidence of an array task by its own SLURM_JOB_ID, 777,
+# for two hours; its record (770_7, on node 'nb', which no collector writes) comes from an
+# import of a release before job_id_raw, and is then written again with it.
+RAW_EVIDENCE = f"""
+update source set alloc_job_id = '777', alloc_user = 'bob'
+where gpu_uuid = 'GPU-2' and ts >= {_at(2)} and ts < {_at(4)};
+"""
+TASK_RECORD = f"""
+insert into slurm_jobs values
+    ('770_7', null, 'c1', 'bob', 'asr', 'gpu', 'RUNNING', 'speech', 1, ['nb'], {_at(2)}, null,
+     'raw/jobs/slurm-c1-2026-11-16.csv');
+"""
+TASK_RAW_ID = "update slurm_jobs set job_id_raw = '777' where job_id = '770_7'"
+
+
+def _jobs(fleet: Fleet) -> dict[str, str]:
+    rows = fleet.con.execute("select job_id, team from job_efficiency").fetchall()
+    return dict(rows)
+
+
+def test_a_records_raw_id_recomputes_the_samples_naming_it() -> None:
+    fleet = _fleet()
+    fleet.con.execute(RAW_EVIDENCE)
+    fleet.con.execute(TASK_RECORD)
+    _arrive(fleet.con, 0, TICKS * 10)
+    assert build_models(fleet.con, fleet.config).mode == "full"
+    assert _jobs(fleet)["777"] == "cv"  # not known as 770_7 yet: bob's users.csv team
+    assert "770_7" not in _jobs(fleet)
+
+    # the record gains its raw id: the samples naming 777 (on node-b, not the record's
+    # 'nb') are recomputed, and are the task's, with its account team
+    fleet.con.execute(TASK_RAW_ID)
+    assert _recomputed(build_models(fleet.con, fleet.config)).startswith("0 new samples; 1 GPUs")
+    full = _full(RAW_EVIDENCE, TASK_RECORD, TASK_RAW_ID)
+    assert _jobs(full)["770_7"] == "speech" and "777" not in _jobs(full)
+    assert _teams(full)["speech"] == 2 * 360  # two hours of 10 s samples
+    _assert_equal(fleet, full)
+    assert _jobs(fleet) == _jobs(full)

@@ -1,6 +1,7 @@
 """`gpufleet import slurm` against a running Slurm 22.05 (the session's `slurm` fixture:
-tests/slurm_stack.py): jobs of two users in two accounts, the real sacct and squeue, and
-the allocation rows and job records they become."""
+tests/slurm_stack.py): jobs of two users in two accounts, the real sacct and squeue, the
+allocation rows and job records they become, and the attribution and `job_efficiency` of
+collector samples written for the jobs' GPUs, against figures computed here."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import csv
 import datetime as dt
 import json
 import re
+from typing import Any
 
+import duckdb
 import pytest
 
 from gpufleet.cli import main
 from gpufleet.config import Config
 from gpufleet.integrations.slurm import import_slurm
+from tests.notify_fixtures import write_samples
 from tests.slurm_stack import SlurmStack
 
 pytestmark = pytest.mark.slow
@@ -45,6 +49,7 @@ def sacct_records(slurm: SlurmStack) -> dict[str, dict[str, str]]:
         start, end = (job["time"][key] for key in ("start", "end"))
         found[job_id] = {
             "job_id": job_id,
+            "job_id_raw": str(job["job_id"]),  # an array task's own number
             "cluster": job["cluster"],
             "user": job["user"],
             "account": job["account"],
@@ -113,6 +118,8 @@ def test_import_from_a_running_slurm(
 
     quick = slurm.submit("gf-alice", "true", gpus=2, node="gpu-node01")
     failing = slurm.submit("gf-bob", "exit 3", gpus=1, node="gpu-node01")
+    quick_array = slurm.submit("gf-alice", "true", gpus=1, node="gpu-node01", array="0-1")
+    quick_tasks = [f"{quick_array}_0", f"{quick_array}_1"]
     short = slurm.submit("gf-alice", "sleep 12", gpus=1, node="gpu-node02")
     idle = slurm.submit("gf-bob", "sleep 600", gpus=2, node="gpu-node01")  # GPUs, no process
     array = slurm.submit("gf-alice", "sleep 600", gpus=1, node="gpu-node02", array="0-1")
@@ -123,6 +130,7 @@ def test_import_from_a_running_slurm(
         ended = (
             states.get(quick, ("", 0))[0] == "COMPLETED"
             and states.get(failing, ("",))[0] == "FAILED"
+            and all(states.get(j, ("",))[0] == "COMPLETED" for j in quick_tasks)
         )
         running = [states.get(j, ("",))[0] for j in (short, idle, *tasks)]
         return ended and running == ["RUNNING"] * 4
@@ -145,7 +153,8 @@ def test_import_from_a_running_slurm(
     assert {key: (r["user"], r["team"]) for key, r in rows.items()} == expected
     assert len(held[idle]) == 2 and all(len(held[j]) == 1 for j in (short, *tasks))
     assert all(r["end_ts"] == "" for r in rows.values())  # all still running
-    assert set(first.unplaced) == {quick, failing}  # over before squeue could see them
+    # over before squeue could see them
+    assert set(first.unplaced) == {quick, failing, *quick_tasks}
     # every started GPU job has a record, placed or not, as sacct tells it
     teams = {
         quick: "vision",
@@ -153,9 +162,10 @@ def test_import_from_a_running_slurm(
         short: "vision",
         idle: "audio",  # GPUs but no process: the record attributes its gpustat evidence
         **dict.fromkeys(tasks, "vision"),
+        **dict.fromkeys(quick_tasks, "vision"),
     }
     check_job_records(slurm, config, teams)
-    assert first.job_records == 6
+    assert first.job_records == 8
     states = {job_id: r["state"] for job_id, r in job_records(config).items()}
     assert (states[quick], states[failing], states[short]) == ("COMPLETED", "FAILED", "RUNNING")
 
@@ -168,3 +178,152 @@ def test_import_from_a_running_slurm(
         assert row["end_ts"] == (end.isoformat() if key[0] == short else ""), key
     check_job_records(slurm, config, teams)  # the short job's record: COMPLETED, its end
     assert job_records(config)[short]["end_ts"] == end.isoformat()
+
+    check_samples(
+        config,
+        sacct_records(slurm),
+        teams,
+        held,
+        ended=(quick, *quick_tasks),
+        running=(short, *tasks),
+        idle=idle,
+    )
+
+
+# --- collector samples for those GPUs, ingested and built ---------------------------------
+
+STEP_S = 10  # the collector's interval
+TICKS = 6  # samples a running job's GPU gets: a minute
+A100 = "NVIDIA A100-SXM4-80GB"
+GIB = 1024**3
+
+
+class Expected:
+    """The samples written, and what each job's figures must be."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.attribution: dict[tuple[str, int, dt.datetime], tuple[str, str, str]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    def write(
+        self,
+        job_id: str,
+        record: dict[str, str],
+        team: str,
+        gpus: set[tuple[str, int]],
+        start: dt.datetime,
+        ticks: int,
+        util: float,
+        *,
+        process: bool = False,
+        evidence: bool = False,
+    ) -> None:
+        """`ticks` samples of each GPU from `start` on, every STEP_S, attributed to the job:
+        busy at `util`, with a process of the job (its raw id, from its cgroup) or the
+        gpustat evidence (`alloc_job_id`: its raw id) or neither."""
+        raw, user = record["job_id_raw"], record["user"]
+        for host, index in sorted(gpus):
+            for tick in range(1, ticks + 1):
+                ts = start + dt.timedelta(seconds=STEP_S * tick)
+                key = (host, index, ts)
+                assert key not in self.attribution, key
+                self.attribution[key] = (team, user, job_id)
+                self.samples.append(
+                    {
+                        "ts": ts,
+                        "interval_s": float(STEP_S),
+                        "host": host,
+                        "gpu_index": index,
+                        "gpu_uuid": f"GPU-{host}-{index}",
+                        "gpu_name": A100,
+                        "status": "ok",
+                        "gpu_util_pct": util,
+                        "mem_used_bytes": GIB,
+                        "mem_total_bytes": 80 * GIB,
+                        "processes": (
+                            [{"pid": 100, "user": user, "used_mem_bytes": GIB, "job_id": raw}]
+                            if process
+                            else []
+                        ),
+                        "alloc_job_id": raw if evidence else None,
+                        "alloc_user": user if evidence else None,
+                    }
+                )
+        seconds = len(gpus) * ticks * STEP_S
+        self.jobs[job_id] = {
+            "team": team,
+            "user": user,
+            "account": record["account"],
+            "state": record["state"],
+            "gpus": len(gpus),
+            "gpu_hours": seconds / 3600,
+            "busy_gpu_hours": util / 100 * seconds / 3600,
+            "idle_gpu_hours": seconds / 3600 if util < 5 else 0.0,
+            # no allocation rows: the hours of its samples the gpustat evidence attributes
+            "alloc_gpu_hours": seconds / 3600,
+        }
+
+
+def _time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+def check_samples(
+    config: Config,
+    records: dict[str, dict[str, str]],
+    teams: dict[str, str],
+    held: dict[str, set[tuple[str, int]]],
+    *,
+    ended: tuple[str, ...],
+    running: tuple[str, ...],
+    idle: str,
+) -> None:
+    """Samples for the jobs' GPUs over their lives: the idle job's GPUs at 0 % with no
+    process (its allocation rows attribute them), the running jobs busy (the short one
+    with a process, the array tasks with gpustat evidence of their raw ids), and the jobs
+    that ended before any squeue (so with no rows) with gpustat evidence on node01's GPUs
+    the idle job does not hold; then ingest, build, and each sample's attribution and each
+    job's `job_efficiency` row against what was written."""
+    expected = Expected()
+    start = {job_id: _time(records[job_id]["start_ts"]) for job_id in records}
+    free = sorted({("gpu-node01", i) for i in range(4)} - held[idle])
+    assert len(free) == 2
+    quick, *quick_tasks = ended
+    write = expected.write
+    write(quick, records[quick], teams[quick], set(free), start[quick], 3, 30.0, evidence=True)
+    after = start[quick] + dt.timedelta(seconds=3 * STEP_S)  # the quick job's last sample
+    for gpu, task in zip(free, quick_tasks, strict=True):
+        write(task, records[task], teams[task], {gpu}, after, 2, 40.0, evidence=True)
+    write(idle, records[idle], teams[idle], held[idle], start[idle], TICKS, 0.0)
+    expected.jobs[idle]["alloc_gpu_hours"] = 2 * TICKS * STEP_S / 3600  # open: to its last
+    short, *tasks = running
+    lived = _time(records[short]["end_ts"]) - start[short]
+    ticks = int(lived.total_seconds()) // STEP_S
+    write(short, records[short], teams[short], held[short], start[short], ticks, 80.0, process=True)
+    expected.jobs[short]["alloc_gpu_hours"] = lived.total_seconds() / 3600  # its closed row
+    for task in tasks:
+        write(task, records[task], teams[task], held[task], start[task], TICKS, 50.0, evidence=True)
+        expected.jobs[task]["alloc_gpu_hours"] = TICKS * STEP_S / 3600
+    write_samples(config.data_dir, "slurm-stack", expected.samples)
+    data = ["--data-dir", str(config.data_dir)]
+    assert main([*data, "ingest"]) == 0
+    assert main([*data, "build"]) == 0
+
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        attributed = con.execute(
+            'select host, gpu_index, ts, attributed_by, team, "user", job_id'
+            " from samples_attributed"
+        ).fetchall()
+        measures = list(next(iter(expected.jobs.values())))
+        quoted = ", ".join(f'"{name}"' for name in measures)
+        found = con.execute(f"select job_id, {quoted} from job_efficiency").fetchall()
+    jobs = {job_id: dict(zip(measures, rest, strict=True)) for job_id, *rest in found}
+    assert {(h, i, ts): tuple(rest) for h, i, ts, *rest in attributed} == {
+        key: ("allocation", *value) for key, value in expected.attribution.items()
+    }
+    # one row per job, under the id Slurm prints (never an array task's raw id)
+    assert set(jobs) == set(expected.jobs)
+    for job_id, figures in expected.jobs.items():
+        for name, value in figures.items():
+            assert jobs[job_id][name] == pytest.approx(value), (job_id, name)

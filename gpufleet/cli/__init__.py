@@ -22,6 +22,7 @@ from gpufleet.cli.notify import add_notify
 from gpufleet.cli.pipeline import add_build, add_ingest, add_report, add_serve
 from gpufleet.cli.query import add_query
 from gpufleet.cli.simulate import add_demo, add_simulate
+from gpufleet.cli.status import add_status
 from gpufleet.config import Config, load_config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError, disk_full_path
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_notify,
         add_export,
         add_import,
+        add_status,
         add_serve,
     ):
         add_command(commands)

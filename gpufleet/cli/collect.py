@@ -17,7 +17,9 @@ def add_collect(commands: argparse._SubParsersAction) -> None:
             "Sample every GPU of this host through NVML each --interval and write Parquet "
             "files under <data-dir>/raw/samples. Each tick is appended to a spool on disk "
             "first, so a kill loses at most the tick in progress; every --flush, at UTC "
-            "midnight and on SIGTERM/SIGINT the spool becomes one Parquet file."
+            "midnight and on SIGTERM/SIGINT the spool becomes one Parquet file. With --upload "
+            "each finished file is then shipped to an S3 bucket and removed locally once the "
+            "store has it."
         ),
     )
     parser.add_argument(
@@ -47,11 +49,32 @@ def add_collect(commands: argparse._SubParsersAction) -> None:
             "each GPU in alloc_job_id/alloc_user (default: not read; both null)"
         ),
     )
+    parser.add_argument(
+        "--upload",
+        type=s3_url,
+        metavar="S3_URL",
+        help=(
+            "upload each finished file to s3://bucket/prefix (under <prefix>/samples/, as "
+            "under raw/samples), through [s3] endpoint_url and region, with the standard AWS "
+            "credentials; a file is removed locally once the store has it, and waits on the "
+            "local disk while the store is down (default: no upload)"
+        ),
+    )
     parser.set_defaults(handler=run_collect, needs_pipeline=False)
 
 
+def s3_url(text: str) -> str:
+    """An `s3://bucket/prefix` argument, checked."""
+    from gpufleet.storage.s3 import S3Location
+
+    try:
+        return S3Location.parse(text).url
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def run_collect(args: argparse.Namespace, config: Config) -> int:
-    from gpufleet.collectors.collect import run_collector
+    from gpufleet.collectors.service import run_collector
 
     return run_collector(
         data_dir=config.data_dir,
@@ -59,4 +82,7 @@ def run_collect(args: argparse.Namespace, config: Config) -> int:
         flush_s=args.flush,
         host=args.host,
         slurm_gpustat=args.slurm_gpustat,
+        upload=args.upload,
+        s3_endpoint_url=config.s3.endpoint_url,
+        s3_region=config.s3.region,
     )

@@ -39,12 +39,15 @@ allocations_with_team as (
         allocations.job_id,
         allocations."user",
         coalesce(allocations.team, users.team, '(unmapped)') as team,
+        -- no team of its own: users.csv's, which int_samples_attributed takes per sample
+        -- for a user with dated rows (int_user_teams)
+        allocations.team is null as team_from_users,
         allocations.host,
         allocations.gpu_index,
         allocations.start_ts,
         allocations.end_ts,
     from allocations
-    left join users on users."user" = allocations."user"
+    left join users on users."user" = allocations."user" and users.valid_from is null
     where allocations.end_ts is null or allocations.end_ts > allocations.start_ts
 ),
 
@@ -75,6 +78,7 @@ covering as (
                 'job_id': allocations_with_team.job_id,
                 'user': allocations_with_team."user",
                 'team': allocations_with_team.team,
+                'team_from_users': allocations_with_team.team_from_users,
             },
             {
                 'start_ts': allocations_with_team.start_ts,
@@ -131,6 +135,7 @@ final as (
         job_keys.job_key,
         user_ids.user_id,
         teams.team_id,
+        segment_hours.winner.team_from_users,
     from segment_hours
     -- allocations on hosts without samples have nothing to attribute
     inner join hosts on hosts.host = segment_hours.host

@@ -1,7 +1,9 @@
 -- Every host seen in the samples: a small integer id (the series window and
 -- samples_attributed_rows carry it instead of the name; kept across builds in
 -- build_state.hosts) and the owning team by hosts.csv, the first glob that matches in
--- file order (docs/reference.md#attribution, rule 3); null when none matches.
+-- file order (docs/reference.md#attribution, rule 3), of the rows without valid_from;
+-- null when none matches. A host that a dated row's glob matches has its teams per period
+-- in int_host_teams.
 with samples as (
     select * from stg_samples
 ),
@@ -29,6 +31,7 @@ matches as (
         arg_min(host_rules.team, host_rules.rule_order) as team,
     from hosts
     inner join host_rules on hosts.host like host_rules.host_like escape '\'
+    where host_rules.valid_from is null
     group by hosts.host
 ),
 

@@ -1,7 +1,7 @@
 -- Idle episodes (docs/reference.md#idle-episode): start = first.ts - first.interval_s,
 -- end = last.ts, idle_seconds = sum of interval_s; waste when it lasts at least
 -- idle.min_minutes and is attributed; user and job_id of its first sample; priced by the
--- GPU's name. The id comes from the GPU and the first sample's time (int_idle_episode_days),
+-- GPU's name, each day's idle seconds at that day's price (int_gpu_prices). The id comes from the GPU and the first sample's time (int_idle_episode_days),
 -- so a full and an incremental build agree on it.
 with episode_days as (
     select * from int_idle_episode_days
@@ -9,6 +9,17 @@ with episode_days as (
 
 gpu_prices as (
     select * from int_gpu_prices
+),
+
+priced_days as (
+    select
+        episode_days.*,
+        coalesce(gpu_prices.usd_per_gpu_hour, 0.0) as usd_per_gpu_hour,
+    from episode_days
+    left join gpu_prices
+        on gpu_prices.gpu_name is not distinct from episode_days.gpu_name
+        and (gpu_prices.valid_from is null or episode_days.day >= gpu_prices.valid_from)
+        and (gpu_prices.valid_to is null or episode_days.day < gpu_prices.valid_to)
 ),
 
 episodes as (
@@ -28,7 +39,11 @@ episodes as (
         sum(idle_seconds) as idle_seconds,
         sum(samples)::bigint as samples,
         bool_or(held_memory) as held_memory,
-    from episode_days
+        min(usd_per_gpu_hour) as usd_per_gpu_hour,
+        -- a price that changes during the episode: each day's seconds at its own price
+        max(usd_per_gpu_hour) <> min(usd_per_gpu_hour) as price_changes,
+        sum(idle_seconds * usd_per_gpu_hour) as priced_seconds,
+    from priced_days
     group by episode_id, gpu_uuid
 ),
 
@@ -51,12 +66,13 @@ final as (
         episodes.idle_seconds >= 60 * getvariable('idle_min_minutes')
         and episodes.attributed_by != 'none' as is_waste,
         episodes.held_memory,
-        coalesce(gpu_prices.usd_per_gpu_hour, 0.0) as usd_per_gpu_hour,
+        episodes.usd_per_gpu_hour,
         case
-            when is_waste then episodes.idle_seconds / 3600 * usd_per_gpu_hour else 0.0
+            when not is_waste then 0.0
+            when episodes.price_changes then episodes.priced_seconds / 3600
+            else episodes.idle_seconds / 3600 * episodes.usd_per_gpu_hour
         end as waste_usd,
     from episodes
-    left join gpu_prices on gpu_prices.gpu_name is not distinct from episodes.gpu_name
 )
 
 select * from final

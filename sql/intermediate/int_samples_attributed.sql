@@ -25,6 +25,16 @@ users as (
     select * from int_users
 ),
 
+-- users and hosts with dated users.csv / hosts.csv rows: their team per period (empty
+-- without valid_from)
+user_teams as (
+    select * from int_user_teams
+),
+
+host_teams as (
+    select * from int_host_teams
+),
+
 job_teams as (
     select * from int_job_teams
 ),
@@ -41,9 +51,15 @@ with_host as (
     select
         samples.*,
         hosts.host_id,
-        hosts.team_id as host_team_id,
+        case
+            when host_teams.host_id is not null then host_teams.team_id else hosts.team_id
+        end as host_team_id,
     from samples
     inner join hosts on hosts.host = samples.host
+    left join host_teams
+        on host_teams.host_id = hosts.host_id
+        and samples.ts_us >= host_teams.from_us
+        and samples.ts_us < host_teams.to_us
 ),
 
 with_allocation as (
@@ -53,6 +69,7 @@ with_allocation as (
         allocation_segments.job_key as allocation_job_key,
         allocation_segments.user_id as allocation_user_id,
         allocation_segments.team_id as allocation_team_id,
+        allocation_segments.team_from_users as allocation_team_from_users,
     from with_host
     left join allocation_segments
         on allocation_segments.host_id = with_host.host_id
@@ -126,12 +143,20 @@ attributed as (
             else 4
         end::utinyint as attribution_code,
         -- rules 1b and 2: the job's Slurm team, else users.csv, else (unmapped)
+        -- a user with dated users.csv rows: the team of the sample's period (user_teams)
         case
+            when has_allocation and allocation_team_from_users and user_teams.user_id is not null
+                then coalesce(
+                    user_teams.team_id, (select team_id from teams where team = '(unmapped)')
+                )
             when has_allocation then allocation_team_id
             when alloc_job_id is not null or process_count > 0
                 then coalesce(
                     job_teams.team_id,
-                    users.team_id,
+                    case
+                        when user_teams.user_id is not null then user_teams.team_id
+                        else users.team_id
+                    end,
                     (select team_id from teams where team = '(unmapped)')
                 )
             when host_team_id is not null then host_team_id
@@ -147,6 +172,17 @@ attributed as (
         end as job_key,
     from with_evidence
     left join users on users."user" = with_evidence.evidence_user
+    left join user_teams
+        on user_teams.user_id = case
+            when with_evidence.has_allocation
+                then case
+                    when with_evidence.allocation_team_from_users
+                        then with_evidence.allocation_user_id
+                end
+            else users.user_id
+        end
+        and with_evidence.ts_us >= user_teams.from_us
+        and with_evidence.ts_us < user_teams.to_us
     left join job_teams
         on job_teams.job_id = with_evidence.evidence_job_id
         and with_evidence.ts_us >= job_teams.from_us

@@ -55,7 +55,10 @@ waste_sums as (
     inner join episodes
         on episodes.gpu_uuid = episode_days.gpu_uuid
         and episodes.episode_id = episode_days.episode_id
-    left join gpu_prices on gpu_prices.gpu_name is not distinct from episode_days.gpu_name
+    left join gpu_prices
+        on gpu_prices.gpu_name is not distinct from episode_days.gpu_name
+        and (gpu_prices.valid_from is null or episode_days.day >= gpu_prices.valid_from)
+        and (gpu_prices.valid_to is null or episode_days.day < gpu_prices.valid_to)
     where episodes.is_waste
     group by all
 ),

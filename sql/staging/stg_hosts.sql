@@ -1,8 +1,20 @@
 -- materialized: temp_view
 -- hosts.csv rules with the glob (`*`, `?`)
--- translated to a LIKE pattern escaped with '\' (glob_to_like in sql/_macros.sql).
-with source as (
-    select * from ref_hosts
+-- translated to a LIKE pattern escaped with '\' (glob_to_like in sql/_macros.sql), and the
+-- local day each applies from (valid_from; null: all time). rule_order counts every row of
+-- the file, dated or not.
+with undated as (
+    select rule_order, host_glob, team, null::date as valid_from, from ref_hosts
+),
+
+dated as (
+    select rule_order, host_glob, team, valid_from, from ref_hosts_dated
+),
+
+source as (
+    select * from undated
+    union all
+    select * from dated
 ),
 
 final as (
@@ -11,6 +23,7 @@ final as (
         host_glob,
         glob_to_like(host_glob) as host_like,
         team,
+        valid_from,
     from source
 )
 

@@ -1,8 +1,20 @@
 -- materialized: temp_view
 -- prices.csv rules with the glob (`*`, `?`)
--- translated to a LIKE pattern escaped with '\' (glob_to_like in sql/_macros.sql).
-with source as (
-    select * from ref_prices
+-- translated to a LIKE pattern escaped with '\' (glob_to_like in sql/_macros.sql), and the
+-- local day each applies from (valid_from; null: all time). rule_order counts every row of
+-- the file, dated or not.
+with undated as (
+    select rule_order, gpu_glob, usd_per_gpu_hour, null::date as valid_from, from ref_prices
+),
+
+dated as (
+    select rule_order, gpu_glob, usd_per_gpu_hour, valid_from, from ref_prices_dated
+),
+
+source as (
+    select * from undated
+    union all
+    select * from dated
 ),
 
 final as (
@@ -11,6 +23,7 @@ final as (
         gpu_glob,
         glob_to_like(gpu_glob) as gpu_like,
         usd_per_gpu_hour,
+        valid_from,
     from source
 )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from gpufleet.config import KubernetesConfig, PrometheusConfig
+from gpufleet.config_sources import KubernetesConfig, PrometheusConfig
 
 MEAN = "mean"
 LAST = "last"

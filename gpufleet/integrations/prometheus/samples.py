@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, STATUS_OK, schema_with_metadata
-from gpufleet.config import PrometheusConfig
+from gpufleet.config_sources import PrometheusConfig
 from gpufleet.integrations.prometheus.api import PrometheusError
 from gpufleet.integrations.prometheus.queries import Metric
 

@@ -6,7 +6,9 @@ start, in the format ingest reads. A job's rows are keyed by (job id, start): im
 job again adds nothing, and a job seen running, then ended, has its open rows closed in the
 file that holds them (the day of its start). Each started GPU job also has one record in
 `raw/jobs/slurm-<cluster>-<YYYY-MM-DD>.csv` (same key, same day rule), whether or not
-squeue saw its GPUs; a later import updates its state and end. A file is rewritten whole
+squeue saw its GPUs; a later import updates its state and end. A record carries the
+job's own number too (`job_id_raw`): an array task's `123_4` is job 130 to its processes
+and to jobstats' gpustat files. A file is rewritten whole
 under a temporary `.` name, flushed and renamed, and only when its content changes, so that
 a reader sees the old file or the new one, never a part.
 
@@ -30,20 +32,6 @@ from typing import NamedTuple
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
 
-COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
-JOB_COLUMNS = (
-    "job_id",
-    "cluster",
-    "user",
-    "account",
-    "partition",
-    "state",
-    "team",
-    "gpus",
-    "hosts",
-    "start_ts",
-    "end_ts",
-)
 RECORD_FILE = "slurm.json"
 
 
@@ -71,6 +59,7 @@ class JobRecord(NamedTuple):
     """One started GPU job, as `raw/jobs/*.csv` holds it."""
 
     job_id: str
+    job_id_raw: str | None  # sacct's job number (SlurmJob.job_id_raw); None: not known
     cluster: str | None
     user: str | None
     account: str | None
@@ -81,6 +70,13 @@ class JobRecord(NamedTuple):
     hosts: tuple[str, ...]  # its nodes, as the collectors name them
     start_ts: dt.datetime
     end_ts: dt.datetime | None  # None: still running
+
+
+# The files' headers: the records' fields, in order (`_render` writes them so).
+COLUMNS: tuple[str, ...] = AllocationRow._fields
+JOB_COLUMNS: tuple[str, ...] = JobRecord._fields
+# The header of the job files of a release before `job_id_raw`: read, and written anew.
+_JOB_COLUMNS_BEFORE_RAW = tuple(name for name in JOB_COLUMNS if name != "job_id_raw")
 
 
 def day_file(folder: Path, cluster: str | None, start_ts: dt.datetime) -> Path:
@@ -158,23 +154,28 @@ def _iso(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).isoformat() if value is not None else ""
 
 
-def render(rows: list[AllocationRow]) -> str:
+def _cell(value: object) -> object:
+    """A value as its CSV cell: None empty, a time in ISO-8601 UTC, a host list spaced."""
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime):
+        return _iso(value)
+    if isinstance(value, tuple):
+        return " ".join(value)
+    return value
+
+
+def _render(columns: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> str:
+    """The file's text: the header, then each row's fields in `columns`' order."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in rows:
-        writer.writerow(
-            [
-                row.job_id,
-                row.user or "",
-                row.team or "",
-                row.host,
-                row.gpu_index,
-                _iso(row.start_ts),
-                _iso(row.end_ts),
-            ]
-        )
+    writer.writerow(columns)
+    writer.writerows([_cell(value) for value in row] for row in rows)
     return out.getvalue()
+
+
+def render(rows: list[AllocationRow]) -> str:
+    return _render(COLUMNS, rows)
 
 
 def read_jobs(path: Path) -> list[JobRecord]:
@@ -184,11 +185,12 @@ def read_jobs(path: Path) -> list[JobRecord]:
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
-            if tuple(reader.fieldnames or ()) != JOB_COLUMNS:
+            if tuple(reader.fieldnames or ()) not in (JOB_COLUMNS, _JOB_COLUMNS_BEFORE_RAW):
                 raise ValueError(f"header {reader.fieldnames} is not {','.join(JOB_COLUMNS)}")
             return [
                 JobRecord(
                     row["job_id"],
+                    row.get("job_id_raw") or None,
                     row["cluster"] or None,
                     row["user"] or None,
                     row["account"] or None,
@@ -212,39 +214,24 @@ def read_jobs(path: Path) -> list[JobRecord]:
 def merge_jobs(existing: list[JobRecord], seen: Iterable[JobRecord]) -> list[JobRecord]:
     """`existing` with the jobs `seen` now: a new (job id, start) is added, a known one
     takes the state and end seen (the rest stays as first written, as the allocation
-    rows' team does), unless it has ended and is seen running (older news)."""
+    rows' team does), unless it has ended and is seen running (older news). A record of
+    a release that did not write `job_id_raw` takes the one seen."""
     records = {(record.job_id, record.start_ts): record for record in existing}
     for record in seen:
         key = (record.job_id, record.start_ts)
         known = records.get(key)
         if known is None:
             records[key] = record
-        elif record.end_ts is not None or known.end_ts is None:
+            continue
+        if known.job_id_raw is None:
+            known = records[key] = known._replace(job_id_raw=record.job_id_raw)
+        if record.end_ts is not None or known.end_ts is None:
             records[key] = known._replace(state=record.state, end_ts=record.end_ts)
     return sorted(records.values(), key=lambda r: (r.start_ts, _job_order(r.job_id), r.job_id))
 
 
 def render_jobs(records: list[JobRecord]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(JOB_COLUMNS)
-    for record in records:
-        writer.writerow(
-            [
-                record.job_id,
-                record.cluster or "",
-                record.user or "",
-                record.account or "",
-                record.partition or "",
-                record.state,
-                record.team or "",
-                record.gpus,
-                " ".join(record.hosts),
-                _iso(record.start_ts),
-                _iso(record.end_ts),
-            ]
-        )
-    return out.getvalue()
+    return _render(JOB_COLUMNS, records)
 
 
 def read_watermark(path: Path) -> dt.datetime | None:

@@ -212,6 +212,7 @@ def _updates(
         nodes = job.nodes or (gpus.job.nodes if gpus else ())
         record = JobRecord(
             job_id=job.job_id,
+            job_id_raw=job.job_id_raw or (gpus.job.job_id_raw if gpus else None),
             cluster=job.cluster,
             user=job.user,
             account=job.account,

@@ -16,6 +16,10 @@ from gpufleet.integrations.slurm.payload import Job, Payload, number
 
 class SlurmJob(NamedTuple):
     job_id: str  # as Slurm prints it: 123, 123_4 (array task 4), 123+1 (heterogeneous part)
+    # The job's own number (sacct's and squeue's `job_id`): an array task's or a
+    # heterogeneous component's SLURM_JOB_ID, which its processes' cgroup and jobstats'
+    # gpustat files name (123_4 may be job 130); the printed id for any other job.
+    job_id_raw: str | None
     user: str | None
     account: str | None
     partition: str | None
@@ -70,6 +74,7 @@ def parse_sacct(payload: Payload) -> list[SlurmJob]:
         jobs.append(
             SlurmJob(
                 job_id=job_id(job, base, ("array.job_id", "array.task_id"), _HET),
+                job_id_raw=None if base is None else str(base),
                 user=job.text("user"),
                 account=job.text("account"),
                 partition=job.text("partition"),

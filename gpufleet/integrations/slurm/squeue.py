@@ -97,14 +97,11 @@ def parse_squeue(payload: Payload) -> dict[str, HeldGpus]:
                 per_node.append(NodeGpus(node, indices, mig))
         if not per_node:
             continue
-        key = job_id(
-            job,
-            job.number("job_id"),
-            ("array_job_id", "array_task_id"),
-            ("het_job_id", "het_job_offset"),
-        )
+        base = job.number("job_id")
+        key = job_id(job, base, ("array_job_id", "array_task_id"), ("het_job_id", "het_job_offset"))
         running = SlurmJob(
             job_id=key,
+            job_id_raw=None if base is None else str(base),
             user=job.text("user_name"),
             account=job.text("account"),
             partition=job.text("partition"),

@@ -100,6 +100,25 @@ create table if not exists ref_prices (
     gpu_glob varchar not null,
     usd_per_gpu_hour double not null
 );
+-- the rows of users.csv, hosts.csv and prices.csv with a valid_from date (the ref_ tables
+-- above hold those without); rule_order counts every row of the file
+create table if not exists ref_users_dated (
+    "user" varchar not null,
+    team varchar not null,
+    valid_from date not null       -- local day the row applies from
+);
+create table if not exists ref_hosts_dated (
+    rule_order integer not null,
+    host_glob varchar not null,
+    team varchar not null,
+    valid_from date not null
+);
+create table if not exists ref_prices_dated (
+    rule_order integer not null,
+    gpu_glob varchar not null,
+    usd_per_gpu_hour double not null,
+    valid_from date not null
+);
 create table if not exists allocations (
     job_id varchar,
     "user" varchar,
@@ -111,7 +130,8 @@ create table if not exists allocations (
     source_file varchar not null
 );
 create table if not exists slurm_jobs (
-    job_id varchar not null,
+    job_id varchar not null,       -- as Slurm prints it: 4242, 4242_7 (array task), 4242+1
+    job_id_raw varchar,            -- its own SLURM_JOB_ID (4242_7 may be 4250); null: unknown
     cluster varchar,
     "user" varchar,
     account varchar,
@@ -124,6 +144,8 @@ create table if not exists slurm_jobs (
     end_ts timestamptz,            -- null: still running
     source_file varchar
 );
+-- a warehouse of a release before job_id_raw (its rows: null, as their files lack it)
+alter table slurm_jobs add column if not exists job_id_raw varchar;
 create table if not exists loaded_files (
     path varchar primary key,      -- relative to the data directory
     size_bytes bigint not null,

@@ -2,8 +2,10 @@
 
 A build is incremental when it can be (only the days new samples touch are recomputed, see
 `incremental/`) and full otherwise: the first build, `--full`, or a change in the
-SQL, the configuration or the reference data. Either way it ends by evicting the samples of
-compacted host-days from the warehouse file to the lake (`lake/samples.py`).
+SQL, the configuration or the reference rows without `valid_from`; a change in dated
+reference rows only recomputes every GPU from the earliest valid_from it touches. Either way
+it ends by evicting the samples of compacted host-days from the warehouse file to the lake
+(`lake/samples.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gpufleet.warehouse.build.models import (
 )
 from gpufleet.warehouse.build.state import (
     allocations_changed,
+    dated_references_since,
     ensure_state_tables,
     fingerprint,
     read_state,
@@ -89,6 +92,7 @@ def build_models(
     digest = fingerprint(con, model_variables(config), sql_files)
     state = read_state(con)
     top = samples_load_top(con)
+    refs_since = None if state is None else dated_references_since(con)
     if full:
         mode, reason = "full", "asked for"
     elif state is None:
@@ -98,11 +102,17 @@ def build_models(
             "full",
             "the SQL, the configuration or the reference data (users, hosts, prices) changed",
         )
-    elif top == state.samples_load_id and not allocations_changed(con):
+    elif top == state.samples_load_id and not allocations_changed(con) and refs_since is None:
         mode, reason = "up to date", "no new samples or allocations"
     else:
         outcome = build_incrementally(
-            con, config, models, order, after=state.samples_load_id, top=top
+            con,
+            config,
+            models,
+            order,
+            after=state.samples_load_id,
+            top=top,
+            refs_since=refs_since,
         )
         if isinstance(outcome, str):
             mode, reason = "full", outcome
@@ -113,6 +123,8 @@ def build_models(
                 f"first new sample or changed allocation on, {outcome.days} local days "
                 "recomputed"
             )
+            if outcome.refs_since is not None:
+                reason += f"; dated users/hosts/prices rows changed from {outcome.refs_since} on"
     if mode == "full":
         forget_ids(con)
         _free_marts(con, models, order)

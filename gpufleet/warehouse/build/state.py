@@ -1,12 +1,15 @@
 """What a build leaves in `build_state` for the next one to decide full or incremental.
 
 The watermark (the last load of `samples_stored` the marts include), the fingerprint of the
-SQL, configuration and reference tables, and the allocations and Slurm job records the marts
-were built with.
+SQL, configuration and the reference rows without `valid_from`, and the allocations, Slurm
+job records and dated reference rows (users.csv, hosts.csv, prices.csv rows with
+`valid_from`) the marts were built with: a change in those recomputes from the earliest
+date it touches, incrementally.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,13 +30,85 @@ create table if not exists build_state.watermark (
 create table if not exists build_state.allocations_built as
 select job_id, "user", team, host, gpu_index, start_ts, end_ts from allocations limit 0;
 create table if not exists build_state.slurm_jobs_built as
-select job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts
+select job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts,
+    job_id_raw
 from slurm_jobs limit 0;
+-- a build state of a release before job_id_raw (last, as JOB_COLUMNS lists it)
+alter table build_state.slurm_jobs_built add column if not exists job_id_raw varchar;
+create table if not exists build_state.dated_references_built (
+    kind varchar not null,           -- user, host or price
+    "key" varchar not null,          -- the user, host glob or GPU glob
+    value varchar not null,          -- the team or price
+    valid_from date not null,
+    glob_rank bigint,                -- the glob's place in file order (first row's)
+    tie_rank bigint                  -- the row's place among its glob's rows of that date
+);
 """
 
 # Allocations and job records are not here: a change in them recomputes the GPUs they cover,
-# incrementally.
-REFERENCE_TABLES = ("ref_users", "ref_hosts", "ref_prices")
+# incrementally. Nor are the dated reference rows (ref_*_dated): a change in them
+# recomputes every GPU from the earliest valid_from it touches (DATED_REFERENCES_SQL).
+REFERENCE_TABLES = ("ref_users",)
+
+
+def _glob_rules(table: str, glob: str, value: str) -> str:
+    """SQL: the rows of hosts.csv or prices.csv (`table` and its `_dated` rows) as (pattern,
+    value, valid_from, rule_order, glob_rank: the glob's place by its first row, tie_rank:
+    the row's place among the glob's rows of its date)."""
+    return f"""
+        select
+            pattern,
+            value,
+            valid_from,
+            rule_order,
+            dense_rank() over (order by first_order, pattern) as glob_rank,
+            row_number() over (partition by pattern, valid_from order by rule_order) as tie_rank,
+        from (
+            select *, min(rule_order) over (partition by pattern) as first_order,
+            from (
+                select rule_order, {glob} as pattern, {value}::varchar as value,
+                    null::date as valid_from,
+                from {table}
+                union all
+                select rule_order, {glob}, {value}::varchar, valid_from,
+                from {table}_dated
+            )
+        )"""
+
+
+# The rows without valid_from that decide the marts of every day: their order among
+# themselves (rule_order counts the dated rows too, so adding one would renumber the rest).
+UNDATED_RULES_SQL = {
+    table: f"""
+        select
+            pattern,
+            value,
+            row_number() over (order by rule_order) as row_rank,
+            dense_rank() over (order by glob_rank) as glob_rank,
+        from ({_glob_rules(table, glob, value)})
+        where valid_from is null"""
+    for table, glob, value in (
+        ("ref_hosts", "host_glob", "team"),
+        ("ref_prices", "gpu_glob", "usd_per_gpu_hour"),
+    )
+}
+
+# Every dated reference row with what decides its effect: a row of users.csv by its user,
+# a glob's row also by the glob's place in the file and its own among equals.
+DATED_REFERENCES_SQL = f"""
+select distinct 'user' as kind, "user" as "key", team as value, valid_from,
+    null::bigint as glob_rank, null::bigint as tie_rank,
+from ref_users_dated
+union all
+select 'host', pattern, value, valid_from, glob_rank, tie_rank,
+from ({_glob_rules("ref_hosts", "host_glob", "team")})
+where valid_from is not null
+union all
+select 'price', pattern, value, valid_from, glob_rank, tie_rank,
+from ({_glob_rules("ref_prices", "gpu_glob", "usd_per_gpu_hour")})
+where valid_from is not null
+"""
+DATED_REFERENCE_COLUMNS = 'kind, "key", value, valid_from, glob_rank, tie_rank'
 
 ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts'
 # The allocations added, removed or changed since the marts were built (both directions).
@@ -47,7 +122,8 @@ union all
 
 
 JOB_COLUMNS = (
-    'job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts'
+    'job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts, '
+    "job_id_raw"
 )
 # The rows of slurm_jobs added, removed or changed since the marts were built (both
 # directions; which file holds a row does not matter).
@@ -111,7 +187,31 @@ def fingerprint(
             f"select count(*), coalesce(sum(hash(t)::hugeint), 0) from {table} as t"
         ).fetchone()
         digest.update(f"{table}:{row}\0".encode())
+    for table, rules in UNDATED_RULES_SQL.items():
+        row = con.execute(
+            f"select count(*), coalesce(sum(hash(t)::hugeint), 0) from ({rules}) as t"
+        ).fetchone()
+        digest.update(f"{table}:{row}\0".encode())
     return digest.hexdigest()
+
+
+def dated_references_since(con: duckdb.DuckDBPyConnection) -> dt.date | None:
+    """The earliest valid_from of the dated reference rows added, removed or changed since
+    the marts were built (None: none): the marts of the local days before it stay as
+    they are."""
+    row = con.execute(
+        f"""
+        with current_rows as ({DATED_REFERENCES_SQL})
+        select min(valid_from) from (
+            (select {DATED_REFERENCE_COLUMNS} from current_rows
+             except all select {DATED_REFERENCE_COLUMNS} from build_state.dated_references_built)
+            union all
+            (select {DATED_REFERENCE_COLUMNS} from build_state.dated_references_built
+             except all select {DATED_REFERENCE_COLUMNS} from current_rows)
+        )
+        """
+    ).fetchone()
+    return None if row is None or row[0] is None else row[0]
 
 
 def record_full_build(con: duckdb.DuckDBPyConnection, *, top: int, digest: str) -> None:
@@ -142,11 +242,16 @@ def allocations_changed(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def record_allocations(con: duckdb.DuckDBPyConnection) -> None:
-    """The allocations and job records the marts are now built with (the next build diffs
-    against them)."""
+    """The allocations, job records and dated reference rows the marts are now built with
+    (the next build diffs against them)."""
     con.execute("delete from build_state.allocations_built")
     con.execute(
         f"insert into build_state.allocations_built select {ALLOCATION_COLUMNS} from allocations"
     )
     con.execute("delete from build_state.slurm_jobs_built")
     con.execute(f"insert into build_state.slurm_jobs_built select {JOB_COLUMNS} from slurm_jobs")
+    con.execute("delete from build_state.dated_references_built")
+    con.execute(
+        f"insert into build_state.dated_references_built ({DATED_REFERENCE_COLUMNS})"
+        f" select {DATED_REFERENCE_COLUMNS} from ({DATED_REFERENCES_SQL})"
+    )

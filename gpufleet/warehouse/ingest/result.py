@@ -36,6 +36,15 @@ class IngestResult:
     # Seconds of the work done in a thread of its own while the batches load (compacted
     # files written): it overlaps the steps, so it is not part of their sum.
     alongside_seconds: tuple[tuple[str, float], ...] = ()
+    # The raw location missing or unmounted, or no new file within [ingest]
+    # stale_after_minutes: one line (`arrival.py`); "" when the input is fine.
+    input_problem: str = ""
+    input_note: str = ""  # no sample files yet (nothing ever loaded): no failure
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """The lines that fail the command once the result is printed (exit status 1)."""
+        return (self.input_problem,) if self.input_problem else ()
 
     @property
     def loaded_anything(self) -> bool:
@@ -62,6 +71,8 @@ class IngestResult:
             lines.append(f"  alongside the batches, in a thread: {work}")
         lines += [f"  {q}" for q in self.quarantined]
         lines += [f"  warning: {printable(warning)}" for warning in self.warnings]
+        if self.input_note:
+            lines.append(f"  note: {printable(self.input_note)}")
         if self.compaction is not None and self.compaction.partitions:
             lines.append(str(self.compaction))
         return "\n".join(lines)

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpufleet.config import Config
+from gpufleet.storage.mirror import mirror_raw_location
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.build.models import apply_table_docs
+from gpufleet.warehouse.ingest.arrival import check_input
 from gpufleet.warehouse.ingest.files import check_listing, find_sample_files
 from gpufleet.warehouse.ingest.load import load_samples
 from gpufleet.warehouse.ingest.quarantine import move_to_quarantine
@@ -58,6 +60,7 @@ def load_new_files(
     with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
     `quarantine_after_publish` does, once the caller's transaction is published."""
     started = time.perf_counter()
+    mirror_raw_location(config)  # raw_location = "s3://...": its new files into raw/ first
     references = read_references(config, known=published_allocation_files(config))
     files = find_sample_files(config)
     listed = time.perf_counter()
@@ -142,6 +145,8 @@ def load_warehouse(
                 ahead.close()
         if compaction is not None and compaction.from_load:
             apply_table_docs(con, "samples")  # the view names the lake's new files
+        # Judged on what this ingest recorded; the caller fails on a problem once published.
+        arrival = check_input(con, config, listing.files)
         compacted = time.perf_counter()
     steps = (
         ("opening the warehouse", opened - started),
@@ -168,6 +173,8 @@ def load_warehouse(
         references_changed=references_changed,
         warnings=(*listing.warnings, *stray),
         compaction=compaction,
+        input_problem=arrival.problem,
+        input_note=arrival.note,
         step_seconds=steps,
         alongside_seconds=(
             *result.alongside_seconds,

@@ -67,6 +67,7 @@ def read_jobs(
             )
         return SlurmJobRecord(
             job_id=job_id,
+            job_id_raw=row.cells["job_id_raw"],
             cluster=row.cells["cluster"],
             user=row.cells["user"],
             account=row.cells["account"],

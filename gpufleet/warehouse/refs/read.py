@@ -5,7 +5,8 @@ Every file is validated completely before anything is written, so a bad file fai
 ingest with one line naming the file, the line and the problem, and changes nothing.
 Rules (`docs/reference.md#reference-files`): a header row whose names are exactly the
 file's columns (any order; names are case-sensitive, surrounding spaces ignored; the
-optional columns, users.csv's `email` and teams.csv's `cc`, may be left out); cells are
+optional columns, users.csv's `email`, teams.csv's `cc` and the `valid_from` of users.csv,
+hosts.csv and prices.csv, may be left out); cells are
 stripped and an empty cell is NULL; timestamps are ISO-8601 with an offset
 (`2026-11-16T09:00:00+01:00`, `...Z`); addresses are plain `local@domain`
 (gpufleet/addresses.py); a missing file is an empty table, as is a file with no content
@@ -22,6 +23,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,7 +33,9 @@ from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.refs.records import (
     ALLOCATIONS_COLUMNS,
     HOSTS_COLUMNS,
+    HOSTS_OPTIONAL,
     PRICES_COLUMNS,
+    PRICES_OPTIONAL,
     TEAMS_COLUMNS,
     TEAMS_OPTIONAL,
     USERS_COLUMNS,
@@ -45,6 +49,7 @@ from gpufleet.warehouse.refs.records import (
 )
 
 _MAX_GPU_INDEX = 65535
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 class _Row(NamedTuple):
@@ -168,6 +173,22 @@ def _timestamp(row: _Row, name: str, *, required: bool) -> dt.datetime | None:
     return value.astimezone(dt.UTC)
 
 
+def _valid_from(row: _Row) -> dt.date | None:
+    """The optional `valid_from` cell: an ISO date (YYYY-MM-DD), local to the configured
+    time zone; None when the file has no such column or the cell is empty (all time)."""
+    text = row.cells.get("valid_from")
+    if text is None:
+        return None
+    try:
+        if not _ISO_DATE.match(text):
+            raise ValueError(text)
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise _RefError(
+            row.line, f"'valid_from' is not an ISO date (YYYY-MM-DD): {text!r}"
+        ) from None
+
+
 def _read_file(
     path: Path,
     columns: Sequence[str],
@@ -187,29 +208,35 @@ def _read_file(
 
 
 def read_users(path: Path, display: str | None = None) -> tuple[UserTeam, ...]:
-    """ref/users.csv: one team (and at most one address) per user; a user listed twice
-    must name the same team, and the same address where both lines give one."""
+    """ref/users.csv: one team per user and `valid_from` (none: all time), and at most one
+    address per user (kept on the user's first row); a user listed twice with the same
+    `valid_from` must name the same team, and the same address where both lines give one."""
     where = display or str(path)
-    seen: dict[str, int] = {}  # user -> position in `users`
-    lines: dict[str, int] = {}  # user -> the line that gave its team
+    seen: dict[tuple[str, dt.date | None], int] = {}  # (user, valid_from) -> position
+    lines: dict[tuple[str, dt.date | None], int] = {}  # ... -> the line that gave its team
+    first: dict[str, int] = {}  # user -> position of its first row (holds the address)
     users: list[UserTeam] = []
 
     def parse(row: _Row) -> None:
         user, team = _required(row, "user"), _required(row, "team")
+        valid_from = _valid_from(row)
         email = row.cells["email"]
         if email is not None:
             _address(row, "email", email)
-        if user not in seen:
-            seen[user], lines[user] = len(users), row.line
-            users.append(UserTeam(user, team, email))
-            return
-        earlier = users[seen[user]]
-        if earlier.team != team:
+        key = (user, valid_from)
+        if key in seen and users[seen[key]].team != team:
+            since = "" if valid_from is None else f" from {valid_from.isoformat()}"
             raise _RefError(
                 row.line,
-                f"user '{user}' is mapped to team '{team}' but line {lines[user]} "
-                f"maps it to '{earlier.team}'",
+                f"user '{user}' is mapped to team '{team}'{since} but line {lines[key]} "
+                f"maps it to '{users[seen[key]].team}'",
             )
+        if key not in seen:
+            seen[key], lines[key] = len(users), row.line
+            users.append(UserTeam(user, team, None, valid_from))
+        if user not in first:
+            first[user] = seen[key]
+        earlier = users[first[user]]
         if email is not None and earlier.email is not None:
             if not same_address(email, earlier.email):
                 raise _RefError(
@@ -218,7 +245,7 @@ def read_users(path: Path, display: str | None = None) -> tuple[UserTeam, ...]:
                     f"'{earlier.email}'",
                 )
         elif email is not None:
-            users[seen[user]] = earlier._replace(email=email)
+            users[first[user]] = earlier._replace(email=email)
 
     _read_file(path, USERS_COLUMNS, parse, where, USERS_OPTIONAL)
     return tuple(users)
@@ -242,15 +269,22 @@ def read_teams(path: Path, display: str | None = None) -> tuple[TeamContact, ...
 
 
 def read_hosts(path: Path, display: str | None = None) -> tuple[HostRule, ...]:
-    """ref/hosts.csv: host globs in file order."""
+    """ref/hosts.csv: host globs in file order, each with its optional `valid_from`."""
     rows = _read_file(
         path,
         HOSTS_COLUMNS,
-        lambda row: (_required(row, "host_glob"), _required(row, "team"), row.line),
+        lambda row: (
+            _required(row, "host_glob"),
+            _required(row, "team"),
+            row.line,
+            _valid_from(row),
+        ),
         display or str(path),
+        HOSTS_OPTIONAL,
     )
     return tuple(
-        HostRule(order, glob, team, line) for order, (glob, team, line) in enumerate(rows, 1)
+        HostRule(order, glob, team, line, valid_from)
+        for order, (glob, team, line, valid_from) in enumerate(rows, 1)
     )
 
 
@@ -274,14 +308,23 @@ def stray_host_teams(
 
 
 def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]:
-    """ref/prices.csv: GPU name globs and their price per GPU-hour in file order."""
+    """ref/prices.csv: GPU name globs and their price per GPU-hour in file order, each with
+    its optional `valid_from`."""
     rows = _read_file(
         path,
         PRICES_COLUMNS,
-        lambda row: (_required(row, "gpu_glob"), _number(row, "usd_per_gpu_hour")),
+        lambda row: (
+            _required(row, "gpu_glob"),
+            _number(row, "usd_per_gpu_hour"),
+            _valid_from(row),
+        ),
         display or str(path),
+        PRICES_OPTIONAL,
     )
-    return tuple(PriceRule(order, glob, price) for order, (glob, price) in enumerate(rows, 1))
+    return tuple(
+        PriceRule(order, glob, price, valid_from)
+        for order, (glob, price, valid_from) in enumerate(rows, 1)
+    )
 
 
 def read_allocations(

@@ -17,16 +17,19 @@ HOSTS_FILE = "hosts.csv"
 PRICES_FILE = "prices.csv"
 
 USERS_COLUMNS = ("user", "team")
-USERS_OPTIONAL = ("email",)
+USERS_OPTIONAL = ("email", "valid_from")
 TEAMS_COLUMNS = ("team", "lead_email")
 TEAMS_OPTIONAL = ("cc",)
 HOSTS_COLUMNS = ("host_glob", "team")
+HOSTS_OPTIONAL = ("valid_from",)
 PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
+PRICES_OPTIONAL = ("valid_from",)
 ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
 # raw/jobs/*.csv: `gpufleet import slurm` writes every column; a site's own export needs
 # only a job's id and start.
 JOBS_COLUMNS = ("job_id", "start_ts")
 JOBS_OPTIONAL = (
+    "job_id_raw",
     "cluster",
     "user",
     "account",
@@ -43,6 +46,7 @@ class UserTeam(NamedTuple):
     user: str
     team: str
     email: str | None = None  # users.csv's optional `email`: where idle notices go
+    valid_from: dt.date | None = None  # the local day the row applies from; None: all time
 
 
 class TeamContact(NamedTuple):
@@ -56,12 +60,14 @@ class HostRule(NamedTuple):
     host_glob: str
     team: str
     line: int = 0  # the line of hosts.csv it is on (not stored)
+    valid_from: dt.date | None = None  # the local day the row applies from; None: all time
 
 
 class PriceRule(NamedTuple):
     rule_order: int  # 1-based row order in prices.csv: first match wins
     gpu_glob: str
     usd_per_gpu_hour: float
+    valid_from: dt.date | None = None  # the local day the row applies from; None: all time
 
 
 class Allocation(NamedTuple):
@@ -78,7 +84,8 @@ class Allocation(NamedTuple):
 class SlurmJobRecord(NamedTuple):
     """One row of raw/jobs/*.csv: a Slurm job that held GPUs (a row of `slurm_jobs`)."""
 
-    job_id: str
+    job_id: str  # as Slurm prints it (4242_7)
+    job_id_raw: str | None  # its own SLURM_JOB_ID (4250), as samples may name it
     cluster: str | None
     user: str | None
     account: str | None

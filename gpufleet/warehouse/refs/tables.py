@@ -67,6 +67,25 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
     "ref_prices": pa.schema(
         [("rule_order", pa.int32()), ("gpu_glob", pa.string()), ("usd_per_gpu_hour", pa.float64())]
     ),
+    "ref_users_dated": pa.schema(
+        [("user", pa.string()), ("team", pa.string()), ("valid_from", pa.date32())]
+    ),
+    "ref_hosts_dated": pa.schema(
+        [
+            ("rule_order", pa.int32()),
+            ("host_glob", pa.string()),
+            ("team", pa.string()),
+            ("valid_from", pa.date32()),
+        ]
+    ),
+    "ref_prices_dated": pa.schema(
+        [
+            ("rule_order", pa.int32()),
+            ("gpu_glob", pa.string()),
+            ("usd_per_gpu_hour", pa.float64()),
+            ("valid_from", pa.date32()),
+        ]
+    ),
     "allocations": pa.schema(
         [
             ("job_id", pa.string()),
@@ -82,6 +101,7 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
     "slurm_jobs": pa.schema(
         [
             ("job_id", pa.string()),
+            ("job_id_raw", pa.string()),
             ("cluster", pa.string()),
             ("user", pa.string()),
             ("account", pa.string()),
@@ -253,12 +273,37 @@ def _replace_scheduler_files(con: duckdb.DuckDBPyConnection, references: Referen
 
 
 def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
-    """Replace ref_users, ref_hosts, ref_prices, allocations and slurm_jobs, and the
-    contacts; True if a row the models read changed (a changed address needs no build)."""
+    """Replace ref_users, ref_hosts, ref_prices (the rows without `valid_from`), their
+    `_dated` tables (the rows with), allocations and slurm_jobs, and the contacts; True if a
+    row the models read changed (a changed address needs no build)."""
+    users, hosts, prices = references.users, references.hosts, references.prices
     changed = [
-        _replace_table(con, "ref_users", references.users),
-        _replace_table(con, "ref_hosts", references.hosts),
-        _replace_table(con, "ref_prices", references.prices),
+        _replace_table(con, "ref_users", [row for row in users if row.valid_from is None]),
+        _replace_table(con, "ref_hosts", [row for row in hosts if row.valid_from is None]),
+        _replace_table(con, "ref_prices", [row for row in prices if row.valid_from is None]),
+        _replace_table(
+            con,
+            "ref_users_dated",
+            [(r.user, r.team, r.valid_from) for r in users if r.valid_from is not None],
+        ),
+        _replace_table(
+            con,
+            "ref_hosts_dated",
+            [
+                (r.rule_order, r.host_glob, r.team, r.valid_from)
+                for r in hosts
+                if r.valid_from is not None
+            ],
+        ),
+        _replace_table(
+            con,
+            "ref_prices_dated",
+            [
+                (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.valid_from)
+                for r in prices
+                if r.valid_from is not None
+            ],
+        ),
         _replace_scheduler_files(con, references),
     ]
     ensure_contact_tables(con)

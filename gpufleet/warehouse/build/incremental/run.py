@@ -8,6 +8,7 @@ and why they give what a full build gives (`tests/test_incremental.py` proves it
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ class IncrementalOutcome:
     series: int
     new_samples: int
     days: int
+    refs_since: dt.date | None = None  # dated reference rows changed from this day on
 
 
 def build_incrementally(
@@ -67,8 +69,11 @@ def build_incrementally(
     *,
     after: int,
     top: int,
+    refs_since: dt.date | None = None,
 ) -> IncrementalOutcome | str:
-    """Bring the marts up to load `top` of samples_stored; or why only a full build can."""
+    """Bring the marts up to load `top` of samples_stored, and every GPU up to date from the
+    local day `refs_since` on (dated reference rows changed); or why only a full build
+    can."""
     marts = {
         name
         for name in order
@@ -76,7 +81,7 @@ def build_incrementally(
     }
     if marts != INCREMENTAL_MARTS:
         return "a mart has no incremental plan"
-    select_new_samples(con, config, after=after, top=top)
+    select_new_samples(con, config, after=after, top=top, refs_since=refs_since)
     if names_would_change(con):
         return "a GPU's name changed"
     con.execute("create or replace temp table _inc_days (day date)")
@@ -97,7 +102,9 @@ def build_incrementally(
     finally:
         _drop_temps(con, created)
     assert totals is not None
-    return IncrementalOutcome(series=totals[0], new_samples=int(totals[1]), days=totals[2])
+    return IncrementalOutcome(
+        series=totals[0], new_samples=int(totals[1]), days=totals[2], refs_since=refs_since
+    )
 
 
 def _run_models(

@@ -9,6 +9,7 @@ cut on). `docs/warehouse.md` explains why these bounds suffice.
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 
 import duckdb
 
@@ -31,7 +32,12 @@ def from_cut(rows: str) -> str:
 
 
 def select_new_samples(
-    con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    *,
+    after: int,
+    top: int,
+    refs_since: dt.date | None = None,
 ) -> None:
     """_inc_series (series with new samples, or whose allocations or jobs changed) and
     _inc_samples (what stg_samples reads).
@@ -40,13 +46,26 @@ def select_new_samples(
     the start of an allocation added, removed or changed on its host and GPU index; its
     first sample from the start (less JOB_CLOCK_SKEW) of a Slurm job record added, removed
     or changed on one of the job's hosts (every host when the record names none), or that
-    names the job (alloc_job_id, a process's job id) wherever it is.
+    names the job (alloc_job_id, a process's job id) wherever it is; every series' first
+    sample from the local midnight of `refs_since` on (dated reference rows changed).
     """
-    _create_series(con, config, after=after, top=top)
+    refs_ts = (
+        None
+        if refs_since is None
+        else dt.datetime.combine(refs_since, dt.time(), zoneinfo.ZoneInfo(config.timezone))
+    )
+    _create_series(con, config, after=after, top=top, refs_ts=refs_ts)
     _create_samples(con, config)
 
 
-def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int) -> None:
+def _create_series(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    *,
+    after: int,
+    top: int,
+    refs_ts: dt.datetime | None = None,
+) -> None:
     """_inc_series: per series, `since_ts`, its GPU name, the new samples and `context_ts`."""
     con.execute(
         f"""
@@ -60,11 +79,13 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
         # sample a series' first new one can be contiguous with: samples_stored and the
         # lake's files of those days.
         row = con.execute(
-            "select least((select min(start_ts) from _inc_allocation_changes), $jobs)",
-            {"jobs": jobs},
+            "select least((select min(start_ts) from _inc_allocation_changes), $jobs, $refs)",
+            {"jobs": jobs, "refs": refs_ts},
         ).fetchone()
         create_samples_since(con, config, "_inc_allocation_samples", row[0] if row else None)
-        _create_series_table(con, config, after=after, top=top, jobs=jobs is not None)
+        _create_series_table(
+            con, config, after=after, top=top, jobs=jobs is not None, refs_ts=refs_ts
+        )
     finally:
         for table in ("_inc_job_changes", "_inc_job_hosts"):
             con.execute(f"drop table if exists temp.{table}")
@@ -72,13 +93,19 @@ def _create_series(con: duckdb.DuckDBPyConnection, config: Config, *, after: int
 
 def _job_changes(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
     """_inc_job_changes (job_id, hosts, since_ts) of the Slurm job records changed since
-    the last build, and _inc_job_hosts (host, since_ts) of those that name hosts; the
-    earliest since_ts, or None when none changed."""
+    the last build (a record twice when samples may name it by its raw id too), and
+    _inc_job_hosts (host, since_ts) of those that name hosts; the earliest since_ts, or
+    None when none changed."""
     con.execute(
         f"""
         create or replace temp table _inc_job_changes as
+        with changes as ({JOB_CHANGES_SQL})
         select job_id, hosts, start_ts - to_microseconds($skew) as since_ts,
-        from ({JOB_CHANGES_SQL})
+        from changes
+        union all
+        select job_id_raw, hosts, start_ts - to_microseconds($skew),
+        from changes
+        where job_id_raw is not null and job_id_raw <> job_id
         """,
         {"skew": int(JOB_CLOCK_SKEW.total_seconds() * 1_000_000)},
     )
@@ -136,9 +163,31 @@ _JOB_SERIES_SQL = """
             group by named.gpu_uuid"""
 
 
+# Every series from its first sample at or after $refs_ts (dated reference rows changed).
+_REFS_SERIES_SQL = """
+            union all
+            select gpu_uuid, min(ts), null, arg_min(interval_s, ts), 0,
+            from _inc_allocation_samples
+            where ts >= $refs_ts
+            group by gpu_uuid"""
+
+
 def _create_series_table(
-    con: duckdb.DuckDBPyConnection, config: Config, *, after: int, top: int, jobs: bool
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    *,
+    after: int,
+    top: int,
+    jobs: bool,
+    refs_ts: dt.datetime | None = None,
 ) -> None:
+    parameters: dict[str, object] = {
+        "gap_factor": config.series.max_gap_factor,
+        "after": after,
+        "top": top,
+    }
+    if refs_ts is not None:
+        parameters["refs_ts"] = refs_ts
     con.execute(
         f"""
         create or replace temp table _inc_series as
@@ -168,6 +217,7 @@ def _create_series_table(
             where samples.ts > (select min(start_ts) from _inc_allocation_changes)
             group by samples.gpu_uuid
             {_JOB_SERIES_SQL if jobs else ""}
+            {_REFS_SERIES_SQL if refs_ts is not None else ""}
         )
         select
             gpu_uuid,
@@ -181,7 +231,7 @@ def _create_series_table(
         from changes
         group by gpu_uuid
         """,
-        {"gap_factor": config.series.max_gap_factor, "after": after, "top": top},
+        parameters,
     )
 
 

@@ -1,0 +1,146 @@
+"""The configuration of the sources other than the collector (docs/reference.md#configuration):
+Prometheus and Kubernetes (`import prometheus`), Slurm (`import slurm`) and the S3 store
+(`raw_location`, `collect --upload`), with their checks. `gpufleet.config` holds them in
+`Config` and runs the checks when it loads a file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpufleet.config import Config
+
+
+# Contract column (or helper value) -> the Prometheus series names that give it, first found
+# wins: dcgm-exporter's names. `[prometheus.series]` overrides any of them for a site that
+# relabels (docs/kubernetes.md#configuration).
+DEFAULT_PROMETHEUS_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gpu_util_pct", ("DCGM_FI_DEV_GPU_UTIL",)),
+    ("engine_active_ratio", ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",)),
+    ("mem_util_pct", ("DCGM_FI_DEV_MEM_COPY_UTIL",)),
+    ("mem_used_bytes", ("DCGM_FI_DEV_FB_USED",)),
+    ("mem_free_bytes", ("DCGM_FI_DEV_FB_FREE",)),
+    ("mem_reserved_bytes", ("DCGM_FI_DEV_FB_RESERVED",)),
+    ("power_w", ("DCGM_FI_DEV_POWER_USAGE",)),
+    ("power_limit_w", ("DCGM_FI_DEV_POWER_MGMT_LIMIT",)),
+    ("energy_mj", ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",)),
+    ("temp_gpu_c", ("DCGM_FI_DEV_GPU_TEMP",)),
+    ("temp_mem_c", ("DCGM_FI_DEV_MEMORY_TEMP",)),
+    ("sm_clock_mhz", ("DCGM_FI_DEV_SM_CLOCK",)),
+    ("mem_clock_mhz", ("DCGM_FI_DEV_MEM_CLOCK",)),
+    (
+        "clock_event_mask",
+        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    ),
+    ("thermal_violation_ns", ("DCGM_FI_DEV_THERMAL_VIOLATION",)),
+    ("power_violation_ns", ("DCGM_FI_DEV_POWER_VIOLATION",)),
+)
+
+LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses a query_range with more points per series
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrometheusConfig:
+    """`gpufleet import prometheus`: where, how finely, and the names a site's series carry."""
+
+    url: str = ""  # the Prometheus server; `--url` wins
+    step_seconds: int = 60  # a row's interval_s: each row is the mean of the scrapes in its step
+    window_minutes: int = 60  # one query per series and host covers at most this much
+    delay_seconds: int = 120  # steps younger than this wait for the next run
+    timeout_seconds: float = 30.0  # per HTTP request
+    host_label: str = "Hostname"
+    uuid_label: str = "UUID"
+    gpu_label: str = "gpu"
+    model_label: str = "modelName"
+    series: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_PROMETHEUS_SERIES
+
+    def series_names(self, column: str) -> tuple[str, ...]:
+        """The series names that give `column`, first found wins."""
+        return dict(self.series)[column]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesConfig:
+    """Pods as allocations: the labels dcgm-exporter puts on a GPU that a pod holds."""
+
+    team_from: str = "namespace"  # "namespace", or the name of a label that holds the team
+    namespace_label: str = "namespace"  # "exported_namespace" behind a ServiceMonitor
+    pod_label: str = "pod"
+    user_label: str = ""  # a label that names the pod's user; empty: users stay null
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmConfig:
+    """`gpufleet import slurm`: where a job's team comes from, and whether `gpufleet serve`
+    imports every 15 minutes."""
+
+    team_from: str = "account"  # "account" (ref/accounts.csv, else the account) or "user"
+    enabled: bool = False  # `gpufleet serve` runs the import before each ingest
+
+
+@dataclass(frozen=True, kw_only=True)
+class S3Config:
+    """The S3-compatible store of `raw_location` and `collect --upload` (credentials: the
+    standard AWS environment variables or profile, never this file)."""
+
+    endpoint_url: str = ""  # e.g. http://minio.example:9000; empty: AWS itself
+    region: str = ""  # empty: the AWS configuration's, else us-east-1
+
+
+def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
+    """`raw_location` and `[s3]` (`fail(section, key, problem)` makes the error to raise)."""
+    location = config.raw_location
+    if location and not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)", location):
+        raise fail(
+            None,
+            "raw_location",
+            f"'raw_location' must be an s3://bucket/prefix URL, got {location!r} (a local "
+            "raw folder is always <data_dir>/raw: mount a shared filesystem there)",
+        )
+    url = config.s3.endpoint_url
+    if url and not re.match(r"^https?://[^/\s]+/?$", url):
+        raise fail("s3", "endpoint_url", f"'s3.endpoint_url' is not an http(s) URL: {url!r}")
+
+
+def check_prometheus(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
+    """`[prometheus]` and `[kubernetes]`, as `check_s3`."""
+    prometheus, kubernetes = config.prometheus, config.kubernetes
+    url = prometheus.url
+    if url and not re.match(r"^https?://[^/\s]+", url):
+        raise fail("prometheus", "url", f"'prometheus.url' is not an http(s) URL: {url!r}")
+    if prometheus.step_seconds < 1:
+        raise fail("prometheus", "step_seconds", "'prometheus.step_seconds' must be >= 1")
+    window_s = prometheus.window_minutes * 60
+    if prometheus.window_minutes < 1 or window_s % prometheus.step_seconds:
+        raise fail(
+            "prometheus",
+            "window_minutes",
+            "'prometheus.window_minutes' must be >= 1 and a whole number of steps "
+            f"({prometheus.step_seconds} s)",
+        )
+    if window_s // prometheus.step_seconds > _MAX_POINTS_PER_QUERY:
+        raise fail(
+            "prometheus",
+            "window_minutes",
+            f"'prometheus.window_minutes' holds more than {_MAX_POINTS_PER_QUERY} steps, "
+            "more than Prometheus answers in one query",
+        )
+    if prometheus.delay_seconds < 0:
+        raise fail("prometheus", "delay_seconds", "'prometheus.delay_seconds' must be >= 0")
+    if not 0 < prometheus.timeout_seconds < float("inf"):
+        raise fail("prometheus", "timeout_seconds", "'prometheus.timeout_seconds' must be > 0")
+    labels = [
+        ("prometheus", key, getattr(prometheus, key))
+        for key in ("host_label", "uuid_label", "gpu_label", "model_label")
+    ] + [
+        ("kubernetes", key, getattr(kubernetes, key))
+        for key in ("team_from", "namespace_label", "pod_label", "user_label")
+    ]
+    for section, key, value in labels:
+        if (value or key != "user_label") and not LABEL_NAME.match(value):
+            raise fail(section, key, f"'{section}.{key}' is not a label name: {value!r}")

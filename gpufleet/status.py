@@ -1,0 +1,256 @@
+"""`gpufleet status`: whether the input arrives, and where the warehouse stands.
+
+Read-only: the raw samples location is listed, and the published warehouse is opened
+read-only (never the writers' lock, so it answers while an ingest or build runs). It shows
+the last sample file of each host, the last ingest that loaded files and the last build (from
+`loaded_files` and `build_state.watermark`), the backlog (files listed but not loaded yet),
+and the hosts and the input that are stale by `[ingest] stale_after_minutes`, judged as
+`gpufleet ingest` judges them (`gpufleet.warehouse.ingest.arrival`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.console import printable
+from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.ingest.arrival import (
+    ARRIVALS_TABLE,
+    host_of,
+    iso_ns,
+    judge_input,
+    location_state,
+    newest_by_host,
+)
+from gpufleet.warehouse.ingest.files import find_sample_files
+from gpufleet.warehouse.publish.read_only import connect_read_only
+
+NO_CLUSTER = "-"  # the site column, until sample files carry one
+# A host silent this long has left the fleet (or is the weekly report's business): it is
+# listed, but no longer stale, so that a retired host does not keep `status` failing.
+RETIRED_AFTER = dt.timedelta(days=7)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostStatus:
+    host: str
+    cluster: str | None  # None: not known yet (printed as '-')
+    last_file_ns: int  # the newest sample file's time (listed or loaded), ns since the epoch
+    files: int  # its sample files, listed or loaded
+    is_stale: bool  # no file for longer than stale_after_minutes (and not retired)
+    is_retired: bool  # no file for longer than RETIRED_AFTER
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetStatus:
+    location: str
+    location_state: str  # ok, missing, empty
+    stale_after_minutes: int
+    problem: str  # the one line `gpufleet ingest` fails with; "" when the input is fine
+    note: str
+    files_loaded: int
+    last_ingest: dt.datetime | None  # the last ingest that loaded (or compacted) a file
+    last_build: dt.datetime | None
+    backlog_files: int
+    backlog_bytes: int
+    hosts: tuple[HostStatus, ...]
+
+    @property
+    def stale_hosts(self) -> tuple[str, ...]:
+        return tuple(host.host for host in self.hosts if host.is_stale)
+
+    @property
+    def is_stale(self) -> bool:
+        """What makes `gpufleet status` exit 1."""
+        return bool(self.problem or self.stale_hosts)
+
+    def to_json(self) -> dict[str, Any]:
+        def iso(ts: dt.datetime | None) -> str | None:
+            return ts.astimezone(dt.UTC).isoformat(timespec="seconds") if ts else None
+
+        return {
+            "location": self.location,
+            "location_state": self.location_state,
+            "stale_after_minutes": self.stale_after_minutes,
+            "is_stale": self.is_stale,
+            "problem": self.problem or None,
+            "note": self.note or None,
+            "files_loaded": self.files_loaded,
+            "last_ingest_ts": iso(self.last_ingest),
+            "last_build_ts": iso(self.last_build),
+            "backlog": {"files": self.backlog_files, "bytes": self.backlog_bytes},
+            "hosts": [
+                {
+                    "host": host.host,
+                    "cluster": host.cluster,
+                    "last_file_ts": iso_ns(host.last_file_ns),
+                    "files": host.files,
+                    "is_stale": host.is_stale,
+                    "is_retired": host.is_retired,
+                }
+                for host in self.hosts
+            ],
+            "stale_hosts": list(self.stale_hosts),
+        }
+
+    def __str__(self) -> str:
+        def when(ts: dt.datetime | None) -> str:
+            return ts.astimezone(dt.UTC).isoformat(timespec="seconds") if ts else "never"
+
+        lines = [
+            f"raw samples: {self.location} ({self.location_state}), files loaded: "
+            f"{self.files_loaded:,}",
+            f"last ingest: {when(self.last_ingest)}",
+            f"last build:  {when(self.last_build)}",
+            f"backlog:     {self.backlog_files:,} files, {self.backlog_bytes:,} bytes not loaded",
+        ]
+        minutes = self.stale_after_minutes
+        rule = f"no file for {minutes} minutes" if minutes else "check off"
+        lines.append(f"hosts: {len(self.hosts):,}, {len(self.stale_hosts):,} stale ({rule})")
+        if self.hosts:
+            width = max(len("host"), *(len(printable(h.host)) for h in self.hosts))
+            lines.append(f"  {'host':<{width}}  cluster  last file                  files")
+            for host in self.hosts:
+                mark = "  stale" if host.is_stale else "  retired" if host.is_retired else ""
+                lines.append(
+                    f"  {printable(host.host):<{width}}  {host.cluster or NO_CLUSTER:<7}  "
+                    f"{iso_ns(host.last_file_ns):<25}  {host.files:>5,}{mark}"
+                )
+        if self.note:
+            lines.append(f"note: {printable(self.note)}")
+        if self.problem:
+            lines.append(f"stale: {printable(self.problem)}")
+        return "\n".join(lines)
+
+
+def read_status(config: Config, *, now: dt.datetime | None = None) -> FleetStatus:
+    """The status of `config`'s data directory at `now` (default: the real now)."""
+    now = now or dt.datetime.now(dt.UTC)
+    files = find_sample_files(config)
+    warehouse = _Warehouse(backlog=[(f.path, f.size_bytes) for f in files])
+    if config.warehouse_path.is_file():
+        con = connect_read_only(config)
+        try:
+            warehouse = _read_warehouse(con, files)
+        finally:
+            con.close()
+    loaded = warehouse.loaded
+    # When each host's files last arrived: the record ingests keep, and the files listed now.
+    arrived = dict(warehouse.arrivals)
+    for host, ns in newest_by_host(files, now=now).items():
+        arrived[host] = max(arrived.get(host, ns), ns)
+    minutes = config.ingest.stale_after_minutes
+    hosts = _hosts(files, loaded, arrived, now=now, stale_after_minutes=minutes)
+    every_file = (*(row[2] for row in loaded), *(f.mtime_ns for f in files))
+    check = judge_input(
+        location=config.samples_dir,
+        state=location_state(config.samples_dir, len(files)),
+        files_loaded_before=len(loaded),
+        newest_ns=max(arrived.values(), default=None) or max(every_file, default=None),
+        stale_after_minutes=minutes,
+        now=now,
+    )
+    return FleetStatus(
+        location=str(config.samples_dir),
+        location_state=location_state(config.samples_dir, len(files)),
+        stale_after_minutes=minutes,
+        problem=check.problem,
+        note=check.note,
+        files_loaded=len(loaded),
+        last_ingest=max((row[3] for row in loaded), default=None),
+        last_build=warehouse.last_build,
+        backlog_files=len(warehouse.backlog),
+        backlog_bytes=sum(size for _, size in warehouse.backlog),
+        hosts=hosts,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Warehouse:
+    """What the published warehouse says."""
+
+    loaded: list[tuple[str, int, int, dt.datetime]] = field(default_factory=list)
+    arrivals: list[tuple[str, int]] = field(default_factory=list)  # host, newest file's mtime
+    last_build: dt.datetime | None = None
+    backlog: list[tuple[str, int]] = field(default_factory=list)  # path, size_bytes
+
+
+def _read_warehouse(con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile]) -> _Warehouse:
+    """Each loaded file (path, size, mtime, load time), each host's last arrival, the last
+    build, and the listed files not loaded (or loaded at another size or mtime)."""
+    loaded = con.execute(
+        "select path, size_bytes, mtime_ns, loaded_at from loaded_files"
+    ).fetchall()
+    arrivals = (
+        con.execute(f"select host, last_file_mtime_ns from {ARRIVALS_TABLE}").fetchall()
+        if _has_table(con, ARRIVALS_TABLE)
+        else []
+    )
+    built = (
+        con.execute("select max(built_at) from build_state.watermark").fetchone()
+        if _has_table(con, "build_state.watermark")
+        else None
+    )
+    known = {path: (size, mtime) for path, size, mtime, _ in loaded}
+    return _Warehouse(
+        loaded=loaded,
+        arrivals=arrivals,
+        last_build=built[0] if built else None,
+        backlog=[
+            (f.path, f.size_bytes) for f in files if known.get(f.path) != (f.size_bytes, f.mtime_ns)
+        ],
+    )
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    schema, _, table = name.rpartition(".")
+    row = con.execute(
+        "select count(*) from duckdb_tables() where database_name = current_database()"
+        " and schema_name = ? and table_name = ?",
+        [schema or "main", table],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _hosts(
+    files: Sequence[SampleFile],
+    loaded: Sequence[tuple[str, int, int, dt.datetime]],
+    arrived: dict[str, int],
+    *,
+    now: dt.datetime,
+    stale_after_minutes: int,
+) -> tuple[HostStatus, ...]:
+    """Each host's last arrival and number of files (listed or loaded, a path counted once);
+    a host with no arrival recorded (a warehouse from before the record) by its newest
+    file's mtime. The stale ones first, then by name."""
+    times = {path: mtime for path, _, mtime, _ in loaded}
+    times.update((f.path, f.mtime_ns) for f in files)
+    newest: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for path, mtime_ns in times.items():
+        host = host_of(path)
+        if host is None:
+            continue
+        newest[host] = max(newest.get(host, mtime_ns), mtime_ns)
+        count[host] = count.get(host, 0) + 1
+    newest.update((host, ns) for host, ns in arrived.items() if host in newest)
+    stale_ns = int((now.timestamp() - stale_after_minutes * 60) * 1e9)
+    retired_ns = int((now - RETIRED_AFTER).timestamp() * 1e9)
+    hosts = [
+        HostStatus(
+            host=host,
+            cluster=None,
+            last_file_ns=ns,
+            files=count[host],
+            is_stale=stale_after_minutes > 0 and retired_ns <= ns < stale_ns,
+            is_retired=ns < retired_ns,
+        )
+        for host, ns in newest.items()
+    ]
+    return tuple(sorted(hosts, key=lambda h: (not h.is_stale, h.host)))
