@@ -121,3 +121,77 @@ create or replace temp macro thermal_slowdown(clock_event_mask) as
 -- null for a null day. A reference row's valid_from applies from this instant on.
 create or replace temp macro local_midnight_us(day) as
     epoch_us(timezone(getvariable('timezone'), day::timestamp));
+
+-- The value of glob rules in force per key and period of local days (hosts.csv's teams by
+-- host, prices.csv's prices by GPU model; docs/reference.md#valid-from). `keys` has a `key`
+-- column; `matches` one row per rule that matches a key: key, rule_glob, rule_order (its
+-- place in the file), value, valid_from (null: undated). The periods start at null (the
+-- start of time) and at each valid_from among a key's matches, and end at the next start
+-- (`valid_to`, null: unbounded). In a period each glob has the row that applies then (the
+-- latest valid_from on or before the period's start, the first in the file among equals;
+-- else the glob's first undated row), and the first glob in file order (its first row's
+-- place) gives the value; a key no rule matches has one all-time row with a null value.
+create or replace temp macro dated_glob_values(keys, matches) as table
+    with rules as (
+        select * from query_table(matches)
+    ),
+
+    glob_order as (
+        select rule_glob, min(rule_order) as glob_order,
+        from rules
+        group by rule_glob
+    ),
+
+    boundaries as (
+        select key, null::date as valid_from, from query_table(keys)
+        union
+        select key, valid_from, from rules where valid_from is not null
+    ),
+
+    periods as (
+        select
+            key,
+            valid_from,
+            lead(valid_from) over (partition by key order by valid_from nulls first) as valid_to,
+        from boundaries
+    ),
+
+    applicable as (
+        select
+            periods.key,
+            periods.valid_from,
+            rules.rule_glob,
+            arg_max(
+                rules.value,
+                {
+                    'dated': rules.valid_from is not null,
+                    'valid_from': coalesce(rules.valid_from, date '0001-01-01'),
+                    'file_order': -rules.rule_order,
+                }
+            ) as value,
+        from periods
+        inner join rules
+            on rules.key = periods.key
+            and (rules.valid_from is null or rules.valid_from <= periods.valid_from)
+        group by all
+    ),
+
+    resolved as (
+        select
+            applicable.key,
+            applicable.valid_from,
+            arg_min(applicable.value, glob_order.glob_order) as value,
+        from applicable
+        inner join glob_order on glob_order.rule_glob = applicable.rule_glob
+        group by all
+    )
+
+    select
+        periods.key,
+        periods.valid_from,
+        periods.valid_to,
+        resolved.value,
+    from periods
+    left join resolved
+        on resolved.key is not distinct from periods.key
+        and resolved.valid_from is not distinct from periods.valid_from;
