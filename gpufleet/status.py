@@ -19,6 +19,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.console import printable
+from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.arrival import (
     ARRIVALS_TABLE,
@@ -189,12 +190,12 @@ def _read_warehouse(con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile])
     ).fetchall()
     arrivals = (
         con.execute(f"select host, last_file_mtime_ns from {ARRIVALS_TABLE}").fetchall()
-        if _has_table(con, ARRIVALS_TABLE)
+        if has_table(con, ARRIVALS_TABLE)
         else []
     )
     built = (
         con.execute("select max(built_at) from build_state.watermark").fetchone()
-        if _has_table(con, "build_state.watermark")
+        if has_table(con, "build_state.watermark")
         else None
     )
     known = {path: (size, mtime) for path, size, mtime, _ in loaded}
@@ -206,16 +207,6 @@ def _read_warehouse(con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile])
             (f.path, f.size_bytes) for f in files if known.get(f.path) != (f.size_bytes, f.mtime_ns)
         ],
     )
-
-
-def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    schema, _, table = name.rpartition(".")
-    row = con.execute(
-        "select count(*) from duckdb_tables() where database_name = current_database()"
-        " and schema_name = ? and table_name = ?",
-        [schema or "main", table],
-    ).fetchone()
-    return bool(row and row[0])
 
 
 def _hosts(

@@ -15,6 +15,7 @@ import duckdb
 import polars as pl
 
 from gpufleet.reports.queries import read
+from gpufleet.warehouse.base.catalog import has_table
 
 TOP_JOBS = 10
 MIN_GPU_HOURS = 1.0  # a job's observed GPU-hours (of one GPU model) to be listed
@@ -36,23 +37,12 @@ limit $top
 """
 
 
-def has_job_efficiency(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the warehouse has `job_efficiency` (one built before it has not)."""
-    found = read(
-        con,
-        "select count(*) as n from information_schema.tables where table_name = $name "
-        "and table_schema = 'main' and table_catalog = current_database()",
-        {"name": TABLE},
-    )
-    return bool(found["n"][0])
-
-
 def least_efficient_jobs(
     con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime, *, top: int = TOP_JOBS
 ) -> pl.DataFrame | None:
     """The `top` jobs that ran in [start, end) with at least MIN_GPU_HOURS GPU-hours, by
     waste cost, then idle GPU-hours; None when the warehouse has no `job_efficiency`."""
-    if not has_job_efficiency(con):
+    if not has_table(con, TABLE, or_view=True):  # a warehouse built before it
         return None
     return read(
         con,

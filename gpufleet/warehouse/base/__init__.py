@@ -2,6 +2,7 @@
 boundary between ingest and the models), the comments on tables made outside the models,
 and the records of a raw sample file."""
 
+from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
     REQUIRED_SAMPLE_COLUMNS,
@@ -21,5 +22,6 @@ __all__ = [
     "TableDoc",
     "document",
     "ensure_raw_tables",
+    "has_table",
     "literal_path",
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import duckdb
 
+from gpufleet.warehouse.base.catalog import has_table
+
 PROCESS_STRUCT = 'struct(pid uinteger, "user" varchar, used_mem_bytes bigint, job_id varchar)'
 
 # (name, DuckDB type) of every sample column, in contract order.
@@ -195,11 +197,7 @@ drop table if exists build_state.watermark;
 
 def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw tables if they do not exist yet."""
-    old = con.execute(
-        "select 1 from duckdb_tables() where database_name = current_database()"
-        " and schema_name = 'main' and table_name = 'samples'"
-    ).fetchone()
-    if old is not None:
+    if has_table(con, "samples"):
         con.execute(_MIGRATE_SAMPLES_TABLE)
     con.execute(RAW_TABLES_DDL)
     _ensure_sent_log(con)
@@ -211,10 +209,5 @@ def _ensure_sent_log(con: duckdb.DuckDBPyConnection) -> None:
     called: that module imports this package)."""
     from gpufleet.notices.sent_log import TABLE, ensure_sent_log
 
-    exists = con.execute(
-        "select 1 from duckdb_tables() where database_name = current_database()"
-        " and schema_name = 'main' and table_name = ?",
-        [TABLE],
-    ).fetchone()
-    if exists is None:
+    if not has_table(con, TABLE):
         ensure_sent_log(con)

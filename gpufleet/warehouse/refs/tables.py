@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.table_docs import TableDoc, document
 from gpufleet.warehouse.publish.read_only import connect_read_only
 from gpufleet.warehouse.refs.jobs import read_jobs
@@ -42,11 +43,7 @@ def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
 
 
 def _allocation_files(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
-    exists = con.execute(
-        "select count(*) from duckdb_tables() where database_name = current_database()"
-        " and schema_name = 'build_state' and table_name = 'allocation_files'"
-    ).fetchone()
-    if not (exists and exists[0]):
+    if not has_table(con, "build_state.allocation_files"):
         return {}
     rows = con.execute(
         "select path, size_bytes, mtime_ns from build_state.allocation_files"
