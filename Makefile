@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[pipeline,dev]'
+	$(PY) -m pip install -q -e '.[pipeline,dask,dev]'
 	touch $@
 
 install: $(STAMP)

@@ -235,6 +235,7 @@ def write_host(
             ),
             "alloc_job_id": pa.nulls(n * gpus, pa.string()),
             "alloc_user": pa.nulls(n * gpus, pa.string()),
+            "cluster": pa.nulls(n * gpus, pa.string()),
         },
         schema=SCHEMA,
     )

@@ -76,6 +76,7 @@ def large_table(rows: int, day: dt.date, *, host: str = "big") -> pa.Table:
         "processes": processes,
         "alloc_job_id": pa.nulls(rows, pa.string()),
         "alloc_user": pa.nulls(rows, pa.string()),
+        "cluster": pa.nulls(rows, pa.string()),
     }
     return pa.table(columns, schema=schema_with_metadata())
 

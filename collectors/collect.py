@@ -26,6 +26,7 @@ from gpufleet.collectors.nvml import (
     shutdown_nvml,
 )
 from gpufleet.collectors.procinfo import ProcessInfo
+from gpufleet.collectors.schema import check_cluster
 from gpufleet.collectors.spool import Spool, read_segment
 from gpufleet.collectors.stopflag import StopFlag
 from gpufleet.collectors.writer import (
@@ -61,6 +62,7 @@ class Collector:
         proc_root: Path = Path("/proc"),
         slurm_gpustat: Path | None = None,
         uploader: Uploader | None = None,
+        cluster: str | None = None,
     ) -> None:
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s}")
@@ -70,6 +72,8 @@ class Collector:
         if not host:
             raise ValueError("host must be a non-empty string")
         self.host = host
+        # the site recorded in every sample (`cluster`) and in the host's folder name
+        self.cluster = check_cluster(cluster) if cluster else None
         self.interval_s = float(interval_s)
         self.flush_s = float(flush_s)
         self.samples_root = Path(data_dir) / "raw" / "samples"
@@ -182,6 +186,8 @@ class Collector:
 
         gpus = list(self._gpus.values())
         samples = [self._read(gpu, ts_us, interval_s) for gpu in gpus]
+        for sample in samples:
+            sample.cluster = self.cluster
         self._procinfo.sweep()
         if self._gpustat is not None:
             self._attribute(gpus, samples, self._gpustat)
@@ -280,6 +286,7 @@ class Collector:
                             samples_root=self.samples_root,
                             host=self.host,
                             stem=segment.stem,
+                            cluster=self.cluster,
                         )
                 except InvalidSpoolError as exc:  # never retried forever: set aside, go on
                     bad = segment.with_suffix(".bad")

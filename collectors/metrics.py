@@ -139,6 +139,8 @@ class GpuSample:
     # The Slurm job holding the GPU per the scheduler's gpustat files (`--slurm-gpustat`).
     alloc_job_id: str | None = None
     alloc_user: str | None = None
+    # The site the collector was told it runs at (`--cluster`); None: not said.
+    cluster: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         """A plain dict for the spool (JSON) and for `pyarrow.Table.from_pylist`."""

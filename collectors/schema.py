@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 SCHEMA_VERSION = "1"
@@ -46,6 +48,7 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("processes", pa.list_(PROCESS_TYPE)),
         pa.field("alloc_job_id", pa.string()),
         pa.field("alloc_user", pa.string()),
+        pa.field("cluster", pa.string()),
     ]
 )
 
@@ -70,5 +73,34 @@ def schema_with_metadata() -> pa.Schema:
 
 
 def partition_dir(samples_root: str, date_iso: str, host: str) -> str:
-    """`raw/samples/date=YYYY-MM-DD/host=<host>` below `samples_root`."""
+    """`raw/samples/date=YYYY-MM-DD/host=<host>` below `samples_root` (`host` a path
+    component already: `host_folder`)."""
     return f"{samples_root}/date={date_iso}/host={host}"
+
+
+# A site (the `cluster` column) as the collector and the importers accept it: it becomes
+# part of a folder name (`host_folder`), so letters, digits, `.`, `_` and `-` only.
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_cluster(name: str) -> str:
+    """`name` if it is a valid site name, else ValueError saying why."""
+    if not _CLUSTER_NAME.fullmatch(name):
+        raise ValueError(
+            f"cluster {name!r} is not a site name: 1 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def host_folder(safe_host: str, cluster: str | None) -> str:
+    """The `host=` folder's name of a host (already a path component) of a site: the host
+    alone without a site, else `<host>@<cluster>`, so that two sites' hosts of the same
+    name never share a folder (a path-safe host name never holds '@')."""
+    return f"{safe_host}@{cluster}" if cluster else safe_host
+
+
+def folder_host(name: str) -> tuple[str, str | None]:
+    """(host, cluster) of a `host=` folder's name (without `host=`): `host_folder` undone."""
+    host, at, cluster = name.rpartition("@")
+    return (host, cluster) if at and host and cluster else (name, None)

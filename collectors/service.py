@@ -27,11 +27,13 @@ def run_collector(
     upload: str | None = None,
     s3_endpoint_url: str = "",
     s3_region: str = "",
+    cluster: str | None = None,
 ) -> int:
     """`gpufleet collect`: returns the exit status. SIGTERM/SIGINT flush and return 0.
 
     `upload`: an `s3://bucket/prefix` each finished file is shipped to (`upload.py`),
-    through `s3_endpoint_url` (empty: AWS) in `s3_region`."""
+    through `s3_endpoint_url` (empty: AWS) in `s3_region`. `cluster`: the site recorded in
+    every sample (None: none)."""
     stop = StopFlag()
     collector: Collector | None = None
     try:
@@ -43,6 +45,7 @@ def run_collector(
                     flush_s=flush_s,
                     host=host,
                     slurm_gpustat=slurm_gpustat,
+                    cluster=cluster,
                 )
                 if upload:
                     collector.uploader = _uploader(
@@ -52,7 +55,9 @@ def run_collector(
             except ValueError as exc:
                 raise GpufleetError(str(exc)) from exc
             print(
-                f"gpufleet: collecting {len(collector.gpus)} GPU(s) on {collector.host} every "
+                f"gpufleet: collecting {len(collector.gpus)} GPU(s) on {collector.host}"
+                + (f" at site {collector.cluster}" if collector.cluster else "")
+                + f" every "
                 f"{interval_s:g} s into {collector.samples_root}"
                 + (f", Slurm jobs from {slurm_gpustat}" if slurm_gpustat is not None else "")
                 + (f", uploading each file to {upload}" if upload else "")

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpufleet.collectors.schema import partition_dir, schema_with_metadata
+from gpufleet.collectors.schema import host_folder, partition_dir, schema_with_metadata
 from gpufleet.errors import GpufleetError
 
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -64,9 +64,15 @@ def use_lean_memory_pool() -> None:
 
 
 def write_sample_files(
-    records: list[dict[str, Any]], *, samples_root: Path, host: str, stem: str
+    records: list[dict[str, Any]],
+    *,
+    samples_root: Path,
+    host: str,
+    stem: str,
+    cluster: str | None = None,
 ) -> list[Path]:
-    """Write `records` as `<stem>.parquet` in each UTC date's partition; returns the paths.
+    """Write `records` as `<stem>.parquet` in each UTC date's partition (the host's folder
+    at its site, `host_folder`); returns the paths.
 
     Writing the same stem again replaces the file with the same content, so converting a
     segment twice (a crash between rename and spool removal) duplicates nothing.
@@ -80,7 +86,8 @@ def write_sample_files(
         by_date.setdefault(date_iso, []).append(record)
     written: list[Path] = []
     for date_iso, rows in sorted(by_date.items()):
-        directory = Path(partition_dir(str(samples_root), date_iso, safe_host(host)))
+        folder = host_folder(safe_host(host), cluster)
+        directory = Path(partition_dir(str(samples_root), date_iso, folder))
         target = directory / f"{stem}.parquet"
         write_table_atomically(records_to_table(rows), target)
         written.append(target)

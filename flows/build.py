@@ -6,13 +6,15 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config, load_config
+from gpufleet.flows.fanout import dask_fan_out
 from gpufleet.warehouse.build import BuildResult, build
 
 
 @task(name="build-models", cache_policy=NO_CACHE)
 def build_models_task(config: Config, full: bool = False) -> BuildResult:
-    """Run sql/ (staging, intermediate, marts) into the warehouse."""
-    return build(config, full=full)
+    """Run sql/ (staging, intermediate, marts) into the warehouse; with `[compute] dask`, a
+    full build's per-series models as `build-partition` tasks on Dask (flows/fanout.py)."""
+    return build(config, full=full, fan_out=dask_fan_out(config) if config.compute.dask else None)
 
 
 @flow(name="build", log_prints=False)

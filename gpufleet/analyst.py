@@ -147,6 +147,17 @@ def _read_lake_through_arrow(con: duckdb.DuckDBPyConnection, config: Config) -> 
     )
 
 
+def _site(cluster: str | None) -> dict[str, object]:
+    """The `cluster` parameter of `_site_filter`, when a site is asked for."""
+    return {} if cluster is None else {"cluster": cluster}
+
+
+def _site_filter(cluster: object) -> str:
+    """The condition on `cluster` (a parameter) when a site is asked for: a warehouse built
+    before sites has no such column, and is read as it is without one."""
+    return "" if cluster is None else "and cluster = $cluster"
+
+
 def _week_days(week: str) -> tuple[dt.date, dt.date]:
     """The Monday and the Sunday of an ISO week, or a GpufleetError."""
     monday = week_monday(check_week(week))
@@ -210,31 +221,42 @@ class ReadOnlyWarehouse:
             """
         )
 
-    def team_daily(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
-        """`team_daily`: per local day and team (all days, or the days of one ISO week)."""
-        return self._by_day("team_daily", week, team, order="day, team")
+    # `cluster` (every method below but jobs' own): the rows of that site only
+    # (docs/sites.md); None: every site.
+    def team_daily(
+        self, week: str | None = None, *, team: str | None = None, cluster: str | None = None
+    ) -> pl.DataFrame:
+        """`team_daily`: per local day, site and team (all days, or those of one ISO week)."""
+        return self._by_day("team_daily", week, team, cluster, order="day, team")
 
-    def team_weekly(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
-        """`team_weekly`: per ISO week and team (all weeks, or one like "2026-W47")."""
+    def team_weekly(
+        self, week: str | None = None, *, team: str | None = None, cluster: str | None = None
+    ) -> pl.DataFrame:
+        """`team_weekly`: per ISO week, site and team (all weeks, or one like "2026-W47")."""
         if week is not None:
             _week_days(week)
         return self.sql(
             "select * from team_weekly "
             "where ($week is null or iso_week = $week) and ($team is null or team = $team) "
-            "order by iso_week, team",
-            {"week": week, "team": team},
+            f"{_site_filter(cluster)} order by iso_week, team",
+            {"week": week, "team": team, **_site(cluster)},
         )
 
-    def gpu_daily(self, week: str | None = None) -> pl.DataFrame:
+    def gpu_daily(self, week: str | None = None, *, cluster: str | None = None) -> pl.DataFrame:
         """`gpu_daily`: per local day and GPU."""
-        return self._by_day("gpu_daily", week, None, order="day, host, gpu_uuid")
+        return self._by_day("gpu_daily", week, None, cluster, order="day, host, gpu_uuid")
 
-    def host_daily(self, week: str | None = None) -> pl.DataFrame:
-        """`host_daily`: per local day and host."""
-        return self._by_day("host_daily", week, None, order="day, host")
+    def host_daily(self, week: str | None = None, *, cluster: str | None = None) -> pl.DataFrame:
+        """`host_daily`: per local day and host at its site."""
+        return self._by_day("host_daily", week, None, cluster, order="day, host")
 
     def idle_episodes(
-        self, week: str | None = None, *, team: str | None = None, waste_only: bool = False
+        self,
+        week: str | None = None,
+        *,
+        team: str | None = None,
+        waste_only: bool = False,
+        cluster: str | None = None,
     ) -> pl.DataFrame:
         """`idle_episodes` that overlap the week (all without one), optionally only waste."""
         return self._overlapping(
@@ -242,12 +264,14 @@ class ReadOnlyWarehouse:
             week,
             team,
             extra="and ($waste_only = false or is_waste)",
-            params={"waste_only": waste_only},
+            params={"waste_only": waste_only, **_site(cluster)},
         )
 
-    def thermal_events(self, week: str | None = None, *, team: str | None = None) -> pl.DataFrame:
+    def thermal_events(
+        self, week: str | None = None, *, team: str | None = None, cluster: str | None = None
+    ) -> pl.DataFrame:
         """`thermal_events` that overlap the week (all without one)."""
-        return self._overlapping("thermal_events", week, team)
+        return self._overlapping("thermal_events", week, team, params=_site(cluster))
 
     def jobs(
         self,
@@ -321,18 +345,21 @@ class ReadOnlyWarehouse:
         return self.sql("select * from quarantined_files order by quarantined_at, path")
 
     def _by_day(
-        self, table: str, week: str | None, team: str | None, *, order: str
+        self, table: str, week: str | None, team: str | None, cluster: str | None, *, order: str
     ) -> pl.DataFrame:
-        """The rows of a table keyed by local `day` (and `team`, when one is asked for)."""
+        """The rows of a table keyed by local `day` (and `team`, when one is asked for), of
+        one site when `cluster` names one."""
         first, last = _week_days(week) if week is not None else (None, None)
         params: dict[str, object] = {"first": first, "last": last}
+        if cluster is not None:
+            params["cluster"] = cluster
         team_filter = ""
         if team is not None:  # only tables with a team column are asked for one
             team_filter, params["team"] = "and team = $team", team
         return self.sql(
             f"select * from {table} "
             f"where ($first is null or day between $first and $last) {team_filter} "
-            f"order by {order}",
+            f"{_site_filter(cluster)} order by {order}",
             params,
         )
 
@@ -354,6 +381,7 @@ class ReadOnlyWarehouse:
             f"select * from {table} "
             "where ($start is null or (start_ts < $end and end_ts > $start)) "
             f"and ($team is null or team = $team) {extra} "
+            f"{_site_filter((params or {}).get('cluster'))} "
             "order by start_ts, host, gpu_index",
             {"start": start, "end": end, "team": team, **(params or {})},
         )

@@ -6,24 +6,26 @@ The keys, their defaults and their checks: docs/reference.md#configuration.
 from __future__ import annotations
 
 import os
-import re
-import tomllib
 import zoneinfo
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpufleet.addresses import is_address
+from gpufleet.config_compute import ComputeConfig, check_compute
 from gpufleet.config_sources import (
-    DEFAULT_PROMETHEUS_SERIES,
-    LABEL_NAME,
     KubernetesConfig,
     PrometheusConfig,
+    RetentionConfig,
     S3Config,
     SlurmConfig,
+    check_clusters,
     check_prometheus,
+    check_retention,
     check_s3,
+    read_sites,
 )
+from gpufleet.config_toml import read_toml, series_overrides, where_in
 from gpufleet.errors import GpufleetError
 
 ENV_DATA_DIR = "GPUFLEET_DATA_DIR"
@@ -85,6 +87,8 @@ class Config:
     raw_location: str = ""
     s3: S3Config = field(default_factory=S3Config)
     timezone: str = "UTC"
+    cluster: str = ""  # the site collect and import prometheus record; empty: none
+    sites: tuple[tuple[str, str], ...] = ()  # [clusters.<site>] timezone: (site, zone)
     idle: IdleConfig = field(default_factory=IdleConfig)
     series: SeriesConfig = field(default_factory=SeriesConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
@@ -94,6 +98,8 @@ class Config:
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
     source: Path | None = None  # the TOML file this came from, if any
 
     # The data directory's layout (docs/reference.md#data-directory).
@@ -136,6 +142,7 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "data_dir": ((str,), "a path"),
         "timezone": ((str,), "an IANA time zone name"),
         "raw_location": ((str,), "an s3://bucket/prefix URL"),
+        "cluster": ((str,), "a site name"),
     },
     "s3": {"endpoint_url": ((str,), "an http(s) URL"), "region": ((str,), "a region name")},
     "idle": {
@@ -164,6 +171,7 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "uuid_label": ((str,), "a label name"),
         "gpu_label": ((str,), "a label name"),
         "model_label": ((str,), "a label name"),
+        "cluster": ((str,), "a site name"),
         "series": ((dict,), "a table of column = series name(s)"),
     },
     "kubernetes": {
@@ -174,40 +182,19 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
     },
     "slurm": {"team_from": ((str,), '"account" or "user"'), "enabled": ((bool,), "true or false")},
     "ingest": {"stale_after_minutes": ((int,), "a whole number of minutes")},
+    "retention": {k: ((int,), "a whole number") for k in ("samples_days", "reports_weeks")},
+    "compute": {"dask": ((str,), '"", "local:N" or "tcp://host:port"')},
 }
-
-
-def _line_of(text: str, section: str | None, key: str) -> int | None:
-    """The 1-based line where `key` is set inside `[section]` of a TOML text (or as a
-    dotted `section.key` at the top), or where the table `[key]` opens, if found."""
-    current: str | None = None
-    dotted = f"{section}.{key}" if section else None
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        header = re.match(r"^\[\s*([^\]]+?)\s*\]", stripped)
-        if header:
-            current = header.group(1)
-            if section is None and current == key:
-                return number
-            continue
-        if current == section and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
-            return number
-        if current is None and dotted and re.match(rf"^{re.escape(dotted)}\s*=", stripped):
-            return number
-    return None
-
-
-def _where(path: Path, text: str, section: str | None, key: str) -> str:
-    line = _line_of(text, section, key)
-    return f"{path}: line {line}" if line else f"{path}"
 
 
 def _check_file(path: Path, text: str, raw: dict[str, Any]) -> None:
     """Reject unknown sections, unknown keys and values of the wrong type."""
     for name, value in raw.items():
+        if name == "clusters":  # [clusters.<site>]: read_sites
+            continue
         if isinstance(value, dict):
             if name not in _SCHEMA:
-                raise GpufleetError(f"{_where(path, text, None, name)}: unknown section [{name}]")
+                raise GpufleetError(f"{where_in(path, text, None, name)}: unknown section [{name}]")
             sections: list[tuple[str | None, dict[str, Any]]] = [(name, value)]
         else:
             sections = [(None, {name: value})]
@@ -222,61 +209,23 @@ def _check_file(path: Path, text: str, raw: dict[str, Any]) -> None:
                         else ""
                     )
                     raise GpufleetError(
-                        f"{_where(path, text, section, key)}: unknown key '{dotted}'{hint}"
+                        f"{where_in(path, text, section, key)}: unknown key '{dotted}'{hint}"
                     )
                 types, description = known[key]
                 bad_bool = isinstance(item, bool) and bool not in types
                 if bad_bool or not isinstance(item, types):
                     raise GpufleetError(
-                        f"{_where(path, text, section, key)}: '{dotted}' must be {description}, "
+                        f"{where_in(path, text, section, key)}: '{dotted}' must be {description}, "
                         f"got {item!r}"
                     )
                 if isinstance(item, list) and not all(isinstance(r, str) for r in item):
-                    raise GpufleetError(
-                        f"{_where(path, text, section, key)}: '{dotted}' must be a list of strings"
-                    )
-
-
-def _series_overrides(
-    path: Path, text: str, table: dict[str, Any]
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """`[prometheus.series]` over the defaults: each key a known column, each value a series
-    name or a list of them (first found wins)."""
-    defaults = dict(DEFAULT_PROMETHEUS_SERIES)
-    for key, value in table.items():
-        where = _where(path, text, "prometheus.series", key)
-        if key not in defaults:
-            raise GpufleetError(
-                f"{where}: unknown key 'prometheus.series.{key}' (known: {', '.join(defaults)})"
-            )
-        names = [value] if isinstance(value, str) else value
-        if (
-            not isinstance(names, list)
-            or not names
-            or not all(isinstance(n, str) and LABEL_NAME.match(n) for n in names)
-        ):
-            raise GpufleetError(
-                f"{where}: 'prometheus.series.{key}' must be a series name or a list of them, "
-                f"got {value!r}"
-            )
-        defaults[key] = tuple(names)
-    return tuple(defaults.items())
-
-
-def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise GpufleetError(f"{path}: cannot read config file: {exc.strerror}") from exc
-    try:
-        return text, tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise GpufleetError(f"{path}: invalid TOML: {exc}") from exc
+                    where = where_in(path, text, section, key)
+                    raise GpufleetError(f"{where}: '{dotted}' must be a list of strings")
 
 
 def _check_values(config: Config, path: Path | None, text: str) -> None:
     def fail(section: str | None, key: str, problem: str) -> GpufleetError:
-        where = _where(path, text, section, key) if path else "configuration"
+        where = where_in(path, text, section, key) if path else "configuration"
         return GpufleetError(f"{where}: {problem}")
 
     # The canonical IANA names only: aliases such as 'posix/Europe/Berlin' or 'localtime'
@@ -307,6 +256,9 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
         raise fail("notify", "opt_out", "'notify.opt_out' must not hold an empty name")
     check_prometheus(config, fail)
     check_s3(config, fail)
+    check_clusters(config, fail)
+    check_retention(config, fail)
+    check_compute(config, fail)
     if config.slurm.team_from not in ("account", "user"):
         raise fail(
             "slurm",
@@ -322,6 +274,13 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             raise fail(
                 "report", "recipients", f"'report.recipients' holds {recipient!r}, not an address"
             )
+
+
+def _sites(path: Path | None, text: str, tables: object) -> tuple[tuple[str, str], ...]:
+    try:
+        return read_sites(tables, lambda s, k: where_in(path, text, s or None, k) if path else "")
+    except ValueError as exc:
+        raise GpufleetError(str(exc)) from None
 
 
 def load_config(
@@ -349,7 +308,7 @@ def load_config(
     raw: dict[str, Any] = {}
     text = ""
     if path is not None:
-        text, raw = _read_toml(path)
+        text, raw = read_toml(path)
         _check_file(path, text, raw)
 
     def section(name: str) -> dict[str, Any]:
@@ -369,7 +328,7 @@ def load_config(
     prometheus = section("prometheus")
     if "series" in prometheus:
         assert path is not None
-        prometheus["series"] = _series_overrides(path, text, prometheus["series"])
+        prometheus["series"] = series_overrides(path, text, prometheus["series"])
     if "timeout_seconds" in prometheus:
         prometheus["timeout_seconds"] = float(prometheus["timeout_seconds"])
     idle = {k: float(v) for k, v in section("idle").items()}
@@ -377,6 +336,8 @@ def load_config(
     config = Config(
         data_dir=resolved_dir,
         timezone=str(raw.get("timezone", "UTC")),
+        cluster=str(raw.get("cluster", "")),
+        sites=_sites(path, text, raw.get("clusters")),
         raw_location=str(raw.get("raw_location", "")).rstrip("/"),
         s3=S3Config(**section("s3")),
         idle=IdleConfig(**idle),
@@ -388,6 +349,8 @@ def load_config(
         kubernetes=KubernetesConfig(**section("kubernetes")),
         slurm=SlurmConfig(**section("slurm")),
         ingest=IngestConfig(**section("ingest")),
+        retention=RetentionConfig(**section("retention")),
+        compute=ComputeConfig(**section("compute")),
         source=path,
     )
     _check_values(config, path, text)

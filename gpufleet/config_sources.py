@@ -1,6 +1,7 @@
 """The configuration of the sources other than the collector (docs/reference.md#configuration):
 Prometheus and Kubernetes (`import prometheus`), Slurm (`import slurm`) and the S3 store
-(`raw_location`, `collect --upload`), with their checks. `gpufleet.config` holds them in
+(`raw_location`, `collect --upload`), and how long their data is kept (`[retention]`), with
+their checks. `gpufleet.config` holds them in
 `Config` and runs the checks when it loads a file.
 """
 
@@ -57,6 +58,7 @@ class PrometheusConfig:
     uuid_label: str = "UUID"
     gpu_label: str = "gpu"
     model_label: str = "modelName"
+    cluster: str = ""  # the site of its samples (`cluster` column); empty: the top-level cluster
     series: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_PROMETHEUS_SERIES
 
     def series_names(self, column: str) -> tuple[str, ...]:
@@ -92,6 +94,22 @@ class S3Config:
     region: str = ""  # empty: the AWS configuration's, else us-east-1
 
 
+@dataclass(frozen=True, kw_only=True)
+class RetentionConfig:
+    """`[retention]`: how long raw samples and rendered weekly reports are kept (0: always);
+    the marts keep every day (docs/operations.md#retention)."""
+
+    samples_days: int = 0  # samples of local days before today minus this many are deleted
+    reports_weeks: int = 0  # weekly report folders of ISO weeks this many before this one go
+
+
+def check_retention(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
+    """`[retention]`, as `check_s3`."""
+    for key in ("samples_days", "reports_weeks"):
+        if getattr(config.retention, key) < 0:
+            raise fail("retention", key, f"'retention.{key}' must be >= 0 (0 keeps everything)")
+
+
 def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
     """`raw_location` and `[s3]` (`fail(section, key, problem)` makes the error to raise)."""
     location = config.raw_location
@@ -105,6 +123,61 @@ def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) 
     url = config.s3.endpoint_url
     if url and not re.match(r"^https?://[^/\s]+/?$", url):
         raise fail("s3", "endpoint_url", f"'s3.endpoint_url' is not an http(s) URL: {url!r}")
+
+
+def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[str, str], ...]:
+    """`[clusters.<name>]` tables: each site's own `timezone`, as (name, zone) pairs in name
+    order; ValueError, with `where(section, key)` in front, on anything else."""
+    import zoneinfo
+
+    if tables is None:
+        return ()
+    if not isinstance(tables, dict):
+        raise ValueError(f"{where('', 'clusters')}: [clusters] must hold [clusters.<site>] tables")
+    sites = []
+    for name, table in sorted(tables.items()):
+        section = f"clusters.{name}"
+        if not isinstance(table, dict):
+            raise ValueError(f"{where('clusters', name)}: '{section}' must be a table")
+        from gpufleet.collectors.schema import check_cluster
+
+        try:
+            check_cluster(name)
+        except ValueError as exc:
+            raise ValueError(f"{where('', section)}: [{section}]: {exc}") from None
+        for key in table:
+            if key != "timezone":
+                raise ValueError(f"{where(section, key)}: unknown key '{section}.{key}'")
+        zone = table.get("timezone")
+        if (
+            not isinstance(zone, str)
+            or zone == "localtime"
+            or (zone != "UTC" and zone not in zoneinfo.available_timezones())
+        ):
+            raise ValueError(
+                f"{where(section, 'timezone')}: '{section}.timezone' must be an IANA time "
+                f"zone name, got {zone!r}"
+            )
+        sites.append((name, zone))
+    return tuple(sites)
+
+
+def check_clusters(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
+    """`cluster` and `[prometheus] cluster`: site names (they name folders), as `check_s3`."""
+    from gpufleet.collectors.schema import check_cluster
+
+    for section, name in ((None, config.cluster), ("prometheus", config.prometheus.cluster)):
+        try:
+            if name:
+                check_cluster(name)
+        except ValueError:
+            key = f"{section}.cluster" if section else "cluster"
+            raise fail(
+                section,
+                "cluster",
+                f"'{key}' must be 1 to 64 letters, digits, '.', '_' or '-', starting with a "
+                f"letter or digit, got {name!r}",
+            ) from None
 
 
 def check_prometheus(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:

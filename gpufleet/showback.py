@@ -1,6 +1,7 @@
 """`gpufleet export showback`: GPU usage and cost per team, month and GPU model, for finance.
 
-One row per team (`SubAccountName`) and GPU model (`x_gpu_name`) with samples in the month
+One row per team (`SubAccountName`), site (`x_cluster`, also FOCUS's `RegionName`; null
+for hosts of no site) and GPU model (`x_gpu_name`) with samples in the month
 (local dates in the configured zone), summed from `gpu_team_daily`, so a team's rows add up
 to its `team_daily` figures of the month. Columns are named after the FinOps FOCUS
 specification where one fits; the others carry gpufleet's own names (as in `team_daily`)
@@ -12,7 +13,8 @@ behind FOCUS's `x_` prefix for custom columns:
 - `ConsumedQuantity` (and `PricingQuantity`): GPU-hours (`gpu_hours`); `ConsumedUnit` (and
   `PricingUnit`): `GPU-Hours`;
 - `ListUnitPrice`: the price used, USD per GPU-hour: the first ref/prices.csv glob that
-  matches the GPU model, with the row that applies on the day (`valid_from`), as the build
+  matches the GPU model (the rows of the row's site first, then those without `cluster`),
+  with the row that applies on the day (`valid_from`), as the build
   prices waste (0 without one), read from the prices loaded by the last ingest (after a
   prices.csv change, build before exporting, or `x_waste_usd` still carries the old
   price); when the price changes during the month, BilledCost / ConsumedQuantity;
@@ -42,16 +44,20 @@ import sys
 import zoneinfo
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from gpufleet.config import Config
 from gpufleet.csv_cells import defuse_formulas
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR
 from gpufleet.warehouse.publish import connect_read_only
 
 FORMATS = ("csv", "parquet")
 _MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+# A closed month's rows as they were at close (gpufleet/warehouse/close.py).
+CLOSED_SHOWBACK = "build_state.closed_showback"
 # FOCUS's date-time format: ISO 8601 in UTC with a Z.
 _FOCUS_DATETIME = "%Y-%m-%dT%H:%M:%SZ"
 # Money columns, written in cents in the CSV (exact in Parquet).
@@ -64,32 +70,37 @@ with gpu_team_days as (
 ),
 
 price_rows as (
-    select rule_order, gpu_glob, usd_per_gpu_hour, null::date as valid_from, from ref_prices
+    select rule_order, gpu_glob, usd_per_gpu_hour, null::date as valid_from, cluster,
+    from ref_prices
     union all
-    select rule_order, gpu_glob, usd_per_gpu_hour, valid_from, from ref_prices_dated
+    select rule_order, gpu_glob, usd_per_gpu_hour, valid_from, cluster, from ref_prices_dated
 ),
 
 price_rules as (
+    -- a site's rows (cluster) price its GPUs only, ahead of the rows of every site
     select
         rule_order,
-        min(rule_order) over (partition by gpu_glob) as glob_order,
+        min(rule_order) over (partition by cluster, gpu_glob)
+            - case when cluster is null then 0 else 1000000000 end as glob_order,
         gpu_glob,
         glob_to_like(gpu_glob) as gpu_like,
         usd_per_gpu_hour,
         valid_from,
+        cluster,
     from price_rows
 ),
 
 gpu_days as (
-    select distinct gpu_name, day,
+    select distinct gpu_name, cluster, day,
     from gpu_team_days
 ),
 
 applicable as (
-    -- per GPU model, day and glob: the row that applies that day (the latest valid_from on
-    -- or before it, else the undated row), as the build prices waste
+    -- per GPU model, site, day and glob: the row that applies that day (the latest
+    -- valid_from on or before it, else the undated row), as the build prices waste
     select
         gpu_days.gpu_name,
+        gpu_days.cluster,
         gpu_days.day,
         price_rules.glob_order,
         arg_max(
@@ -103,6 +114,7 @@ applicable as (
     from gpu_days
     inner join price_rules
         on gpu_days.gpu_name like price_rules.gpu_like escape '\'
+        and (price_rules.cluster is null or price_rules.cluster = gpu_days.cluster)
         and (price_rules.valid_from is null or price_rules.valid_from <= gpu_days.day)
     group by all
 ),
@@ -110,12 +122,14 @@ applicable as (
 day_prices as (
     select
         gpu_days.gpu_name,
+        gpu_days.cluster,
         gpu_days.day,
         coalesce(arg_min(applicable.usd_per_gpu_hour, applicable.glob_order), 0.0)
             as usd_per_gpu_hour,
     from gpu_days
     left join applicable
         on applicable.gpu_name is not distinct from gpu_days.gpu_name
+        and applicable.cluster is not distinct from gpu_days.cluster
         and applicable.day = gpu_days.day
     group by all
 ),
@@ -137,6 +151,7 @@ coverage as (
 
 team_gpu_sums as (
     select
+        gpu_team_days.cluster,
         team,
         gpu_team_days.gpu_name,
         sum(observed_s) / 3600 as gpu_hours,
@@ -152,14 +167,16 @@ team_gpu_sums as (
     from gpu_team_days
     inner join day_prices
         on day_prices.gpu_name is not distinct from gpu_team_days.gpu_name
+        and day_prices.cluster is not distinct from gpu_team_days.cluster
         and day_prices.day = gpu_team_days.day
-    group by team, gpu_team_days.gpu_name
+    group by gpu_team_days.cluster, team, gpu_team_days.gpu_name
 ),
 
 gpu_prices as (
     -- a price that changed during the month: each day's hours at that day's price, and
     -- the mean price per GPU-hour
     select
+        cluster,
         team,
         gpu_name,
         case
@@ -194,6 +211,8 @@ final as (
         team_gpu_sums.waste_usd as x_waste_usd,
         team_gpu_sums.energy_kwh as x_energy_kwh,
         team_gpu_sums.gpus as x_gpus,
+        team_gpu_sums.cluster as x_cluster,
+        team_gpu_sums.cluster as RegionName,
         coverage.coverage_start as x_coverage_start,
         coverage.coverage_end as x_coverage_end,
         coverage.coverage_start > $period_start::timestamptz
@@ -201,12 +220,13 @@ final as (
     from team_gpu_sums
     inner join gpu_prices
         on gpu_prices.team = team_gpu_sums.team
+        and gpu_prices.cluster is not distinct from team_gpu_sums.cluster
         and gpu_prices.gpu_name is not distinct from team_gpu_sums.gpu_name
     cross join coverage
 )
 
 select * from final
-order by SubAccountName, x_gpu_name
+order by SubAccountName, x_cluster nulls first, x_gpu_name
 """
 
 
@@ -232,6 +252,15 @@ def showback(config: Config, month: str) -> pl.DataFrame:
         if not has_mart or not has_mart[0]:
             raise GpufleetError("the warehouse has no gpu_team_daily yet; run 'gpufleet build'")
         con.execute("set timezone = 'UTC'")
+        # `gpufleet close`: the rows of a closed month (or site) as they were at close
+        closed = _closed_sites(con, month)
+        kept = (
+            con.sql(f"from {CLOSED_SHOWBACK} where x_month = ?", params=[month]).pl()
+            if closed
+            else None
+        )
+        if kept is not None and None in closed:
+            return kept.sort(_ORDER, nulls_last=_NULLS_LAST)
         con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # glob_to_like
         relation = con.sql(
             SHOWBACK_SQL,
@@ -243,7 +272,25 @@ def showback(config: Config, month: str) -> pl.DataFrame:
                 "month": month,
             },
         )
-        return relation.pl()
+        computed = relation.pl()
+    if kept is None:
+        return computed
+    sites = [site for site in closed if site is not None]
+    open_rows = computed.filter(~pl.col("x_cluster").is_in(sites).fill_null(False))
+    return pl.concat([open_rows, kept], how="vertical_relaxed").sort(_ORDER, nulls_last=_NULLS_LAST)
+
+
+# SHOWBACK_SQL's order: by team, site (nulls first), GPU model
+_ORDER = ["SubAccountName", "x_cluster", "x_gpu_name"]
+_NULLS_LAST = [True, False, True]
+
+
+def _closed_sites(con: duckdb.DuckDBPyConnection, month: str) -> list[str | None]:
+    """The sites `month` is closed for by `gpufleet close` (None: every site)."""
+    if not has_table(con, "closed_periods") or not has_table(con, CLOSED_SHOWBACK):
+        return []
+    rows = con.execute("select cluster from closed_periods where month = ?", [month]).fetchall()
+    return [cluster for (cluster,) in rows]
 
 
 def output_format(fmt: str | None, output: Path | None) -> str:

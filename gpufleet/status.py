@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 
+from gpufleet.collectors.schema import folder_host
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.warehouse.base.catalog import has_table
@@ -32,7 +33,7 @@ from gpufleet.warehouse.ingest.arrival import (
 from gpufleet.warehouse.ingest.files import find_sample_files
 from gpufleet.warehouse.publish.read_only import connect_read_only
 
-NO_CLUSTER = "-"  # the site column, until sample files carry one
+NO_CLUSTER = "-"  # the site column of a host whose folder names none
 # A host silent this long has left the fleet (or is the weekly report's business): it is
 # listed, but no longer stale, so that a retired host does not keep `status` failing.
 RETIRED_AFTER = dt.timedelta(days=7)
@@ -64,7 +65,12 @@ class FleetStatus:
 
     @property
     def stale_hosts(self) -> tuple[str, ...]:
-        return tuple(host.host for host in self.hosts if host.is_stale)
+        """The stale hosts' names (`<host>@<site>` at a site: two sites' hosts may share one)."""
+        return tuple(
+            f"{host.host}@{host.cluster}" if host.cluster else host.host
+            for host in self.hosts
+            if host.is_stale
+        )
 
     @property
     def is_stale(self) -> bool:
@@ -235,13 +241,14 @@ def _hosts(
     retired_ns = int((now - RETIRED_AFTER).timestamp() * 1e9)
     hosts = [
         HostStatus(
-            host=host,
-            cluster=None,
+            # a site's folder is host=<host>@<site> (docs/sites.md)
+            host=folder_host(folder)[0],
+            cluster=folder_host(folder)[1],
             last_file_ns=ns,
-            files=count[host],
+            files=count[folder],
             is_stale=stale_after_minutes > 0 and retired_ns <= ns < stale_ns,
             is_retired=ns < retired_ns,
         )
-        for host, ns in newest.items()
+        for folder, ns in newest.items()
     ]
-    return tuple(sorted(hosts, key=lambda h: (not h.is_stale, h.host)))
+    return tuple(sorted(hosts, key=lambda h: (not h.is_stale, h.host, h.cluster or "")))

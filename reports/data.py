@@ -19,6 +19,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.reports import jobs, queries
 from gpufleet.reports.hosts import host_weeks
 from gpufleet.reports.records import FleetTotals, Kpi, WeekData
+from gpufleet.reports.sites import site_views, site_weeks
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds
 
@@ -46,14 +47,18 @@ def _local_or_none(frame: pl.DataFrame | None, timezone: str) -> pl.DataFrame | 
     return None if frame is None else local(frame, timezone)
 
 
-def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> WeekData:
-    """Every row the report of `week` needs, read from the warehouse read-only."""
+def load_week(
+    config: Config, week: str, *, now: dt.datetime | None = None, cluster: str | None = None
+) -> WeekData:
+    """Every row the report of `week` needs, read from the warehouse read-only: of every
+    site (each team's figures summed over its sites), or of `cluster` only."""
     tz = config.timezone
     start, end = week_bounds(week, tz)
     before = previous_week(week)
     before_start, before_end = week_bounds(before, tz)
     con = connect_read_only(config, tables=MART_TABLES)
     try:
+        site_views(con, cluster)
         quarantined, quarantined_total = queries.quarantined(con)
         return WeekData(
             week=week,
@@ -75,6 +80,8 @@ def load_week(config: Config, week: str, *, now: dt.datetime | None = None) -> W
             quarantined=local(quarantined, tz),
             quarantined_total=quarantined_total,
             weeks_with_data=queries.weeks_with_data(con),
+            sites=site_weeks(con, week),
+            cluster=cluster,
         )
     except duckdb.Error as exc:
         raise GpufleetError(

@@ -113,6 +113,9 @@ class WeekData:
     # the week's least efficient jobs (gpufleet.reports.jobs); None: no job_efficiency table
     least_efficient_jobs: pl.DataFrame | None = None
     weeks_with_data: list[str] = field(default_factory=list)
+    # each site's week (gpufleet.reports.sites.site_weeks); None or empty: one site only
+    sites: pl.DataFrame | None = None
+    cluster: str | None = None  # the one site the report is of (`report --cluster`); None: all
 
     @property
     def has_data(self) -> bool:

@@ -107,13 +107,19 @@ def run_report(
     send: bool = False,
     per_team: bool = False,
     steps: ReportSteps = ReportSteps(),
+    cluster: str | None = None,
 ) -> ReportResult:
     """Render one week's report (default: the last complete week) and email it on request;
     with `per_team`, also each team's email to its lead (ref/teams.csv). A re-run sends
     only what an earlier one did not (`reports_sent`); a refused recipient does not stop
-    the other emails."""
+    the other emails. With `cluster`, the report of that site only (its own folder, and
+    sent as the fleet's is)."""
     label = check_week(week) if week else last_complete_week(config.timezone)
-    files = steps.write(config, label)
+    files = (
+        steps.write(config, label)
+        if cluster is None
+        else write_report(config, label, cluster=cluster)
+    )
     if steps.publish is not None:
         steps.publish(files)
     team_emails = tuple(steps.write_team_emails(config, label)) if per_team else ()

@@ -31,6 +31,7 @@ from gpufleet.reports.mail import add_chart_images, read_message
 from gpufleet.reports.records import KPIS, Kpi
 from gpufleet.reports.render import format_usd, render_template
 from gpufleet.reports.sent_log import TEAM, Outgoing, refused_line, send_once
+from gpufleet.reports.sites import site_views
 from gpufleet.reports.smtp import Refusal
 from gpufleet.reports.weekly import report_dir, write_atomically
 from gpufleet.warehouse.publish import connect_read_only
@@ -166,6 +167,7 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
     before = previous_week(week)
     con = connect_read_only(config, tables=MART_TABLES)
     try:
+        site_views(con, None)  # a team's figures over all its sites
         weeks = queries.team_weeks(con, week)
         episodes = local(queries.waste_episodes(con, start, end), tz)
         by_user = queries.waste_by_user_and_job(con, week)

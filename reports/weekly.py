@@ -79,17 +79,20 @@ def report_dir(config: Config, week: str) -> Path:
     return config.reports_dir / week
 
 
-def write_report(config: Config, week: str, *, now: dt.datetime | None = None) -> ReportFiles:
+def write_report(
+    config: Config, week: str, *, now: dt.datetime | None = None, cluster: str | None = None
+) -> ReportFiles:
     """Read the week from the warehouse and write the page and the email file; a week that
-    has not begun is an error, and nothing is written."""
+    has not begun is an error, and nothing is written. With `cluster`, the report of that
+    site only, in `reports/<week>/sites/<cluster>/`."""
     check_week_began(week, config.timezone, now)
-    data: WeekData = load_week(config, week, now=now)
+    data: WeekData = load_week(config, week, now=now, cluster=cluster)
     charts = build_charts(data)
     page = render_page(data, charts)
     message = build_message(
         data, charts, page, sender=config.report.sender, recipients=config.report.recipients
     )
-    folder = report_dir(config, week)
+    folder = report_dir(config, week) / ("sites/" + cluster if cluster else "")
     page_path, email_path = folder / PAGE_NAME, folder / EMAIL_NAME
     write_atomically(page_path, page.encode("utf-8"))
     write_atomically(email_path, message.as_bytes())

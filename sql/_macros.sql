@@ -36,13 +36,14 @@ create or replace temp macro stable_ids(names, known) as table
 
     select * from final;
 
--- team_daily's and team_weekly's measures (the sums of gpu_team_daily's rows) per period and
--- team: `gpu_team_rows` is gpu_team_daily with the period's columns only (`day`, or
--- `iso_week` and `week_start`), and those with `team` are the keys of the rows.
+-- team_daily's and team_weekly's measures (the sums of gpu_team_daily's rows) per period,
+-- site and team: `gpu_team_rows` is gpu_team_daily with the period's columns only (`day`,
+-- or `iso_week` and `week_start`), and those with `cluster` and `team` are the keys of the
+-- rows (a team at two sites has a row at each).
 create or replace temp macro team_measures(gpu_team_rows) as table
     with team_sums as (
         select
-            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'team')),
+            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'cluster', 'team')),
             sum(observed_s) as observed_s,
             sum(utilization_s) as utilization_s,
             sum(busy_s) as busy_s,
@@ -57,7 +58,7 @@ create or replace temp macro team_measures(gpu_team_rows) as table
 
     final as (
         select
-            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'team')),
+            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'cluster', 'team')),
             observed_s / 3600 as gpu_hours,
             busy_s / 3600 as busy_gpu_hours,
             100 * busy_s / nullif(utilization_s, 0) as avg_util_pct,
@@ -116,6 +117,15 @@ create or replace temp macro sample_flag(flags, name) as
 -- (docs/reference.md#thermal-event); false when the mask is unknown.
 create or replace temp macro thermal_slowdown(clock_event_mask) as
     coalesce(clock_event_mask & 96 != 0, false);
+
+-- The time zone of a site's local days (docs/sites.md): its [clusters.<site>] timezone
+-- (getvariable('site_timezones'), a JSON object of site -> zone), else the configured
+-- timezone (a null site too).
+create or replace temp macro site_timezone(cluster) as
+    coalesce(
+        json_transform(getvariable('site_timezones'), '"MAP(VARCHAR, VARCHAR)"')[cluster],
+        getvariable('timezone')
+    );
 
 -- The local midnight (in getvariable('timezone')) that starts `day`, as epoch microseconds;
 -- null for a null day. A reference row's valid_from applies from this instant on.

@@ -7,10 +7,13 @@ week 2026-W46 (Mon 2026-11-09 .. Sun 2026-11-15, UTC), previous week 2026-W45.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import logging
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email import policy
@@ -235,9 +238,26 @@ def _host_daily() -> list[tuple[object, ...]]:
     return rows
 
 
+_WAREHOUSES: dict[bool, Path] = {}  # with_rows -> the file written once this session
+
+
 def make_warehouse(data_dir: Path, *, with_rows: bool = True) -> Path:
-    """Write `<data_dir>/warehouse.duckdb` with the mart tables (and rows unless told not)."""
+    """Write `<data_dir>/warehouse.duckdb` with the mart tables (and rows unless told not):
+    a copy of the file written the first time (inserting the rows takes seconds)."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "warehouse.duckdb"
+    if path.exists():
+        raise FileExistsError(path)
+    written = _WAREHOUSES.get(with_rows)
+    if written is None:
+        folder = Path(tempfile.mkdtemp(prefix="gpufleet-test-warehouse-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        written = _WAREHOUSES[with_rows] = _write_warehouse(folder, with_rows=with_rows)
+    shutil.copyfile(written, path)
+    return path
+
+
+def _write_warehouse(data_dir: Path, *, with_rows: bool) -> Path:
     path = data_dir / "warehouse.duckdb"
     con = duckdb.connect(str(path))
     try:

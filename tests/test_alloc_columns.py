@@ -169,7 +169,7 @@ def test_compacted_files_carry_the_columns(config: Config) -> None:
     found: dict[str, str | None] = {}
     for path in sorted(config.samples_dir.glob("date=*/host=*/compacted-*.parquet")):
         table = pq.read_table(path)
-        assert table.schema.names[-2:] == list(ALLOC)
+        assert table.schema.names[FIRST_RELEASE_COLUMNS:] == list(ADDED_SAMPLE_COLUMNS)
         gpus, jobs = table["gpu_uuid"].to_pylist(), table["alloc_job_id"].to_pylist()
         found.update(zip(gpus, jobs, strict=True))
     assert found == {"GPU-a": "1", "GPU-b": None, "GPU-c": "2"}

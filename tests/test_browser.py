@@ -168,9 +168,10 @@ def rendered_dom(page: Path, proxy: BlackHoleProxy, profile: Path) -> tuple[str,
     return dom, parser
 
 
-@pytest.fixture
-def report_page(tmp_path: Path) -> Path:
-    config, _ = fx.fixture_config(tmp_path / "data")
+@pytest.fixture(scope="module")
+def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One report page for the tests that only read it."""
+    config, _ = fx.fixture_config(tmp_path_factory.mktemp("report") / "data")
     return write_report(config, fx.WEEK).page_path
 
 

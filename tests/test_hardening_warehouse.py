@@ -48,7 +48,8 @@ from tests.test_ingest import sample, write_samples
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY2 = DAY1 + dt.timedelta(days=1)
-SPEC = SimulationSpec(gpus=8, start=DAY1, end=DAY2 + dt.timedelta(days=1), seed=5)
+# samples every 30 s, not 10: a third of the rows to load and build
+SPEC = SimulationSpec(gpus=8, start=DAY1, end=DAY2 + dt.timedelta(days=1), interval_s=30.0, seed=5)
 _SCENARIO = scenario_for(SPEC)
 
 

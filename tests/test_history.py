@@ -24,8 +24,10 @@ MOVE_DAY = dt.date(2026, 11, 16)  # alice moves from ml to vision
 PRICE_DAY = dt.date(2026, 11, 17)  # a Tuesday: the H100 price goes from 2.5 to 4.0
 DATED_SQL = f"""
 insert into ref_users_dated values ('alice', 'vision', date '{MOVE_DAY}');
-insert into ref_hosts_dated values (3, 'node-c*', 'ops', date '{PRICE_DAY}');
-insert into ref_prices_dated values (4, '*H100*', 4.0, date '{PRICE_DAY}');
+insert into ref_hosts_dated (rule_order, host_glob, team, valid_from)
+values (3, 'node-c*', 'ops', date '{PRICE_DAY}');
+insert into ref_prices_dated (rule_order, gpu_glob, usd_per_gpu_hour, valid_from)
+values (4, '*H100*', 4.0, date '{PRICE_DAY}');
 """
 
 
@@ -157,6 +159,7 @@ def test_an_edit_of_an_undated_row_is_still_a_full_build() -> None:
     # a dated row added between undated ones renumbers them: still incremental
     fleet.con.execute(
         "update ref_prices set rule_order = rule_order + 10;"
-        "insert into ref_prices_dated values (5, 'NVIDIA A100*', 9.0, date '2026-11-17')"
+        "insert into ref_prices_dated (rule_order, gpu_glob, usd_per_gpu_hour, valid_from)"
+        " values (5, 'NVIDIA A100*', 9.0, date '2026-11-17')"
     )
     assert build_models(fleet.con, fleet.config).mode == "incremental"

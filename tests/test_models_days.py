@@ -154,6 +154,7 @@ def test_host_daily() -> None:
     fleet.build()
     assert fleet.one("select * from host_daily") == {
         "day": dt.date(2026, 11, 16),
+        "cluster": None,
         "host": "node1",
         "gpus": 2,
         "samples": 5,

@@ -104,11 +104,15 @@ class Fleet:
         self.con.execute("insert into ref_users values (?, ?)", [user, team])
 
     def host_rule(self, rule_order: int, host_glob: str, team: str) -> None:
-        self.con.execute("insert into ref_hosts values (?, ?, ?)", [rule_order, host_glob, team])
+        self.con.execute(
+            "insert into ref_hosts (rule_order, host_glob, team) values (?, ?, ?)",
+            [rule_order, host_glob, team],
+        )
 
     def price_rule(self, rule_order: int, gpu_glob: str, usd_per_gpu_hour: float) -> None:
         self.con.execute(
-            "insert into ref_prices values (?, ?, ?)", [rule_order, gpu_glob, usd_per_gpu_hour]
+            "insert into ref_prices (rule_order, gpu_glob, usd_per_gpu_hour) values (?, ?, ?)",
+            [rule_order, gpu_glob, usd_per_gpu_hour],
         )
 
     def allocation(

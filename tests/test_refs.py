@@ -63,12 +63,12 @@ def test_reference_files_become_tables(config: Config) -> None:
         ("bob", "nlp"),
     ]
     assert rows(config, "select * from ref_hosts order by rule_order") == [
-        (1, "gpu-vis-*", "vision"),
-        (2, "gpu-??", "infra"),
+        (1, "gpu-vis-*", "vision", None),
+        (2, "gpu-??", "infra", None),
     ]
     assert rows(config, "select * from ref_prices order by rule_order") == [
-        (1, "*H100*", 2.5),
-        (2, "*A100*", 1.25),
+        (1, "*H100*", 2.5, None),
+        (2, "*A100*", 1.25, None),
     ]
     assert rows(config, "select * from allocations order by job_id") == [
         ("101", "alice", None, "h1", 0, utc(2026, 11, 16, 7), utc(2026, 11, 16, 10),

@@ -84,9 +84,10 @@ def parse(html: str) -> _PageParser:
     return parser
 
 
-@pytest.fixture
-def report(tmp_path: Path):
-    config, _ = fx.fixture_config(tmp_path / "data")
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):
+    """One report for the tests that only read it."""
+    config, _ = fx.fixture_config(tmp_path_factory.mktemp("report") / "data")
     files = write_report(config, fx.WEEK)
     return config, files, files.page_path.read_text(encoding="utf-8")
 

@@ -47,9 +47,11 @@ def at(day: int, hour: int, minute: int = 0, month: int = 11) -> dt.datetime:
     return dt.datetime(2026, month, day, hour, minute, tzinfo=dt.UTC)
 
 
-@pytest.fixture
-def november_config(tmp_path: Path) -> Config:
-    """Samples a minute apart across both ends of November in Berlin (23:00 UTC)."""
+@pytest.fixture(scope="module")
+def november_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """Samples a minute apart across both ends of November in Berlin (23:00 UTC), ingested
+    and built once: the tests only read them."""
+    tmp_path = tmp_path_factory.mktemp("november")
     busy, idle = fx.BUSY, fx.IDLE
     rows = [
         # Oct 31 21:00 - Nov 1 05:00 local: idle 23:00-00:30 local, across the month's start

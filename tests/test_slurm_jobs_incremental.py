@@ -84,7 +84,7 @@ def _fleet() -> Fleet:
     fleet.con.execute(
         """
         insert into ref_users values ('alice', 'ml'), ('bob', 'cv');
-        insert into ref_prices values (1, '*', 2.0);
+        insert into ref_prices (rule_order, gpu_glob, usd_per_gpu_hour) values (1, '*', 2.0);
         """
     )
     return fleet

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from gpufleet import __version__
+from gpufleet.cli.close import add_close, add_reopen
 from gpufleet.cli.collect import add_collect
 from gpufleet.cli.common import Handler, add_global_options, command_parsers
 from gpufleet.cli.export import add_export
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_export,
         add_import,
         add_status,
+        add_close,
+        add_reopen,
         add_serve,
     ):
         add_command(commands)

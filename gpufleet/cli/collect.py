@@ -40,6 +40,16 @@ def add_collect(commands: argparse._SubParsersAction) -> None:
         "--host", metavar="NAME", help="host name to record (default: this machine's name)"
     )
     parser.add_argument(
+        "--cluster",
+        type=cluster_name,
+        metavar="NAME",
+        help=(
+            "the site this host belongs to, recorded in every sample's cluster column and in "
+            "its folder's name (host=<host>@<site>), so that hosts of the same name at two "
+            "sites never mix (default: the configuration's cluster; none: null)"
+        ),
+    )
+    parser.add_argument(
         "--slurm-gpustat",
         type=Path,
         metavar="DIR",
@@ -73,6 +83,16 @@ def s3_url(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def cluster_name(text: str) -> str:
+    """A `--cluster` argument, checked."""
+    from gpufleet.collectors.schema import check_cluster
+
+    try:
+        return check_cluster(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def run_collect(args: argparse.Namespace, config: Config) -> int:
     from gpufleet.collectors.service import run_collector
 
@@ -85,4 +105,5 @@ def run_collect(args: argparse.Namespace, config: Config) -> int:
         upload=args.upload,
         s3_endpoint_url=config.s3.endpoint_url,
         s3_region=config.s3.region,
+        cluster=args.cluster or config.cluster or None,
     )

@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from gpufleet.cli.collect import cluster_name
 from gpufleet.cli.common import config_source, iso_week, progress
 from gpufleet.config import Config
 
@@ -98,7 +99,8 @@ def run_build(args: argparse.Namespace, config: Config) -> int:
             data_dir=str(config.data_dir), config_path=config_source(config), full=args.full
         )
 
-    return run_engine_or_flow(engine=engine, flow=flow)
+    # [compute] dask: a full build's partitions are Prefect tasks, with or without a server
+    return run_engine_or_flow(engine=flow if config.compute.dask else engine, flow=flow)
 
 
 def add_report(commands: argparse._SubParsersAction) -> None:
@@ -123,14 +125,34 @@ def add_report(commands: argparse._SubParsersAction) -> None:
         help="also write each team's email to its lead (ref/teams.csv) under "
         "reports/<week>/teams/; with --send, mail them",
     )
+    parser.add_argument(
+        "--cluster",
+        type=cluster_name,
+        metavar="NAME",
+        help="the report of one site only, written to reports/<week>/sites/<NAME>/ "
+        "(not sent; default: every site, with a table per site)",
+    )
     parser.set_defaults(handler=run_report)
 
 
 def run_report(args: argparse.Namespace, config: Config) -> int:
+    if args.cluster and (args.send or args.per_team):
+        print(
+            "gpufleet: error: report --cluster writes one site's report: no --send or --per-team",
+            file=sys.stderr,
+        )
+        return 2
+
     def engine() -> object:
         from gpufleet.reports import run
 
-        return run.run_report(config, args.week, send=args.send, per_team=args.per_team)
+        return run.run_report(
+            config, args.week, send=args.send, per_team=args.per_team, cluster=args.cluster
+        )
+
+    if args.cluster:  # a site's report: written here, not a run of the report flow
+        print(engine())
+        return 0
 
     def flow() -> object:
         from gpufleet.flows.report import RecipientsRefused, report_flow

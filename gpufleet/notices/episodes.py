@@ -76,6 +76,7 @@ final as (
             where sent.gpu_uuid = day_episodes.gpu_uuid
                 and sent.episode_id = day_episodes.episode_id
         ) as is_sent,
+        day_episodes.cluster,
     from day_episodes
     where day_episodes.end_ts < $day_end or day_episodes.is_open
 )
@@ -104,6 +105,7 @@ class WasteEpisode:
     held_memory: bool
     is_open: bool  # its last sample is its GPU's latest: still idle when last heard of
     is_sent: bool  # notices_sent has it
+    cluster: str | None = None  # the host's site (docs/sites.md); None: none
 
     @property
     def gpu_hours(self) -> float:
@@ -124,6 +126,10 @@ class NoticeLine:
     @property
     def host(self) -> str:
         return self._first.host
+
+    @property
+    def cluster(self) -> str | None:
+        return self._first.cluster
 
     @property
     def gpu_index(self) -> int:
@@ -248,6 +254,7 @@ def day_episodes(con: duckdb.DuckDBPyConnection, day: dt.date, timezone: str) ->
             held_memory=bool(row[12]),
             is_open=bool(row[13]),
             is_sent=bool(row[14]),
+            cluster=row[15],
         )
         for row in rows
     ]

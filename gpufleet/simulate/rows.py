@@ -224,11 +224,12 @@ def _holders(scn: Scenario, rows: _Rows) -> dict[str, pa.Array]:
     none = holder < 0
     if none.all():
         nulls = pa.nulls(len(holder), pa.string())
-        return {"alloc_job_id": nulls, "alloc_user": nulls}
+        return {"alloc_job_id": nulls, "alloc_user": nulls, "cluster": nulls}
     index = pa.array(np.where(none, 0, holder), mask=none)
     return {
         "alloc_job_id": pa.array(scn.holders.job_ids, type=pa.string()).take(index),
         "alloc_user": pa.array(scn.holders.users, type=pa.string()).take(index),
+        "cluster": pa.nulls(len(holder), pa.string()),
     }
 
 

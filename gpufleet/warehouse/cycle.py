@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from gpufleet.config import Config
+from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.run import BuildResult, build
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.run import load_new_files, quarantine_after_publish
@@ -17,11 +18,13 @@ def ingest_then_build(
     today: dt.date | None = None,
     progress: Log | None = None,
     warn: Log | None = None,
+    fan_out: FanOut | None = None,
 ) -> tuple[IngestResult, BuildResult | None]:
     """Ingest, then build when anything was loaded, in one published warehouse transaction;
     quarantined files are moved once it is published (`today`: the UTC day whose files are
-    not compacted yet, default the real today; `progress` and `warn` as for `ingest`)."""
+    not compacted yet, default the real today; `progress` and `warn` as for `ingest`; a full
+    build's per-series models on `fan_out`'s workers when given: `build/fanout.py`)."""
     with write_transaction(config):
         loaded = load_new_files(config, today=today, progress=progress)
-        built = build(config) if loaded.loaded_anything else None
+        built = build(config, fan_out=fan_out) if loaded.loaded_anything else None
     return quarantine_after_publish(config, loaded, warn=warn), built

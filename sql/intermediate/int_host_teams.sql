@@ -4,6 +4,7 @@
 -- then give (dated_glob_values, sql/_macros.sql; docs/reference.md#valid-from). Resolved on
 -- the hosts and their few dates, not per sample; hosts no dated row matches are not here
 -- (their team is int_hosts'), so a hosts.csv without valid_from leaves this table empty.
+-- A row that names a site (cluster) applies to that site's hosts only.
 with hosts as (
     select * from int_hosts
 ),
@@ -17,15 +18,17 @@ teams as (
 ),
 
 dated_globs as (
-    select distinct host_like,
+    select distinct host_like, cluster,
     from host_rules
     where valid_from is not null
 ),
 
 dated_hosts as (
-    select distinct hosts.host_id as key, hosts.host,
+    select distinct hosts.host_id as key, hosts.host, hosts.cluster,
     from hosts
-    inner join dated_globs on hosts.host like dated_globs.host_like escape '\'
+    inner join dated_globs
+        on hosts.host like dated_globs.host_like escape '\'
+        and (dated_globs.cluster is null or dated_globs.cluster = hosts.cluster)
 ),
 
 host_matches as (
@@ -36,7 +39,9 @@ host_matches as (
         host_rules.team as value,
         host_rules.valid_from,
     from dated_hosts
-    inner join host_rules on dated_hosts.host like host_rules.host_like escape '\'
+    inner join host_rules
+        on dated_hosts.host like host_rules.host_like escape '\'
+        and (host_rules.cluster is null or host_rules.cluster = dated_hosts.cluster)
 ),
 
 host_teams as (

@@ -1,4 +1,4 @@
--- Each idle episode's samples summed per local day and host: the pieces its waste hours are
+-- Each idle episode's samples summed per local day and host (at its site): the pieces its waste hours are
 -- counted in (an episode crossing midnight puts each sample's hours on its own day), and
 -- from which int_idle_episodes adds up the whole episode. An episode is one GPU's idle run,
 -- keyed by the time of its first sample; episode_id is the hash of the two.
@@ -18,6 +18,7 @@ final as (
         (hash(gpu_uuid, idle_run_start_ts) >> 1)::bigint as episode_id,
         day,
         host,
+        cluster,
         any_value(gpu_name) as gpu_name,
         -- constant within an idle episode
         any_value(first_team) as team,
@@ -32,7 +33,7 @@ final as (
         sum(samples)::bigint as samples,
         bool_or(has_process) as held_memory,
     from idle_pieces
-    group by gpu_uuid, idle_run_start_ts, day, host
+    group by gpu_uuid, idle_run_start_ts, day, host, cluster
 )
 
 select * from final

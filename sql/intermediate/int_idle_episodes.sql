@@ -1,7 +1,7 @@
 -- Idle episodes (docs/reference.md#idle-episode): start = first.ts - first.interval_s,
 -- end = last.ts, idle_seconds = sum of interval_s; waste when it lasts at least
 -- idle.min_minutes and is attributed; user and job_id of its first sample; priced by the
--- GPU's name, each day's idle seconds at that day's price (int_gpu_prices). The id comes from the GPU and the first sample's time (int_idle_episode_days),
+-- GPU's name at its site, each day's idle seconds at that day's price (int_gpu_prices). The id comes from the GPU and the first sample's time (int_idle_episode_days),
 -- so a full and an incremental build agree on it.
 with episode_days as (
     select * from int_idle_episode_days
@@ -18,6 +18,7 @@ priced_days as (
     from episode_days
     left join gpu_prices
         on gpu_prices.gpu_name is not distinct from episode_days.gpu_name
+        and gpu_prices.cluster is not distinct from episode_days.cluster
         and (gpu_prices.valid_from is null or episode_days.day >= gpu_prices.valid_from)
         and (gpu_prices.valid_to is null or episode_days.day < gpu_prices.valid_to)
 ),
@@ -26,7 +27,8 @@ episodes as (
     select
         episode_id,
         gpu_uuid,
-        arg_min(host, first_ts) as host,
+        -- a struct: arg_min skips a null cluster
+        arg_min({'host': host, 'cluster': cluster}, first_ts) as place,
         arg_min(first_gpu_index, first_ts) as gpu_index,
         any_value(gpu_name) as gpu_name,
         any_value(team) as team,
@@ -51,7 +53,8 @@ final as (
     select
         episodes.episode_id,
         episodes.gpu_uuid,
-        episodes.host,
+        episodes.place.host,
+        episodes.place.cluster,
         episodes.gpu_index,
         episodes.gpu_name,
         episodes.team,

@@ -51,11 +51,15 @@ with_host as (
     select
         samples.*,
         hosts.host_id,
+        hosts.timezone_id,
         case
             when host_teams.host_id is not null then host_teams.team_id else hosts.team_id
         end as host_team_id,
     from samples
-    inner join hosts on hosts.host = samples.host
+    -- a sample's host at its site: its own cluster, else its host's by hosts.csv (int_hosts)
+    inner join hosts
+        on hosts.host = samples.host
+        and hosts.cluster is not distinct from coalesce(samples.cluster, hosts.rule_cluster)
     left join host_teams
         on host_teams.host_id = hosts.host_id
         and samples.ts_us >= host_teams.from_us
@@ -195,6 +199,7 @@ final as (
         attributed.ts,
         attributed.interval_s,
         attributed.host_id,
+        attributed.timezone_id,
         attributed.gpu_index,
         statuses.status_id,
         attributed.gpu_util_pct,

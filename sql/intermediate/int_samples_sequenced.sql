@@ -101,7 +101,10 @@ final as (
         with_run_starts.mem_used_bytes,
         with_run_starts.mem_total_bytes,
     from with_run_starts
-    inner join local_days on local_days.bucket = with_run_starts.ts_us // 900000000
+    -- the local day and hour in the zone of the sample's site (int_local_days)
+    inner join local_days
+        on local_days.bucket = with_run_starts.ts_us // 900000000
+        and local_days.timezone_id = with_run_starts.timezone_id
     -- No order by: the window emits each series' rows together and in time order, and the
     -- join above keeps that order while it probes with the samples (the build turns off
     -- DuckDB's build_side_probe_side: see flows/models.prepare), so

@@ -16,7 +16,8 @@ events as (
         gpu_uuid,
         thermal_run_start_ts,
         any_value(gpu_name) as gpu_name,
-        arg_min(host, first_ts) as host,
+        -- a struct: arg_min skips a null cluster
+        arg_min({'host': host, 'cluster': cluster}, first_ts) as place,
         arg_min(first_gpu_index, first_ts) as gpu_index,
         arg_min(first_team, first_ts) as team,
         min(first_ts) as first_ts,
@@ -35,7 +36,8 @@ final as (
     select
         (hash(gpu_uuid, first_ts) >> 1)::bigint as event_id,
         gpu_uuid,
-        host,
+        place.host,
+        place.cluster,
         gpu_index,
         team,
         first_ts - to_microseconds((first_interval_s * 1000000)::bigint) as start_ts,

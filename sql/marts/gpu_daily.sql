@@ -7,7 +7,8 @@ gpu_sums as (
     select
         day,
         gpu_uuid,
-        arg_max(host, last_ts) as host,
+        -- a struct: arg_max skips a null cluster
+        arg_max({'host': host, 'cluster': cluster}, last_ts) as place,
         arg_max(gpu_name, last_ts) as gpu_name,
         sum(samples)::bigint as samples,
         sum(observed_s) as observed_s,
@@ -25,7 +26,8 @@ final as (
     select
         day,
         gpu_uuid,
-        host,
+        place.host,
+        place.cluster,
         gpu_name,
         observed_s / 3600 as hours_observed,
         100 * busy_s / nullif(utilization_s, 0) as avg_util_pct,

@@ -1,4 +1,4 @@
--- Per local day and hour, GPU, team, host, job and user: the sample sums of gpu_team_daily
+-- Per local day and hour, GPU, team, host (at its site: cluster), job and user: the sample sums of gpu_team_daily
 -- (which adds up the hours of a day), of the report's utilization heatmaps and of
 -- job_efficiency, a small table instead of the samples (a job or user adds rows only where
 -- it changes within the hour; every reader but job_efficiency sums over them). A table: an
@@ -66,6 +66,7 @@ final as (
         series.gpu_uuid,
         teams.team,
         hosts.host,
+        hosts.cluster,
         series.gpu_name,
         jobs.job_id,
         users."user",

@@ -1,4 +1,4 @@
--- Per local day, team, GPU and host: the sample sums every daily and weekly mart adds up
+-- Per local day, site (cluster), team, GPU and host: the sample sums every daily and weekly mart adds up
 -- (the day's hours of gpu_hourly added up), with the hours of samples in waste episodes
 -- (each sample's hours on its own day). A table: an incremental build replaces only the
 -- rows of the days it recomputes, then re-adds the daily and weekly marts of those days
@@ -24,6 +24,7 @@ sample_sums as (
         day,
         iso_week,
         week_start,
+        cluster,
         team,
         gpu_uuid,
         host,
@@ -38,7 +39,7 @@ sample_sums as (
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
     from hours
-    group by day, iso_week, week_start, team, gpu_uuid, host
+    group by day, iso_week, week_start, cluster, team, gpu_uuid, host
 ),
 
 waste_sums as (
@@ -47,6 +48,7 @@ waste_sums as (
         episode_days.team,
         episode_days.gpu_uuid,
         episode_days.host,
+        episode_days.cluster,
         sum(episode_days.idle_seconds) as waste_s,
         sum(
             episode_days.idle_seconds / 3600 * coalesce(gpu_prices.usd_per_gpu_hour, 0.0)
@@ -57,6 +59,7 @@ waste_sums as (
         and episodes.episode_id = episode_days.episode_id
     left join gpu_prices
         on gpu_prices.gpu_name is not distinct from episode_days.gpu_name
+        and gpu_prices.cluster is not distinct from episode_days.cluster
         and (gpu_prices.valid_from is null or episode_days.day >= gpu_prices.valid_from)
         and (gpu_prices.valid_to is null or episode_days.day < gpu_prices.valid_to)
     where episodes.is_waste
@@ -74,6 +77,7 @@ final as (
         and waste_sums.team = sample_sums.team
         and waste_sums.gpu_uuid = sample_sums.gpu_uuid
         and waste_sums.host = sample_sums.host
+        and waste_sums.cluster is not distinct from sample_sums.cluster
 )
 
 select * from final

@@ -1,4 +1,4 @@
--- Per local day and host: how many GPUs reported, how much, and from when to when
+-- Per local day and host at its site (cluster: two sites' hosts of one name are two hosts): how many GPUs reported, how much, and from when to when
 -- (spotting hosts whose collector stopped).
 with gpu_team_rows as (
     select * from gpu_team_daily
@@ -7,6 +7,7 @@ with gpu_team_rows as (
 host_sums as (
     select
         day,
+        cluster,
         host,
         count(distinct gpu_uuid) as gpus,
         sum(samples)::bigint as samples,
@@ -14,12 +15,13 @@ host_sums as (
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
     from gpu_team_rows
-    group by day, host
+    group by day, cluster, host
 ),
 
 final as (
     select
         day,
+        cluster,
         host,
         gpus,
         samples,

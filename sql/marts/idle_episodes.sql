@@ -9,6 +9,7 @@ final as (
         episode_id,
         gpu_uuid,
         host,
+        cluster,
         gpu_index,
         gpu_name,
         team,

@@ -75,6 +75,8 @@ sample_sums as (
         count(distinct gpu_uuid) as gpus,
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
+        -- the site of the job's samples (one in practice), for a job Slurm's record lacks
+        max(cluster) as cluster,
     from job_hours
     group by all
 ),
@@ -179,7 +181,7 @@ final as (
     select
         keys.job_id,
         keys.gpu_name,
-        latest_slurm_jobs.job.cluster,
+        coalesce(latest_slurm_jobs.job.cluster, sample_sums.cluster) as cluster,
         coalesce(
             latest_slurm_jobs.job."user", allocation_sums."user", sample_people."user"
         ) as "user",

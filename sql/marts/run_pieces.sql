@@ -129,6 +129,7 @@ final as (
         pieces.day,
         pieces.hour,
         hosts.host,
+        hosts.cluster,
         pieces.first_gpu_index,
         teams.team as first_team,
         attribution_name(pieces.first_attribution_code) as first_attributed_by,

@@ -34,6 +34,7 @@ final as (
         series.gpu_uuid,
         stored.ts,
         hosts.host,
+        hosts.cluster,
         stored.gpu_index,
         series.gpu_name,
         stored.interval_s,

@@ -8,6 +8,7 @@ final as (
         event_id,
         gpu_uuid,
         host,
+        cluster,
         gpu_index,
         team,
         start_ts,

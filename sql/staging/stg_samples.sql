@@ -3,7 +3,7 @@
 -- arithmetic, the processes list with its count (int_samples_attributed picks the
 -- process a sample is attributed to; int_process_owners reads every process), and the
 -- Slurm job that holds the GPU by the scheduler's own record (alloc_job_id, alloc_user;
--- empty text is no job).
+-- empty text is no job), and the site its writer recorded (cluster; empty text: none).
 with source as (
     select * from samples
 ),
@@ -28,6 +28,7 @@ renamed as (
         coalesce(len(processes), 0) as process_count,
         nullif(alloc_job_id, '') as alloc_job_id,
         nullif(alloc_user, '') as alloc_user,
+        nullif(cluster, '') as cluster,
         mem_used_bytes,
         mem_total_bytes,
     from source
@@ -53,6 +54,7 @@ final as (
         process_count,
         alloc_job_id,
         alloc_user,
+        cluster,
         mem_used_bytes,
         mem_total_bytes,
     from renamed

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpufleet.collectors.schema import partition_dir
+from gpufleet.collectors.schema import host_folder, partition_dir
 from gpufleet.collectors.writer import safe_host, write_table_atomically
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
@@ -295,12 +295,18 @@ def _write_window(config: Config, url: str, window: _Window, start: int, end: in
     source = source_name(url)
     allocations = allocation_files(config.allocations_dir, source, window.allocations)
     stem = f"prometheus-{source}-{_stamp(start)}-{_stamp(end)}"
+    cluster = config.prometheus.cluster or config.cluster or None
     written = 0
     for host, table in sorted(window.tables.items()):
+        if cluster is not None:  # the site, in every row and in the host's folder name
+            where = table.schema.get_field_index("cluster")
+            value = pa.array([cluster] * len(table), pa.string())
+            table = table.set_column(where, table.schema.field(where), value)
         # One file per UTC date of `ts`, as the collector's writer splits its own.
         dates = pc.strftime(table["ts"], format="%Y-%m-%d")
+        folder = host_folder(safe_host(host), cluster)
         for date in pc.unique(dates).to_pylist():
-            directory = Path(partition_dir(str(config.samples_dir), date, safe_host(host)))
+            directory = Path(partition_dir(str(config.samples_dir), date, folder))
             part = table.filter(pc.equal(dates, date))
             write_table_atomically(part, directory / f"{stem}.parquet")
             written += 1

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from gpufleet.collectors.schema import folder_host
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
@@ -134,13 +135,16 @@ def _utc(value: dt.datetime) -> str:
 
 
 def collector_hosts(config: Config, since: dt.date, until: dt.date) -> set[str]:
-    """The hosts with sample files on the UTC days `since` to `until` (raw/samples)."""
+    """The hosts with sample files on the UTC days `since` to `until` (raw/samples), by
+    name (a site's `host=<host>@<site>` folder names its host)."""
     hosts: set[str] = set()
     day = since
     while day <= until:
         folder = config.samples_dir / f"date={day.isoformat()}"
         if folder.is_dir():
-            hosts.update(p.name[len("host=") :] for p in folder.glob("host=*") if p.is_dir())
+            hosts.update(
+                folder_host(p.name[len("host=") :])[0] for p in folder.glob("host=*") if p.is_dir()
+            )
         day += dt.timedelta(days=1)
     return hosts
 

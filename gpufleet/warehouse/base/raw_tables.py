@@ -43,13 +43,14 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("processes", f"{PROCESS_STRUCT}[]"),
     ("alloc_job_id", "varchar"),
     ("alloc_user", "varchar"),
+    ("cluster", "varchar"),
 )
 
 REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
 # The columns sample files gained after the first release, appended in contract order: an
 # older file (or a compacted file of an older release) has none of them and reads as NULL
 # there, and a warehouse of an older release gets them when opened for writing.
-ADDED_SAMPLE_COLUMNS = ("alloc_job_id", "alloc_user")
+ADDED_SAMPLE_COLUMNS = ("alloc_job_id", "alloc_user", "cluster")
 # How many of the sample columns (the first ones) the files of a release before
 # ADDED_SAMPLE_COLUMNS hold.
 FIRST_RELEASE_COLUMNS = len(SAMPLE_COLUMNS) - len(ADDED_SAMPLE_COLUMNS)
@@ -97,6 +98,9 @@ create table if not exists ref_hosts (
     host_glob varchar not null,
     team varchar not null
 );
+-- the site whose hosts a row applies to (hosts.csv's optional `cluster`; NULL: every site),
+-- added after the first release
+alter table ref_hosts add column if not exists cluster varchar;
 create table if not exists ref_prices (
     rule_order integer not null,   -- 1-based row order in prices.csv: first match wins
     gpu_glob varchar not null,
@@ -115,12 +119,16 @@ create table if not exists ref_hosts_dated (
     team varchar not null,
     valid_from date not null
 );
+alter table ref_hosts_dated add column if not exists cluster varchar;
 create table if not exists ref_prices_dated (
     rule_order integer not null,
     gpu_glob varchar not null,
     usd_per_gpu_hour double not null,
     valid_from date not null
 );
+-- the site a prices.csv row prices (NULL: every site), added after the first release
+alter table ref_prices add column if not exists cluster varchar;
+alter table ref_prices_dated add column if not exists cluster varchar;
 create table if not exists allocations (
     job_id varchar,
     "user" varchar,
@@ -180,8 +188,8 @@ create table if not exists build_state.lake_files (
 -- samples never in samples_stored; a build takes them as new); NULL: a build evicted it.
 alter table build_state.lake_files add column if not exists load_id bigint;
 -- How many of the sample columns (the first ones, in contract order) the file holds: the
--- others read as NULL from it. NULL: listed by a release before alloc_job_id, whose
--- compacted files hold the first 24.
+-- others read as NULL from it (a file of the release before `cluster` holds 26). NULL:
+-- listed by a release before alloc_job_id, whose compacted files hold the first 24.
 alter table build_state.lake_files add column if not exists sample_columns smallint;
 """
 

@@ -16,7 +16,12 @@ create table if not exists build_state.series (
 );
 -- a warehouse made before the series had ids
 alter table build_state.series add column if not exists series_id bigint;
-create table if not exists build_state.hosts (host varchar primary key, host_id integer);
+-- a host is its name at its site (host_key: json_array(cluster, host)), so that two sites'
+-- hosts of the same name have ids of their own; a full build makes the table anew, so the
+-- first (full) build after a release that keyed hosts by name alone drops that table first
+create table if not exists build_state.hosts (
+    host_key varchar primary key, host_id integer, host varchar, cluster varchar
+);
 create table if not exists build_state.teams (team varchar primary key, team_id integer);
 create table if not exists build_state.users ("user" varchar primary key, user_id integer);
 -- a Slurm job id (a string) and the integer that stands for it
@@ -28,7 +33,7 @@ create table if not exists build_state.statuses (status varchar primary key, sta
 # model has them all
 STABLE_IDS = {
     "int_series_ids": ("build_state.series", "gpu_uuid", ("series_id", "gpu_name")),
-    "int_hosts": ("build_state.hosts", "host", ("host_id",)),
+    "int_hosts": ("build_state.hosts", "host_key", ("host_id", "host", "cluster")),
     "int_teams": ("build_state.teams", "team", ("team_id",)),
     "int_users": ("build_state.users", '"user"', ("user_id",)),
     "int_jobs": ("build_state.jobs", "job_id", ("job_key",)),

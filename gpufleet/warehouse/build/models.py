@@ -8,11 +8,13 @@ The conventions (one select per file, materializations, variables, macros): `doc
 from __future__ import annotations
 
 import heapq
+import json
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -20,6 +22,9 @@ from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.build.ids import ensure_id_tables, record_new_ids
 from gpufleet.warehouse.build.memory import fit_memory_limit
+
+if TYPE_CHECKING:
+    from gpufleet.warehouse.build.fanout import FanOut
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
@@ -184,6 +189,8 @@ def model_variables(config: Config) -> dict[str, float | str]:
         "idle_min_minutes": float(config.idle.min_minutes),
         "max_gap_factor": float(config.series.max_gap_factor),
         "timezone": config.timezone,
+        # [clusters.<site>] timezone, as a JSON object (site_timezone in sql/_macros.sql)
+        "site_timezones": json.dumps(dict(config.sites), sort_keys=True),
     }
 
 
@@ -212,13 +219,13 @@ def create_model(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str] | None = None
 ) -> None:
     if model.materialized in PERSISTENT:
-        _drop_other_kind(con, model)
+        drop_other_kind(con, model)
     con.execute(
         f"create or replace {_KIND[model.materialized]} {model.name} as\n{render(model, remap)}"
     )
 
 
-def _drop_other_kind(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+def drop_other_kind(con: duckdb.DuckDBPyConnection, model: Model) -> None:
     """A mart that was a table and is now a view (or the other way round) replaces the old."""
     kind = _kind_in_warehouse(con, model.name)
     if kind is not None and kind != model.materialized:
@@ -245,19 +252,25 @@ def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
     con.execute(f"drop {kind} if exists temp.{model.name}")
 
 
+BUILD_SETTINGS = (
+    # A CTAS need not keep row order; that saves memory on the large per-sample models.
+    "set preserve_insertion_order = false",
+    # DuckDB estimates a window's output at a few rows, so it built its hash tables on the
+    # 60 M samples and probed them with the small name tables (series, hosts, teams): the
+    # joins cost 3 times the window and scrambled the rows, which samples_attributed then
+    # had to sort. The models put the small side of every join on the right, as written.
+    "set disabled_optimizers = 'build_side_probe_side'",
+)
+
+
 def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR) -> None:
     """The raw tables, the configuration variables, the macros and the build's settings."""
     ensure_raw_tables(con)
     ensure_id_tables(con)
     set_variables(con, config)
     con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
-    # A CTAS need not keep row order; that saves memory on the large per-sample models.
-    con.execute("set preserve_insertion_order = false")
-    # DuckDB estimates a window's output at a few rows, so it built its hash tables on the
-    # 60 M samples and probed them with the small name tables (series, hosts, teams): the
-    # joins cost 3 times the window and scrambled the rows, which samples_attributed then
-    # had to sort. The models put the small side of every join on the right, as written.
-    con.execute("set disabled_optimizers = 'build_side_probe_side'")
+    for setting in BUILD_SETTINGS:  # a fanned-out build's workers run them too
+        con.execute(setting)
     # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);
     # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
     # Below 1.5 GB when the rest of the process holds much: gpufleet/warehouse/build/memory.py.
@@ -265,10 +278,16 @@ def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = S
 
 
 def build_all_models(
-    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str], sql_dir: Path
+    con: duckdb.DuckDBPyConnection,
+    models: Mapping[str, Model],
+    order: list[str],
+    sql_dir: Path,
+    *,
+    fan_out: FanOut | None = None,
 ) -> None:
     """A full build: every model from scratch; the marts end up as documented tables (and
-    views). The caller starts the id tables afresh first (ids.forget_ids)."""
+    views). The caller starts the id tables afresh first (ids.forget_ids). With `fan_out`,
+    the CHUNKED_MODELS are built a GPU range per partition on its workers (`fanout.py`)."""
     docs = load_docs(sql_dir)
     marts = [name for name in order if models[name].layer == "marts"]
     undocumented = sorted(set(marts) - docs.keys())
@@ -281,9 +300,14 @@ def build_all_models(
     con.execute("set parquet_metadata_cache = true")
     try:
         row = con.execute("select count(*) from samples").fetchone()  # the lake's footers
-        chunks = max(1, -(-int(row[0] if row else 0) // FULL_BUILD_CHUNK_SAMPLES))
+        samples = int(row[0] if row else 0)
+        chunks = max(1, -(-samples // FULL_BUILD_CHUNK_SAMPLES))
+        fanned = [name for name in order if name in CHUNKED_MODELS] if fan_out else []
         for name in order:
-            if chunks > 1 and name in CHUNKED_MODELS:
+            if name in fanned:
+                if fan_out and name == fanned[0]:  # all at once, where the first is due
+                    fan_out.build_models(con, models, order, fanned, samples, sql_dir)
+            elif chunks > 1 and name in CHUNKED_MODELS:
                 _create_in_chunks(con, models, name, chunks)  # fits the cap before each slice
             else:
                 fit_memory_limit(con)
@@ -308,7 +332,7 @@ def _create_in_chunks(
     and a slice's window fits in the build's memory where the whole fleet's does not."""
     model = models[name]
     source, view = CHUNKED_MODELS[name]
-    _drop_other_kind(con, model)
+    drop_other_kind(con, model)
     con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
     source_model = models.get(source)
     # Slices are ranges of gpu_uuid: both sources are stored sorted by it within each load

@@ -4,22 +4,26 @@ A build is incremental when it can be (only the days new samples touch are recom
 `incremental/`) and full otherwise: the first build, `--full`, or a change in the
 SQL, the configuration or the reference rows without `valid_from`; a change in dated
 reference rows only recomputes every GPU from the earliest valid_from it touches. Either way
-it ends by evicting the samples of compacted host-days from the warehouse file to the lake
-(`lake/samples.py`).
+it ends by giving the kept days (closed months, days retention expired: `kept.py`) their
+kept rows back, evicting the samples of compacted host-days from the warehouse file to the
+lake (`lake/samples.py`) and expiring samples past `[retention] samples_days`
+(`retention.py`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.ids import forget_ids
 from gpufleet.warehouse.build.incremental.run import build_incrementally
+from gpufleet.warehouse.build.kept import ensure_kept_tables, reopened_since, restore_kept
 from gpufleet.warehouse.build.models import (
     PERSISTENT,
     SQL_DIR,
@@ -32,6 +36,7 @@ from gpufleet.warehouse.build.models import (
     model_variables,
     prepare,
 )
+from gpufleet.warehouse.build.retention import after_publish, expire_samples
 from gpufleet.warehouse.build.state import (
     allocations_changed,
     dated_references_since,
@@ -59,6 +64,8 @@ class BuildResult:
     mart_rows: Mapping[str, int]
     seconds: float
     evicted: int = 0  # samples of compacted days moved from the warehouse file to the lake
+    kept: tuple[str, ...] = ()  # per closed month the build computed differently: one line
+    expired: tuple[str, ...] = ()  # what retention deleted: one line each
 
     def __str__(self) -> str:
         moved = f"; {self.evicted:,} samples of compacted days moved to the lake" * bool(
@@ -67,7 +74,7 @@ class BuildResult:
         lines = [f"{self.mode} build ({self.reason}): {self.seconds:.1f} s{moved}; marts:"]
         width = max((len(name) for name in self.mart_rows), default=0)
         lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.kept, *self.expired])
 
 
 def build_models(
@@ -76,13 +83,16 @@ def build_models(
     *,
     full: bool = False,
     sql_dir: Path = SQL_DIR,
+    fan_out: FanOut | None = None,
 ) -> BuildResult:
-    """Update the marts on `con`: incrementally when the last build allows, else in full."""
+    """Update the marts on `con`: incrementally when the last build allows, else in full
+    (the per-series models on the workers of `fan_out` when given: `fanout.py`)."""
     started = time.perf_counter()
     models = discover_models(sql_dir)
     order = build_order(models)
     prepare(con, config, sql_dir=sql_dir)
     ensure_state_tables(con)
+    ensure_kept_tables(con)
     if not samples_view_is_current(con):
         # A warehouse of an older release: its samples_stored has just gained the newer
         # columns (`ensure_raw_tables`); the `samples` view the models read lists them too.
@@ -92,7 +102,9 @@ def build_models(
     digest = fingerprint(con, model_variables(config), sql_files)
     state = read_state(con)
     top = samples_load_top(con)
-    refs_since = None if state is None else dated_references_since(con)
+    dated_since = None if state is None else dated_references_since(con)
+    reopened = reopened_since(con)  # a month reopened: recomputed from its first day on
+    refs_since = min((day for day in (dated_since, reopened) if day is not None), default=None)
     if full:
         mode, reason = "full", "asked for"
     elif state is None:
@@ -123,17 +135,21 @@ def build_models(
                 f"first new sample or changed allocation on, {outcome.days} local days "
                 "recomputed"
             )
-            if outcome.refs_since is not None:
-                reason += f"; dated users/hosts/prices rows changed from {outcome.refs_since} on"
+            if dated_since is not None:
+                reason += f"; dated users/hosts/prices rows changed from {dated_since} on"
+            if reopened is not None:
+                reason += f"; reopened days from {reopened} on"
     if mode == "full":
         forget_ids(con)
         _free_marts(con, models, order)
         refresh_samples_view(con, config)  # the lake's files by their paths as of now
-        build_all_models(con, models, order, sql_dir)
+        build_all_models(con, models, order, sql_dir, fan_out=fan_out)
         record_full_build(con, top=top, digest=digest)
+    kept = restore_kept(con, models, full=mode == "full") if mode != "up to date" else []
     # Every row of samples_stored is in the marts now: compacted host-days may leave it.
     evicted = evict_built_days(con, config)
-    if evicted:
+    expired = expire_samples(con, config)
+    if evicted or expired.samples:
         apply_table_docs(con, "samples", sql_dir)  # a view made afresh has no comments
     return BuildResult(
         mode=mode,
@@ -142,6 +158,8 @@ def build_models(
         mart_rows=count_mart_rows(con, models, order),
         seconds=time.perf_counter() - started,
         evicted=evicted,
+        kept=tuple(kept),
+        expired=(str(expired),) if expired.samples or expired.files else (),
     )
 
 
@@ -160,9 +178,15 @@ def _free_marts(
 
 
 def build(
-    config: Config, *, full: bool = False, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    config: Config,
+    *,
+    full: bool = False,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    fan_out: FanOut | None = None,
 ) -> BuildResult:
     """Build the models on a private copy of the warehouse and publish it (no Prefect)."""
     # A full build replaces every mart: the other slot's stale marts need no catching up.
     with write_transaction(config, lock_timeout_s=lock_timeout_s, rebuild=full) as con:
-        return build_models(con, config, full=full)
+        result = build_models(con, config, full=full, fan_out=fan_out)
+    # Once published: the raw files of expired days, and weekly reports past reports_weeks.
+    return replace(result, expired=result.expired + after_publish(config))

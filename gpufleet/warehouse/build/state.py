@@ -76,10 +76,29 @@ def _glob_rules(table: str, glob: str, value: str) -> str:
         )"""
 
 
+# A hosts.csv row's value: its team, and its site when it names one (it then applies to
+# that site's hosts only).
+_HOST_VALUE = "case when cluster is null then team else json_array(team, cluster)::varchar end"
+# A prices.csv row's value: its price, and its site when it names one.
+_PRICE_VALUE = (
+    "case when cluster is null then usd_per_gpu_hour::varchar"
+    " else json_array(usd_per_gpu_hour, cluster)::varchar end"
+)
+
 # The rows without valid_from that decide the marts of every day: their order among
 # themselves (rule_order counts the dated rows too, so adding one would renumber the rest).
+# The sites of hosts.csv, dated rows too: a host's site is for all time (docs/sites.md).
 UNDATED_RULES_SQL = {
-    table: f"""
+    "host_sites": """
+        select host_glob, cluster, row_number() over (order by rule_order) as row_rank,
+        from (
+            select rule_order, host_glob, cluster, from ref_hosts
+            union all
+            select rule_order, host_glob, cluster, from ref_hosts_dated
+        )
+        where cluster is not null""",
+    **{
+        table: f"""
         select
             pattern,
             value,
@@ -87,10 +106,11 @@ UNDATED_RULES_SQL = {
             dense_rank() over (order by glob_rank) as glob_rank,
         from ({_glob_rules(table, glob, value)})
         where valid_from is null"""
-    for table, glob, value in (
-        ("ref_hosts", "host_glob", "team"),
-        ("ref_prices", "gpu_glob", "usd_per_gpu_hour"),
-    )
+        for table, glob, value in (
+            ("ref_hosts", "host_glob", _HOST_VALUE),
+            ("ref_prices", "gpu_glob", _PRICE_VALUE),
+        )
+    },
 }
 
 # Every dated reference row with what decides its effect: a row of users.csv by its user,
@@ -101,11 +121,11 @@ select distinct 'user' as kind, "user" as "key", team as value, valid_from,
 from ref_users_dated
 union all
 select 'host', pattern, value, valid_from, glob_rank, tie_rank,
-from ({_glob_rules("ref_hosts", "host_glob", "team")})
+from ({_glob_rules("ref_hosts", "host_glob", _HOST_VALUE)})
 where valid_from is not null
 union all
 select 'price', pattern, value, valid_from, glob_rank, tie_rank,
-from ({_glob_rules("ref_prices", "gpu_glob", "usd_per_gpu_hour")})
+from ({_glob_rules("ref_prices", "gpu_glob", _PRICE_VALUE)})
 where valid_from is not null
 """
 DATED_REFERENCE_COLUMNS = 'kind, "key", value, valid_from, glob_rank, tie_rank'

@@ -40,7 +40,7 @@ from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
 # The columns no rule looks at.
-_UNCHECKED = frozenset({"gpu_name", "processes", "alloc_job_id", "alloc_user"})
+_UNCHECKED = frozenset({"gpu_name", "processes", "alloc_job_id", "alloc_user", "cluster"})
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError)
 _SLICE = "_ingest_slice"
 _INSERT_SQL = f"""

@@ -32,6 +32,9 @@ _APPEND_ONLY = "samples_stored"
 # The publish log: rows are added with their publish's generation, and deleted only when
 # that generation is forgotten (publish_log.start_publish).
 _LOG = "build_state.replaced"
+# The mart rows builds keep as they are (closed months, expired days): large, and changed
+# only by publishes listed in build_state.full_builds, after which the file is copied.
+_KEPT = "build_state.kept_"
 # More rows than this (a table copied whole, or samples gained) are not copied row by row:
 # the file is (row by row is slower).
 _WHOLE_TABLE_LIMIT = 5_000_000
@@ -134,6 +137,8 @@ def _catch_up_table(
     if name == _LOG:
         _copy_log(con, name)
         return True
+    if name.startswith(_KEPT) and not rebuild:
+        return True  # changed only by publishes that count as full builds (build/kept.py)
     size = con.execute(f"select count(*) from _published.{name}").fetchone()
     if size and size[0] > _WHOLE_TABLE_LIMIT:
         return False

@@ -269,7 +269,8 @@ def read_teams(path: Path, display: str | None = None) -> tuple[TeamContact, ...
 
 
 def read_hosts(path: Path, display: str | None = None) -> tuple[HostRule, ...]:
-    """ref/hosts.csv: host globs in file order, each with its optional `valid_from`."""
+    """ref/hosts.csv: host globs in file order, each with its optional `valid_from` and
+    `cluster` (the site whose hosts the row applies to; empty: every site)."""
     rows = _read_file(
         path,
         HOSTS_COLUMNS,
@@ -278,13 +279,14 @@ def read_hosts(path: Path, display: str | None = None) -> tuple[HostRule, ...]:
             _required(row, "team"),
             row.line,
             _valid_from(row),
+            (row.cells.get("cluster") or "").strip() or None,
         ),
         display or str(path),
         HOSTS_OPTIONAL,
     )
     return tuple(
-        HostRule(order, glob, team, line, valid_from)
-        for order, (glob, team, line, valid_from) in enumerate(rows, 1)
+        HostRule(order, glob, team, line, valid_from, cluster)
+        for order, (glob, team, line, valid_from, cluster) in enumerate(rows, 1)
     )
 
 
@@ -309,7 +311,7 @@ def stray_host_teams(
 
 def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]:
     """ref/prices.csv: GPU name globs and their price per GPU-hour in file order, each with
-    its optional `valid_from`."""
+    its optional `valid_from` and `cluster` (the site it prices; empty: every site)."""
     rows = _read_file(
         path,
         PRICES_COLUMNS,
@@ -317,13 +319,14 @@ def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]
             _required(row, "gpu_glob"),
             _number(row, "usd_per_gpu_hour"),
             _valid_from(row),
+            (row.cells.get("cluster") or "").strip() or None,
         ),
         display or str(path),
         PRICES_OPTIONAL,
     )
     return tuple(
-        PriceRule(order, glob, price, valid_from)
-        for order, (glob, price, valid_from) in enumerate(rows, 1)
+        PriceRule(order, glob, price, valid_from, cluster)
+        for order, (glob, price, valid_from, cluster) in enumerate(rows, 1)
     )
 
 

@@ -21,9 +21,9 @@ USERS_OPTIONAL = ("email", "valid_from")
 TEAMS_COLUMNS = ("team", "lead_email")
 TEAMS_OPTIONAL = ("cc",)
 HOSTS_COLUMNS = ("host_glob", "team")
-HOSTS_OPTIONAL = ("valid_from",)
+HOSTS_OPTIONAL = ("valid_from", "cluster")
 PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
-PRICES_OPTIONAL = ("valid_from",)
+PRICES_OPTIONAL = ("valid_from", "cluster")
 ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
 # raw/jobs/*.csv: `gpufleet import slurm` writes every column; a site's own export needs
 # only a job's id and start.
@@ -61,6 +61,7 @@ class HostRule(NamedTuple):
     team: str
     line: int = 0  # the line of hosts.csv it is on (not stored)
     valid_from: dt.date | None = None  # the local day the row applies from; None: all time
+    cluster: str | None = None  # the site whose hosts it applies to (and their site); None: any
 
 
 class PriceRule(NamedTuple):
@@ -68,6 +69,7 @@ class PriceRule(NamedTuple):
     gpu_glob: str
     usd_per_gpu_hour: float
     valid_from: dt.date | None = None  # the local day the row applies from; None: all time
+    cluster: str | None = None  # the site it prices (before rows of every site); None: any
 
 
 class Allocation(NamedTuple):

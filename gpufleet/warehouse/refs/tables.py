@@ -59,10 +59,20 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
         [("team", pa.string()), ("lead_email", pa.string()), ("cc", pa.list_(pa.string()))]
     ),
     "ref_hosts": pa.schema(
-        [("rule_order", pa.int32()), ("host_glob", pa.string()), ("team", pa.string())]
+        [
+            ("rule_order", pa.int32()),
+            ("host_glob", pa.string()),
+            ("team", pa.string()),
+            ("cluster", pa.string()),
+        ]
     ),
     "ref_prices": pa.schema(
-        [("rule_order", pa.int32()), ("gpu_glob", pa.string()), ("usd_per_gpu_hour", pa.float64())]
+        [
+            ("rule_order", pa.int32()),
+            ("gpu_glob", pa.string()),
+            ("usd_per_gpu_hour", pa.float64()),
+            ("cluster", pa.string()),
+        ]
     ),
     "ref_users_dated": pa.schema(
         [("user", pa.string()), ("team", pa.string()), ("valid_from", pa.date32())]
@@ -73,6 +83,7 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
             ("host_glob", pa.string()),
             ("team", pa.string()),
             ("valid_from", pa.date32()),
+            ("cluster", pa.string()),
         ]
     ),
     "ref_prices_dated": pa.schema(
@@ -81,6 +92,7 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
             ("gpu_glob", pa.string()),
             ("usd_per_gpu_hour", pa.float64()),
             ("valid_from", pa.date32()),
+            ("cluster", pa.string()),
         ]
     ),
     "allocations": pa.schema(
@@ -276,8 +288,20 @@ def replace_references(con: duckdb.DuckDBPyConnection, references: References) -
     users, hosts, prices = references.users, references.hosts, references.prices
     changed = [
         _replace_table(con, "ref_users", [row for row in users if row.valid_from is None]),
-        _replace_table(con, "ref_hosts", [row for row in hosts if row.valid_from is None]),
-        _replace_table(con, "ref_prices", [row for row in prices if row.valid_from is None]),
+        _replace_table(
+            con,
+            "ref_hosts",
+            [(r.rule_order, r.host_glob, r.team, r.cluster) for r in hosts if r.valid_from is None],
+        ),
+        _replace_table(
+            con,
+            "ref_prices",
+            [
+                (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.cluster)
+                for r in prices
+                if r.valid_from is None
+            ],
+        ),
         _replace_table(
             con,
             "ref_users_dated",
@@ -287,7 +311,7 @@ def replace_references(con: duckdb.DuckDBPyConnection, references: References) -
             con,
             "ref_hosts_dated",
             [
-                (r.rule_order, r.host_glob, r.team, r.valid_from)
+                (r.rule_order, r.host_glob, r.team, r.valid_from, r.cluster)
                 for r in hosts
                 if r.valid_from is not None
             ],
@@ -296,7 +320,7 @@ def replace_references(con: duckdb.DuckDBPyConnection, references: References) -
             con,
             "ref_prices_dated",
             [
-                (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.valid_from)
+                (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.valid_from, r.cluster)
                 for r in prices
                 if r.valid_from is not None
             ],

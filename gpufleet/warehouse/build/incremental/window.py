@@ -318,23 +318,36 @@ def keep_series_names(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def create_window(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """_inc_cut (each series' local day and hour of since_ts, from _inc_series_ids) and
-    _inc_window (the series' rows of the per-sample table `table` from the cut on)."""
+    """_inc_cut (each series' local day and hour of since_ts, from _inc_series_ids: those of
+    its sample at since_ts as just built, in its site's zone, else since_ts's in the
+    configured zone) and _inc_window (the series' rows of the per-sample table `table`
+    from the cut on)."""
     con.execute(
         f"""
         create or replace temp table _inc_cut as
         select
-            gpu_uuid,
-            series_id,
-            local_ts::date as from_day,
-            hour(local_ts) as from_hour,
+            series.gpu_uuid,
+            series.series_id,
+            coalesce(built.local.day, series.local_ts::date) as from_day,
+            coalesce(built.local.hour, hour(series.local_ts)) as from_hour,
         from (
             select
                 gpu_uuid,
                 series_id,
+                since_ts,
                 timezone(getvariable('timezone'), since_ts) as local_ts,
             from _inc_series_ids
-        );
+        ) as series
+        left join (
+            select
+                rows.series_id,
+                arg_min({{'day': rows.day, 'hour': rows.hour}}, rows.ts) as local,
+            from _inc_attributed as rows
+            inner join _inc_series_ids
+                on _inc_series_ids.series_id = rows.series_id
+                and rows.ts >= _inc_series_ids.since_ts
+            group by rows.series_id
+        ) as built on built.series_id = series.series_id;
         create or replace temp view _inc_window as
         select rows.*,
         from {table} as rows

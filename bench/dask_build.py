@@ -1,0 +1,199 @@
+"""The full build embedded and fanned out over Dask (`[compute] dask`, docs/dask.md).
+
+python -m bench.dask_build --gpus 128 --days 2        # a quick run (minutes)
+python -m bench.dask_build --gpus 1000 --days 7       # the bench fleet's week (a quiet machine)
+
+Simulates the fleet (once per data folder), backfills it (its days go to the lake), then
+times full builds embedded, on `local:1` and on `local:2`, each partition's worker time and
+bytes, and projects the time at 8, 32 and 128 workers for 10,000 and 50,000 GPUs x 90 days
+from what it measured, with the assumptions printed beside the figures. Without
+PREFECT_API_URL it starts a temporary Prefect server that the workers report to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gpufleet.config import Config, load_config
+from gpufleet.config_compute import ComputeConfig
+
+SAMPLES_PER_GPU_DAY = 8640  # one sample per 10 s
+LAKE_BYTES_PER_SAMPLE = 11.0  # the compacted lake (bench/results.md)
+WORKER_READ_MB_S = 100.0  # assumed: each worker reads the lake at 100 MB/s (S3 or NFS)
+CLUSTER_START_S = 30.0  # assumed: workers already running; connecting and warming up
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _fleet(config: Config, gpus: int, days: int) -> int:
+    """Simulate and backfill the fleet unless done; its samples."""
+    from gpufleet.simulate.fleet import simulate_fleet
+    from gpufleet.simulate.spec import SimulationSpec
+    from gpufleet.warehouse.build import build
+    from gpufleet.warehouse.ingest import ingest
+    from gpufleet.warehouse.publish import connect_read_only
+
+    if not config.warehouse_path.exists():
+        start = dt.date.today() - dt.timedelta(days=days + 7)
+        spec = SimulationSpec.from_cli(
+            config=config,
+            gpus=gpus,
+            gpus_per_host=8,
+            week=None,
+            start=start,
+            days=days,
+            interval_s=10.0,
+            flush_s=86400.0,
+            seed=7,
+        )
+        log(f"simulating {gpus} GPUs x {days} days in {config.data_dir}")
+        simulate_fleet(spec, data_dir=config.data_dir, progress=lambda _: None)
+        ingest(config)
+        build(config)
+    with connect_read_only(config) as con:
+        row = con.execute("select count(*) from samples").fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextlib.contextmanager
+def _prefect_server() -> Iterator[None]:
+    if os.environ.get("PREFECT_API_URL"):
+        yield
+        return
+    from prefect.testing.utilities import prefect_test_harness
+
+    log("starting a temporary Prefect server")
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+def _time_build(config: Config, dask: str) -> tuple[float, Any]:
+    """One full build's wall time, and the fan-out's report (None embedded)."""
+    from gpufleet.warehouse.build import build
+
+    if not dask:
+        started = time.perf_counter()
+        build(config, full=True)
+        return time.perf_counter() - started, None
+    from prefect import flow
+
+    from gpufleet.flows.fanout import dask_fan_out
+
+    on_dask = replace(config, compute=ComputeConfig(dask=dask))
+    fan_out = dask_fan_out(on_dask)
+
+    @flow(name="bench-dask-build")
+    def full_build() -> None:
+        build(on_dask, full=True, fan_out=fan_out)
+
+    started = time.perf_counter()
+    full_build()
+    return time.perf_counter() - started, fan_out.last
+
+
+def _partitions(report: Any) -> list[str]:
+    lines = []
+    for partition, result in zip(report.partitions, report.results, strict=True):
+        written = ", ".join(
+            f"{name} {result.rows[name]:,} rows {result.bytes[name] / 1e6:.1f} MB"
+            for name in result.rows
+        )
+        lines.append(f"    {partition.label.split(' (')[0]}: {result.seconds:.2f} s; {written}")
+    return lines
+
+
+def _projection(
+    worker_s_per_sample: float, load_s_per_sample: float, embedded_s_per_sample: float
+) -> list[str]:
+    from gpufleet.warehouse.build.models import FULL_BUILD_CHUNK_SAMPLES
+
+    lines = [
+        "projection (a model, not a measurement): time = start + rounds x partition + load,",
+        f"  start {CLUSTER_START_S:.0f} s (assumed: workers running, the cluster connected);",
+        f"  partitions of {FULL_BUILD_CHUNK_SAMPLES:,} samples, at least one per worker;",
+        f"  a partition's work at the measured {worker_s_per_sample * 1e6:.2f} worker-s per",
+        "  million samples (local:1, this machine's cores per worker), plus reading its",
+        f"  {LAKE_BYTES_PER_SAMPLE:.0f} bytes/sample of lake at {WORKER_READ_MB_S:.0f} MB/s "
+        "per worker (assumed: S3 or NFS, the store not the limit);",
+        f"  the host's load of the partials at the measured {load_s_per_sample * 1e6:.2f} s per",
+        "  million samples, serial on the pipeline host (the part more workers do not shrink)",
+    ]
+    for gpus in (10_000, 50_000):
+        total = gpus * 90 * SAMPLES_PER_GPU_DAY
+        per_partition = FULL_BUILD_CHUNK_SAMPLES
+        partition_s = per_partition * (
+            worker_s_per_sample + LAKE_BYTES_PER_SAMPLE / (WORKER_READ_MB_S * 1e6)
+        )
+        cells = []
+        for workers in (8, 32, 128):
+            partitions = max(workers, -(-total // per_partition))
+            rounds = -(-partitions // workers)
+            seconds = CLUSTER_START_S + rounds * partition_s + total * load_s_per_sample
+            cells.append(f"{workers} workers {seconds / 3600:.1f} h")
+        cells.append(f"embedded on one such host {total * embedded_s_per_sample / 3600:.1f} h")
+        lines.append(
+            f"  {gpus:,} GPUs x 90 days ({total / 1e9:.1f} billion samples): " + "; ".join(cells)
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", type=int, default=128)
+    parser.add_argument("--days", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    data_dir = (
+        args.data_dir or Path(tempfile.gettempdir()) / f"gpufleet-dask-{args.gpus}x{args.days}"
+    )
+    config = load_config(data_dir=data_dir, environ={})
+    samples = _fleet(config, args.gpus, args.days)
+    lines = [
+        f"full build of {args.gpus} GPUs x {args.days} days ({samples:,} samples), "
+        f"{os.cpu_count()} cores"
+    ]
+    walls: dict[str, float] = {}
+    reports: dict[str, Any] = {}
+    with _prefect_server():
+        for dask in ("", "local:1", "local:2"):
+            times = []
+            for _ in range(args.repeat):
+                seconds, report = _time_build(config, dask)
+                times.append(seconds)
+                reports[dask] = report
+            walls[dask] = statistics.median(times)
+            log(f"{dask or 'embedded'}: {walls[dask]:.1f} s")
+    lines.append(f"  embedded: {walls['']:.1f} s")
+    for dask in ("local:1", "local:2"):
+        report = reports[dask]
+        lines.append(
+            f"  {dask}: {walls[dask]:.1f} s ({walls[dask] / walls['']:.2f}x embedded): host "
+            f"writes inputs {report.export_seconds:.1f} s ({report.input_bytes / 1e6:.1f} MB), "
+            f"partitions {report.run_seconds:.1f} s (cluster start included), host loads "
+            f"partials {report.load_seconds:.1f} s"
+        )
+        lines += _partitions(report)
+    one = reports["local:1"]
+    worker_s = sum(result.seconds for result in one.results) / max(samples, 1)
+    lines += _projection(worker_s, one.load_seconds / max(samples, 1), walls[""] / max(samples, 1))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

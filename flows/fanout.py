@@ -1,0 +1,136 @@
+"""A full build's partitions as Prefect tasks on a Dask cluster (`[compute] dask`, docs/dask.md).
+
+`dask_fan_out(config)` is the `FanOut` the build flow passes into the engine
+(gpufleet/warehouse/build/fanout.py): its `run` submits one `build-partition` task per GPU
+range to prefect-dask's `DaskTaskRunner` (a `LocalCluster` started for the build with
+`local:N`, the scheduler at `tcp://host:port` otherwise), waits for all, and fails in one
+line on the first that fails, the published warehouse unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.build.fanout import FanOut
+from gpufleet.warehouse.build.memory import BUILD_MEMORY_LIMIT
+from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
+
+EXTRA = "pip install 'gpufleet[dask]'"
+
+
+@task(name="build-partition", cache_policy=NO_CACHE)
+def build_partition_task(partition: Partition) -> PartitionResult:
+    """One GPU range of the per-series models, written as Parquet partials."""
+    return run_partition(partition)
+
+
+def _api_url(*, configured: bool = False) -> str | None:
+    """The Prefect server this process reports to: a temporary one too, unless `configured`."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    if url or configured:
+        return str(url) if url else None
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    return server.api_url if server.running else None
+
+
+def _task_runner(config: Config) -> Any:
+    """prefect-dask's DaskTaskRunner for `[compute] dask` (the cluster starts on first use)."""
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError as exc:
+        raise GpufleetError(f"[compute] dask = {config.compute.dask!r} needs {EXTRA}") from exc
+    workers = config.compute.local_workers
+    if workers is None:
+        if not _api_url(configured=True):
+            raise GpufleetError(
+                f"[compute] dask = {config.compute.dask!r} needs a Prefect server that its "
+                "workers reach too: set PREFECT_API_URL here and on every Dask worker"
+            )
+        return DaskTaskRunner(address=config.compute.scheduler)
+    # Without PREFECT_API_URL each worker process would start a Prefect server of its own.
+    url = _api_url()
+    env = {"PREFECT_API_URL": url} if url else {}
+    kwargs = {"n_workers": workers, "threads_per_worker": 1, "processes": True}
+    return DaskTaskRunner(
+        cluster_class="distributed.LocalCluster",
+        cluster_kwargs={**kwargs, "dashboard_address": None, "env": env},
+    )
+
+
+def _one_line(partition: Partition, exc: BaseException) -> str:
+    if type(exc).__name__ == "KilledWorker":
+        return (
+            f"full build failed: the Dask worker of {partition.label} died (killed, or out "
+            "of memory) on every try; the published warehouse is unchanged"
+        )
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return (
+        f"full build failed: {partition.label} on a Dask worker: {type(exc).__name__}: {text}; "
+        "the published warehouse is unchanged"
+    )
+
+
+def _run_on_dask(config: Config, partitions: Sequence[Partition]) -> list[PartitionResult]:
+    from distributed import as_completed
+
+    results: dict[int, PartitionResult] = {}
+    with _task_runner(config) as runner:
+        futures = {
+            id(future.wrapped_future): (partition, future)
+            for partition in partitions
+            for future in [runner.submit(build_partition_task, {"partition": partition})]
+        }
+        waiting = [future.wrapped_future for _, future in futures.values()]
+        for done in as_completed(waiting, loop=runner.client.loop):
+            partition, future = futures[id(done)]
+            try:
+                results[partition.index] = future.result()
+            except Exception as exc:
+                raise GpufleetError(_one_line(partition, exc)) from exc
+    return [results[partition.index] for partition in partitions]
+
+
+def _cluster_workers(config: Config) -> int:
+    """The workers of the cluster at `tcp://host:port` now."""
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise GpufleetError(f"[compute] dask = {config.compute.dask!r} needs {EXTRA}") from exc
+
+    try:
+        with Client(config.compute.scheduler, timeout=10) as client:
+            return max(1, len(client.scheduler_info()["workers"]))
+    except OSError as exc:  # TimeoutError too
+        raise GpufleetError(
+            f"[compute] dask: no Dask scheduler answers at {config.compute.scheduler} ({exc!r})"
+        ) from exc
+
+
+def dask_fan_out(config: Config) -> FanOut:
+    """The fan-out of a configuration whose `[compute] dask` is set."""
+    local = config.compute.local_workers
+    if local is None:
+        return FanOut(
+            config=config,
+            run=lambda partitions: _run_on_dask(config, partitions),
+            workers=lambda: _cluster_workers(config),
+        )
+    return FanOut(
+        config=config,
+        run=lambda partitions: _run_on_dask(config, partitions),
+        workers=lambda: local,
+        # local:N shares this machine: its cores and, per worker, the embedded build's cap
+        threads=max(1, (os.cpu_count() or 1) // local),
+        memory_limit=f"{BUILD_MEMORY_LIMIT}B",
+    )

@@ -1,0 +1,200 @@
+"""A full build fanned out over Dask (`[compute] dask`, issue 43): the same marts as the
+embedded build, ids included; a worker killed once is retried with the same rows; a worker
+killed on every try fails the build in one line and leaves the published warehouse as it
+was; a bad setting is refused in one line."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.cli import main
+from gpufleet.config import Config, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.simulate.fleet import (
+    SimulationSpec,
+    scenario_for,
+    simulate_window,
+    write_reference_files,
+)
+from gpufleet.warehouse.build import build
+from gpufleet.warehouse.build.fanout import SCRATCH_DIR_NAME, partition_bounds
+from gpufleet.warehouse.build.partition import KILL_ENV
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.publish import connect_read_only
+from tests.test_incremental import _mart
+
+pytest.importorskip("prefect_dask")
+pytestmark = pytest.mark.slow
+
+DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
+SPEC = SimulationSpec(gpus=12, start=DAY1, end=DAY1 + dt.timedelta(days=3), seed=43)
+TOML = 'timezone = "Europe/Berlin"\n[compute]\ndask = "{dask}"\n'
+
+
+def _marts(config: Config) -> dict[str, list[tuple[Any, ...]]]:
+    """Every mart's rows, sorted (doubles to 6 places: DuckDB's parallel sums differ in the
+    last bits from one build to the next, embedded or not), and the id tables."""
+    with connect_read_only(config) as con:
+        names = [
+            name
+            for (name,) in con.execute(
+                "select table_name from duckdb_tables() where schema_name = 'main'"
+                " and table_name not in ('samples_stored')"
+                " union all select view_name from duckdb_views()"
+                " where schema_name = 'main' and not internal and view_name != 'samples'"
+            ).fetchall()
+        ]
+        names += ["build_state.series", "build_state.hosts", "build_state.teams"]
+        return {name: _mart(con, name) for name in sorted(names)}
+
+
+def _generation(config: Config) -> Any:
+    with connect_read_only(config) as con:
+        return con.execute("select max(generation) from build_state.generation").fetchall()
+
+
+def _dask(config: Config, dask: str) -> Config:
+    (config.data_dir / "gpufleet.toml").write_text(TOML.format(dask=dask), encoding="utf-8")
+    return load_config(data_dir=config.data_dir)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, dict[str, Any]]:
+    """12 GPUs over two days and a quarter, built in cycles (the first day's samples moved
+    to the lake's compacted files), then fully, embedded: the reference marts."""
+    data_dir = tmp_path_factory.mktemp("dask")
+    config = _dask(Config(data_dir=data_dir), "")
+    scenario = scenario_for(SPEC)
+    write_reference_files(scenario, SPEC, data_dir)
+    for start, end, today in (
+        (DAY1, DAY1 + dt.timedelta(days=2), DAY1 + dt.timedelta(days=1)),
+        (
+            DAY1 + dt.timedelta(days=2),
+            DAY1 + dt.timedelta(days=2, hours=6),
+            DAY1 + dt.timedelta(days=2),
+        ),
+    ):
+        simulate_window(SPEC, data_dir=data_dir, start=start, end=end, scenario=scenario)
+        ingest(config, today=today.date())
+        build(config)
+    result = build(config, full=True)
+    assert result.mode == "full" and result.evicted == 0
+    with connect_read_only(config) as con:
+        lake = con.execute("select count(*) from build_state.lake_files").fetchall()
+    assert lake[0][0] > 0  # some samples are read from the lake's files
+    return config, _marts(config)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    prefect_harness: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    """One LocalCluster of 2 worker processes for the module's tests that name its
+    scheduler (tcp://): its workers report to the session's Prefect server and die as the
+    files in the folder returned say (partition.KILL_ENV); a task may die once, not twice."""
+    import dask
+    from distributed import LocalCluster
+    from prefect.settings import get_current_settings
+
+    kill_dir = tmp_path_factory.mktemp("kill")
+    env = {"PREFECT_API_URL": str(get_current_settings().api.url), KILL_ENV: str(kill_dir)}
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env
+        ) as running,
+    ):
+        yield running.scheduler_address, kill_dir
+
+
+@pytest.fixture
+def scheduler(cluster: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The module cluster's address; this process reports to the same Prefect server (a
+    tcp:// cluster needs PREFECT_API_URL); no kill file is left behind."""
+    from prefect.settings import get_current_settings
+
+    monkeypatch.setenv("PREFECT_API_URL", str(get_current_settings().api.url))
+    address, kill_dir = cluster
+    yield address
+    for path in kill_dir.iterdir():
+        path.unlink()
+
+
+def test_the_same_full_build_on_two_local_workers_gives_the_same_marts(
+    fleet: tuple[Config, dict[str, Any]], prefect_harness: None
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+    from gpufleet.flows.build import build_flow
+
+    config, embedded = fleet
+    result = build_flow(data_dir=str(_dask(config, "local:2").data_dir), full=True)
+    assert result.mode == "full"
+    assert _marts(config) == embedded
+    assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())  # the inputs are gone
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="build-partition"))
+        )
+    assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+
+
+def test_a_worker_killed_once_is_retried_with_the_same_rows(
+    fleet: tuple[Config, dict[str, Any]], cluster: tuple[str, Path], scheduler: str
+) -> None:
+    from gpufleet.flows.build import build_flow
+
+    config, embedded = fleet
+    once = cluster[1] / "0.once"
+    once.touch()
+    result = build_flow(data_dir=str(_dask(config, scheduler).data_dir), full=True)
+    assert not once.exists() and result.mode == "full"  # partition 1 died, then ran again
+    assert _marts(config) == embedded
+
+
+def test_a_worker_killed_on_every_try_fails_the_build_and_changes_nothing(
+    fleet: tuple[Config, dict[str, Any]],
+    cluster: tuple[str, Path],
+    scheduler: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config, embedded = fleet
+    before = _generation(config)
+    (cluster[1] / "1").touch()
+    _dask(config, scheduler)
+    assert main(["--data-dir", str(config.data_dir), "build", "--full"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if "gpufleet: error" in line]
+    assert len(errors) == 1 and "partition 2 of 2" in errors[0] and "died" in errors[0], errors
+    assert errors[0].endswith("the published warehouse is unchanged")
+    assert _generation(config) == before and _marts(config) == embedded
+    assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())
+
+
+def test_a_bad_dask_setting_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "gpufleet.toml").write_text('[compute]\ndask = "bogus"\n', encoding="utf-8")
+    assert main(["--data-dir", str(tmp_path), "build"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "'compute.dask' must be empty, local:N" in error
+    with pytest.raises(GpufleetError, match=r"line 2: 'compute\.dask'"):
+        load_config(data_dir=tmp_path)
+    for good in ("", "local:1", "tcp://scheduler.example:8786"):
+        (tmp_path / "gpufleet.toml").write_text(f'[compute]\ndask = "{good}"\n', encoding="utf-8")
+        assert load_config(data_dir=tmp_path).compute.dask == good
+
+
+def test_partitions_split_the_gpus_evenly_and_each_once() -> None:
+    uuids = [f"GPU-{n:02d}" for n in range(10)]
+    assert partition_bounds(uuids, 3) == [
+        ("GPU-00", "GPU-02"),
+        ("GPU-03", "GPU-05"),
+        ("GPU-06", "GPU-09"),
+    ]
+    assert partition_bounds(uuids[:2], 4) == [("GPU-00", "GPU-00"), ("GPU-01", "GPU-01")]

@@ -1,0 +1,135 @@
+"""Retention (issue 42, item 4): `[retention] samples_days` deletes old samples and never
+changes a mart, whatever builds follow; `reports_weeks` deletes old weekly reports
+(docs/operations.md#retention).
+
+The fleet is tests/test_close.py's: Asia/Kolkata, 2026-10-30 17:30 to 2026-11-01 17:30.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gpufleet.config import Config, RetentionConfig, load_config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.build import build_models
+from gpufleet.warehouse.build.kept import ensure_kept_tables
+from gpufleet.warehouse.build.retention import after_publish, expire_reports, expire_samples
+from gpufleet.warehouse.close import close_month
+from gpufleet.warehouse.publish import write_transaction
+from tests.test_close import DAY_MARTS, RUN_MARTS, ZONE, arrive, check_weeks_add_up, fleet
+from tests.test_incremental import _mart
+
+# One day kept on 2026-11-02: samples of local days before 2026-11-01 go, that is those
+# before the UTC date partition 2026-10-31 (2026-11-01 00:00 in Kolkata is 18:30 UTC the
+# day before).
+TODAY = dt.date(2026, 11, 2)
+CUT = "timestamptz '2026-10-31 00:00:00+00'"
+MARTS = (*DAY_MARTS, *RUN_MARTS, "team_weekly", "job_efficiency")
+
+
+def _marts(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    return {mart: _mart(con, mart) for mart in MARTS}
+
+
+def _retaining(config: Config, days: int = 1, weeks: int = 0) -> Config:
+    return replace(config, retention=RetentionConfig(samples_days=days, reports_weeks=weeks))
+
+
+def test_expired_samples_go_and_the_marts_stay_byte_for_byte() -> None:
+    built = fleet()
+    before = _marts(built.con)
+    attributed = built.con.execute(
+        f"select count(*) filter (where ts >= {CUT}) from samples_attributed_rows"
+    ).fetchone()
+    expired = expire_samples(built.con, _retaining(built.config), today=TODAY)
+    assert expired.retained_from == dt.date(2026, 11, 1)
+    assert expired.samples > 0
+    assert str(expired).startswith(f"retention: {expired.samples:,} samples and 0 raw")
+    left = built.con.execute(f"select count(*) filter (where ts < {CUT}) from samples").fetchone()
+    assert left == (0,)
+    assert built.con.execute("select count(*) from samples_attributed_rows").fetchone() == (
+        attributed
+    )
+    assert _marts(built.con) == before
+    # a late file for an expired day: loaded, built, expired again; the marts as they were
+    arrive(built.con, f"ts < {CUT} and gpu_uuid = 'GPU-2'")
+    build_models(built.con, built.config)
+    assert _mart(built.con, "(from team_daily where day < date '2026-11-01')") == _mart(
+        built.con, "(from build_state.kept_team_daily where day < date '2026-11-01')"
+    )
+    expire_samples(built.con, _retaining(built.config), today=TODAY)
+    assert _marts(built.con) == before
+
+
+def test_a_full_build_after_expiry_keeps_the_old_days_and_equals_the_incremental_result() -> None:
+    built = fleet()
+    incremental = _marts(built.con)
+    expire_samples(built.con, _retaining(built.config), today=TODAY)
+    assert build_models(built.con, built.config, full=True).mode == "full"
+    rebuilt = _marts(built.con)
+    for mart in (*DAY_MARTS, "team_weekly"):
+        assert rebuilt[mart] == incremental[mart], mart
+    # a run under way where the retained samples begin is seen to start there: the others
+    # are the runs they were
+    for mart in RUN_MARTS:
+        old = {row[:2]: row for row in incremental[mart]}  # type: ignore[attr-defined]
+        new = {row[:2]: row for row in rebuilt[mart]}  # type: ignore[attr-defined]
+        assert len(set(old) ^ set(new)) <= 2 * 6, mart  # at most one per GPU and side
+    check_weeks_add_up(built.con)
+
+
+def test_expiry_and_a_closed_month_share_the_kept_rows() -> None:
+    built = fleet()
+    close_month(built.con, built.config, "2026-10", today=TODAY)
+    before = _marts(built.con)
+    expire_samples(built.con, _retaining(built.config), today=TODAY)
+    kept = built.con.execute(
+        "select count(*) from build_state.kept_team_daily where day < date '2026-11-01'"
+    ).fetchone()
+    closed = built.con.execute(
+        "select count(*) from team_daily where strftime(day, '%Y-%m') = '2026-10'"
+    ).fetchone()
+    assert kept == closed  # kept once, not twice
+    build_models(built.con, built.config, full=True)
+    for mart in (*DAY_MARTS, "team_weekly"):
+        assert _mart(built.con, mart) == before[mart], mart  # type: ignore[index]
+
+
+def _file(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_expired_raw_partitions_and_old_reports_are_deleted_once_published(
+    tmp_path: Path,
+) -> None:
+    config = _retaining(replace(Config(), data_dir=tmp_path, timezone=ZONE), days=1, weeks=2)
+    old = _file(config.samples_dir / "date=2026-10-30" / "host=a" / "compacted-1.parquet", 10)
+    kept = _file(config.samples_dir / "date=2026-10-31" / "host=a" / "compacted-1.parquet", 10)
+    with write_transaction(config) as con:
+        ensure_kept_tables(con)
+        con.execute("insert into build_state.retention values ('2026-11-01', '2026-10-31')")
+    for week, size in (("2026-W42", 100), ("2026-W43", 50), ("2026-W44", 1), ("2026-W45", 1)):
+        _file(config.reports_dir / week / "report.html", size)
+    # Monday 2026-11-09 is in week 46: two weeks kept before it, 44 and 45
+    lines = after_publish(config, today=dt.date(2026, 11, 9))
+    assert lines == ("retention: 2 weekly reports (150 bytes) before 2026-W44 deleted",)
+    assert not old.exists() and not old.parent.parent.exists() and kept.exists()
+    assert sorted(p.name for p in config.reports_dir.iterdir()) == ["2026-W44", "2026-W45"]
+    assert expire_reports(config, today=dt.date(2026, 11, 9)) == ()
+
+
+def test_retention_is_configured_in_its_section(tmp_path: Path) -> None:
+    path = tmp_path / "gpufleet.toml"
+    path.write_text("[retention]\nsamples_days = 28\nreports_weeks = 12\n", encoding="utf-8")
+    config = load_config(config_path=path, environ={})
+    assert config.retention == RetentionConfig(samples_days=28, reports_weeks=12)
+    path.write_text("[retention]\nsamples_days = -1\n", encoding="utf-8")
+    with pytest.raises(GpufleetError, match=r"line 2: 'retention.samples_days' must be >= 0"):
+        load_config(config_path=path, environ={})
