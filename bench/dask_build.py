@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.step import simulation_spec
 from gpufleet.config import Config, load_config
 from gpufleet.config_compute import ComputeConfig
 
@@ -41,24 +42,13 @@ def log(message: str) -> None:
 def _fleet(config: Config, gpus: int, days: int) -> int:
     """Simulate and backfill the fleet unless done; its samples."""
     from gpufleet.simulate.fleet import simulate_fleet
-    from gpufleet.simulate.spec import SimulationSpec
     from gpufleet.warehouse.build import build
     from gpufleet.warehouse.ingest import ingest
     from gpufleet.warehouse.publish import connect_read_only
 
     if not config.warehouse_path.exists():
         start = dt.date.today() - dt.timedelta(days=days + 7)
-        spec = SimulationSpec.from_cli(
-            config=config,
-            gpus=gpus,
-            gpus_per_host=8,
-            week=None,
-            start=start,
-            days=days,
-            interval_s=10.0,
-            flush_s=86400.0,
-            seed=7,
-        )
+        spec = simulation_spec(config, gpus, start, days, flush_s=86400.0)
         log(f"simulating {gpus} GPUs x {days} days in {config.data_dir}")
         simulate_fleet(spec, data_dir=config.data_dir, progress=lambda _: None)
         ingest(config)

@@ -22,7 +22,8 @@ def _config(data_dir: str) -> Config:
     return load_config(data_dir=data_dir, environ={})
 
 
-def _spec(config: Config, gpus: int, start: dt.date, days: int, flush_s: float) -> Any:
+def simulation_spec(config: Config, gpus: int, start: dt.date, days: int, flush_s: float) -> Any:
+    """The simulated fleet the benches build: 8 GPUs a host, 10 s samples, seed 7."""
     from gpufleet.simulate.fleet import SimulationSpec
 
     return SimulationSpec.from_cli(
@@ -42,7 +43,9 @@ def step_simulate(args: argparse.Namespace) -> dict[str, Any]:
     from gpufleet.simulate.fleet import simulate_fleet
 
     config = _config(args.data_dir)
-    spec = _spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, args.flush)
+    spec = simulation_spec(
+        config, args.gpus, dt.date.fromisoformat(args.start), args.days, args.flush
+    )
     summary = simulate_fleet(spec, data_dir=config.data_dir, progress=lambda _: None)
     return {"summary": str(summary)}
 
@@ -56,7 +59,7 @@ def step_flush(args: argparse.Namespace) -> dict[str, Any]:
     config = _config(args.data_dir)
     at = dt.datetime.fromisoformat(args.at)
     until = dt.datetime.fromisoformat(args.until) if args.until else at + dt.timedelta(minutes=10)
-    spec = _spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, 600.0)
+    spec = simulation_spec(config, args.gpus, dt.date.fromisoformat(args.start), args.days, 600.0)
     simulate_window(spec, data_dir=config.data_dir, start=at, end=until)
     return {}
 
