@@ -97,6 +97,7 @@ def _run_on_dask(config: Config, partitions: Sequence[Partition]) -> list[Partit
             try:
                 results[partition.index] = future.result()
             except Exception as exc:
+                runner.client.cancel(waiting)  # the rest would only be thrown away
                 raise GpufleetError(_one_line(partition, exc)) from exc
     return [results[partition.index] for partition in partitions]
 

@@ -55,7 +55,7 @@ from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR
 from gpufleet.warehouse.publish import connect_read_only
 
 FORMATS = ("csv", "parquet")
-_MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+_MONTH_RE = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits only
 # A closed month's rows as they were at close (gpufleet/warehouse/close.py).
 CLOSED_SHOWBACK = "build_state.closed_showback"
 # FOCUS's date-time format: ISO 8601 in UTC with a Z.
@@ -232,9 +232,9 @@ order by SubAccountName, x_cluster nulls first, x_gpu_name
 
 def month_days(month: str) -> tuple[dt.date, dt.date]:
     """The first day of a `YYYY-MM` month and of the next; ValueError if it is not one."""
-    match = _MONTH_RE.match(month)
-    if not match or not 1 <= int(match.group(2)) <= 12:
-        raise ValueError(f"'{month}' is not a month like 2026-11")
+    match = _MONTH_RE.fullmatch(month)
+    if not match or not 1 <= int(match.group(2)) <= 12 or match.group(1) in ("0000", "9999"):
+        raise ValueError(f"{month!r} is not a month like 2026-11")
     year, number = int(match.group(1)), int(match.group(2))
     first = dt.date(year, number, 1)
     return first, first + dt.timedelta(days=calendar.monthrange(year, number)[1])

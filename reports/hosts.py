@@ -1,5 +1,6 @@
 """Each host's week from its days (`gpufleet.reports.queries.host_days`), with the problems a reader
-should look at."""
+should look at. A host is a host of a site: two sites' `node01`s are two hosts, shown as
+`node01@siteA` and `node01@siteB`; a host without a site by its name alone."""
 
 from __future__ import annotations
 
@@ -33,16 +34,22 @@ def _problems(host: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def host_label(host: pl.Expr, cluster: pl.Expr) -> pl.Expr:
+    """`host@cluster`, or the host's name alone where it has no site (null `cluster`)."""
+    return pl.coalesce(pl.concat_str(host, pl.lit("@"), cluster), host)
+
+
 def host_weeks(days: pl.DataFrame) -> pl.DataFrame:
-    """One row per host: its GPUs, days reporting, first and last sample, its lowest daily
-    coverage and its `problems`; the hosts with problems first, the worst covered first."""
+    """One row per host of a site (`cluster`): its GPUs, days reporting, first and last
+    sample, its lowest daily coverage and its `problems`, `host` its label (`host_label`);
+    the hosts with problems first, the worst covered first."""
     days = days.with_columns(
         fleet_days=pl.col("day").n_unique(),
         fleet_first_ts=pl.col("first_ts").min(),
         fleet_last_ts=pl.col("last_ts").max(),
     )
     lowest = pl.col("coverage_pct") == pl.col("coverage_pct").min()
-    hosts = days.group_by("host", maintain_order=True).agg(
+    hosts = days.group_by("cluster", "host", maintain_order=True).agg(
         gpus=pl.col("gpus").fill_null(0).max(),
         days_reporting=pl.len(),
         samples=pl.col("samples").fill_null(0).sum(),
@@ -57,6 +64,7 @@ def host_weeks(days: pl.DataFrame) -> pl.DataFrame:
         has_late_start=pl.col("first_ts").min() - pl.col("fleet_first_ts").first() > SILENT_AFTER,
     )
     problems = [_problems(host) for host in hosts.iter_rows(named=True)]
-    return hosts.with_columns(pl.Series("problems", problems, dtype=pl.List(pl.String))).sort(
-        pl.col("problems").list.len() == 0, pl.col("coverage_pct").fill_null(0.0), "host"
-    )
+    return hosts.with_columns(
+        pl.Series("problems", problems, dtype=pl.List(pl.String)),
+        host=host_label(pl.col("host"), pl.col("cluster")),
+    ).sort(pl.col("problems").list.len() == 0, pl.col("coverage_pct").fill_null(0.0), "host")

@@ -163,40 +163,51 @@ def thermal_hours(
 ) -> pl.DataFrame:
     """Throttled minutes per host and local hour of the week, from gpu_hourly: the hours with
     throttling of the MAX_THERMAL_HOSTS hosts that throttled most, the most throttled host
-    first. `hour_start` is the hour's local wall-clock time; `hosts_throttled` counts every
-    host that throttled, shown or not."""
+    first. A host is a host of a site (`cluster`), `host` its label: `node01@siteA`, or the
+    name alone without a site. `hour_start` is the hour's local wall-clock time;
+    `hosts_throttled` counts every host that throttled, shown or not."""
     return read(
         con,
         """
-        with hours as (
+        with gpu_hours as (
+            -- a warehouse built before sites has no cluster column: null there
+            from gpu_hourly union all by name select null::varchar as cluster where false
+        ),
+        hours as (
             select
+                cluster,
                 host,
                 day,
                 hour,
                 sum(thermal_s) as thermal_s,
                 count(distinct gpu_uuid) filter (where thermal_s > 0) as gpus_throttled,
-            from gpu_hourly
+            from gpu_hours
             where day >= $first_day and day < $next_monday
-            group by host, day, hour
+            group by cluster, host, day, hour
             having sum(thermal_s) > 0
         ),
         hosts as (
             select
+                cluster,
                 host,
-                row_number() over (order by sum(thermal_s) desc, host) as host_rank,
+                row_number() over (
+                    order by sum(thermal_s) desc, host, cluster nulls first
+                ) as host_rank,
                 count(*) over () as hosts_throttled,
             from hours
-            group by host
+            group by cluster, host
         )
         select
-            hours.host,
+            coalesce(hours.host || '@' || hours.cluster, hours.host) as host,
+            hours.cluster,
             hours.day::timestamp + to_hours(hours.hour) as hour_start,
             hours.thermal_s / 60 as throttled_minutes,
             hours.gpus_throttled,
             hosts.host_rank,
             hosts.hosts_throttled,
         from hours
-        inner join hosts on hosts.host = hours.host
+        inner join hosts
+            on hosts.host = hours.host and hosts.cluster is not distinct from hours.cluster
         where hosts.host_rank <= $top_hosts
         order by hosts.host_rank, hour_start
         """,
@@ -234,28 +245,32 @@ def throttled_gpus(
 
 
 def host_days(con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
-    """Each host's days of the week from host_daily, in host and day order, with the day's
-    coverage: its observed GPU-hours over its GPUs x the span from its first sample to its
-    last (null without GPUs or span). A gap inside the day, or a GPU that stopped reporting,
-    lowers it below 100%."""
+    """Each host's days of the week from host_daily, in host, site (`cluster`, null without
+    one) and day order, with the day's coverage: its observed GPU-hours over its GPUs x the
+    span from its first sample to its last (null without GPUs or span). A gap inside the
+    day, or a GPU that stopped reporting, lowers it below 100%."""
     return read(
         con,
         """
-        with days as (
+        with host_days as (
+            -- a warehouse built before sites has no cluster column: null there
+            from host_daily union all by name select null::varchar as cluster where false
+        ),
+        days as (
             select
-                day, host, gpus, samples, hours_observed, first_ts, last_ts,
+                day, cluster, host, gpus, samples, hours_observed, first_ts, last_ts,
                 (epoch_us(last_ts) - epoch_us(first_ts)) / 1000000 / 3600 as span_hours
-            from host_daily
+            from host_days
             where day >= $first_day and day < $next_monday
         )
         select
-            day, host, gpus, samples, hours_observed, first_ts, last_ts,
+            day, cluster, host, gpus, samples, hours_observed, first_ts, last_ts,
             case
                 when coalesce(gpus, 0) <> 0 and span_hours > 0
                 then least(100.0::double, 100 * coalesce(hours_observed, 0) / (gpus * span_hours))
             end as coverage_pct
         from days
-        order by host, day
+        order by host, cluster nulls first, day
         """,
         _days(start, end),
     )

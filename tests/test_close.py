@@ -11,6 +11,7 @@ one, and ISO week 2026-W44 (Monday 2026-10-26 to Sunday 2026-11-01) crosses the 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -172,12 +173,15 @@ def test_a_late_file_in_a_closed_month_is_reported_then_applied_after_reopen() -
         ("2026-13", "'2026-13' is not a month like 2026-11"),
         ("Oct 2026", "'Oct 2026' is not a month like 2026-11"),
         ("2026-12", "2026-12 is in the future"),
+        ("2026-10\n", "'2026-10\\n' is not a month like 2026-11"),
+        ("\uff12\uff10\uff12\uff16-10", "is not a month like 2026-11"),  # full-width digits
+        ("9999-12", "'9999-12' is not a month like 2026-11"),
     ],
 )
 def test_a_bad_month_is_one_clear_error(month: str, problem: str) -> None:
     built = fleet()
     for step in (close_month, reopen_month):
-        with pytest.raises(GpufleetError, match=problem):
+        with pytest.raises(GpufleetError, match=re.escape(problem)):
             step(built.con, built.config, month, today=TODAY)
 
 
@@ -190,6 +194,17 @@ def test_closing_twice_or_reopening_an_open_month_is_an_error() -> None:
     close_month(built.con, built.config, "2026-10", today=TODAY)
     with pytest.raises(GpufleetError, match="2026-10 is closed already"):
         close_month(built.con, built.config, "2026-10", today=TODAY)
+
+
+def test_a_site_that_is_no_site_name_or_has_no_samples_is_one_clear_error() -> None:
+    built = fleet()
+    with pytest.raises(GpufleetError, match="cluster '' is not a site name"):
+        close_month(built.con, built.config, "2026-10", cluster="", today=TODAY)
+    with pytest.raises(GpufleetError, match="cluster '' is not a site name"):
+        reopen_month(built.con, built.config, "2026-10", cluster="", today=TODAY)
+    with pytest.raises(GpufleetError, match="no samples of site 'typo' in the warehouse"):
+        close_month(built.con, built.config, "2026-10", cluster="typo", today=TODAY)
+    assert built.con.execute("select count(*) from closed_periods").fetchall() == [(0,)]
 
 
 def _warehouse(tmp_path: Path) -> Any:

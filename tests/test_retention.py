@@ -16,13 +16,15 @@ import pytest
 
 from gpufleet.config import Config, RetentionConfig, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.build import build_models
+from gpufleet.warehouse.build import build, build_models
 from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.retention import after_publish, expire_reports, expire_samples
 from gpufleet.warehouse.close import close_month
-from gpufleet.warehouse.publish import write_transaction
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.test_close import DAY_MARTS, RUN_MARTS, ZONE, arrive, check_weeks_add_up, fleet
 from tests.test_incremental import _mart
+from tests.test_sites import DAY, NEXT, _rows, _setup, _write
 
 # One day kept on 2026-11-02: samples of local days before 2026-11-01 go, that is those
 # before the UTC date partition 2026-10-31 (2026-11-01 00:00 in Kolkata is 18:30 UTC the
@@ -98,6 +100,43 @@ def test_expiry_and_a_closed_month_share_the_kept_rows() -> None:
     build_models(built.con, built.config, full=True)
     for mart in (*DAY_MARTS, "team_weekly"):
         assert _mart(built.con, mart) == before[mart], mart  # type: ignore[index]
+
+
+def test_a_site_east_of_the_timezone_keeps_the_samples_of_its_retained_days(
+    tmp_path: Path,
+) -> None:
+    """The configured timezone New York's, siteA in Tokyo: Tokyo's local day NEXT starts at
+    15:00 UTC of DAY, so the UTC partition of DAY holds samples of a retained day; the
+    partition of the day before is the first to go."""
+    config = _setup(
+        tmp_path,
+        timezone="America/New_York",
+        sites=(("siteA", "Asia/Tokyo"), ("siteB", "America/New_York")),
+    )
+    for day in (DAY - dt.timedelta(days=1), DAY, NEXT):
+        # from 16:00 UTC: 01:00 the next local day in Tokyo; 04:00 the same day in New York
+        tokyo = _rows(day, "node01", "GPU-A0", "siteA", count=360)
+        tokyo = [{**row, "ts": row["ts"] + dt.timedelta(hours=7)} for row in tokyo]
+        _write(config, tokyo, "siteA", "a")
+        _write(config, _rows(day, "node01", "GPU-B0", "siteB", count=360), "siteB", "a")
+    after = NEXT + dt.timedelta(days=1)
+    ingest(config, today=after)
+    build(config)
+    with connect_read_only(config) as con:
+        before = _marts(con)
+        days = con.execute("select distinct cluster, day from team_daily").fetchall()
+    assert ("siteA", NEXT) in days
+    with write_transaction(config) as con:
+        # the local day NEXT is kept from: the days before it are the marts' alone
+        expired = expire_samples(con, _retaining(config), today=after)
+    assert expired.retained_from == NEXT
+    assert expired.samples == 2 * 360  # the partition before DAY's alone
+    after_publish(_retaining(config), today=after)
+    assert build(config, full=True).mode == "full"
+    with connect_read_only(config) as con:
+        rebuilt = _marts(con)
+    for mart in MARTS:
+        assert rebuilt[mart] == before[mart], mart
 
 
 def _file(path: Path, size: int) -> Path:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import re
 from dataclasses import replace
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +322,38 @@ def test_two_sites_share_a_host_name_and_keep_apart_through_the_lake_and_marts(
             assert comment and comment[0][0], name
 
 
+def test_an_edited_compacted_file_of_a_site_host_is_written_again(tmp_path: Path) -> None:
+    """A site's host-day arrives in two ingests, so its compacted file (host=node01@siteA)
+    is written from its files and its samples stay in the warehouse: an edit of that file
+    is undone from them, with the rows of that host at that site alone."""
+    config = _setup(tmp_path)
+    first = _rows(DAY, "node01", "GPU-A0", "siteA", count=6)
+    _write(config, first, "siteA", "a")
+    _write(config, _rows(DAY, "node01", "GPU-B0", "siteB", count=5), "siteB", "a")
+    ingest(config, today=DAY)
+    later = [{**row, "ts": row["ts"] + dt.timedelta(minutes=5)} for row in first]
+    _write(config, later, "siteA", "b")
+    ingest(config, today=NEXT)
+    (compacted,) = config.samples_dir.glob(f"date={DAY}/host=node01@siteA/compacted-*.parquet")
+    relative = compacted.relative_to(config.data_dir).as_posix()
+    assert query(config, "select count(*) from build_state.lake_files") == [(0,)]
+    expected = pq.read_table(compacted)
+    assert expected.num_rows == 12
+    power = expected.column("power_w").to_pylist()
+    power[3] += 1.0
+    index = expected.schema.get_field_index("power_w")
+    field = expected.schema.field(index)
+    pq.write_table(expected.set_column(index, field, pa.array(power, field.type)), compacted)
+
+    result = ingest(config, today=NEXT)
+
+    assert result.quarantined == ()
+    (warning,) = [line for line in result.warnings if line.startswith("raw/")]
+    assert warning.startswith(f"{relative}: this compacted file changed after it was loaded")
+    assert "written again from the warehouse's 12 samples" in warning
+    assert pq.read_table(compacted).equals(expected.cast(pq.read_schema(compacted)))
+
+
 @pytest.mark.parametrize("zones", [{}, ZONES], ids=["one zone", "a zone per site"])
 def test_an_incremental_build_with_sites_equals_a_full_one(
     tmp_path: Path, zones: dict[str, Any]
@@ -558,6 +592,70 @@ def test_the_report_lists_each_site_sums_a_team_over_its_sites_and_filters_one(
     )
     assert (config.reports_dir / week / "sites" / "siteA" / "index.html").is_file()
     assert main(["--data-dir", str(config.data_dir), "report", "--cluster", "siteA", "--send"]) == 2
+
+
+def _table_rows(html: str, css_class: str) -> list[list[str]]:
+    """The text of each cell of each row of the page's table of `css_class`."""
+    start = html.index(f'<table class="{css_class}">')
+    table = html[start : html.index("</table>", start)]
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in table.split("<tr>")]
+    return [[unescape(cell) for cell in row] for row in rows if row]
+
+
+def test_the_reports_hosts_and_heatmap_keep_two_sites_hosts_of_one_name_apart(
+    tmp_path: Path,
+) -> None:
+    """node01 at siteA (1 GPU, the second day only) and at siteB (2 GPUs, the first day
+    only), and c-gpu1 of no site: by name alone the node01s would be one host with 2 GPUs,
+    2 days and no problem."""
+    from gpufleet.reports import charts as report_charts
+    from gpufleet.reports.data import load_week
+    from gpufleet.reports.weekly import write_report
+
+    config = _setup(tmp_path)
+    hot = 0x20  # a thermal slowdown in the clocks-event mask
+    site_a = _rows(NEXT, "node01", "GPU-A0", "siteA")
+    site_b = _rows(DAY, "node01", "GPU-B0", "siteB") + _rows(DAY, "node01", "GPU-B1", "siteB")
+    for row in site_a[:3] + site_b[:4] + site_b[6:8]:
+        row["clock_event_mask"] = hot
+    _write(config, site_a, "siteA", "a")
+    _write(config, site_b, "siteB", "a")
+    _write(config, _rows(DAY, "c-gpu1", "GPU-C0", None), None, "a")
+    ingest(config, today=NEXT + dt.timedelta(days=1))
+    build(config)
+    week = "2026-W47"
+
+    data = load_week(config, week)
+    hosts = data.hosts.select("host", "cluster", "gpus", "days_reporting", "problems").rows()
+    assert hosts == [
+        ("c-gpu1", None, 1, 1, ["silent at the end of the week", "1 day without data"]),
+        ("node01@siteA", "siteA", 1, 1, ["no data at the start of the week", "1 day without data"]),
+        ("node01@siteB", "siteB", 2, 1, ["silent at the end of the week", "1 day without data"]),
+    ]
+    page = write_report(config, week).page_path.read_text()
+    shown = [[row[0], row[1], row[2], row[-1]] for row in _table_rows(page, "hosts")]
+    assert shown == [
+        ["c-gpu1", "1", "1", "silent at the end of the week; 1 day without data"],
+        ["node01@siteA", "1", "1", "no data at the start of the week; 1 day without data"],
+        ["node01@siteB", "2", "1", "silent at the end of the week; 1 day without data"],
+    ]
+
+    # siteB's node01 throttled 6 samples of 10 s on 2 GPUs, siteA's 3 on 1
+    hours = data.thermal_hours.select(
+        "host", "cluster", "hour_start", "throttled_minutes", "gpus_throttled", "host_rank"
+    ).rows()
+    nine = T0.time().replace(tzinfo=None)
+    assert hours == [
+        ("node01@siteB", "siteB", dt.datetime.combine(DAY, nine), 1.0, 2, 1),
+        ("node01@siteA", "siteA", dt.datetime.combine(NEXT, nine), 0.5, 1, 2),
+    ]
+    assert set(data.thermal_hours["hosts_throttled"]) == {2}
+    spec = report_charts.thermal_heatmap(data.thermal_hours, data).to_dict()
+    assert spec["encoding"]["y"]["sort"] == ["node01@siteB", "node01@siteA"]
+    # a report of one site: its hosts keep their site in their label
+    one = load_week(config, week, cluster="siteA")
+    assert one.hosts["host"].to_list() == ["node01@siteA"]
+    assert one.thermal_hours["host"].to_list() == ["node01@siteA"]
 
 
 def test_the_analyst_api_and_status_know_the_sites(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from gpufleet.cli.collect import cluster_name
 from gpufleet.config import Config
 
 
@@ -13,15 +14,20 @@ def add_close(commands: argparse._SubParsersAction) -> None:
         "close",
         help="keep a month's marts and showback as they are now",
         description=(
-            "Close a month (local dates): its marts' rows and its showback stay as they are "
-            "now. Later reference edits, late sample files, allocation changes and "
+            "Close a month (local dates): its rows of team_daily, team_weekly, gpu_team_daily, "
+            "gpu_daily, gpu_hourly, host_daily, idle_episodes, thermal_events and run_pieces, and "
+            "its showback, stay as they are now (job_efficiency and samples_attributed are not "
+            "kept). Later reference edits, late sample files, allocation changes and "
             "'build --full' leave them unchanged; a build that would change them says so in "
             "one line per month instead. Run 'gpufleet build' first."
         ),
     )
     parser.add_argument("--month", required=True, metavar="YYYY-MM", help="the month to close")
     parser.add_argument(
-        "--cluster", metavar="NAME", help="close it for this site only (default: every site)"
+        "--cluster",
+        metavar="NAME",
+        type=cluster_name,
+        help="close it for this site only (default: every site)",
     )
     parser.set_defaults(handler=run_close)
 
@@ -39,6 +45,7 @@ def add_reopen(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--cluster",
         metavar="NAME",
+        type=cluster_name,
         help="reopen it for this site only (default: every site closed in that month)",
     )
     parser.set_defaults(handler=run_reopen)

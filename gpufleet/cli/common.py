@@ -72,7 +72,7 @@ def iso_week(value: str) -> str:
 
 def iso_month(value: str) -> str:
     """argparse type for `YYYY-MM`."""
-    match = re.match(r"^(\d{4})-(\d{2})$", value)
+    match = re.fullmatch(r"([0-9]{4})-([0-9]{2})", value)  # ASCII digits, no newline
     if not match:
         raise argparse.ArgumentTypeError(f"'{value}' is not a month like 2026-11")
     if not 1 <= int(match.group(2)) <= 12:

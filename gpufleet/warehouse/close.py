@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from gpufleet.collectors.schema import check_cluster
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.showback import CLOSED_SHOWBACK as SHOWBACK_TABLE
@@ -93,7 +94,16 @@ def _closed(con: duckdb.DuckDBPyConnection, month: str) -> dict[str | None, dt.d
 
 
 def _site(cluster: str | None) -> str:
-    return f" for site {cluster}" if cluster else ""
+    return f" for site {cluster}" if cluster is not None else ""
+
+
+def _check_site(cluster: str | None) -> None:
+    """A site name given to close or reopen: one line when it cannot be one."""
+    if cluster is not None:
+        try:
+            check_cluster(cluster)
+        except ValueError as exc:
+            raise GpufleetError(str(exc)) from None
 
 
 def close_month(
@@ -107,6 +117,7 @@ def close_month(
     """Close `month` (YYYY-MM, local dates) for every site, or for site `cluster`, on a
     writer's connection."""
     first, next_first = _checked_month(config, month, today, closing=True)
+    _check_site(cluster)
     ensure_kept_tables(con)
     closed = _closed(con, month)
     for site in (None, cluster):
@@ -120,6 +131,15 @@ def close_month(
     ).fetchone() != (0,)
     if not built:
         raise GpufleetError("the warehouse has no marts yet; run 'gpufleet build' first")
+    if cluster is not None and con.execute(
+        "select count(*) from main.team_daily where cluster = ?", [cluster]
+    ).fetchall() == [(0,)]:
+        sites = con.execute(
+            "select string_agg(distinct cluster, ', ' order by cluster) from main.team_daily"
+        ).fetchall()[0][0]
+        raise GpufleetError(
+            f"no samples of site {cluster!r} in the warehouse (its sites: {sites or 'none'})"
+        )
     set_variables(con, config)
     con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))
     params = {"first": first, "next": next_first}
@@ -155,10 +175,10 @@ def _keep_showback(
     con.execute(
         f"create table if not exists {SHOWBACK_TABLE} as from ({SHOWBACK_SQL}) limit 0", params
     )
-    rows = "x_cluster = $cluster" if cluster else f"not ({_CLOSED_SHOWBACK_ROW})"
+    rows = "x_cluster = $cluster" if cluster is not None else f"not ({_CLOSED_SHOWBACK_ROW})"
     con.execute(
         f"insert into {SHOWBACK_TABLE} by name from ({SHOWBACK_SQL}) where {rows}",
-        {**params, "cluster": cluster} if cluster else params,
+        {**params, "cluster": cluster} if cluster is not None else params,
     )
 
 
@@ -172,6 +192,7 @@ def reopen_month(
 ) -> Closing:
     """Reopen `month` (every site closed in it, or site `cluster`) on a writer's
     connection: the next build recomputes it."""
+    _check_site(cluster)
     first, next_first = _checked_month(config, month, today, closing=False)
     ensure_kept_tables(con)
     closed = _closed(con, month)

@@ -85,8 +85,11 @@ def run_partition(partition: Partition) -> PartitionResult:
     """Build the partition's models in a DuckDB of its own and write them as Parquet."""
     started = time.perf_counter()
     _maybe_kill(partition.index)
-    Path(partition.output_dir).mkdir(parents=True, exist_ok=True)
-    Path(partition.temp_dir).mkdir(parents=True, exist_ok=True)
+    # Never the build's own folder: a build that failed has removed it, and a task still
+    # running on a remote worker then fails here instead of leaving files behind.
+    for folder in (Path(partition.output_dir), Path(partition.temp_dir).parent):
+        folder.mkdir(exist_ok=True)
+    Path(partition.temp_dir).mkdir(exist_ok=True)
     settings: dict[str, str | bool | int | float | list[str]] = {
         "temp_directory": partition.temp_dir
     }

@@ -68,8 +68,13 @@ def expire_samples(
     oldest = retained_from(config, today)
     if oldest is None:
         return Expired()
-    midnight = dt.datetime.combine(oldest, dt.time(), zoneinfo.ZoneInfo(config.timezone))
-    # Whole UTC date partitions go: the first one kept may hold the oldest day's samples.
+    # Whole UTC date partitions go, those wholly before the oldest day's first local
+    # midnight, in the configured timezone or a site's ([clusters.<site>] timezone): the
+    # first one kept may hold the oldest day's samples of any site.
+    zones = {config.timezone, *(zone for _, zone in config.sites)}
+    midnight = min(
+        dt.datetime.combine(oldest, dt.time(), zoneinfo.ZoneInfo(zone)) for zone in zones
+    )
     expired_before = midnight.astimezone(dt.UTC).date()
     row = con.execute("select max(retained_from) from build_state.retention").fetchone()
     before = row[0] if row else None

@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from gpufleet.collectors.schema import host_folder
 from gpufleet.collectors.writer import safe_host
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import (
@@ -201,22 +202,28 @@ def rewrite_from_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path:
         return None
     start = dt.datetime.combine(dt.date.fromisoformat(match["day"]), dt.time(), tzinfo=dt.UTC)
     window = {"start": start, "end": start + dt.timedelta(days=1)}
-    hosts = [
-        host
-        for (host,) in con.execute(
-            "select distinct host from samples_stored where ts >= $start and ts < $end", window
+    # the (host, site) pairs whose folder it is: `host=<host>@<site>` for a site's host
+    keys = [
+        {"host": host, "cluster": cluster}
+        for (host, cluster) in con.execute(
+            """
+            select distinct host, coalesce(cluster, '') from samples_stored
+            where ts >= $start and ts < $end
+            """,
+            window,
         ).fetchall()
-        if safe_host(host) == match["host"]
+        if host_folder(safe_host(host), cluster) == match["host"]
     ]
-    if not hosts:
+    if not keys:
         return None
     table = con.sql(
         f"""
         select {QUOTED_SAMPLE_COLUMNS} from samples_stored
-        where ts >= $start and ts < $end and list_contains($hosts, host)
+        where ts >= $start and ts < $end
+            and list_contains($keys, {{'host': host, 'cluster': coalesce(cluster, '')}})
         order by gpu_uuid, ts
         """,
-        params={**window, "hosts": hosts},
+        params={**window, "keys": keys},
     ).to_arrow_table()
     target = config.data_dir / path
     write_compacted(table, target, versions=_versions(target), sources=0)
