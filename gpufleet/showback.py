@@ -240,16 +240,25 @@ def month_days(month: str) -> tuple[dt.date, dt.date]:
     return first, first + dt.timedelta(days=calendar.monthrange(year, number)[1])
 
 
-def showback(config: Config, month: str) -> pl.DataFrame:
-    """The month's showback rows (see the module's table), by team and GPU model."""
+def showback_params(config: Config, month: str) -> dict[str, object]:
+    """SHOWBACK_SQL's parameters for `month` (YYYY-MM; ValueError if it is not one): its
+    local days and the instants they begin and end at in the configured zone."""
     first, next_first = month_days(month)
     zone = zoneinfo.ZoneInfo(config.timezone)
+    return {
+        "first_day": first,
+        "next_first_day": next_first,
+        "period_start": dt.datetime.combine(first, dt.time(), tzinfo=zone),
+        "period_end": dt.datetime.combine(next_first, dt.time(), tzinfo=zone),
+        "month": month,
+    }
+
+
+def showback(config: Config, month: str) -> pl.DataFrame:
+    """The month's showback rows (see the module's table), by team and GPU model."""
+    params = showback_params(config, month)
     with connect_read_only(config) as con:
-        has_mart = con.execute(
-            "select count(*) from duckdb_tables() where database_name = current_database()"
-            " and schema_name = 'main' and table_name = 'gpu_team_daily'"
-        ).fetchone()
-        if not has_mart or not has_mart[0]:
+        if not has_table(con, "gpu_team_daily"):
             raise GpufleetError("the warehouse has no gpu_team_daily yet; run 'gpufleet build'")
         con.execute("set timezone = 'UTC'")
         # `gpufleet close`: the rows of a closed month (or site) as they were at close
@@ -262,17 +271,7 @@ def showback(config: Config, month: str) -> pl.DataFrame:
         if kept is not None and None in closed:
             return kept.sort(_ORDER, nulls_last=_NULLS_LAST)
         con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # glob_to_like
-        relation = con.sql(
-            SHOWBACK_SQL,
-            params={
-                "first_day": first,
-                "next_first_day": next_first,
-                "period_start": dt.datetime.combine(first, dt.time(), tzinfo=zone),
-                "period_end": dt.datetime.combine(next_first, dt.time(), tzinfo=zone),
-                "month": month,
-            },
-        )
-        computed = relation.pl()
+        computed = con.sql(SHOWBACK_SQL, params=params).pl()
     if kept is None:
         return computed
     sites = [site for site in closed if site is not None]

@@ -21,7 +21,7 @@ from gpufleet.collectors.schema import check_cluster
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.showback import CLOSED_SHOWBACK as SHOWBACK_TABLE
-from gpufleet.showback import SHOWBACK_SQL, month_days
+from gpufleet.showback import SHOWBACK_SQL, month_days, showback_params
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.kept import CLOSED_ROW, ensure_kept_tables, forget_days, keep_days
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
@@ -149,7 +149,7 @@ def close_month(
         rows = keep_days(
             con, f"{_MONTH_DAYS} and cluster = $cluster", {**params, "cluster": cluster}
         )
-    _keep_showback(con, config, month, first, next_first, cluster)
+    _keep_showback(con, config, month, cluster)
     con.execute("insert into main.closed_periods values (?, ?, now())", [month, cluster])
     return Closing(month=month, cluster=cluster, closed=True, rows=rows)
 
@@ -158,20 +158,11 @@ def _keep_showback(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     month: str,
-    first: dt.date,
-    next_first: dt.date,
     cluster: str | None,
 ) -> None:
     """The month's showback rows as `export showback` computes them now: of site `cluster`,
     or (None) of every site not closed before."""
-    zone = zoneinfo.ZoneInfo(config.timezone)
-    params = {
-        "first_day": first,
-        "next_first_day": next_first,
-        "period_start": dt.datetime.combine(first, dt.time(), tzinfo=zone),
-        "period_end": dt.datetime.combine(next_first, dt.time(), tzinfo=zone),
-        "month": month,
-    }
+    params = showback_params(config, month)
     con.execute(
         f"create table if not exists {SHOWBACK_TABLE} as from ({SHOWBACK_SQL}) limit 0", params
     )
