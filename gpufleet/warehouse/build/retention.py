@@ -130,15 +130,16 @@ def _expired_partitions(config: Config, before: dt.date) -> list[Path]:
     return sorted(found)
 
 
+def _files_and_bytes(folder: Path) -> tuple[int, int]:
+    """How many files, and bytes, a folder holds (its subfolders' included)."""
+    sizes = [path.stat().st_size for path in folder.rglob("*") if path.is_file()]
+    return len(sizes), sum(sizes)
+
+
 def _partition_files(config: Config, before: dt.date) -> tuple[int, int]:
     """How many files, and bytes, the expired partitions hold."""
-    files = size_bytes = 0
-    for folder in _expired_partitions(config, before):
-        for path in folder.rglob("*"):
-            if path.is_file():
-                files += 1
-                size_bytes += path.stat().st_size
-    return files, size_bytes
+    counts = [_files_and_bytes(folder) for folder in _expired_partitions(config, before)]
+    return sum(files for files, _ in counts), sum(size for _, size in counts)
 
 
 def after_publish(config: Config, *, today: dt.date | None = None) -> tuple[str, ...]:
@@ -177,7 +178,7 @@ def expire_reports(config: Config, *, today: dt.date | None = None) -> tuple[str
         except ValueError:
             continue
         if monday < oldest:
-            size_bytes += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+            size_bytes += _files_and_bytes(entry)[1]
             shutil.rmtree(entry)
             folders += 1
     if not folders:
