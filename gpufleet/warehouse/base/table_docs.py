@@ -12,16 +12,14 @@ from collections.abc import Sequence
 
 import duckdb
 
+from gpufleet.warehouse.base.sql_text import literal
+
 # (table, column or None for the table itself, text)
 TableDoc = tuple[str, str | None, str]
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def document(con: duckdb.DuckDBPyConnection, docs: Sequence[TableDoc]) -> None:
     """COMMENT ON each table and column named in `docs`."""
     for table, column, text in docs:
         target = f'column {table}."{column}"' if column else f"table {table}"
-        con.execute(f"comment on {target} is {_literal(text)}")
+        con.execute(f"comment on {target} is {literal(text)}")

@@ -24,6 +24,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.sql_text import literal, without_comments
 from gpufleet.warehouse.build import models as models_module
 from gpufleet.warehouse.build.memory import fit_memory_limit
 from gpufleet.warehouse.build.models import BUILD_SETTINGS, Model, drop_other_kind
@@ -31,7 +32,6 @@ from gpufleet.warehouse.build.partition import Partition, PartitionResult
 from gpufleet.warehouse.lake.samples import STORED, evicted_files, samples_sql
 
 SCRATCH_DIR_NAME = "scratch"
-_COMMENT_RE = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 _NAME_RE = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?")
 _VIEWS = ("temp_view", "view")
 
@@ -96,7 +96,7 @@ class FanOut:
                 con.execute(
                     f"create or replace table {name} as select * from ({models[name].sql}) limit 0"
                 )
-                paths = ", ".join(_quote(str(p.output_path(name))) for p in partitions)
+                paths = ", ".join(literal(str(p.output_path(name))) for p in partitions)
                 if paths:
                     con.execute(f"insert into {name} by name select * from read_parquet([{paths}])")
             self.last.load_seconds = time.perf_counter() - started
@@ -154,7 +154,7 @@ def _worker_inputs(
     seen: set[str] = set()
     while pending:
         model = models[pending.pop()]
-        for token in set(_NAME_RE.findall(_COMMENT_RE.sub(" ", model.sql).lower())):
+        for token in set(_NAME_RE.findall(without_comments(model.sql).lower())):
             for name in {token, token.partition(".")[0]}:
                 if name in seen or name in built or name in ("samples", STORED):
                     continue
@@ -168,16 +168,12 @@ def _worker_inputs(
     return _Inputs(views=[name for name in order if name in views], tables=sorted(tables))
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _export(
     con: duckdb.DuckDBPyConnection, relation: str, query: str, path: Path, *, view: bool = False
 ) -> list[tuple[str, tuple[object, ...]]]:
     """Write `query` (rows of `relation`) to `path`; the statements that make it on a worker
     a table of the same name and column types, or a `view` of the file (read as it goes)."""
-    con.execute(f"copy ({query}) to {_quote(str(path))} (format parquet)")
+    con.execute(f"copy ({query}) to {literal(str(path))} (format parquet)")
     statements: list[tuple[str, tuple[object, ...]]] = []
     schema, _, _ = relation.rpartition(".")
     if schema:
@@ -185,7 +181,7 @@ def _export(
     columns = con.execute(f"describe select * from {relation}").fetchall()
     if view:
         typed = ", ".join(f'"{name}"::{kind} as "{name}"' for name, kind, *_ in columns)
-        read = f"read_parquet({_quote(str(path))})"
+        read = f"read_parquet({literal(str(path))})"
         return [*statements, (f"create view {relation} as select {typed} from {read}", ())]
     listed = ", ".join(f'"{name}" {kind}' for name, kind, *_ in columns)
     statements.append((f"create table {relation} ({listed})", ()))
@@ -201,7 +197,7 @@ def _settings(
     for setting in ("TimeZone", "Calendar"):
         row = con.execute("select current_setting(?)", [setting]).fetchone()
         if row and row[0]:
-            statements.append((f"set {setting} = {_quote(str(row[0]))}", ()))
+            statements.append((f"set {setting} = {literal(str(row[0]))}", ()))
     statements += [(f"set variable {name} = ?", (value,)) for name, value in variables.items()]
     statements.append((macros, ()))
     return statements
@@ -231,7 +227,7 @@ def _write_inputs(
     partitions = []
     bounds = partition_bounds(uuids, count)
     for index, (first, last) in enumerate(bounds):
-        in_range = f"gpu_uuid between {_quote(first)} and {_quote(last)}"
+        in_range = f"gpu_uuid between {literal(first)} and {literal(last)}"
         path = inputs_dir / f"{STORED}-{index:05d}.parquet"
         own = _export(con, STORED, f"select * from {STORED} where {in_range}", path, view=True)
         lake = f"select * from ({samples_sql(files)}) where {in_range}"

@@ -20,6 +20,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
+from gpufleet.warehouse.base.sql_text import literal, without_comments
 from gpufleet.warehouse.build.ids import ensure_id_tables, record_new_ids
 from gpufleet.warehouse.build.memory import fit_memory_limit
 
@@ -45,7 +46,6 @@ CHUNKED_MODELS = {
 DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
 
 _MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILINE)
-_COMMENT_RE = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 _STRING_RE = re.compile(r"'(?:[^']|'')*'")
 _RELATION_RE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
 _READ_RE = re.compile(r"(\b(?:from|join)\s+)([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
@@ -73,7 +73,7 @@ def _layer_of(path: Path, sql_dir: Path) -> str:
 
 def _code(sql: str) -> str:
     """The query without comments and with empty string literals (names only remain)."""
-    return _STRING_RE.sub("''", _COMMENT_RE.sub(" ", sql))
+    return _STRING_RE.sub("''", without_comments(sql))
 
 
 def _cte_names(code: str) -> set[str]:
@@ -155,10 +155,6 @@ def load_docs(sql_dir: Path = SQL_DIR) -> dict[str, dict[str, object]]:
     return docs
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def apply_docs(
     con: duckdb.DuckDBPyConnection, table: str, docs: Mapping[str, object], source: Path
 ) -> None:
@@ -168,13 +164,13 @@ def apply_docs(
     if not isinstance(description, str) or not isinstance(columns, dict):
         raise ValueError(f'{source}: [{table}] needs description = "..." and [{table}.columns]')
     kind = _kind_in_warehouse(con, table) or "table"
-    con.execute(f"comment on {kind} {table} is {_quote(description)}")
+    con.execute(f"comment on {kind} {table} is {literal(description)}")
     actual = [row[0] for row in con.execute(f"describe {table}").fetchall()]
     missing = [column for column in actual if not isinstance(columns.get(column), str)]
     if missing:
         raise ValueError(f"{source}: [{table}.columns] lacks {', '.join(missing)}")
     for column in actual:
-        con.execute(f'comment on column {table}."{column}" is {_quote(columns[column])}')
+        con.execute(f'comment on column {table}."{column}" is {literal(columns[column])}')
 
 
 def apply_table_docs(con: duckdb.DuckDBPyConnection, table: str, sql_dir: Path = SQL_DIR) -> None:

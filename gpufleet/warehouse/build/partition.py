@@ -20,6 +20,8 @@ from pathlib import Path
 
 import duckdb
 
+from gpufleet.warehouse.base.sql_text import literal
+
 # Test hook: a folder; a file `<index>` in it kills the worker process that starts
 # partition <index> (0-based), on every try; a file `<index>.once` kills it once (the file
 # goes first: the retry lives). Read by the worker: its cluster may outlive one build.
@@ -77,10 +79,6 @@ def _maybe_kill(index: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def run_partition(partition: Partition) -> PartitionResult:
     """Build the partition's models in a DuckDB of its own and write them as Parquet."""
     started = time.perf_counter()
@@ -107,7 +105,7 @@ def run_partition(partition: Partition) -> PartitionResult:
             con.execute(f"create table {name} as\n{select}")
             path = partition.output_path(name)
             part = path.with_name(f".{path.name}.{uuid.uuid4().hex}.part")
-            con.execute(f"copy {name} to {_quote(str(part))} (format parquet)")
+            con.execute(f"copy {name} to {literal(str(part))} (format parquet)")
             os.replace(part, path)  # whole or not there: a retry writes the same name
             row = con.execute(f"select count(*) from {name}").fetchone()
             rows[name] = int(row[0]) if row else 0

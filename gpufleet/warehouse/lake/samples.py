@@ -25,6 +25,7 @@ from gpufleet.warehouse.base.raw_tables import (
     SAMPLE_COLUMNS,
     literal_path,
 )
+from gpufleet.warehouse.base.sql_text import literal
 
 STORED = "samples_stored"
 logger = logging.getLogger("gpufleet.lake")
@@ -36,10 +37,6 @@ _COMPACTED_PATH = r"^raw/samples/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/host=[^/]+/co
 # Lake files by absolute path, each with how many of the sample columns (the first ones,
 # in contract order) it holds (`build_state.lake_files.sample_columns`).
 LakeFiles = Mapping[str, int]
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def held_columns(path: str) -> int:
@@ -74,7 +71,7 @@ def lake_source(files: Iterable[str] | LakeFiles, *, filename: bool = False) -> 
             f'"{name}"' if n < count else f'null::{kind} as "{name}"'
             for n, (name, kind) in enumerate(SAMPLE_COLUMNS)
         )
-        listed = ", ".join(_quote(literal_path(path)) for path in paths)
+        listed = ", ".join(literal(literal_path(path)) for path in paths)
         extra = ", filename" if filename else ""
         reads.append(f"select {columns}{extra} from read_parquet([{listed}], {options})")
     return "\nunion all\n".join(reads)
@@ -142,7 +139,7 @@ def samples_sql(files: Sequence[str] | LakeFiles, *, columns: Sequence[str] = _N
     if not files:
         return sql
     if all(_NAMES.index(name) < FIRST_RELEASE_COLUMNS for name in columns):
-        paths = ", ".join(_quote(literal_path(path)) for path in files)
+        paths = ", ".join(literal(literal_path(path)) for path in files)
         source = f"read_parquet([{paths}], hive_partitioning = false)"
     else:
         source = f"({lake_source(files)})"
