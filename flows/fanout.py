@@ -4,14 +4,16 @@
 (gpufleet/warehouse/build/fanout.py): its `run` submits one `build-partition` task per GPU
 range to prefect-dask's `DaskTaskRunner` (a `LocalCluster` started for the build with
 `local:N`, the scheduler at `tcp://host:port` otherwise), waits for all, and fails in one
-line on the first that fails, the published warehouse unchanged.
+line on the first that fails, the published warehouse unchanged. An ingest's compaction
+fans out the same way (flows/compact.py).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -23,6 +25,7 @@ from gpufleet.warehouse.build.memory import BUILD_MEMORY_LIMIT
 from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
 
 EXTRA = "pip install 'gpufleet[dask]'"
+Item = TypeVar("Item")
 
 
 @task(name="build-partition", cache_policy=NO_CACHE)
@@ -68,47 +71,49 @@ def _task_runner(config: Config) -> Any:
     )
 
 
-def _one_line(partition: Partition, exc: BaseException) -> str:
+def one_line(failed: str, label: str, exc: BaseException, unchanged: str) -> str:
+    """The error of a task (`label`) that failed or whose worker died on every try."""
     if type(exc).__name__ == "KilledWorker":
-        return (
-            f"full build failed: the Dask worker of {partition.label} died (killed, or out "
-            "of memory) on every try; the published warehouse is unchanged"
-        )
+        why = "died (killed, or out of memory) on every try"
+        return f"{failed}: the Dask worker of {label} {why}; {unchanged}"
     text = (str(exc).strip().splitlines() or [""])[0]
-    return (
-        f"full build failed: {partition.label} on a Dask worker: {type(exc).__name__}: {text}; "
-        "the published warehouse is unchanged"
-    )
+    return f"{failed}: {label} on a Dask worker: {type(exc).__name__}: {text}; {unchanged}"
 
 
-def _run_on_dask(config: Config, partitions: Sequence[Partition]) -> list[PartitionResult]:
+def run_on_dask(
+    config: Config, task: Any, items: Sequence[Item], error: Callable[[Item, BaseException], str]
+) -> list[Any]:
+    """`task` of each item (its one parameter) on Dask, the results in the items' order; a
+    GpufleetError of `error`'s line on the first that fails (the rest are cancelled)."""
     from distributed import as_completed
 
-    results: dict[int, PartitionResult] = {}
+    (name,) = inspect.signature(task.fn).parameters
+    results: dict[int, Any] = {}
     with _task_runner(config) as runner:
         futures = {
-            id(future.wrapped_future): (partition, future)
-            for partition in partitions
-            for future in [runner.submit(build_partition_task, {"partition": partition})]
+            id(future.wrapped_future): (position, item, future)
+            for position, item in enumerate(items)
+            for future in [runner.submit(task, {name: item})]
         }
-        waiting = [future.wrapped_future for _, future in futures.values()]
+        waiting = [future.wrapped_future for *_, future in futures.values()]
         for done in as_completed(waiting, loop=runner.client.loop):
-            partition, future = futures[id(done)]
+            position, item, future = futures[id(done)]
             try:
-                results[partition.index] = future.result()
+                results[position] = future.result()
             except Exception as exc:
                 runner.client.cancel(waiting)  # the rest would only be thrown away
-                raise GpufleetError(_one_line(partition, exc)) from exc
-    return [results[partition.index] for partition in partitions]
+                raise GpufleetError(error(item, exc)) from exc
+    return [results[position] for position in range(len(items))]
 
 
-def _cluster_workers(config: Config) -> int:
-    """The workers of the cluster at `tcp://host:port` now."""
+def cluster_workers(config: Config) -> int:
+    """The workers of the cluster at `tcp://host:port` now, or N of `local:N`."""
+    if config.compute.local_workers is not None:
+        return config.compute.local_workers
     try:
         from distributed import Client
     except ImportError as exc:
         raise GpufleetError(f"[compute] dask = {config.compute.dask!r} needs {EXTRA}") from exc
-
     try:
         with Client(config.compute.scheduler, timeout=10) as client:
             return max(1, len(client.scheduler_info()["workers"]))
@@ -118,20 +123,27 @@ def _cluster_workers(config: Config) -> int:
         ) from exc
 
 
+def worker_limits(config: Config) -> dict[str, Any]:
+    """Each worker's DuckDB `threads` and `memory_limit`: `local:N` shares this machine's
+    cores and, per worker, the embedded build's cap; a cluster's workers have their own."""
+    if (local := config.compute.local_workers) is None:
+        return {}
+    return {
+        "threads": max(1, (os.cpu_count() or 1) // local),
+        "memory_limit": f"{BUILD_MEMORY_LIMIT}B",
+    }
+
+
 def dask_fan_out(config: Config) -> FanOut:
     """The fan-out of a configuration whose `[compute] dask` is set."""
-    local = config.compute.local_workers
-    if local is None:
-        return FanOut(
-            config=config,
-            run=lambda partitions: _run_on_dask(config, partitions),
-            workers=lambda: _cluster_workers(config),
-        )
+    unchanged = "the published warehouse is unchanged"
+
+    def error(partition: Partition, exc: BaseException) -> str:
+        return one_line("full build failed", partition.label, exc, unchanged)
+
     return FanOut(
         config=config,
-        run=lambda partitions: _run_on_dask(config, partitions),
-        workers=lambda: local,
-        # local:N shares this machine: its cores and, per worker, the embedded build's cap
-        threads=max(1, (os.cpu_count() or 1) // local),
-        memory_limit=f"{BUILD_MEMORY_LIMIT}B",
+        run=lambda partitions: run_on_dask(config, build_partition_task, partitions, error),
+        workers=lambda: cluster_workers(config),
+        **worker_limits(config),
     )

@@ -14,6 +14,7 @@ from prefect.tasks import Task
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.flows.compact import dask_compact_fan_out
 from gpufleet.storage.mirror import mirror_raw_location
 from gpufleet.warehouse.ingest import (
     IngestResult,
@@ -53,8 +54,13 @@ def find_sample_files_task(config: Config) -> list[SampleFile]:
 def load_warehouse_task(
     config: Config, references: References, files: list[SampleFile]
 ) -> IngestResult:
-    """Load new samples and the reference tables in one published transaction."""
-    return load_warehouse(config, references, files, progress=get_run_logger().info)
+    """Load new samples and the reference tables in one published transaction; with
+    `[compute] dask`, the host-days compacted from their files as `compact-host-days` tasks
+    on Dask (flows/compact.py)."""
+    fan_out = dask_compact_fan_out(config) if config.compute.dask else None
+    return load_warehouse(
+        config, references, files, progress=get_run_logger().info, compact_fan_out=fan_out
+    )
 
 
 @task(

@@ -9,6 +9,7 @@ from prefect.states import Failed
 
 from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.flows.compact import dask_compact_fan_out
 from gpufleet.flows.fanout import dask_fan_out
 from gpufleet.warehouse.cycle import ingest_then_build
 
@@ -19,9 +20,13 @@ def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> 
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
         logger = get_run_logger()
-        fan_out = dask_fan_out(config) if config.compute.dask else None
+        dask = config.compute.dask
         ingested, built = ingest_then_build(
-            config, progress=logger.info, warn=logger.warning, fan_out=fan_out
+            config,
+            progress=logger.info,
+            warn=logger.warning,
+            fan_out=dask_fan_out(config) if dask else None,
+            compact_fan_out=dask_compact_fan_out(config) if dask else None,
         )
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.

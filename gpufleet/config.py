@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from gpufleet.config_sources import (
     check_prometheus,
     check_retention,
     check_s3,
+    read_site_locations,
     read_sites,
 )
 from gpufleet.config_toml import read_toml, series_overrides, where_in
@@ -89,6 +91,8 @@ class Config:
     timezone: str = "UTC"
     cluster: str = ""  # the site collect and import prometheus record; empty: none
     sites: tuple[tuple[str, str], ...] = ()  # [clusters.<site>] timezone: (site, zone)
+    # [clusters.<site>] raw_location: (site, s3://bucket/prefix), every file of it the site's
+    site_locations: tuple[tuple[str, str], ...] = ()
     idle: IdleConfig = field(default_factory=IdleConfig)
     series: SeriesConfig = field(default_factory=SeriesConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
@@ -101,6 +105,11 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     source: Path | None = None  # the TOML file this came from, if any
+
+    def site_timezone(self, site: str | None) -> str:
+        """The time zone of a site's local days: its [clusters.<site>] timezone, else the
+        configured one (no site, or one not listed): docs/sites.md."""
+        return dict(self.sites).get(site, self.timezone) if site else self.timezone
 
     # The data directory's layout (docs/reference.md#data-directory).
     @property
@@ -276,9 +285,11 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             )
 
 
-def _sites(path: Path | None, text: str, tables: object) -> tuple[tuple[str, str], ...]:
+def _sites(
+    path: Path | None, text: str, tables: object, read: Callable[..., tuple[tuple[str, str], ...]]
+) -> tuple[tuple[str, str], ...]:
     try:
-        return read_sites(tables, lambda s, k: where_in(path, text, s or None, k) if path else "")
+        return read(tables, lambda s, k: where_in(path, text, s or None, k) if path else "")
     except ValueError as exc:
         raise GpufleetError(str(exc)) from None
 
@@ -337,7 +348,8 @@ def load_config(
         data_dir=resolved_dir,
         timezone=str(raw.get("timezone", "UTC")),
         cluster=str(raw.get("cluster", "")),
-        sites=_sites(path, text, raw.get("clusters")),
+        sites=_sites(path, text, raw.get("clusters"), read_sites),
+        site_locations=_sites(path, text, raw.get("clusters"), read_site_locations),
         raw_location=str(raw.get("raw_location", "")).rstrip("/"),
         s3=S3Config(**section("s3")),
         idle=IdleConfig(**idle),

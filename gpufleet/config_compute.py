@@ -1,4 +1,5 @@
-"""`[compute]`: where a full build's per-GPU-range work runs (docs/dask.md).
+"""`[compute]`: where a full build's per-GPU-range work, and an ingest's compaction of
+host-days from their files, run (docs/dask.md).
 
 `dask = ""` runs it in the pipeline's own DuckDB (the default); `local:N` on a Dask
 `LocalCluster` of N worker processes on this machine; `tcp://host:port` on the Dask cluster

@@ -41,6 +41,8 @@ DEFAULT_PROMETHEUS_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("power_violation_ns", ("DCGM_FI_DEV_POWER_VIOLATION",)),
 )
 
+# An s3://bucket/prefix URL (its bucket a valid S3 bucket name).
+S3_URL = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)")
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses a query_range with more points per series
 
@@ -113,7 +115,7 @@ def check_retention(config: Config, fail: Callable[[str | None, str, str], Excep
 def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
     """`raw_location` and `[s3]` (`fail(section, key, problem)` makes the error to raise)."""
     location = config.raw_location
-    if location and not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)", location):
+    if location and not S3_URL.match(location):
         raise fail(
             None,
             "raw_location",
@@ -123,11 +125,34 @@ def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) 
     url = config.s3.endpoint_url
     if url and not re.match(r"^https?://[^/\s]+/?$", url):
         raise fail("s3", "endpoint_url", f"'s3.endpoint_url' is not an http(s) URL: {url!r}")
+    named = [("raw_location", location)] if location else []
+    named += [(f"clusters.{site}.raw_location", url) for site, url in config.site_locations]
+    for n, (key, url) in enumerate(named):
+        for other, other_url in named[:n]:
+            if _overlap(url, other_url) or _overlap(other_url, url):
+                raise fail(
+                    key.rpartition(".")[0] or None,
+                    "raw_location",
+                    f"'{key}' ({url}) and '{other}' ({other_url}) overlap: each file would be "
+                    "copied twice; give each its own bucket or prefix",
+                )
+
+
+def _overlap(url: str, outer: str) -> bool:
+    """Whether the objects a mirror copies of `url` are (some of) those of `outer`'s: the
+    same location, or one inside its samples/, allocations/ or jobs/."""
+    return url == outer or any(
+        f"{url}/".startswith(f"{outer}/{folder}/") for folder in ("samples", "allocations", "jobs")
+    )
+
+
+SITE_KEYS = ("timezone", "raw_location")  # the keys of a [clusters.<site>] table
 
 
 def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[str, str], ...]:
     """`[clusters.<name>]` tables: each site's own `timezone`, as (name, zone) pairs in name
-    order; ValueError, with `where(section, key)` in front, on anything else."""
+    order (a site with a `raw_location` alone has none: the top-level zone's days); ValueError,
+    with `where(section, key)` in front, on anything else."""
     import zoneinfo
 
     if tables is None:
@@ -146,8 +171,10 @@ def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[
         except ValueError as exc:
             raise ValueError(f"{where('', section)}: [{section}]: {exc}") from None
         for key in table:
-            if key != "timezone":
+            if key not in SITE_KEYS:
                 raise ValueError(f"{where(section, key)}: unknown key '{section}.{key}'")
+        if "timezone" not in table and "raw_location" in table:
+            continue
         zone = table.get("timezone")
         if (
             not isinstance(zone, str)
@@ -160,6 +187,29 @@ def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[
             )
         sites.append((name, zone))
     return tuple(sites)
+
+
+def read_site_locations(
+    tables: object, where: Callable[[str, str], str]
+) -> tuple[tuple[str, str], ...]:
+    """`[clusters.<site>] raw_location`: (site, s3://bucket/prefix) pairs in site order, the
+    store every file of which is that site's (docs/sites.md); ValueError as `read_sites`
+    (which checks the rest of the tables first)."""
+    if not isinstance(tables, dict):
+        return ()
+    locations = []
+    for name, table in sorted(tables.items()):
+        key = f"clusters.{name}.raw_location"
+        if not isinstance(table, dict) or "raw_location" not in table:
+            continue
+        url = table["raw_location"]
+        if not isinstance(url, str) or not S3_URL.match(url):
+            raise ValueError(
+                f"{where(f'clusters.{name}', 'raw_location')}: '{key}' must be an "
+                f"s3://bucket/prefix URL, got {url!r}"
+            )
+        locations.append((name, url.rstrip("/")))
+    return tuple(locations)
 
 
 def check_clusters(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:

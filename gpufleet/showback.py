@@ -1,14 +1,14 @@
 """`gpufleet export showback`: GPU usage and cost per team, month and GPU model, for finance.
 
 One row per team (`SubAccountName`), site (`x_cluster`, also FOCUS's `RegionName`; null
-for hosts of no site) and GPU model (`x_gpu_name`) with samples in the month
-(local dates in the configured zone), summed from `gpu_team_daily`, so a team's rows add up
-to its `team_daily` figures of the month. Columns are named after the FinOps FOCUS
+for hosts of no site) and GPU model (`x_gpu_name`) with samples in the month (local dates
+in the zone of each site, docs/sites.md), summed from `gpu_team_daily`, so a team's rows
+add up to its `team_daily` figures of the month. Columns are named after the FinOps FOCUS
 specification where one fits; the others carry gpufleet's own names (as in `team_daily`)
 behind FOCUS's `x_` prefix for custom columns:
 
 - `ChargePeriodStart`, `ChargePeriodEnd`: the month, from its first local midnight to the
-  next month's (exclusive), in UTC as FOCUS writes date-times;
+  next month's (exclusive) in the row's site's zone, in UTC as FOCUS writes date-times;
 - `SubAccountName`: the team; `ChargeCategory`: `Usage`;
 - `ConsumedQuantity` (and `PricingQuantity`): GPU-hours (`gpu_hours`); `ConsumedUnit` (and
   `PricingUnit`): `GPU-Hours`;
@@ -23,12 +23,12 @@ behind FOCUS's `x_` prefix for custom columns:
 - custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
   `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, and `x_gpus`:
   the distinct GPUs of that team and model in the month;
-- custom, the same in every row: `x_coverage_start`, `x_coverage_end`: the part of the
-  month the warehouse has samples for (the month's start, or the warehouse's first sample
-  when that is later; the month's end, or its last sample when that is earlier), and
-  `x_is_partial_month`: that part is not the whole month (the month is not over, the
-  latest samples are not ingested yet, or collection began during it). The export then
-  also says so in one warning line on stderr.
+- custom, the same in every row of a site: `x_coverage_start`, `x_coverage_end`: the part
+  of the site's month the warehouse has samples for (the month's start, or the warehouse's
+  first sample when that is later; the month's end, or its last sample when that is
+  earlier), and `x_is_partial_month`: that part is not the whole month (the month is not
+  over, the latest samples are not ingested yet, or collection began during it). The
+  export then also says so in one warning line on stderr.
 
 The CSV is for spreadsheets: costs (`BilledCost`, `x_waste_usd`) are rounded to cents, and
 a text cell that a spreadsheet would run as a formula gets a single quote in front
@@ -51,7 +51,7 @@ from gpufleet.config import Config
 from gpufleet.csv_cells import defuse_formulas
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.catalog import has_table
-from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR
+from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
 from gpufleet.warehouse.publish import connect_read_only
 
 FORMATS = ("csv", "parquet")
@@ -142,11 +142,22 @@ fleet_samples as (
     from gpu_team_daily
 ),
 
+site_months as (
+    -- each site's month: from its first local midnight to the next month's, in its zone
+    select
+        cluster,
+        timezone(site_timezone(cluster), $first_day::timestamp) as period_start,
+        timezone(site_timezone(cluster), $next_first_day::timestamp) as period_end,
+    from (select distinct cluster, from gpu_team_days)
+),
+
 coverage as (
     select
-        greatest(first_ts, $period_start::timestamptz) as coverage_start,
-        least(last_ts, $period_end::timestamptz) as coverage_end,
-    from fleet_samples
+        site_months.*,
+        greatest(fleet_samples.first_ts, period_start) as coverage_start,
+        least(fleet_samples.last_ts, period_end) as coverage_end,
+    from site_months
+    cross join fleet_samples
 ),
 
 team_gpu_sums as (
@@ -192,8 +203,8 @@ gpu_prices as (
 
 final as (
     select
-        $period_start::timestamptz as ChargePeriodStart,
-        $period_end::timestamptz as ChargePeriodEnd,
+        coverage.period_start as ChargePeriodStart,
+        coverage.period_end as ChargePeriodEnd,
         team_gpu_sums.team as SubAccountName,
         'Usage' as ChargeCategory,
         team_gpu_sums.gpu_hours as ConsumedQuantity,
@@ -215,14 +226,14 @@ final as (
         team_gpu_sums.cluster as RegionName,
         coverage.coverage_start as x_coverage_start,
         coverage.coverage_end as x_coverage_end,
-        coverage.coverage_start > $period_start::timestamptz
-            or coverage.coverage_end < $period_end::timestamptz as x_is_partial_month,
+        coverage.coverage_start > coverage.period_start
+            or coverage.coverage_end < coverage.period_end as x_is_partial_month,
     from team_gpu_sums
     inner join gpu_prices
         on gpu_prices.team = team_gpu_sums.team
         and gpu_prices.cluster is not distinct from team_gpu_sums.cluster
         and gpu_prices.gpu_name is not distinct from team_gpu_sums.gpu_name
-    cross join coverage
+    inner join coverage on coverage.cluster is not distinct from team_gpu_sums.cluster
 )
 
 select * from final
@@ -240,23 +251,17 @@ def month_days(month: str) -> tuple[dt.date, dt.date]:
     return first, first + dt.timedelta(days=calendar.monthrange(year, number)[1])
 
 
-def showback_params(config: Config, month: str) -> dict[str, object]:
+def showback_params(month: str) -> dict[str, object]:
     """SHOWBACK_SQL's parameters for `month` (YYYY-MM; ValueError if it is not one): its
-    local days and the instants they begin and end at in the configured zone."""
+    local days (each site's in its zone: SHOWBACK_SQL needs the models' variables and
+    macros, site_timezone)."""
     first, next_first = month_days(month)
-    zone = zoneinfo.ZoneInfo(config.timezone)
-    return {
-        "first_day": first,
-        "next_first_day": next_first,
-        "period_start": dt.datetime.combine(first, dt.time(), tzinfo=zone),
-        "period_end": dt.datetime.combine(next_first, dt.time(), tzinfo=zone),
-        "month": month,
-    }
+    return {"first_day": first, "next_first_day": next_first, "month": month}
 
 
 def showback(config: Config, month: str) -> pl.DataFrame:
     """The month's showback rows (see the module's table), by team and GPU model."""
-    params = showback_params(config, month)
+    params = showback_params(month)
     with connect_read_only(config) as con:
         if not has_table(con, "gpu_team_daily"):
             raise GpufleetError("the warehouse has no gpu_team_daily yet; run 'gpufleet build'")
@@ -270,6 +275,7 @@ def showback(config: Config, month: str) -> pl.DataFrame:
         )
         if kept is not None and None in closed:
             return kept.sort(_ORDER, nulls_last=_NULLS_LAST)
+        set_variables(con, config)  # each site's zone (site_timezone)
         con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # glob_to_like
         computed = con.sql(SHOWBACK_SQL, params=params).pl()
     if kept is None:
@@ -310,9 +316,10 @@ def coverage_warning(frame: pl.DataFrame, month: str, timezone: str) -> str | No
     """One line when the warehouse covers only part of the month (None when all of it)."""
     if frame.is_empty():
         return f"{month} has no samples in the warehouse: the export has no rows"
-    row = frame.row(0, named=True)
-    if not row["x_is_partial_month"]:
+    partial = frame.filter(pl.col("x_is_partial_month"))
+    if partial.is_empty():
         return None
+    row = partial.row(0, named=True)
     zone = zoneinfo.ZoneInfo(timezone)
     parts = []
     if row["x_coverage_start"] > row["ChargePeriodStart"]:

@@ -127,10 +127,11 @@ create or replace temp macro site_timezone(cluster) as
         getvariable('timezone')
     );
 
--- The local midnight (in getvariable('timezone')) that starts `day`, as epoch microseconds;
--- null for a null day. A reference row's valid_from applies from this instant on.
-create or replace temp macro local_midnight_us(day) as
-    epoch_us(timezone(getvariable('timezone'), day::timestamp));
+-- The local midnight in time zone `zone` (a site's, int_hosts.timezone) that starts `day`,
+-- as epoch microseconds; null for a null day. A reference row's valid_from applies from
+-- this instant on at the sites of that zone (docs/sites.md).
+create or replace temp macro local_midnight_us(day, zone) as
+    epoch_us(timezone(zone, day::timestamp));
 
 -- The value of glob rules in force per key and period of local days (hosts.csv's teams by
 -- host, prices.csv's prices by GPU model; docs/reference.md#valid-from). `keys` has a `key`

@@ -1,11 +1,14 @@
 """A full build fanned out over Dask (`[compute] dask`, issue 43): the same marts as the
 embedded build, ids included; a worker killed once is retried with the same rows; a worker
 killed on every try fails the build in one line and leaves the published warehouse as it
-was; a bad setting is refused in one line."""
+was; a bad setting is refused in one line. A backfill's compaction from files on Dask: the
+same lake and marts as embedded, retried with the same bytes, and a worker killed on every
+try fails the ingest in one line, the lake and the warehouse as they were."""
 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from gpufleet.warehouse.build import build
 from gpufleet.warehouse.build.fanout import SCRATCH_DIR_NAME, partition_bounds
 from gpufleet.warehouse.build.partition import KILL_ENV
 from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
 from tests.test_incremental import _mart
 
@@ -198,3 +202,170 @@ def test_partitions_split_the_gpus_evenly_and_each_once() -> None:
         ("GPU-06", "GPU-09"),
     ]
     assert partition_bounds(uuids[:2], 4) == [("GPU-00", "GPU-00"), ("GPU-01", "GPU-01")]
+
+
+# A backfill: 8 GPUs on two hosts, the first day loaded by an earlier ingest (its host-days
+# compacted from their files, on Dask), the next two loaded now (compacted from the load).
+BACKFILL = SimulationSpec(
+    gpus=8,
+    gpus_per_host=4,
+    start=dt.datetime(2026, 10, 5, tzinfo=dt.UTC),
+    seed=44,
+    end=dt.datetime(2026, 10, 8, tzinfo=dt.UTC),
+)
+
+
+def _lake(config: Config) -> dict[str, tuple[int, int]]:
+    """Every file and folder under raw/, hidden ones too: (size, mtime) by relative path."""
+    return {
+        path.relative_to(config.data_dir).as_posix(): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in sorted((config.data_dir / "raw").rglob("*"))
+        if path.is_file() or not any(path.iterdir())
+    }
+
+
+def _compacted(config: Config) -> dict[str, tuple[bytes, list[tuple[Any, ...]]]]:
+    """Each compacted file's bytes and rows (sorted), by relative path."""
+    import duckdb
+
+    found = {}
+    for path in sorted((config.data_dir / "raw").glob("samples/date=*/host=*/compacted-*")):
+        with duckdb.connect() as con:
+            rows = con.execute(
+                "select * from read_parquet(?) order by gpu_uuid, ts", [str(path)]
+            ).fetchall()
+        found[path.relative_to(config.data_dir).as_posix()] = (path.read_bytes(), rows)
+    return found
+
+
+def _backfill_marts(config: Config) -> dict[str, list[tuple[Any, ...]]]:
+    """`_marts` but loaded_files (its mtimes and times are the copy's): `_loaded_files`."""
+    marts = _marts(config)
+    del marts["loaded_files"]
+    return marts
+
+
+def _loaded_files(config: Config) -> list[tuple[Any, ...]]:
+    with connect_read_only(config) as con:
+        return con.execute(
+            "select path, size_bytes, row_count, min_ts, max_ts, content_hash from loaded_files"
+            " order by path"
+        ).fetchall()
+
+
+@pytest.fixture(scope="module")
+def before_backfill(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory whose first day is loaded (not compacted: it was today then) and
+    whose next two days' files wait for the backfill; copied by each test that ingests."""
+    assert dt.datetime.now(dt.UTC) > BACKFILL.end  # every day of it is over, today
+    data_dir = tmp_path_factory.mktemp("backfill")
+    config = _dask(Config(data_dir=data_dir), "")
+    scenario = scenario_for(BACKFILL)
+    write_reference_files(scenario, BACKFILL, data_dir)
+    first = BACKFILL.start + dt.timedelta(days=1)
+    simulate_window(BACKFILL, data_dir=data_dir, start=BACKFILL.start, end=first, scenario=scenario)
+    ingest(config, today=BACKFILL.start.date())
+    simulate_window(BACKFILL, data_dir=data_dir, start=first, end=BACKFILL.end, scenario=scenario)
+    return data_dir
+
+
+def _copy(source: Path, tmp_path: Path, dask: str) -> Config:
+    shutil.copytree(source, tmp_path / "data")
+    return _dask(Config(data_dir=tmp_path / "data"), dask)
+
+
+@pytest.fixture(scope="module")
+def embedded_backfill(
+    before_backfill: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Config, dict[str, Any]]:
+    """The backfill embedded: its compacted files, and its marts after a build."""
+    config = _copy(before_backfill, tmp_path_factory.mktemp("embedded"), "")
+    result = ingest(config)
+    assert result.compaction is not None
+    reread = result.compaction.partitions - result.compaction.from_load
+    assert reread == 2 and result.compaction.from_load == 4  # both paths are taken
+    lake = _compacted(config)
+    build(config)
+    return config, {"lake": lake, "loaded": _loaded_files(config), "marts": _backfill_marts(config)}
+
+
+def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts(
+    before_backfill: Path,
+    embedded_backfill: tuple[Config, dict[str, Any]],
+    prefect_harness: None,
+    tmp_path: Path,
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+    config = _copy(before_backfill, tmp_path, "local:2")
+    assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0  # the ingest flow
+    _, embedded = embedded_backfill
+    lake = _compacted(config)
+    assert lake.keys() == embedded["lake"].keys() and len(lake) == 6
+    for path, (data, rows) in lake.items():
+        assert rows == embedded["lake"][path][1], path
+        assert data == embedded["lake"][path][0], path  # the same bytes, too
+    assert not any(name.startswith(".") for name in _lake(config))
+    assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())
+    assert _loaded_files(config) == embedded["loaded"]
+    build(config)
+    assert _backfill_marts(config) == embedded["marts"]
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="compact-host-days"))
+        )
+    assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+
+
+def test_a_compaction_worker_killed_once_is_retried_with_the_same_bytes(
+    before_backfill: Path,
+    embedded_backfill: tuple[Config, dict[str, Any]],
+    cluster: tuple[str, Path],
+    scheduler: str,
+    tmp_path: Path,
+) -> None:
+    config = _copy(before_backfill, tmp_path, scheduler)
+    once = cluster[1] / "compact-0.once"
+    once.touch()
+    assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0
+    assert not once.exists()  # the first task died, then ran again
+    assert _compacted(config) == embedded_backfill[1]["lake"]
+    assert not any(name.startswith(".") for name in _lake(config))
+
+
+def test_a_compaction_worker_killed_on_every_try_fails_the_ingest_and_changes_nothing(
+    before_backfill: Path,
+    cluster: tuple[str, Path],
+    scheduler: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = _copy(before_backfill, tmp_path, scheduler)
+    lake, loaded, generation = _lake(config), _loaded_files(config), _generation(config)
+    (cluster[1] / "compact-0").touch()  # the first task (of one per live worker) dies
+    assert main(["--data-dir", str(config.data_dir), "ingest"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if "gpufleet: error" in line]
+    assert len(errors) == 1 and "compaction task 1 of " in errors[0], errors
+    assert "died" in errors[0] and "date=2026-10-05/host=" in errors[0], errors
+    assert errors[0].endswith("the warehouse and the lake are unchanged")
+    assert _lake(config) == lake  # the collector files, and no staging folder left
+    assert _loaded_files(config) == loaded and _generation(config) == generation
+    assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())
+
+
+def test_host_days_are_split_in_runs_of_about_equal_bytes() -> None:
+    def days(*sizes: int) -> list[HostDay]:
+        return [
+            HostDay(directory=str(n), sources=(), target="", size_bytes=s)
+            for n, s in enumerate(sizes)
+        ]
+
+    def runs(sizes: tuple[int, ...], workers: int) -> list[list[int]]:
+        return [[day.size_bytes for day in run] for run in task_runs(days(*sizes), workers)]
+
+    assert runs((1,) * 10, 3) == [[1, 1, 1, 1], [1, 1, 1], [1, 1, 1]]
+    assert runs((100, 1, 1, 1), 2) == [[100], [1, 1, 1]]
+    assert runs((1, 1, 100), 2) == [[1, 1], [100]]
+    assert runs((5,), 4) == [[5]]  # no more runs than host-days
+    assert runs((0, 0, 0), 2) == [[0], [0, 0]]

@@ -300,6 +300,9 @@ def test_a_full_disk_at_the_slot_copy_is_one_line_and_changes_nothing(
     before = _published(config)
     monkeypatch.setattr(slot_files.fcntl, "ioctl", _no_space)  # no clone: a copy, written
     monkeypatch.setattr(slot_files.shutil, "copyfileobj", _no_space)
+    # the engine, as for a user without a Prefect server: a session whose earlier tests
+    # started Prefect's test server would run the command as a flow, which logs to stderr
+    monkeypatch.setattr("gpufleet.flows.server.prefect_server_configured", lambda: False)
     capsys.readouterr()
 
     assert main(["--data-dir", str(config.data_dir), command]) == 1
@@ -362,8 +365,9 @@ def _fill(mount: Path) -> Path:
 
 
 def test_duckdb_writing_on_a_full_disk_is_one_line_and_changes_nothing(
-    small_disk: Path, capsys: pytest.CaptureFixture[str]
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setattr("gpufleet.flows.server.prefect_server_configured", lambda: False)
     config = Config(data_dir=small_disk / "data")
     for value in (1, 2):  # two publishes: both slots exist, the next write opens one in place
         with write_transaction(config) as con:

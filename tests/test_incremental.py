@@ -134,7 +134,8 @@ def _references(con: duckdb.DuckDBPyConnection) -> None:
         insert into ref_hosts (rule_order, host_glob, team) values (1, 'node-c*', 'infra');
         insert into ref_prices (rule_order, gpu_glob, usd_per_gpu_hour)
         values (1, '*H100*', 2.5), (2, '*', 1.0);
-        insert into allocations values
+        insert into allocations (job_id, "user", team, host, gpu_index, start_ts, end_ts,
+            source_file) values
             ('slurm-7', 'dave', 'research', 'node-b1', 1,
              timestamptz '{START.isoformat()}' + interval 20 hours,
              timestamptz '{START.isoformat()}' + interval 31 hours, 'raw/allocations/a.csv'),
@@ -491,7 +492,8 @@ def test_changed_allocations_recompute_their_gpus_incrementally(
     changes = f"""
         update allocations set end_ts = timestamptz '{START.isoformat()}' + interval 44 hours
         where job_id = 'slurm-8';
-        insert into allocations values
+        insert into allocations (job_id, "user", team, host, gpu_index, start_ts, end_ts,
+            source_file) values
             ('slurm-9', 'frank', 'vision', 'node-c1', 1,
              timestamptz '{START.isoformat()}' + interval 30 hours,
              timestamptz '{START.isoformat()}' + interval 35 hours, 'raw/allocations/b.csv');

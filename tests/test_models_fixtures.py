@@ -125,10 +125,11 @@ class Fleet:
         end_ts: dt.datetime | None,
         host: str = "node1",
         gpu_index: int = 0,
+        cluster: str | None = None,
     ) -> None:
         self.con.execute(
-            "insert into allocations values (?, ?, ?, ?, ?, ?, ?, 'raw/allocations/test.csv')",
-            [job_id, user, team, host, gpu_index, start_ts, end_ts],
+            "insert into allocations values (?, ?, ?, ?, ?, ?, ?, 'raw/allocations/test.csv', ?)",
+            [job_id, user, team, host, gpu_index, start_ts, end_ts, cluster],
         )
 
     def build(self) -> BuildResult:

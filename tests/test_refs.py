@@ -72,9 +72,9 @@ def test_reference_files_become_tables(config: Config) -> None:
     ]
     assert rows(config, "select * from allocations order by job_id") == [
         ("101", "alice", None, "h1", 0, utc(2026, 11, 16, 7), utc(2026, 11, 16, 10),
-         "raw/allocations/slurm-2026-11-16.csv"),
+         "raw/allocations/slurm-2026-11-16.csv", None),
         ("102", "bob", "nlp", "h1", 1, utc(2026, 11, 16, 9), None,
-         "raw/allocations/slurm-2026-11-16.csv"),
+         "raw/allocations/slurm-2026-11-16.csv", None),
     ]  # fmt: skip
 
 

@@ -263,6 +263,7 @@ def row(job_id, user, team, host, gpu, start=13, end=None) -> dict[str, str]:
         "gpu_index": str(gpu),
         "start_ts": at(start).isoformat(),
         "end_ts": at(end).isoformat() if end is not None else "",
+        "cluster": "gpufleet",  # the fixtures' cluster
     }
 
 

@@ -47,7 +47,7 @@ def add_notify_idle(notices: argparse._SubParsersAction) -> None:
         "--day",
         type=iso_date,
         metavar="YYYY-MM-DD",
-        help="local day in the configured time zone (default: yesterday)",
+        help="local day, at each host's site in its zone (default: yesterday)",
     )
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument(

@@ -64,7 +64,8 @@ def run_ingest(args: argparse.Namespace, config: Config) -> int:
 
         return ingest_flow(data_dir=str(config.data_dir), config_path=config_source(config))
 
-    return run_engine_or_flow(engine=engine, flow=flow)
+    # [compute] dask: compaction from files runs as Prefect tasks, with or without a server
+    return run_engine_or_flow(engine=flow if config.compute.dask else engine, flow=flow)
 
 
 def add_build(commands: argparse._SubParsersAction) -> None:

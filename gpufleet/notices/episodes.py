@@ -1,6 +1,7 @@
 """The waste episodes of a local day, and the contacts, as the published warehouse has them.
 
-An episode belongs to day D (a local date in the configured time zone) when it is waste,
+An episode belongs to day D (a local date in the time zone of its host's site,
+docs/sites.md: [clusters.<site>] timezone, else the configured one) when it is waste,
 has a user or is a job's (attributed by allocation: a Kubernetes pod with no user label,
 say, whose notice goes to the team's lead), and either ended in D (its last sample's `ts`
 falls in D, the contract's day of a sample) or is still open: its last sample is its GPU's
@@ -13,6 +14,7 @@ episode is never in two days' unless it was still open on the first (and then
 from __future__ import annotations
 
 import datetime as dt
+import json
 import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,16 +45,33 @@ gpu_last_samples as (
     group by gpu_uuid
 ),
 
+site_days as (
+    -- the day at each site: from its local midnight to the next, in the site's zone
+    select
+        *,
+        timezone(zone, $day::timestamp) as day_start,
+        timezone(zone, ($day + 1)::timestamp) as day_end,
+    from (
+        select
+            episodes.*,
+            coalesce(
+                json_transform($site_zones, '"MAP(VARCHAR, VARCHAR)"')[episodes.cluster],
+                $timezone
+            ) as zone,
+        from episodes
+    )
+),
+
 day_episodes as (
     select
-        episodes.*,
-        episodes.end_ts >= gpu_last_samples.last_ts as is_open,
-    from episodes
-    inner join gpu_last_samples on gpu_last_samples.gpu_uuid = episodes.gpu_uuid
-    where episodes.is_waste
-        and (episodes."user" is not null or episodes.attributed_by = 'allocation')
-        and episodes.start_ts < $day_end
-        and episodes.end_ts >= $day_start
+        site_days.*,
+        site_days.end_ts >= gpu_last_samples.last_ts as is_open,
+    from site_days
+    inner join gpu_last_samples on gpu_last_samples.gpu_uuid = site_days.gpu_uuid
+    where site_days.is_waste
+        and (site_days."user" is not null or site_days.attributed_by = 'allocation')
+        and site_days.start_ts < site_days.day_end
+        and site_days.end_ts >= site_days.day_start
 ),
 
 final as (
@@ -78,7 +97,7 @@ final as (
         ) as is_sent,
         day_episodes.cluster,
     from day_episodes
-    where day_episodes.end_ts < $day_end or day_episodes.is_open
+    where day_episodes.end_ts < day_episodes.day_end or day_episodes.is_open
 )
 
 select * from final
@@ -205,14 +224,6 @@ class Contacts:
     teams: dict[str, Team] = field(default_factory=dict)
 
 
-def day_bounds(day: dt.date, timezone: str) -> tuple[dt.datetime, dt.datetime]:
-    """[start, end) of a local day: its midnight and the next one (23 or 25 hours at DST)."""
-    zone = zoneinfo.ZoneInfo(timezone)
-    start = dt.datetime.combine(day, dt.time(), tzinfo=zone)
-    end = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=zone)
-    return start, end
-
-
 def yesterday(timezone: str, now: dt.datetime | None = None) -> dt.date:
     """The local date before today's in `timezone`."""
     moment = now or dt.datetime.now(dt.UTC)
@@ -229,14 +240,21 @@ def _has_tables(con: duckdb.DuckDBPyConnection, *names: str) -> bool:
     return bool(row and row[0] == len(names))
 
 
-def day_episodes(con: duckdb.DuckDBPyConnection, day: dt.date, timezone: str) -> list[WasteEpisode]:
-    """The day's waste episodes with a user, sent or not, by user and start."""
+def day_episodes(
+    con: duckdb.DuckDBPyConnection,
+    day: dt.date,
+    timezone: str,
+    sites: Iterable[tuple[str, str]] = (),
+) -> list[WasteEpisode]:
+    """The day's waste episodes with a user, sent or not, by user and start: `day` is the
+    local date at each host's site, in its zone of `sites` ((site, zone) pairs: the
+    configuration's [clusters.<site>] timezone), else in `timezone`."""
     if not _has_tables(con, "idle_episodes", "gpu_team_daily"):
         raise GpufleetError("the warehouse has no idle_episodes yet; run 'gpufleet build' first")
-    start, end = day_bounds(day, timezone)
     sql = _DAY_EPISODES_SQL.format(sent=sent_episodes_sql(con))
     zone = zoneinfo.ZoneInfo(timezone)
-    rows = con.execute(sql, {"day_start": start, "day_end": end}).fetchall()
+    parameters = {"day": day, "timezone": timezone, "site_zones": json.dumps(dict(sites))}
+    rows = con.execute(sql, parameters).fetchall()
     return [
         WasteEpisode(
             episode_id=int(row[0]),

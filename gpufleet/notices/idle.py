@@ -156,7 +156,7 @@ def _left_out(plan: NoticePlan) -> list[str]:
 
 
 def _plan(con: duckdb.DuckDBPyConnection, config: Config, day: dt.date) -> NoticePlan:
-    episodes = day_episodes(con, day, config.timezone)
+    episodes = day_episodes(con, day, config.timezone, config.sites)
     return plan_notices(day, episodes, read_contacts(con), config.notify)
 
 

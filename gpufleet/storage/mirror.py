@@ -1,15 +1,17 @@
-"""`raw_location = "s3://bucket/prefix"`: before an ingest lists its files, the new and changed
-objects under `<prefix>/samples/`, `<prefix>/allocations/` and `<prefix>/jobs/` are copied
-into the local `<data_dir>/raw/...` at the same relative path, each under a temporary `.`
-name, flushed and renamed, so that everything after it (batches, quarantine, a file changed
-after it was loaded) works on local files as it always has.
+"""`raw_location = "s3://bucket/prefix"` (and each `[clusters.<site>] raw_location`):
+before an ingest lists its files, the new and changed objects under `<prefix>/samples/`,
+`<prefix>/allocations/` and `<prefix>/jobs/` are copied into the local `<data_dir>/raw/...`
+at the same relative path (a site's: in its site's folders and names, `local_path`), each
+under a temporary `.` name, flushed and renamed, so that everything after it (batches,
+quarantine, a file changed after it was loaded) works on local files as it always has.
 
 An object is judged by its listing: one whose (key, size, last-modified time) is the one
 recorded at its last copy is not looked at again; any other is opened, and copied unless its
 ETag is the one recorded (the same bytes uploaded again). The record is
-`<data_dir>/raw/.s3-objects.jsonl`, a line per copy (the last line of a key wins), appended
-only after the copy is renamed into place: a crash in between copies the object again, with
-the same content, which the ingest then finds to hold the rows it loaded.
+`<data_dir>/raw/.s3-objects.jsonl`, a line per copy naming its location and key (the last
+line of a location's key wins: two stores' same key are two objects), appended only after
+the copy is renamed into place: a crash in between copies the object again, with the same
+content, which the ingest then finds to hold the rows it loaded.
 
 S3's last-modified time counts whole seconds: an object overwritten with as many bytes
 within the second of its copy is not seen to change.
@@ -26,9 +28,11 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from gpufleet.collectors.schema import folder_host, host_folder
 from gpufleet.config import Config
+from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
-from gpufleet.storage.s3 import S3_SCHEME, S3Location, describe_error, s3_filesystem
+from gpufleet.storage.s3 import S3Location, describe_error, s3_filesystem
 
 logger = logging.getLogger("gpufleet.ingest")
 
@@ -36,6 +40,9 @@ RECORD_NAME = ".s3-objects.jsonl"
 # The folders copied, each with the files its local reader takes.
 FOLDERS = (("samples", ".parquet"), ("allocations", ".csv"), ("jobs", ".csv"))
 _CHUNK_BYTES = 8 * 1024 * 1024
+# The ETag recorded for an object not copied (`local_path` found no place for it): warned
+# about once, and again only when it changes.
+REFUSED = "-"
 
 
 @dataclass(frozen=True)
@@ -54,57 +61,126 @@ class MirrorResult:
     copied: int  # copied this time (new, or changed since their last copy)
 
 
+@dataclass(frozen=True)
+class RawSource:
+    """One store the ingest copies from: the top-level `raw_location` (site None: each
+    object at its own relative path), or a site's `[clusters.<site>] raw_location` (every
+    sample file the site's, placed in a `host=<host>@<site>` folder; docs/sites.md)."""
+
+    location: S3Location
+    site: str | None = None
+
+
+def raw_sources(config: Config) -> list[RawSource]:
+    """The configured stores, the top-level one first."""
+    sources = [RawSource(S3Location.parse(config.raw_location))] if config.raw_location else []
+    sources += [RawSource(S3Location.parse(url), site) for site, url in config.site_locations]
+    return sources
+
+
 def reads_object_storage(config: Config) -> bool:
-    return config.raw_location.startswith(S3_SCHEME)
+    return bool(raw_sources(config))
 
 
 def mirror_raw_location(
     config: Config, *, filesystem: pafs.FileSystem | None = None
-) -> MirrorResult | None:
-    """Copy the new and changed objects of `config.raw_location` into `<data_dir>/raw`;
-    None when the raw files are local. GpufleetError, in one line naming the location,
-    when the store cannot be listed or read: the objects copied before it are whole and
-    recorded, and nothing half-copied is left visible."""
-    if not reads_object_storage(config):
-        return None
-    location = S3Location.parse(config.raw_location)
+) -> list[MirrorResult]:
+    """Copy the new and changed objects of `raw_location` and of each site's into
+    `<data_dir>/raw`; one result per store (none when the raw files are local).
+    GpufleetError, in one line naming the location, when a store cannot be listed or read:
+    the objects copied before it are whole and recorded, and nothing half-copied is left
+    visible."""
+    sources = raw_sources(config)
+    if not sources:
+        return []
     raw_dir = config.data_dir / "raw"
     record_path = raw_dir / RECORD_NAME
-    record, lines = _read_record(record_path, location)
-    copied = listed = 0
-    keys: set[str] = set()
-    try:
-        fs = filesystem or s3_filesystem(
-            endpoint_url=config.s3.endpoint_url, region=config.s3.region
-        )
-        raw_dir.mkdir(parents=True, exist_ok=True)
-        with record_path.open("a", encoding="utf-8") as log:
-            for folder, suffix in FOLDERS:
-                for info in _objects(fs, location, folder, suffix):
-                    listed += 1
-                    relative = location.relative(info.path)
-                    keys.add(relative)
-                    known = record.get(relative)
-                    if known and (known.size_bytes, known.mtime_ns) == (info.size, info.mtime_ns):
-                        continue
-                    seen = _copy(fs, info, raw_dir / relative, known)
-                    copied += seen.etag != (known.etag if known else None)
-                    record[relative] = seen
-                    log.write(json.dumps(_line(location, relative, seen)) + "\n")
-                    log.flush()
-                    lines += 1
-            os.fsync(log.fileno())
-    except OSError as exc:
-        endpoint = f" at {config.s3.endpoint_url}" if config.s3.endpoint_url else ""
-        raise GpufleetError(
-            f"cannot read the raw files from {location.url}{endpoint}: {describe_error(exc)} "
-            f"({copied} new file(s) copied before are kept for the next ingest)"
-        ) from exc
-    if lines > 2 * len(keys) + 1000:  # mostly lines of objects copied again or gone
-        _rewrite_record(record_path, location, {key: record[key] for key in sorted(keys)})
-    if copied:
-        logger.info("copied %d new or changed file(s) of %s into %s", copied, location.url, raw_dir)
-    return MirrorResult(location.url, listed, copied)
+    records, lines = _read_record(record_path)
+    results: list[MirrorResult] = []
+    keys: dict[str, set[str]] = {}
+    fs = filesystem
+    for source in sources:
+        location = source.location
+        record = records.setdefault(location.url, {})
+        listed = copied = 0
+        keys[location.url] = seen_keys = set()
+        try:
+            fs = fs or s3_filesystem(endpoint_url=config.s3.endpoint_url, region=config.s3.region)
+            raw_dir.mkdir(parents=True, exist_ok=True)
+            with record_path.open("a", encoding="utf-8") as log:
+                for folder, suffix in FOLDERS:
+                    for info in _objects(fs, location, folder, suffix):
+                        listed += 1
+                        relative = location.relative(info.path)
+                        seen_keys.add(relative)
+                        known = record.get(relative)
+                        if known and (known.size_bytes, known.mtime_ns) == (
+                            info.size,
+                            info.mtime_ns,
+                        ):
+                            continue
+                        target = local_path(relative, source.site)
+                        if target is None:
+                            logger.warning(printable(_refused(location, relative, source.site)))
+                            seen = Copied(info.size, info.mtime_ns, REFUSED)
+                        else:
+                            seen = _copy(fs, info, raw_dir / target, known)
+                            copied += seen.etag != (known.etag if known else None)
+                        record[relative] = seen
+                        log.write(json.dumps(_line(location, relative, seen)) + "\n")
+                        log.flush()
+                        lines += 1
+                os.fsync(log.fileno())
+        except OSError as exc:
+            endpoint = f" at {config.s3.endpoint_url}" if config.s3.endpoint_url else ""
+            raise GpufleetError(
+                f"cannot read the raw files from {location.url}{endpoint}: "
+                f"{describe_error(exc)} ({copied} new file(s) copied before are kept for the "
+                "next ingest)"
+            ) from exc
+        if copied:
+            logger.info(
+                "copied %d new or changed file(s) of %s into %s", copied, location.url, raw_dir
+            )
+        results.append(MirrorResult(location.url, listed, copied))
+    if (
+        lines > 2 * sum(map(len, keys.values())) + 1000
+    ):  # mostly lines of objects copied again or gone
+        kept = {
+            url: {key: records[url][key] for key in sorted(found)} for url, found in keys.items()
+        }
+        _rewrite_record(record_path, kept)
+    return results
+
+
+def local_path(relative: str, site: str | None) -> str | None:
+    """Where the object `relative` (below its location) goes below `<data_dir>/raw`: the
+    same path for the top-level location; for a site's, a sample file's `host=<host>`
+    folder becomes `host=<host>@<site>` and an allocation or job file's `<name>.csv`
+    becomes `<name>@<site>.csv` (two sites' files of one name stay two). None: a sample
+    file of a site's store outside a `host=` folder, or in one that names another site."""
+    if site is None:
+        return relative
+    parts = relative.split("/")
+    if parts[0] != "samples":
+        stem, dot, suffix = parts[-1].rpartition(".")
+        parts[-1] = f"{stem}@{site}{dot}{suffix}"
+        return "/".join(parts)
+    for index, part in enumerate(parts[1:-1], start=1):
+        if part.startswith("host="):
+            host, named = folder_host(part.removeprefix("host="))
+            if named not in (None, site):
+                return None
+            parts[index] = "host=" + host_folder(host, site)
+            return "/".join(parts)
+    return None
+
+
+def _refused(location: S3Location, relative: str, site: str | None) -> str:
+    return (
+        f"{location.url}/{relative}: not copied: a sample file of site {site}'s raw_location "
+        f"must be in a host=<host>/ or host=<host>@{site}/ folder, not another site's"
+    )
 
 
 def _objects(
@@ -174,32 +250,33 @@ def _line(location: S3Location, relative: str, seen: Copied) -> dict[str, object
     }
 
 
-def _read_record(path: Path, location: S3Location) -> tuple[dict[str, Copied], int]:
-    """The last copy of each object of `location` (a torn last line is skipped), and the
-    number of lines."""
-    record: dict[str, Copied] = {}
+def _read_record(path: Path) -> tuple[dict[str, dict[str, Copied]], int]:
+    """The last copy of each object, by location and key (a torn last line is skipped),
+    and the number of lines."""
+    records: dict[str, dict[str, Copied]] = {}
     count = 0
     with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as lines:
         for text in lines:
             count += 1
             try:
                 line = json.loads(text)
-                if line["location"] == location.url:
-                    record[line["key"]] = Copied(
-                        int(line["size_bytes"]), int(line["mtime_ns"]), str(line["etag"])
-                    )
+                records.setdefault(str(line["location"]), {})[line["key"]] = Copied(
+                    int(line["size_bytes"]), int(line["mtime_ns"]), str(line["etag"])
+                )
             except (ValueError, KeyError, TypeError):
                 continue
-    return record, count
+    return records, count
 
 
-def _rewrite_record(path: Path, location: S3Location, record: dict[str, Copied]) -> None:
-    """The record of the objects listed now, one line each (another location's lines go:
-    the record serves the configured location alone)."""
+def _rewrite_record(path: Path, records: dict[str, dict[str, Copied]]) -> None:
+    """The record of the objects listed now, one line each (a location no longer configured
+    goes: the record serves the configured locations alone)."""
     temporary = path.with_name(f"{path.name}.tmp")
     with temporary.open("w", encoding="utf-8") as out:
-        for key, seen in record.items():
-            out.write(json.dumps(_line(location, key, seen)) + "\n")
+        for url, record in records.items():
+            location = S3Location.parse(url)
+            for key, seen in record.items():
+                out.write(json.dumps(_line(location, key, seen)) + "\n")
         out.flush()
         os.fsync(out.fileno())
     os.replace(temporary, path)

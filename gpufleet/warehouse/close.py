@@ -66,23 +66,45 @@ class Closing:
 
 
 def _checked_month(
-    config: Config, month: str, today: dt.date | None, *, closing: bool
+    month: str, today: dt.date | dt.datetime | None, zones: list[str], *, closing: bool
 ) -> tuple[dt.date, dt.date]:
     """The month's first day and the next month's; one-line errors for a month that is not
-    one, one in the future and (`closing`) one not over yet."""
+    one, one in the future in every zone of `zones` and (`closing`) one not over yet in one
+    of them. `today` is a local date of every zone, or an instant (default: now) that each
+    zone has its own date of."""
     try:
         first, next_first = month_days(month)
     except ValueError as exc:
         raise GpufleetError(str(exc)) from exc
-    day = today or dt.datetime.now(zoneinfo.ZoneInfo(config.timezone)).date()
-    if first > day:
-        raise GpufleetError(f"{month} is in the future ({config.timezone})")
-    if closing and next_first > day:
+    days = {zone: _local_date(today, zone) for zone in zones}
+    if all(first > day for day in days.values()):
+        raise GpufleetError(f"{month} is in the future ({', '.join(days)})")
+    not_over = [zone for zone, day in days.items() if next_first > day]
+    if closing and not_over:
         raise GpufleetError(
-            f"{month} is not over yet: it ends {next_first} 00:00 {config.timezone}; close it "
+            f"{month} is not over yet: it ends {next_first} 00:00 {not_over[0]}; close it "
             "after that, once its samples are in and built"
         )
     return first, next_first
+
+
+def _local_date(today: dt.date | dt.datetime | None, zone: str) -> dt.date:
+    if isinstance(today, dt.datetime):
+        return today.astimezone(zoneinfo.ZoneInfo(zone)).date()
+    return today or dt.datetime.now(zoneinfo.ZoneInfo(zone)).date()
+
+
+def _site_zones(con: duckdb.DuckDBPyConnection, config: Config, cluster: str | None) -> list[str]:
+    """The time zones of the days closed: site `cluster`'s, or (None) those of every site
+    the marts hold ([clusters.<site>] timezone, else the configured one), sorted."""
+    if cluster is not None:
+        return [config.site_timezone(cluster)]
+    sites = (
+        con.execute("select distinct cluster from main.team_daily").fetchall()
+        if has_table(con, "team_daily")
+        else []
+    )
+    return sorted({config.site_timezone(site) for (site,) in sites}) or [config.timezone]
 
 
 def _closed(con: duckdb.DuckDBPyConnection, month: str) -> dict[str | None, dt.datetime]:
@@ -112,12 +134,14 @@ def close_month(
     month: str,
     *,
     cluster: str | None = None,
-    today: dt.date | None = None,
+    today: dt.date | dt.datetime | None = None,
 ) -> Closing:
-    """Close `month` (YYYY-MM, local dates) for every site, or for site `cluster`, on a
-    writer's connection."""
-    first, next_first = _checked_month(config, month, today, closing=True)
+    """Close `month` (YYYY-MM, local dates of each site's zone) for every site, or for site
+    `cluster`, on a writer's connection: once it is over in the zone of every site closed
+    (`today`: see _checked_month)."""
     _check_site(cluster)
+    zones = _site_zones(con, config, cluster)
+    first, next_first = _checked_month(month, today, zones, closing=True)
     ensure_kept_tables(con)
     closed = _closed(con, month)
     for site in (None, cluster):
@@ -149,20 +173,15 @@ def close_month(
         rows = keep_days(
             con, f"{_MONTH_DAYS} and cluster = $cluster", {**params, "cluster": cluster}
         )
-    _keep_showback(con, config, month, cluster)
+    _keep_showback(con, month, cluster)
     con.execute("insert into main.closed_periods values (?, ?, now())", [month, cluster])
     return Closing(month=month, cluster=cluster, closed=True, rows=rows)
 
 
-def _keep_showback(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    month: str,
-    cluster: str | None,
-) -> None:
+def _keep_showback(con: duckdb.DuckDBPyConnection, month: str, cluster: str | None) -> None:
     """The month's showback rows as `export showback` computes them now: of site `cluster`,
     or (None) of every site not closed before."""
-    params = showback_params(config, month)
+    params = showback_params(month)
     con.execute(
         f"create table if not exists {SHOWBACK_TABLE} as from ({SHOWBACK_SQL}) limit 0", params
     )
@@ -179,12 +198,13 @@ def reopen_month(
     month: str,
     *,
     cluster: str | None = None,
-    today: dt.date | None = None,
+    today: dt.date | dt.datetime | None = None,
 ) -> Closing:
     """Reopen `month` (every site closed in it, or site `cluster`) on a writer's
     connection: the next build recomputes it."""
     _check_site(cluster)
-    first, next_first = _checked_month(config, month, today, closing=False)
+    zones = _site_zones(con, config, cluster)
+    first, next_first = _checked_month(month, today, zones, closing=False)
     ensure_kept_tables(con)
     closed = _closed(con, month)
     if cluster is not None and None in closed:
@@ -192,6 +212,7 @@ def reopen_month(
     if not closed or (cluster is not None and cluster not in closed):
         raise GpufleetError(f"{month} is not closed{_site(cluster)}")
     set_variables(con, config)
+    con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # RUN_DAY's zones
     params: dict[str, object] = {"first": first, "next": next_first}
     if cluster is None:
         forget_days(con, _MONTH_DAYS, params)
@@ -218,7 +239,7 @@ def close(
     month: str,
     *,
     cluster: str | None = None,
-    today: dt.date | None = None,
+    today: dt.date | dt.datetime | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Closing:
     """`gpufleet close --month`: one published transaction (no Prefect)."""
@@ -231,7 +252,7 @@ def reopen(
     month: str,
     *,
     cluster: str | None = None,
-    today: dt.date | None = None,
+    today: dt.date | dt.datetime | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Closing:
     """`gpufleet reopen --month`: one published transaction (no Prefect)."""

@@ -1,8 +1,11 @@
--- Allocations cut into disjoint segments (start_ts, end_ts] per host and GPU index, each
--- holding the allocation that wins there: among those covering it, the latest start_ts
--- (ties: the later end, then the larger job_id). An open allocation runs to infinity.
+-- Allocations cut into disjoint segments (start_ts, end_ts] per host at its site
+-- (int_hosts' host_id) and GPU index, each holding the allocation that wins there: among
+-- those covering it, the latest start_ts (ties: the later end, then the larger job_id). An
+-- open allocation runs to infinity. A row with a cluster covers the host of its name at
+-- that site (or at no site: a fleet without sites whose scheduler names its cluster), one
+-- without the host of its name at every site; so two sites' rows never share a segment.
 -- Each segment is listed once per UTC hour it overlaps that has samples, so
--- samples find their allocation with an equi-join on (host, gpu_index, hour) and a range
+-- samples find their allocation with an equi-join on (host_id, gpu_index, hour) and a range
 -- check (docs/reference.md#attribution, rule 1): no sort of the samples, unlike an ASOF
 -- join. The job and user are their integer ids (int_jobs, int_users), as
 -- samples_attributed_rows stores them.
@@ -42,34 +45,42 @@ allocations_with_team as (
         -- no team of its own: users.csv's, which int_samples_attributed takes per sample
         -- for a user with dated rows (int_user_teams)
         allocations.team is null as team_from_users,
-        allocations.host,
+        -- allocations on hosts without samples have nothing to attribute
+        hosts.host_id,
         allocations.gpu_index,
         allocations.start_ts,
         allocations.end_ts,
     from allocations
+    inner join hosts
+        on hosts.host = allocations.host
+        and (
+            allocations.cluster is null
+            or hosts.cluster is null
+            or hosts.cluster = allocations.cluster
+        )
     left join users on users."user" = allocations."user" and users.valid_from is null
     where allocations.end_ts is null or allocations.end_ts > allocations.start_ts
 ),
 
 boundaries as (
-    select host, gpu_index, start_ts as boundary_ts, from allocations_with_team
+    select host_id, gpu_index, start_ts as boundary_ts, from allocations_with_team
     union
-    select host, gpu_index, end_ts as boundary_ts, from allocations_with_team
+    select host_id, gpu_index, end_ts as boundary_ts, from allocations_with_team
     where end_ts is not null
 ),
 
 segments as (
     select
-        host,
+        host_id,
         gpu_index,
         boundary_ts as start_ts,
-        lead(boundary_ts) over (partition by host, gpu_index order by boundary_ts) as end_ts,
+        lead(boundary_ts) over (partition by host_id, gpu_index order by boundary_ts) as end_ts,
     from boundaries
 ),
 
 covering as (
     select
-        segments.host,
+        segments.host_id,
         segments.gpu_index,
         segments.start_ts,
         segments.end_ts,
@@ -88,7 +99,7 @@ covering as (
         ) as winner,
     from segments
     inner join allocations_with_team
-        on allocations_with_team.host = segments.host
+        on allocations_with_team.host_id = segments.host_id
         and allocations_with_team.gpu_index = segments.gpu_index
         and allocations_with_team.start_ts <= segments.start_ts
         and (
@@ -125,7 +136,7 @@ segment_hours as (
 
 final as (
     select
-        hosts.host_id,
+        segment_hours.host_id,
         segment_hours.gpu_index,
         segment_hours.hour,
         segment_hours.start_us,
@@ -137,8 +148,6 @@ final as (
         teams.team_id,
         segment_hours.winner.team_from_users,
     from segment_hours
-    -- allocations on hosts without samples have nothing to attribute
-    inner join hosts on hosts.host = segment_hours.host
     inner join teams on teams.team = segment_hours.winner.team
     left join job_keys on job_keys.job_id = segment_hours.winner.job_id
     left join user_ids on user_ids."user" = segment_hours.winner."user"

@@ -1,6 +1,7 @@
 -- The owning team of each host that a dated hosts.csv row's glob matches, per period: from
--- the local midnight of one valid_from among its matching rows (or the start of time) to
--- the next one's, as epoch microseconds [from_us, to_us), with the team the rules in force
+-- the local midnight (in the zone of the host's site, int_hosts.timezone) of one valid_from
+-- among its matching rows (or the start of time) to the next one's, as epoch microseconds
+-- [from_us, to_us), with the team the rules in force
 -- then give (dated_glob_values, sql/_macros.sql; docs/reference.md#valid-from). Resolved on
 -- the hosts and their few dates, not per sample; hosts no dated row matches are not here
 -- (their team is int_hosts'), so a hosts.csv without valid_from leaves this table empty.
@@ -51,10 +52,15 @@ host_teams as (
 final as (
     select
         host_teams.key as host_id,
-        coalesce(local_midnight_us(host_teams.valid_from), -9223372036854775808) as from_us,
-        coalesce(local_midnight_us(host_teams.valid_to), 9223372036854775807) as to_us,
+        coalesce(
+            local_midnight_us(host_teams.valid_from, hosts.timezone), -9223372036854775808
+        ) as from_us,
+        coalesce(
+            local_midnight_us(host_teams.valid_to, hosts.timezone), 9223372036854775807
+        ) as to_us,
         teams.team_id,
     from host_teams
+    inner join hosts on hosts.host_id = host_teams.key
     left join teams on teams.team = host_teams.value
 )
 

@@ -26,7 +26,7 @@ users as (
 ),
 
 -- users and hosts with dated users.csv / hosts.csv rows: their team per period (empty
--- without valid_from)
+-- without valid_from), from the local midnights of the sample's site (a user's per zone)
 user_teams as (
     select * from int_user_teams
 ),
@@ -51,6 +51,7 @@ with_host as (
     select
         samples.*,
         hosts.host_id,
+        hosts.cluster as host_cluster,
         hosts.timezone_id,
         case
             when host_teams.host_id is not null then host_teams.team_id else hosts.team_id
@@ -185,12 +186,20 @@ attributed as (
                 end
             else users.user_id
         end
+        and user_teams.timezone_id = with_evidence.timezone_id
         and with_evidence.ts_us >= user_teams.from_us
         and with_evidence.ts_us < user_teams.to_us
     left join job_teams
         on job_teams.job_id = with_evidence.evidence_job_id
         and with_evidence.ts_us >= job_teams.from_us
         and with_evidence.ts_us < job_teams.to_us
+        -- an id of two Slurm clusters: the spans of the host's site's cluster (int_job_teams)
+        and case
+            when job_teams.site is null
+                then with_evidence.host_cluster is null
+                or not list_contains(job_teams.own_sites, with_evidence.host_cluster)
+            else job_teams.site = with_evidence.host_cluster
+        end
 ),
 
 final as (

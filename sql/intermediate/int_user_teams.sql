@@ -1,9 +1,10 @@
--- The team of each user that users.csv gives dated rows (valid_from), per period: from the
--- local midnight of one valid_from (or the start of time: the undated row, else no team) to
--- the next one's, as epoch microseconds [from_us, to_us). A row applies from its date on
--- and wins over the undated one (docs/reference.md#valid-from). Resolved on the users and
--- their few dates, not per sample: int_samples_attributed finds a sample's period with
--- an equi-join on the user and a range check. Users without dated rows are not here (their
+-- The team of each user that users.csv gives dated rows (valid_from), per period and time
+-- zone of a site (int_hosts.timezone_id): from the local midnight in that zone of one
+-- valid_from (or the start of time: the undated row, else no team) to the next one's, as
+-- epoch microseconds [from_us, to_us). A row applies from its date on, local to the site
+-- of the sample, and wins over the undated one (docs/reference.md#valid-from). Resolved on
+-- the users, their few dates and the few zones, not per sample: int_samples_attributed
+-- finds a sample's period with an equi-join on the user and zone and a range check. Users without dated rows are not here (their
 -- team is int_users'), so a users.csv without valid_from leaves this table empty.
 with reference_users as (
     select * from stg_users
@@ -15,6 +16,14 @@ users as (
 
 teams as (
     select * from int_teams
+),
+
+hosts as (
+    select * from int_hosts
+),
+
+zones as (
+    select distinct timezone_id, timezone, from hosts
 ),
 
 dated_users as (
@@ -54,11 +63,17 @@ periods as (
 final as (
     select
         users.user_id,
-        coalesce(local_midnight_us(periods.valid_from), -9223372036854775808) as from_us,
-        coalesce(local_midnight_us(periods.valid_to), 9223372036854775807) as to_us,
+        zones.timezone_id,
+        coalesce(
+            local_midnight_us(periods.valid_from, zones.timezone), -9223372036854775808
+        ) as from_us,
+        coalesce(
+            local_midnight_us(periods.valid_to, zones.timezone), 9223372036854775807
+        ) as to_us,
         teams.team_id,
     from periods
     inner join users on users."user" = periods."user"
+    cross join zones
     left join teams on teams.team = periods.team
 )
 

@@ -7,6 +7,10 @@
 -- build's temp macros and models are gone when it is read): gpu_hourly and run_pieces are
 -- grouped by job, the waste cost is each waste piece's share of its episode's waste_usd
 -- (no price lookup here), and the Slurm and allocation facts are read from the raw tables.
+-- A job is its id at its site (docs/sites.md): the samples of job 4242 at site-a and at
+-- site-b are two jobs, each with the allocation rows and Slurm record of its cluster (a
+-- row or record of no cluster, or of a cluster that no site of the id's samples is named
+-- after, belongs to each of them); an id whose samples have no site is one job, as before.
 with hours as (
     select * from gpu_hourly
 ),
@@ -40,6 +44,7 @@ people as (
     -- the team and user the job's samples of the model were attributed to (one per job in
     -- practice; else the one with the most hours)
     select
+        cluster,
         job_id,
         gpu_name,
         team,
@@ -51,6 +56,7 @@ people as (
 
 sample_people as (
     select
+        cluster,
         job_id,
         gpu_name,
         arg_max(team, {'observed_s': observed_s, 'team': team}) as team,
@@ -62,6 +68,8 @@ sample_people as (
 
 sample_sums as (
     select
+        -- the site of the job's samples' hosts (null: hosts of no site)
+        cluster,
         job_id,
         gpu_name,
         sum(observed_s) as observed_s,
@@ -75,14 +83,14 @@ sample_sums as (
         count(distinct gpu_uuid) as gpus,
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
-        -- the site of the job's samples (one in practice), for a job Slurm's record lacks
-        max(cluster) as cluster,
     from job_hours
     group by all
 ),
 
-last_samples as (
+job_sites as (
+    -- each job at its site, with its last sample
     select
+        cluster,
         job_id,
         max(last_ts) as last_ts,
     from job_hours
@@ -92,6 +100,7 @@ last_samples as (
 waste_sums as (
     -- the job's pieces of waste episodes; each piece's share of its episode's cost
     select
+        pieces.cluster,
         pieces.first_job_id as job_id,
         pieces.gpu_name,
         sum(pieces.seconds) as waste_s,
@@ -116,20 +125,44 @@ job_allocations as (
         gpu_index,
         start_ts,
         end_ts,
+        nullif(trim(cluster), '') as cluster,
     from allocation_rows
     where nullif(trim(job_id), '') is not null
+),
+
+sited_allocations as (
+    -- each row with the job at each site it covers that has samples (its cluster's, or
+    -- every site's for a row of no cluster or samples of hosts of no site), else alone
+    select
+        job_allocations.*,
+        case
+            when job_sites.job_id is not null then job_sites.cluster
+            else job_allocations.cluster
+        end as key_cluster,
+        job_sites.job_id is not null as has_samples,
+        job_sites.last_ts,
+    from job_allocations
+    left join job_sites
+        on job_sites.job_id = job_allocations.job_id
+        and (
+            job_allocations.cluster is null
+            or job_sites.cluster is null
+            or job_sites.cluster = job_allocations.cluster
+        )
 ),
 
 allocation_sums as (
     -- an open row counts up to the job's last sample (none: 0)
     select
+        job_allocations.key_cluster as cluster,
         job_allocations.job_id,
+        bool_or(job_allocations.has_samples) as has_samples,
         count(distinct (job_allocations.host, job_allocations.gpu_index)) as gpus,
         sum(
             greatest(
                 coalesce(
                     epoch(
-                        coalesce(job_allocations.end_ts, last_samples.last_ts)
+                        coalesce(job_allocations.end_ts, job_allocations.last_ts)
                         - job_allocations.start_ts
                     ),
                     0
@@ -144,15 +177,17 @@ allocation_sums as (
             filter (where job_allocations."user" is not null) as "user",
         arg_max(job_allocations.team, job_allocations.start_ts)
             filter (where job_allocations.team is not null) as team,
-    from job_allocations
-    left join last_samples on last_samples.job_id = job_allocations.job_id
+        arg_max(job_allocations.cluster, job_allocations.start_ts)
+            filter (where job_allocations.cluster is not null) as allocation_cluster,
+    from sited_allocations as job_allocations
     group by all
 ),
 
 latest_slurm_jobs as (
-    -- a requeued job's latest start
+    -- a requeued job's latest start, per cluster
     select
         trim(job_id) as job_id,
+        nullif(trim(cluster), '') as cluster,
         arg_max(
             {
                 'cluster': nullif(trim(cluster), ''),
@@ -164,44 +199,74 @@ latest_slurm_jobs as (
                 'start_ts': start_ts,
                 'end_ts': end_ts,
             },
-            {'start_ts': start_ts, 'cluster': cluster}
+            start_ts
         ) as job,
     from slurm_job_rows
     group by all
 ),
 
 keys as (
-    select job_id, gpu_name, from sample_sums
+    select cluster, job_id, gpu_name, from sample_sums
     union all
-    select job_id, null as gpu_name, from allocation_sums
-    where job_id not in (select job_id from sample_sums)
+    select cluster, job_id, null as gpu_name, from allocation_sums
+    where not has_samples
+),
+
+key_jobs as (
+    select distinct cluster, job_id, from keys
+),
+
+slurm_of_keys as (
+    -- the record of the job's own cluster, else one of a cluster that no site of the id's
+    -- jobs is named after (a fleet whose hosts have no site: the id's latest start)
+    select
+        key_jobs.cluster,
+        key_jobs.job_id,
+        arg_max(
+            latest_slurm_jobs.job,
+            {
+                'own': latest_slurm_jobs.cluster is not distinct from key_jobs.cluster,
+                'start_ts': latest_slurm_jobs.job.start_ts,
+                'cluster': latest_slurm_jobs.cluster,
+            }
+        ) as job,
+    from key_jobs
+    inner join latest_slurm_jobs on latest_slurm_jobs.job_id = key_jobs.job_id
+    where latest_slurm_jobs.cluster is not distinct from key_jobs.cluster
+        or latest_slurm_jobs.cluster is null
+        or latest_slurm_jobs.cluster not in (
+            select other.cluster from key_jobs as other
+            where other.job_id = key_jobs.job_id and other.cluster is not null
+        )
+    group by all
 ),
 
 final as (
     select
         keys.job_id,
         keys.gpu_name,
-        coalesce(latest_slurm_jobs.job.cluster, sample_sums.cluster) as cluster,
+        coalesce(keys.cluster, slurm_of_keys.job.cluster, allocation_sums.allocation_cluster)
+            as cluster,
         coalesce(
-            latest_slurm_jobs.job."user", allocation_sums."user", sample_people."user"
+            slurm_of_keys.job."user", allocation_sums."user", sample_people."user"
         ) as "user",
         coalesce(
             sample_people.team,
-            latest_slurm_jobs.job.team,
+            slurm_of_keys.job.team,
             allocation_sums.team,
             reference_users.team,
             '(unmapped)'
         ) as team,
-        latest_slurm_jobs.job.account,
-        latest_slurm_jobs.job.partition,
-        latest_slurm_jobs.job.state,
+        slurm_of_keys.job.account,
+        slurm_of_keys.job.partition,
+        slurm_of_keys.job.state,
         case
-            when latest_slurm_jobs.job_id is not null then latest_slurm_jobs.job.start_ts
+            when slurm_of_keys.job_id is not null then slurm_of_keys.job.start_ts
             when allocation_sums.job_id is not null then allocation_sums.start_ts
             else sample_sums.first_ts
         end as start_ts,
         case
-            when latest_slurm_jobs.job_id is not null then latest_slurm_jobs.job.end_ts
+            when slurm_of_keys.job_id is not null then slurm_of_keys.job.end_ts
             when allocation_sums.job_id is not null then allocation_sums.end_ts
             else sample_sums.last_ts
         end as end_ts,
@@ -221,19 +286,26 @@ final as (
         sample_sums.energy_j / 3.6e6 as energy_kwh,
     from keys
     left join sample_sums
-        on sample_sums.job_id = keys.job_id
+        on sample_sums.cluster is not distinct from keys.cluster
+        and sample_sums.job_id = keys.job_id
         and sample_sums.gpu_name is not distinct from keys.gpu_name
     left join sample_people
-        on sample_people.job_id = keys.job_id
+        on sample_people.cluster is not distinct from keys.cluster
+        and sample_people.job_id = keys.job_id
         and sample_people.gpu_name is not distinct from keys.gpu_name
     left join waste_sums
-        on waste_sums.job_id = keys.job_id
+        on waste_sums.cluster is not distinct from keys.cluster
+        and waste_sums.job_id = keys.job_id
         and waste_sums.gpu_name is not distinct from keys.gpu_name
-    left join allocation_sums on allocation_sums.job_id = keys.job_id
-    left join latest_slurm_jobs on latest_slurm_jobs.job_id = keys.job_id
+    left join allocation_sums
+        on allocation_sums.cluster is not distinct from keys.cluster
+        and allocation_sums.job_id = keys.job_id
+    left join slurm_of_keys
+        on slurm_of_keys.cluster is not distinct from keys.cluster
+        and slurm_of_keys.job_id = keys.job_id
     left join reference_users
         on reference_users."user"
-        = coalesce(latest_slurm_jobs.job."user", allocation_sums."user")
+        = coalesce(slurm_of_keys.job."user", allocation_sums."user")
 )
 
 select * from final

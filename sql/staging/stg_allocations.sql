@@ -1,5 +1,6 @@
 -- materialized: temp_view
--- Scheduler allocations; empty CSV cells become null (an empty team means: look the user up).
+-- Scheduler allocations; empty CSV cells become null (an empty team means: look the user up;
+-- an empty cluster: the row covers the host of that name at every site).
 with source as (
     select * from allocations
 ),
@@ -10,6 +11,7 @@ final as (
         nullif(trim("user"), '') as "user",
         nullif(trim(team), '') as team,
         host,
+        nullif(trim(cluster), '') as cluster,
         gpu_index,
         start_ts,
         end_ts,

@@ -3,7 +3,8 @@
 -- arithmetic, the processes list with its count (int_samples_attributed picks the
 -- process a sample is attributed to; int_process_owners reads every process), and the
 -- Slurm job that holds the GPU by the scheduler's own record (alloc_job_id, alloc_user;
--- empty text is no job), and the site its writer recorded (cluster; empty text: none).
+-- empty text is no job), and the site its writer recorded or its host=<host>@<site> folder
+-- named (cluster; empty text: none).
 with source as (
     select * from samples
 ),

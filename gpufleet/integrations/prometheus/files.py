@@ -1,7 +1,8 @@
 """Writing what a window imported: allocation files and the record of imported windows.
 
 Allocation rows go to one CSV per source and UTC day, `raw/allocations/prometheus-<source>-
-<YYYY-MM-DD>.csv` (the day of a row's start), in the format ingest reads. A pod's row that
+<YYYY-MM-DD>.csv` (the day of a row's start), in the format ingest reads, each with the
+site the import writes into the samples (`cluster`, empty when none). A pod's row that
 the previous window ended where this one starts is extended rather than repeated, and a row
 already there is not added again, so importing a window twice changes nothing. Every file is
 written under a temporary `.` name, flushed and renamed into place.
@@ -20,7 +21,16 @@ from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
 from gpufleet.integrations.prometheus.pods import PodAllocation
 
-ALLOCATION_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+ALLOCATION_COLUMNS = (
+    "job_id",
+    "user",
+    "team",
+    "host",
+    "gpu_index",
+    "start_ts",
+    "end_ts",
+    "cluster",
+)
 
 
 def allocation_path(allocations_dir: Path, source: str, day: dt.date) -> Path:
@@ -42,6 +52,7 @@ def _read_rows(path: Path) -> list[PodAllocation]:
                     int(row["gpu_index"]),
                     dt.datetime.fromisoformat(row["start_ts"]),
                     dt.datetime.fromisoformat(row["end_ts"]),
+                    row.get("cluster") or None,  # none in a file of an earlier release
                 )
                 for row in csv.DictReader(handle)
             ]
@@ -57,9 +68,9 @@ def merged(existing: list[PodAllocation], new: Iterable[PodAllocation]) -> list[
     it; a row already covered adds nothing."""
     rows = list(existing)
     for row in new:
-        key = (row.job_id, row.host, row.gpu_index)
+        key = (row.job_id, row.host, row.gpu_index, row.cluster)
         for i, old in enumerate(rows):
-            if (old.job_id, old.host, old.gpu_index) != key:
+            if (old.job_id, old.host, old.gpu_index, old.cluster) != key:
                 continue
             if old.start_ts <= row.start_ts and row.end_ts <= old.end_ts:
                 break
@@ -94,6 +105,7 @@ def allocation_files(
                     r.gpu_index,
                     r.start_ts.astimezone(dt.UTC).isoformat(),
                     r.end_ts.astimezone(dt.UTC).isoformat(),
+                    r.cluster or "",
                 ]
             )
         contents[path] = out.getvalue()

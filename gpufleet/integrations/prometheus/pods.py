@@ -44,6 +44,7 @@ class PodAllocation(NamedTuple):
     gpu_index: int
     start_ts: dt.datetime
     end_ts: dt.datetime
+    cluster: str | None = None  # the site the import writes into samples; None: none
 
 
 def read_namespaces(path: Path) -> tuple[NamespaceTeam, ...]:
@@ -104,7 +105,8 @@ def pod_allocations(
             found.steps.update(round(t * 1000) * 1000 for t in point_times(series, query=query))
             found.user = found.user or labels.get(kubernetes.user_label) or None
             found.team = found.team or labels.get(team_label(kubernetes)) or None
-    zone = zoneinfo.ZoneInfo(config.timezone)
+    # a namespace's dated row applies from local midnight at the site the import writes
+    zone = zoneinfo.ZoneInfo(config.site_timezone(config.prometheus.cluster or config.cluster))
     rows: list[PodAllocation] = []
     for (namespace, pod, host, index), found in sorted(pods.items()):
         for first, last in _runs(sorted(found.steps), step_us):

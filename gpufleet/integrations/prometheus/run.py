@@ -293,9 +293,10 @@ def _write_window(config: Config, url: str, window: _Window, start: int, end: in
     """Write a window's sample files and allocation rows; returns the number of sample
     files. The allocation files are prepared (and any existing one checked) first."""
     source = source_name(url)
-    allocations = allocation_files(config.allocations_dir, source, window.allocations)
-    stem = f"prometheus-{source}-{_stamp(start)}-{_stamp(end)}"
     cluster = config.prometheus.cluster or config.cluster or None
+    rows = [row._replace(cluster=cluster) for row in window.allocations]
+    allocations = allocation_files(config.allocations_dir, source, rows)
+    stem = f"prometheus-{source}-{_stamp(start)}-{_stamp(end)}"
     written = 0
     for host, table in sorted(window.tables.items()):
         if cluster is not None:  # the site, in every row and in the host's folder name

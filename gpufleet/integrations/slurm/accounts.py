@@ -2,7 +2,8 @@
 
 A job's team is its account, unless ref/accounts.csv (`account,team[,valid_from]`, all
 optional) names the account: then the row for it that applies on the job's start date
-(local to the configured time zone) gives the team. A row with a `valid_from` date applies
+(local to the zone of the job's cluster as a site, `[clusters.<site>] timezone`, else the
+configured time zone) gives the team. A row with a `valid_from` date applies
 from that date on and wins over one without, which applies to all time. With `team_from =
 "user"` no team is written, so that ingest looks the job's user up in ref/users.csv.
 """
@@ -32,21 +33,30 @@ class Teams:
     """The team of a job's account, on the local date the job started."""
 
     def __init__(
-        self, rows: tuple[AccountTeam, ...] = (), *, team_from: str, timezone: str = "UTC"
+        self,
+        rows: tuple[AccountTeam, ...] = (),
+        *,
+        team_from: str,
+        timezone: str = "UTC",
+        sites: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.team_from = team_from
         self.zone = zoneinfo.ZoneInfo(timezone)
+        self.site_zones = {site: zoneinfo.ZoneInfo(zone) for site, zone in sites}
         self.rows: dict[str, list[AccountTeam]] = {}
         for row in rows:
             self.rows.setdefault(row.account, []).append(row)
         for listed in self.rows.values():
             listed.sort(key=lambda row: row.valid_from or dt.date.min)
 
-    def team(self, account: str | None, start_ts: dt.datetime) -> str | None:
-        """The team to write (None: empty, ingest then maps the user through users.csv)."""
+    def team(
+        self, account: str | None, start_ts: dt.datetime, cluster: str | None = None
+    ) -> str | None:
+        """The team to write (None: empty, ingest then maps the user through users.csv), by
+        the job's start date at its cluster (site)."""
         if self.team_from != "account" or not account:
             return None
-        day = start_ts.astimezone(self.zone).date()
+        day = start_ts.astimezone(self.site_zones.get(cluster or "", self.zone)).date()
         listed = ((row.team, row.valid_from) for row in self.rows.get(account, ()))
         return team_on(listed, day) or account
 

@@ -2,7 +2,8 @@
 watermark.
 
 Rows go to `raw/allocations/slurm-<cluster>-<YYYY-MM-DD>.csv`, the UTC day of the job's
-start, in the format ingest reads. A job's rows are keyed by (job id, start): importing a
+start, in the format ingest reads, each with the job's Slurm cluster (`cluster`: the row
+covers that site's host of the name). A job's rows are keyed by (job id, start): importing a
 job again adds nothing, and a job seen running, then ended, has its open rows closed in the
 file that holds them (the day of its start). Each started GPU job also has one record in
 `raw/jobs/slurm-<cluster>-<YYYY-MM-DD>.csv` (same key, same day rule), whether or not
@@ -43,6 +44,7 @@ class AllocationRow(NamedTuple):
     gpu_index: int
     start_ts: dt.datetime
     end_ts: dt.datetime | None  # None: still running
+    cluster: str | None = None  # the job's Slurm cluster: its row covers that site's host
 
 
 class JobUpdate(NamedTuple):
@@ -53,6 +55,7 @@ class JobUpdate(NamedTuple):
     start_ts: dt.datetime
     end_ts: dt.datetime | None
     rows: tuple[AllocationRow, ...]
+    cluster: str | None = None  # the job's Slurm cluster, written into its rows
 
 
 class JobRecord(NamedTuple):
@@ -75,6 +78,8 @@ class JobRecord(NamedTuple):
 # The files' headers: the records' fields, in order (`_render` writes them so).
 COLUMNS: tuple[str, ...] = AllocationRow._fields
 JOB_COLUMNS: tuple[str, ...] = JobRecord._fields
+# The header of the allocation files of a release before `cluster`: read, and written anew.
+_COLUMNS_BEFORE_CLUSTER = tuple(name for name in COLUMNS if name != "cluster")
 # The header of the job files of a release before `job_id_raw`: read, and written anew.
 _JOB_COLUMNS_BEFORE_RAW = tuple(name for name in JOB_COLUMNS if name != "job_id_raw")
 
@@ -100,7 +105,7 @@ def read_rows(path: Path) -> list[AllocationRow]:
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
+            if tuple(reader.fieldnames or ()) not in (COLUMNS, _COLUMNS_BEFORE_CLUSTER):
                 raise ValueError(f"header {reader.fieldnames} is not {','.join(COLUMNS)}")
             return [
                 AllocationRow(
@@ -111,6 +116,7 @@ def read_rows(path: Path) -> list[AllocationRow]:
                     int(row["gpu_index"]),
                     _time(row["start_ts"]),
                     _time(row["end_ts"]) if row["end_ts"] else None,
+                    row.get("cluster") or None,
                 )
                 for row in reader
             ]
@@ -124,13 +130,16 @@ def read_rows(path: Path) -> list[AllocationRow]:
 def merge(existing: list[AllocationRow], updates: Iterable[JobUpdate]) -> list[AllocationRow]:
     """`existing` with each job's news: its rows closed when it ended, the GPUs not yet
     listed added, and the open rows of an earlier start of the same job id (a requeued
-    job) closed where the new start begins."""
+    job) closed where the new start begins. Every row of the job takes its cluster (a row
+    of a file written before `cluster` gains it)."""
     rows = list(existing)
     for update in updates:
         held = set()
         for position, row in enumerate(rows):
             if row.job_id != update.job_id:
                 continue
+            if row.cluster is None and update.cluster is not None:
+                rows[position] = row = row._replace(cluster=update.cluster)
             if row.start_ts == update.start_ts:
                 held.add((row.host, row.gpu_index))
                 if update.end_ts is not None and row.end_ts != update.end_ts:
@@ -138,7 +147,7 @@ def merge(existing: list[AllocationRow], updates: Iterable[JobUpdate]) -> list[A
             elif row.end_ts is None and row.start_ts < update.start_ts:
                 rows[position] = row._replace(end_ts=update.start_ts)
         rows.extend(
-            row._replace(end_ts=update.end_ts)
+            row._replace(end_ts=update.end_ts, cluster=update.cluster)
             for row in update.rows
             if (row.host, row.gpu_index) not in held
         )

@@ -201,7 +201,7 @@ def _updates(
             continue
         if since is not None and job.end_ts is not None and job.end_ts < since:
             continue
-        team = teams.team(job.account, job.start_ts)
+        team = teams.team(job.account, job.start_ts, job.cluster)
         rows: list[AllocationRow] = []
         for node in gpus.nodes if gpus else ():
             if node.mig:
@@ -228,7 +228,7 @@ def _updates(
             start_ts=job.start_ts,
             end_ts=job.end_ts,
         )
-        update = JobUpdate(job.job_id, job.start_ts, job.end_ts, tuple(rows))
+        update = JobUpdate(job.job_id, job.start_ts, job.end_ts, tuple(rows), job.cluster)
         found.append(_Found(job, update, record))
     return found, sorted(set(mig))
 
@@ -355,6 +355,7 @@ def import_slurm(
         read_accounts(config.ref_dir / ACCOUNTS_FILE),
         team_from=config.slurm.team_from,
         timezone=config.timezone,
+        sites=config.sites,
     )
     starts = [job.start_ts for job in jobs if job.start_ts is not None]
     first_day = max(min(starts, default=now), now - HOSTS_LOOKBACK).date()

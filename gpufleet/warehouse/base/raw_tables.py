@@ -139,6 +139,9 @@ create table if not exists allocations (
     end_ts timestamptz,            -- null: still running
     source_file varchar not null
 );
+-- the site (Slurm cluster) whose host of that name a row covers (NULL: every site's), added
+-- after the first release
+alter table allocations add column if not exists cluster varchar;
 create table if not exists slurm_jobs (
     job_id varchar not null,       -- as Slurm prints it: 4242, 4242_7 (array task), 4242+1
     job_id_raw varchar,            -- its own SLURM_JOB_ID (4242_7 may be 4250); null: unknown

@@ -32,6 +32,10 @@ from gpufleet.warehouse.build.partition import Partition, PartitionResult
 from gpufleet.warehouse.lake.samples import STORED, evicted_files, samples_sql
 
 SCRATCH_DIR_NAME = "scratch"
+# The worker's variables holding its range's first and last gpu_uuid: its `samples` view
+# reads them (a view takes no parameters; DuckDB folds `getvariable` into the lake files'
+# filters, as it would a literal).
+_RANGE = "gpu_uuid between getvariable('fanout_first_uuid') and getvariable('fanout_last_uuid')"
 _NAME_RE = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?")
 _VIEWS = ("temp_view", "view")
 
@@ -96,9 +100,11 @@ class FanOut:
                 con.execute(
                     f"create or replace table {name} as select * from ({models[name].sql}) limit 0"
                 )
-                paths = ", ".join(literal(str(p.output_path(name))) for p in partitions)
+                paths = [str(p.output_path(name)) for p in partitions]
                 if paths:
-                    con.execute(f"insert into {name} by name select * from read_parquet([{paths}])")
+                    con.execute(
+                        f"insert into {name} by name select * from read_parquet(?)", [paths]
+                    )
             self.last.load_seconds = time.perf_counter() - started
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -169,17 +175,24 @@ def _worker_inputs(
 
 
 def _export(
-    con: duckdb.DuckDBPyConnection, relation: str, query: str, path: Path, *, view: bool = False
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    query: str,
+    path: Path,
+    *,
+    view: bool = False,
+    parameters: Sequence[object] = (),
 ) -> list[tuple[str, tuple[object, ...]]]:
-    """Write `query` (rows of `relation`) to `path`; the statements that make it on a worker
-    a table of the same name and column types, or a `view` of the file (read as it goes)."""
-    con.execute(f"copy ({query}) to {literal(str(path))} (format parquet)")
+    """Write `query` (rows of `relation`; its `parameters`) to `path`; the statements that
+    make it on a worker a table of the same name and column types, or a `view` of the file
+    (read as it goes)."""
+    con.execute(f"copy ({query}) to ? (format parquet)", [*parameters, str(path)])
     statements: list[tuple[str, tuple[object, ...]]] = []
     schema, _, _ = relation.rpartition(".")
     if schema:
         statements.append((f"create schema if not exists {schema}", ()))
     columns = con.execute(f"describe select * from {relation}").fetchall()
-    if view:
+    if view:  # a view takes no parameters: the path is written into it
         typed = ", ".join(f'"{name}"::{kind} as "{name}"' for name, kind, *_ in columns)
         read = f"read_parquet({literal(str(path))})"
         return [*statements, (f"create view {relation} as select {typed} from {read}", ())]
@@ -197,7 +210,7 @@ def _settings(
     for setting in ("TimeZone", "Calendar"):
         row = con.execute("select current_setting(?)", [setting]).fetchone()
         if row and row[0]:
-            statements.append((f"set {setting} = {literal(str(row[0]))}", ()))
+            statements.append((f"set {setting} = ?", (str(row[0]),)))
     statements += [(f"set variable {name} = ?", (value,)) for name, value in variables.items()]
     statements.append((macros, ()))
     return statements
@@ -227,11 +240,14 @@ def _write_inputs(
     partitions = []
     bounds = partition_bounds(uuids, count)
     for index, (first, last) in enumerate(bounds):
-        in_range = f"gpu_uuid between {literal(first)} and {literal(last)}"
         path = inputs_dir / f"{STORED}-{index:05d}.parquet"
-        own = _export(con, STORED, f"select * from {STORED} where {in_range}", path, view=True)
-        lake = f"select * from ({samples_sql(files)}) where {in_range}"
-        own.append((f"create view samples as {lake}", ()))
+        query = f"select * from {STORED} where gpu_uuid between ? and ?"
+        own = _export(con, STORED, query, path, view=True, parameters=(first, last))
+        own.append(("set variable fanout_first_uuid = ?", (first,)))
+        own.append(("set variable fanout_last_uuid = ?", (last,)))
+        own.append(
+            (f"create view samples as select * from ({samples_sql(files)}) where {_RANGE}", ())
+        )
         own += [(f"create view {name} as\n{models[name].sql}", ()) for name in needed.views]
         partitions.append(
             Partition(

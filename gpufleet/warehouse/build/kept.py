@@ -40,15 +40,16 @@ create table if not exists build_state.retention (
 create table if not exists build_state.recompute_from (day date not null);
 """
 
-# The marts kept per local day, and those kept per run (by the local day of its start_ts:
-# a run that crosses into the next month belongs to the month it began in).
+# The marts kept per local day, and those kept per run (by the local day of its start_ts at
+# its site, in the site's zone: a run that crosses into the next month belongs to the month
+# it began in). RUN_DAY needs the macros (sql/_macros.sql site_timezone) and variables.
 DAY_MARTS = ("gpu_hourly", "run_pieces", "gpu_team_daily", "team_daily", "gpu_daily", "host_daily")
 RUN_MARTS = {
     "idle_episodes": ("episode_id", "gpu_episode"),
     "thermal_events": ("event_id", "gpu_event"),
 }
 WEEK_MART = "team_weekly"  # summed again from gpu_team_daily for the weeks of kept days
-RUN_DAY = "timezone(getvariable('timezone'), start_ts)::date"
+RUN_DAY = "timezone(site_timezone(cluster), start_ts)::date"
 
 # Whether a row of local day `{day}` and site `cluster` is in a closed month: closed for
 # every site, or for its own (site names hold no '/').
@@ -75,7 +76,7 @@ CLOSED_PERIODS_DOCS: list[TableDoc] = [
         None,
         "Closed months (gpufleet close): their marts and showback stay as they were at close",
     ),
-    ("closed_periods", "month", "YYYY-MM, of local dates in the configured time zone"),
+    ("closed_periods", "month", "YYYY-MM, of local dates in each site's time zone"),
     ("closed_periods", "cluster", "The site closed; NULL: every site"),
     ("closed_periods", "closed_at", "When the month was closed"),
 ]

@@ -23,6 +23,7 @@ import duckdb
 from gpufleet.config import Config
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.kept import CLOSED_ROW, keep_days
+from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
 from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.warehouse.publish.log import current_generation
@@ -79,6 +80,9 @@ def expire_samples(
     row = con.execute("select max(retained_from) from build_state.retention").fetchone()
     before = row[0] if row else None
     if before is None or oldest > before:
+        # a run's day is the local day of its start at its site (kept.RUN_DAY)
+        set_variables(con, config)
+        con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))
         keep_days(
             con,
             f"{{day}} >= $since and {{day}} < $oldest and not {CLOSED_ROW}",

@@ -28,7 +28,9 @@ create table if not exists build_state.watermark (
     built_at timestamptz not null
 );
 create table if not exists build_state.allocations_built as
-select job_id, "user", team, host, gpu_index, start_ts, end_ts from allocations limit 0;
+select job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster from allocations limit 0;
+-- a build state of a release before the allocations' cluster (last, as ALLOCATION_COLUMNS)
+alter table build_state.allocations_built add column if not exists cluster varchar;
 create table if not exists build_state.slurm_jobs_built as
 select job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts,
     job_id_raw
@@ -130,7 +132,7 @@ where valid_from is not null
 """
 DATED_REFERENCE_COLUMNS = 'kind, "key", value, valid_from, glob_rank, tie_rank'
 
-ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts'
+ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster'
 # The allocations added, removed or changed since the marts were built (both directions).
 ALLOCATION_CHANGES_SQL = f"""
 (select {ALLOCATION_COLUMNS} from allocations

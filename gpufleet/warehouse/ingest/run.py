@@ -23,6 +23,7 @@ from gpufleet.warehouse.ingest.quarantine import move_to_quarantine
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.lake.compact import compact_completed_days
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+from gpufleet.warehouse.lake.fanout import CompactFanOut
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.warehouse.refs.listing import read_references
 from gpufleet.warehouse.refs.read import stray_host_teams
@@ -55,12 +56,14 @@ def load_new_files(
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     compact: bool = True,
     today: dt.date | None = None,
+    compact_fan_out: CompactFanOut | None = None,
 ) -> IngestResult:
     """Validate the reference files, list the raw files and load the new ones (published
     with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
-    `quarantine_after_publish` does, once the caller's transaction is published."""
+    `quarantine_after_publish` does, once the caller's transaction is published
+    (`compact_fan_out`: as for `load_warehouse`)."""
     started = time.perf_counter()
-    mirror_raw_location(config)  # raw_location = "s3://...": its new files into raw/ first
+    mirror_raw_location(config)  # raw_location = "s3://..." (a site's too): new files into raw/
     references = read_references(config, known=published_allocation_files(config))
     files = find_sample_files(config)
     listed = time.perf_counter()
@@ -72,6 +75,7 @@ def load_new_files(
         lock_timeout_s=lock_timeout_s,
         compact=compact,
         today=today,
+        compact_fan_out=compact_fan_out,
     )
     return replace(
         result,
@@ -101,9 +105,11 @@ def load_warehouse(
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     compact: bool = True,
     today: dt.date | None = None,
+    compact_fan_out: CompactFanOut | None = None,
 ) -> IngestResult:
     """One write transaction: new samples, loaded/quarantined files, reference tables,
-    and the compaction of host-days before `today` (UTC; default: the real today)."""
+    and the compaction of host-days before `today` (UTC; default: the real today), those
+    compacted from their files on `compact_fan_out`'s workers when given (`lake/fanout.py`)."""
     started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         # Capped by the writer's connection (`WRITER_MEMORY_LIMIT`, `publish/slots.py`): DuckDB
@@ -136,6 +142,7 @@ def load_warehouse(
                     progress=progress,
                     today=day,
                     ahead=ahead,
+                    fan_out=compact_fan_out,
                 )
                 if compact
                 else None

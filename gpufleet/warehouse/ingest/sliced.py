@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.folder_sites import folder_site
 from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.batch import (
@@ -39,7 +40,7 @@ from gpufleet.warehouse.ingest.values import time_window, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
-# The columns no rule looks at.
+# The columns no rule looks at (`cluster`: but in a site's folder, `base/folder_sites.py`).
 _UNCHECKED = frozenset({"gpu_name", "processes", "alloc_job_id", "alloc_user", "cluster"})
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError)
 _SLICE = "_ingest_slice"
@@ -86,14 +87,15 @@ def load_sliced(
             outcome.bad[file.path] = survey.problem
             return outcome
         slices = source.iter_batches(batch_size=slice_rows, columns=present)
+        site = folder_site(file.path)
         if ahead is not None and written_ahead and survey.in_key_order and not survey.loaded_before:
-            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), _arrow_slices(slices))
+            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), _arrow_slices(slices, site))
             ahead.write_file(file, rows, footer.version)
             inserted = survey.rows
         else:
             inserted = 0
             for batch in slices:
-                frame = _contract_rows(batch)
+                frame = _contract_rows(batch, site)
                 if frame.height:
                     inserted += _insert_new(con, config, _first_of_each_key(frame), ahead)
     except _READ_ERRORS:
@@ -103,10 +105,15 @@ def load_sliced(
     return outcome
 
 
-def _contract_rows(batch: pa.RecordBatch) -> pl.DataFrame:
+def _contract_rows(batch: pa.RecordBatch, site: str | None) -> pl.DataFrame:
+    """A slice's contract columns, a NULL or empty `cluster` its folder's `site`."""
     frame = pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
-    return to_contract(frame).select(contract_schema().names())
+    rows = to_contract(frame).select(contract_schema().names())
+    if site is None:
+        return rows
+    own = pl.col("cluster")  # empty text names no site either
+    return rows.with_columns(pl.when(own != "").then(own).otherwise(pl.lit(site, pl.String)))
 
 
 def _arrow_schema() -> pa.Schema:
@@ -116,9 +123,9 @@ def _arrow_schema() -> pa.Schema:
     )
 
 
-def _arrow_slices(slices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _arrow_slices(slices: Iterator[pa.RecordBatch], site: str | None) -> Iterator[pa.RecordBatch]:
     for batch in slices:
-        table = _contract_rows(batch).to_arrow(compat_level=pl.CompatLevel.oldest())
+        table = _contract_rows(batch, site).to_arrow(compat_level=pl.CompatLevel.oldest())
         yield from table.to_batches()
 
 
@@ -134,15 +141,18 @@ def _survey(
     rest unread), else the file's rows and times, whether its keys are in order, and, with
     `ahead` (a file to write ahead), whether one was loaded before."""
     survey = _Survey()
-    windows = [time_window(file.path)]
-    columns = [n for n in source.schema_arrow.names if n in CONTRACT_TYPES and n not in _UNCHECKED]
+    windows, sites = [time_window(file.path)], [folder_site(file.path)]
+    checked = _UNCHECKED - {"cluster"} if sites[0] else _UNCHECKED
+    columns = [n for n in source.schema_arrow.names if n in CONTRACT_TYPES and n not in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
         frame = pl.from_arrow(batch)
         assert isinstance(frame, pl.DataFrame)
         frame = to_contract(frame).with_columns(pl.lit(0).alias("_file_index"))
         unfit = "_unfit" if "_unfit" in frame.columns else None
-        problems = value_problems(frame, windows, file_index="_file_index", unfit=unfit)
+        problems = value_problems(
+            frame, windows, file_index="_file_index", unfit=unfit, sites=sites
+        )
         if problems:
             survey.problem = problems[0]
             return survey

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.folder_sites import folder_site, site_problem_sql, site_sql
 from gpufleet.warehouse.base.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
     REQUIRED_SAMPLE_COLUMNS,
@@ -126,6 +127,7 @@ def _stage_group(
     paths = [literal_path(str(config.data_dir / file.path)) for _, file in members]
     indexes = [index for index, _ in members]
     windows = [time_window(file.path) for _, file in members]
+    sites = [folder_site(file.path) for _, file in members]
     # `file_index` is read_parquet's 0-based position of the row's file in `paths`.
     con.execute(
         f"""
@@ -142,6 +144,7 @@ def _stage_group(
             "lows": [window.low for window in windows],
             "highs": [window.high for window in windows],
             "texts": [window.text for window in windows],
+            "sites": sites,
         },
     )
 
@@ -152,8 +155,11 @@ def _staging_select(columns: dict[str, str]) -> str:
     Every cast is a try_cast; `_problem` names the first of a row's problems, in the order
     of `values.py`: a NULL in a required column, a value that did not survive its cast, a
     value out of its range (`ts` out of its file's window: the lists `$lows`, `$highs` and
-    `$texts`, by file), each in column order. The file holding it is quarantined.
+    `$texts`, by file), each in column order, then a `cluster` that is not the site of its
+    file's folder (`$sites`, by file; `base/folder_sites.py`), which a NULL `cluster`
+    takes. The file holding it is quarantined.
     """
+    site = "list_extract($sites::varchar[], src.file_index::integer + 1)"
     selects: list[str] = []
     nulls: list[str] = []
     unfit: list[str] = []
@@ -161,10 +167,10 @@ def _staging_select(columns: dict[str, str]) -> str:
     for name, kind in SAMPLE_COLUMNS:
         quoted = f'"{name}"'
         if name not in columns:
-            selects.append(f"null::{kind} as {quoted}")
+            selects.append(f"{site if name == 'cluster' else 'null'}::{kind} as {quoted}")
             continue
         value = f"try_cast(src.{quoted} as {kind})"
-        selects.append(f"{value} as {quoted}")
+        selects.append(f"{site_sql(value, site) if name == 'cluster' else value} as {quoted}")
         if name in REQUIRED_SAMPLE_COLUMNS:
             nulls.append(
                 f"case when src.{quoted} is null then 'null in required column {name}' end"
@@ -184,6 +190,8 @@ def _staging_select(columns: dict[str, str]) -> str:
                     f"list_extract($texts::varchar[], {position})",
                 )
             )
+        elif name == "cluster":
+            ranges.append(site_problem_sql(value, site))
         elif (check := range_problem_sql(name, value)) is not None:
             ranges.append(check)
     problems = nulls + unfit + ranges

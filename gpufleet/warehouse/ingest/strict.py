@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.folder_sites import folder_site
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.footers import Footer, contract_schema, read_footer
 from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES
@@ -117,8 +118,10 @@ def read_batch(
     file_index = frame.get_column(_PATH).cast(pl.Enum(paths)).to_physical()
     frame = frame.drop(_PATH).with_columns(file_index.alias(_INDEX))
     windows = [time_window(file.path) for file in batch]
+    sites = [folder_site(file.path) for file in batch]
     unfit = _UNFIT if _UNFIT in frame.columns else None
-    for index, reason in value_problems(frame, windows, file_index=_INDEX, unfit=unfit).items():
+    problems = value_problems(frame, windows, file_index=_INDEX, unfit=unfit, sites=sites)
+    for index, reason in problems.items():
         bad[batch[index].path] = reason
     return _sorted_read(frame.drop(_UNFIT, strict=False), batch, footers, bad, paths, ahead)
 

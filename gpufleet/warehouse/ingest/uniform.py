@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
 from gpufleet.warehouse.base.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
     REQUIRED_SAMPLE_COLUMNS,
@@ -106,7 +107,8 @@ def load_uniform_batch(
     frame = pl.from_arrow(rows)
     assert isinstance(frame, pl.DataFrame)
     windows = [time_window(file.path) for file in batch]
-    if value_problems(frame, windows, file_index="_file_index"):
+    sites = [folder_site(file.path) for file in batch]
+    if value_problems(frame, windows, file_index="_file_index", sites=sites):
         return None  # a value out of its range: staging finds the files and their reasons
     return load_rows(con, config, batch, rows, ahead=ahead, parts=parts, versions=probe.versions)
 
@@ -124,7 +126,9 @@ def load_rows(
     """Load a batch's rows, read once (the contract's columns, then `_file_index`, `_part`
     and `_null`, sorted by _part, gpu_uuid, ts): the host-days of `parts` as compacted files
     written `ahead` (`versions`: each file's collector version, by absolute path), the other
-    rows into samples_stored. None when a required column holds a NULL or a key repeats."""
+    rows into samples_stored (a NULL `cluster` the site of its file's folder,
+    `base/folder_sites.py`). None when a required column holds a NULL or a key repeats."""
+    rows = fill_sites(rows, [folder_site(file.path) for file in batch], "_file_index")
     con.register("_ingest_keys", rows)
     try:
         outcome = BatchOutcome()

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+from gpufleet.warehouse.base.folder_sites import site_reason
 from gpufleet.warehouse.base.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
 
 # No GPU board draws 5 kW (the largest draw about 1.4 kW): a higher figure is a unit error.
@@ -137,11 +138,14 @@ def value_problems(
     *,
     file_index: str,
     unfit: str | None = None,
+    sites: Sequence[str | None] = (),
 ) -> dict[int, str]:
     """{file index: reason} for the files of `frame` (contract columns, rows in file and row
     order, `file_index` naming each row's file, an index into `windows`) with a row that
     breaks the rules; `unfit`: a column holding, per row, the reason a value did not fit its
-    type (null where all did). One pass over the checked columns when every row is good."""
+    type (null where all did); `sites`: each file's folder site (`base/folder_sites.py`),
+    which a row's `cluster` must not contradict. One pass over the checked columns when
+    every row is good."""
     checks: list[tuple[pl.Expr, str, str]] = []  # (bad, kind, column)
     for name in REQUIRED_SAMPLE_COLUMNS:
         # (A value that did not fit its type is NULL after the cast: `unfit` names it.)
@@ -164,6 +168,14 @@ def value_problems(
     checks.append((((micros < low) | (micros >= high)).fill_null(False), "ts", "ts"))
     for rule in VALUE_RANGES:
         checks.append((_out_of_range(rule), "range", rule.column))
+    if any(sites):
+        site = (
+            pl.lit(sites[0], pl.String)
+            if len(set(sites)) == 1
+            else pl.lit(pl.Series(sites, dtype=pl.String)).gather(pl.col(file_index))
+        )
+        other = (pl.col("cluster") != "") & (pl.col("cluster") != site)  # "": no site
+        checks.append((other.fill_null(False), "site", "cluster"))
     found = frame.select(bad.any().alias(str(n)) for n, (bad, _, _) in enumerate(checks)).row(0)
     failing = [n for n, hit in enumerate(found) if hit]
     if not failing:
@@ -187,6 +199,8 @@ def value_problems(
             problems[index] = f"null in required column {column}"
         elif kind == "unfit":
             problems[index] = str(row[column])
+        elif kind == "site":
+            problems[index] = site_reason(row[column], sites[index])
         elif kind == "ts":
             shown = _shown(column, row[column])
             problems[index] = f"column ts: value {shown} is out of range ({windows[index].text})"

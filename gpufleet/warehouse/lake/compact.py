@@ -22,7 +22,9 @@ import pyarrow as pa
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.folder_sites import pattern_site, site_sql
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
+from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.lake.compact_ahead import (
     CompactAhead,
     collector_versions,
@@ -33,6 +35,7 @@ from gpufleet.warehouse.lake.compact_ahead import (
     write_compacted_batches,
 )
 from gpufleet.warehouse.lake.content import content_hash
+from gpufleet.warehouse.lake.fanout import CompactFanOut, HostDay
 from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish.log import current_generation
 
@@ -123,8 +126,9 @@ def _candidates(
 
 
 def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
-    """The contract's columns cast to the contract's types (NULL where no file has one),
-    then any extra columns of newer collectors as they are."""
+    """The contract's columns cast to the contract's types (NULL where no file has one; a
+    NULL `cluster` the site of the files' `host=<host>@<site>` folder), then any extra
+    columns of newer collectors as they are."""
     probe = con.execute(
         "select * from read_parquet($sources, union_by_name = true, hive_partitioning = false)"
         " limit 0",
@@ -132,12 +136,13 @@ def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
     )
     present = [column[0] for column in probe.description or ()]
     contract = {name for name, _ in SAMPLE_COLUMNS}
-    items = [
-        f'cast("{name}" as {kind}) as "{name}"'
-        if name in present
-        else f'cast(null as {kind}) as "{name}"'
-        for name, kind in SAMPLE_COLUMNS
-    ]
+    site = pattern_site(sources[0]) if sources else None
+    items = []
+    for name, kind in SAMPLE_COLUMNS:
+        value = f'cast("{name}" as {kind})' if name in present else f"cast(null as {kind})"
+        if name == "cluster" and site is not None:
+            value = site_sql(value, literal(site))
+        items.append(f'{value} as "{name}"')
     items += [f'"{name}"' for name in present if name not in contract]
     return ", ".join(items)
 
@@ -147,8 +152,10 @@ def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
 COMPACT_BATCH_ROWS = 100_000
 
 
-def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
-    """Compact the sources (their rows read again; each (gpu_uuid, ts) once) into `target`."""
+def compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
+    """Compact the sources (their rows read again; each (gpu_uuid, ts) once, the first by
+    the sources' order, as the load kept it) into `target`: the same rows and bytes on any
+    connection (a Dask worker's: `fanout.py`)."""
     versions = joined_versions(list(collector_versions(con, sources).values()))
     # A relation, not an executed statement: DuckDB hands its rows over as they come.
     rows = con.sql(
@@ -157,7 +164,9 @@ def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], targ
         from (
             select
                 {_select_list(con, sources)},
-                row_number() over (partition by gpu_uuid, ts) as _rank,
+                row_number() over (
+                    partition by gpu_uuid, ts order by file_index, file_row_number
+                ) as _rank,
             from read_parquet($sources, union_by_name = true, hive_partitioning = false)
         )
         where _rank = 1
@@ -169,25 +178,33 @@ def _compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], targ
 
 
 def _compact_one(
-    con: duckdb.DuckDBPyConnection, config: Config, partition: _Partition, written: bool
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    partition: _Partition,
+    *,
+    ready: bool,
+    failure: str | None = None,
 ) -> tuple[int, int] | None:
-    """Swap in one partition's single file (`written` ahead from the load, else built from
-    its files now); (bytes before, after), or None when its files could not be read (they
-    stay as they are, with a warning)."""
+    """Swap in one partition's single file (`ready` in its staging directory: written ahead
+    from the load or by a Dask worker, else built from its files now); (bytes before,
+    after), or None when its files could not be read (`failure`: why, where a worker read
+    them; they stay as they are, with a warning)."""
     directory = partition.directory
     staging = staging_directory(directory)
     target_name = compacted_name(partition.day)
     try:
-        if not written:
+        if failure is None and not ready:
             sources = [literal_path(str(config.data_dir / path)) for path in partition.files]
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
-            _compact_from_files(con, sources, staging / target_name)
+            compact_from_files(con, sources, staging / target_name)
     except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
+        text = str(exc).strip()
+        failure = text.splitlines()[0] if text else type(exc).__name__
+    if failure is not None:
         shutil.rmtree(staging, ignore_errors=True)
         relative = directory.relative_to(config.data_dir).as_posix()
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        logger.warning("compact: left %s as it is: %s", printable(relative), printable(first_line))
+        logger.warning("compact: left %s as it is: %s", printable(relative), printable(failure))
         return None
     _exchange(directory, staging)
     # `staging` now holds the originals; a file that arrived meanwhile goes back to the lake.
@@ -198,6 +215,24 @@ def _compact_one(
     shutil.rmtree(staging)
     after = os.path.getsize(directory / target_name)
     return partition.size_bytes, after
+
+
+def _compact_on_workers(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    fan_out: CompactFanOut,
+    partitions: list[_Partition],
+    progress: Callable[[str], None] | None,
+) -> dict[Path, str]:
+    """Write the partitions' compacted files into their staging directories on `fan_out`'s
+    workers; those whose files could not be read, with why (raises when a task failed)."""
+    host_days = [HostDay.of(config, p.directory, p.day, p.files, p.size_bytes) for p in partitions]
+    failed = fan_out.compact(con, host_days, progress=progress)
+    return {
+        partition.directory: failed[day.directory]
+        for partition, day in zip(partitions, host_days, strict=True)
+        if day.directory in failed
+    }
 
 
 def _record(
@@ -284,24 +319,47 @@ def compact_completed_days(
     exclude: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
     ahead: CompactAhead | None = None,
+    fan_out: CompactFanOut | None = None,
 ) -> CompactionResult:
     """Compact every fully loaded host-day before `today` (UTC) inside a write transaction.
 
     Host-days holding a path of `exclude` (files this ingest set aside) are left alone. The
     files `ahead` wrote from the load are swapped in where they were written from the same
-    files, and join the lake; the rows of the others go into samples_stored.
+    files, and join the lake; the rows of the others go into samples_stored. The host-days
+    compacted from their files are so on `fan_out`'s workers when given (`fanout.py`), all
+    before the first is swapped in.
     """
     day = today or dt.datetime.now(dt.UTC).date()
     partitions = _candidates(con, config, day, set(exclude))
+    written = [
+        ahead is not None
+        and ahead.take(p.directory.relative_to(config.data_dir).as_posix(), p.files) is not None
+        for p in partitions
+    ]
+    failures: dict[Path, str] | None = None  # by the workers, when they read the files
+    if fan_out is not None:
+        reread = [p for p, ahead_of in zip(partitions, written, strict=True) if not ahead_of]
+        try:
+            failures = _compact_on_workers(con, config, fan_out, reread, progress) if reread else {}
+        except BaseException:  # nothing is swapped in yet: the files written ahead go too
+            taken = [p.directory for p, w in zip(partitions, written, strict=True) if w]
+            left = [item.target.parent for item in ahead.written.values()] if ahead else []
+            for folder in [*map(staging_directory, taken), *left]:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
     compacted = before_total = after_total = replaced = from_load = 0
     done: list[tuple[_Partition, bool]] = []
-    for number, partition in enumerate(partitions, start=1):
-        relative = partition.directory.relative_to(config.data_dir).as_posix()
-        written = ahead is not None and ahead.take(relative, partition.files) is not None
-        outcome = _compact_one(con, config, partition, written)
+    for number, (partition, ahead_of) in enumerate(zip(partitions, written, strict=True), 1):
+        outcome = _compact_one(
+            con,
+            config,
+            partition,
+            ready=ahead_of or failures is not None,
+            failure=None if failures is None else failures.get(partition.directory),
+        )
         if outcome is not None:
-            done.append((partition, written))
-            from_load += written
+            done.append((partition, ahead_of))
+            from_load += ahead_of
             compacted += 1
             before_total += outcome[0]
             after_total += outcome[1]

@@ -26,12 +26,14 @@ import pyarrow.parquet as pq
 from gpufleet.collectors.schema import host_folder
 from gpufleet.collectors.writer import safe_host
 from gpufleet.config import Config
+from gpufleet.warehouse.base.folder_sites import pattern_site, site_sql
 from gpufleet.warehouse.base.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
     SAMPLE_COLUMNS,
     literal_path,
 )
 from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.lake.compact_ahead import write_compacted
 
 COMPACTED_PATH = re.compile(
@@ -139,18 +141,21 @@ def record_same(con: duckdb.DuckDBPyConnection, file: SampleFile) -> None:
 
 
 def _contract_columns(con: duckdb.DuckDBPyConnection, source: str) -> str:
-    """The contract's columns of `source` cast to the contract's types (NULL where missing)."""
+    """The contract's columns of `source` cast to the contract's types (NULL where missing;
+    a NULL `cluster` its `host=<host>@<site>` folder's site, as loaded)."""
     probe = con.execute(
         "select * from read_parquet($source, hive_partitioning = false) limit 0",
         {"source": source},
     )
     present = {column[0] for column in probe.description or ()}
-    return ", ".join(
-        f'cast("{name}" as {kind}) as "{name}"'
-        if name in present
-        else f'cast(null as {kind}) as "{name}"'
-        for name, kind in SAMPLE_COLUMNS
-    )
+    site = pattern_site(source)
+    items = []
+    for name, kind in SAMPLE_COLUMNS:
+        value = f'cast("{name}" as {kind})' if name in present else f"cast(null as {kind})"
+        if name == "cluster" and site is not None:
+            value = site_sql(value, literal(site))
+        items.append(f'{value} as "{name}"')
+    return ", ".join(items)
 
 
 def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path: str) -> bool:

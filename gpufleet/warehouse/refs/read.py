@@ -32,6 +32,7 @@ from gpufleet.addresses import is_address, same_address, split_addresses
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.refs.records import (
     ALLOCATIONS_COLUMNS,
+    ALLOCATIONS_OPTIONAL,
     HOSTS_COLUMNS,
     HOSTS_OPTIONAL,
     PRICES_COLUMNS,
@@ -174,8 +175,9 @@ def _timestamp(row: _Row, name: str, *, required: bool) -> dt.datetime | None:
 
 
 def _valid_from(row: _Row) -> dt.date | None:
-    """The optional `valid_from` cell: an ISO date (YYYY-MM-DD), local to the configured
-    time zone; None when the file has no such column or the cell is empty (all time)."""
+    """The optional `valid_from` cell: an ISO date (YYYY-MM-DD), local to the site of the
+    sample (its zone, docs/sites.md, else the configured one); None when the file has no
+    such column or the cell is empty (all time)."""
     text = row.cells.get("valid_from")
     if text is None:
         return None
@@ -333,7 +335,11 @@ def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]
 def read_allocations(
     path: Path, source_file: str, display: str | None = None
 ) -> tuple[Allocation, ...]:
-    """One raw/allocations/*.csv file."""
+    """One raw/allocations/*.csv file; its optional `cluster` column names the site whose
+    host a row covers (empty: the site of a file named `<name>@<site>.csv`, as the mirror
+    of a site's raw_location names its files, else the host of that name at every site)."""
+    stem = path.name.rpartition(".")[0]
+    file_site = stem.rpartition("@")[2] if "@" in stem else None
 
     def parse(row: _Row) -> Allocation:
         start = _timestamp(row, "start_ts", required=True)
@@ -350,9 +356,12 @@ def read_allocations(
             start_ts=start,
             end_ts=end,
             source_file=source_file,
+            cluster=row.cells["cluster"] or file_site or None,
         )
 
-    return tuple(_read_file(path, ALLOCATIONS_COLUMNS, parse, display or str(path)))
+    return tuple(
+        _read_file(path, ALLOCATIONS_COLUMNS, parse, display or str(path), ALLOCATIONS_OPTIONAL)
+    )
 
 
 def _visible(path: Path) -> bool:

@@ -25,6 +25,8 @@ HOSTS_OPTIONAL = ("valid_from", "cluster")
 PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
 PRICES_OPTIONAL = ("valid_from", "cluster")
 ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
+# the job's site (Slurm cluster): its row covers only that site's host of the name
+ALLOCATIONS_OPTIONAL = ("cluster",)
 # raw/jobs/*.csv: `gpufleet import slurm` writes every column; a site's own export needs
 # only a job's id and start.
 JOBS_COLUMNS = ("job_id", "start_ts")
@@ -81,6 +83,8 @@ class Allocation(NamedTuple):
     start_ts: dt.datetime
     end_ts: dt.datetime | None  # None: still running
     source_file: str  # relative to the data directory
+    # the site (Slurm cluster) whose host of that name it covers; None: every site's
+    cluster: str | None = None
 
 
 class SlurmJobRecord(NamedTuple):

@@ -105,6 +105,7 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
             ("start_ts", _TS),
             ("end_ts", _TS),
             ("source_file", pa.string()),
+            ("cluster", pa.string()),
         ]
     ),
     "slurm_jobs": pa.schema(

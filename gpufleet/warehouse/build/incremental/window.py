@@ -47,15 +47,19 @@ def select_new_samples(
     first sample from the start (less JOB_CLOCK_SKEW) of a Slurm job record added, removed
     or changed on one of the job's hosts (every host when the record names none), or that
     names the job (alloc_job_id, a process's job id) wherever it is; every series' first
-    sample from the local midnight of `refs_since` on (dated reference rows changed).
+    sample from the local midnight of `refs_since` on (dated reference rows changed), the
+    earliest such midnight of the configured zone and the sites' (docs/sites.md).
     """
-    refs_ts = (
-        None
-        if refs_since is None
-        else dt.datetime.combine(refs_since, dt.time(), zoneinfo.ZoneInfo(config.timezone))
-    )
+    refs_ts = None if refs_since is None else earliest_midnight(config, refs_since)
     _create_series(con, config, after=after, top=top, refs_ts=refs_ts)
     _create_samples(con, config)
+
+
+def earliest_midnight(config: Config, day: dt.date) -> dt.datetime:
+    """The first instant at which `day` begins anywhere: its local midnight in the
+    configured timezone or a site's ([clusters.<site>] timezone), whichever comes first."""
+    zones = {config.timezone, *(zone for _, zone in config.sites)}
+    return min(dt.datetime.combine(day, dt.time(), zoneinfo.ZoneInfo(zone)) for zone in zones)
 
 
 def _create_series(

@@ -1,0 +1,39 @@
+"""An ingest's compaction from files as Prefect tasks on a Dask cluster (`[compute] dask`).
+
+`dask_compact_fan_out(config)` is the `CompactFanOut` the ingest flows pass into the engine
+(gpufleet/warehouse/lake/fanout.py): its `run` submits one `compact-host-days` task per run
+of host-days to prefect-dask's `DaskTaskRunner`, as a fanned-out build does
+(flows/fanout.py), waits for all, and fails in one line on the first that fails, the
+warehouse and the lake unchanged (docs/dask.md).
+"""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from gpufleet.config import Config
+from gpufleet.flows.fanout import cluster_workers, one_line, run_on_dask, worker_limits
+from gpufleet.warehouse.lake.compact_task import run_compact_task
+from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
+
+
+@task(name="compact-host-days", cache_policy=NO_CACHE)
+def compact_host_days_task(host_days: CompactTask) -> CompactTaskResult:
+    """A run of host-days, each compacted from its files into its staging directory."""
+    return run_compact_task(host_days)
+
+
+def dask_compact_fan_out(config: Config) -> CompactFanOut:
+    """The compaction fan-out of a configuration whose `[compute] dask` is set."""
+    unchanged = "the warehouse and the lake are unchanged"
+
+    def error(host_days: CompactTask, exc: BaseException) -> str:
+        return one_line("ingest failed", host_days.label, exc, unchanged)
+
+    return CompactFanOut(
+        config=config,
+        run=lambda tasks: run_on_dask(config, compact_host_days_task, tasks, error),
+        workers=lambda: cluster_workers(config),
+        **worker_limits(config),
+    )

@@ -1,0 +1,194 @@
+"""The compaction of host-days from their files on Dask workers (`[compute] dask`, docs/dask.md).
+
+With `[compute] dask` set, the ingest flows pass a `CompactFanOut` into compaction
+(`compact.py`): `run` runs tasks somewhere (Prefect tasks on a Dask cluster:
+gpufleet/flows/fanout.py) and returns what each did. A task is a run of host-days; its
+worker (`compact_task.py`) reads each one's collector files where they lie and writes its
+compacted file into the host-day's staging directory (`.host=H.compacting`, made here,
+hidden from every listing), under the name and with the bytes the pipeline host's own
+compaction writes. The pipeline host then swaps them in and records them in one step, as
+it does its own. A task that fails, or whose worker dies on every try, fails the ingest
+before anything is swapped in: the staging directories go, the lake and the warehouse stay
+as they were.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from gpufleet.config import Config
+from gpufleet.warehouse.base.raw_tables import literal_path
+from gpufleet.warehouse.lake.compact_ahead import compacted_name, staging_directory
+
+SCRATCH_DIR_NAME = "scratch"  # under the data directory, as a fanned-out build's
+# Collector bytes one task reads at most (a task holds at least one host-day): a daily
+# compaction of a thousand hosts is a few dozen tasks, not a thousand Prefect task runs.
+TASK_SOURCE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostDay:
+    """One host-day to compact: absolute paths, so that any worker finds them."""
+
+    directory: str  # raw/samples/date=D/host=H, absolute
+    sources: tuple[str, ...]  # its collector files, sorted (`literal_path` patterns)
+    target: str  # the compacted file, in the host-day's staging directory
+    size_bytes: int  # of the sources together
+
+    @classmethod
+    def of(
+        cls, config: Config, directory: Path, day: dt.date, files: Sequence[str], size_bytes: int
+    ) -> HostDay:
+        """The host-day of `directory` (under the data directory) and its `files` (relative
+        to it)."""
+        data_dir = config.data_dir.absolute()
+        absolute = data_dir / directory.relative_to(config.data_dir)
+        return cls(
+            directory=str(absolute),
+            sources=tuple(literal_path(str(data_dir / path)) for path in files),
+            target=str(staging_directory(absolute) / compacted_name(day)),
+            size_bytes=size_bytes,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactTask:
+    """What a worker needs to compact a run of host-days: plain values, sent by pickle."""
+
+    index: int  # 0-based
+    count: int  # tasks in the ingest
+    host_days: tuple[HostDay, ...]
+    temp_dir: str  # where the worker's DuckDB spills
+    time_zone: str  # the pipeline host's DuckDB TimeZone (a zone-less timestamp's cast)
+    threads: int | None = None  # DuckDB threads on the worker (None: its cores)
+    memory_limit: str | None = None  # DuckDB's memory limit on the worker (None: its default)
+
+    @property
+    def label(self) -> str:
+        first, last = (Path(day.directory) for day in (self.host_days[0], self.host_days[-1]))
+        return (
+            f"compaction task {self.index + 1} of {self.count} (host-days "
+            f"{first.parent.name}/{first.name} .. {last.parent.name}/{last.name})"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactTaskResult:
+    """What a task did: the host-days it could not read (directory -> why, in one line)."""
+
+    index: int
+    seconds: float
+    failed: dict[str, str] = field(default_factory=dict)
+    worker: str = ""  # host:pid of the process that ran it
+
+
+def task_runs(host_days: Sequence[HostDay], workers: int) -> list[tuple[HostDay, ...]]:
+    """`host_days` (in their order) in runs of about equal bytes: at least one per worker
+    (as far as there are host-days), and one per TASK_SOURCE_BYTES."""
+    total = sum(day.size_bytes for day in host_days)
+    count = min(len(host_days), max(1, workers, -(-total // TASK_SOURCE_BYTES)))
+    runs: list[tuple[HostDay, ...]] = []
+    pending: list[HostDay] = []
+    done = 0  # bytes of the runs closed, and of `pending`
+    for position, day in enumerate(host_days):
+        pending.append(day)
+        done += day.size_bytes
+        left = len(host_days) - position - 1
+        if len(runs) == count - 1:
+            continue  # the last run takes the rest
+        # A run closes at its share of the bytes, or when each run still to come needs one.
+        if done * count >= total * (len(runs) + 1) or left == count - len(runs) - 1:
+            runs.append(tuple(pending))
+            pending = []
+    if pending:
+        runs.append(tuple(pending))
+    return runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactReport:
+    """What the last fanned-out compaction did, for `bench/dask_build.py`."""
+
+    tasks: int = 0
+    results: tuple[CompactTaskResult, ...] = ()
+    run_seconds: float = 0.0  # from the first task submitted to the last done
+
+
+@dataclass(kw_only=True)
+class CompactFanOut:
+    """Where compaction from files runs: `run` takes the tasks and returns each one's result
+    in their order, or raises (a GpufleetError of one line) when one failed."""
+
+    config: Config
+    run: Callable[[Sequence[CompactTask]], Sequence[CompactTaskResult]]
+    workers: Callable[[], int]  # how many there are
+    threads: int | None = None  # each worker's DuckDB threads (None: all its cores)
+    memory_limit: str | None = None  # each worker's DuckDB memory limit (None: its default)
+    last: CompactReport | None = None
+
+    def compact(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        host_days: Sequence[HostDay],
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> dict[str, str]:
+        """Write each host-day's compacted file into its (new, empty) staging directory on
+        the workers (`con`: the ingest's, whose settings they take); the host-days that
+        could not be read, by directory (their staging directories removed). Raises, every
+        staging directory removed, when a task failed."""
+        [(time_zone,)] = con.execute("select current_setting('TimeZone')").fetchall()
+        scratch = self.config.data_dir.absolute() / SCRATCH_DIR_NAME / f"compact-{uuid.uuid4().hex}"
+        staging = [Path(day.target).parent for day in host_days]
+        try:
+            for folder in staging:
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+            (scratch / "spill").mkdir(parents=True)
+            runs = task_runs(host_days, self.workers())
+            tasks = [
+                CompactTask(
+                    index=index,
+                    count=len(runs),
+                    host_days=run,
+                    temp_dir=str(scratch / "spill" / f"{index:05d}"),
+                    time_zone=str(time_zone),
+                    threads=self.threads,
+                    memory_limit=self.memory_limit,
+                )
+                for index, run in enumerate(runs)
+            ]
+            if progress:
+                progress(
+                    f"compact: {len(host_days)} host-days from their files in {len(tasks)} tasks"
+                )
+            started = time.perf_counter()
+            results = tuple(self.run(tasks))
+            self.last = CompactReport(
+                tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
+            )
+        except BaseException:
+            for folder in staging:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        failed = {path: why for result in results for path, why in result.failed.items()}
+        for day, folder in zip(host_days, staging, strict=True):
+            if day.directory in failed:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            # What a killed try left (its file's temporary name) goes before the swap.
+            for entry in os.scandir(folder):
+                if entry.path != day.target:
+                    os.remove(entry.path)
+        return failed
