@@ -49,7 +49,9 @@ _MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILIN
 _STRING_RE = re.compile(r"'(?:[^']|'')*'")
 _RELATION_RE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
 _READ_RE = re.compile(r"(\b(?:from|join)\s+)([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
-_CTE_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s+as\s*\(", re.IGNORECASE)
+_CTE_RE = re.compile(
+    r"\b([a-z_][a-z0-9_]*)\s+as\s*(?:(?:not\s+)?materialized\s*)?\(", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True, kw_only=True)
