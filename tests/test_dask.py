@@ -24,9 +24,9 @@ from gpufleet.simulate.fleet import (
     simulate_window,
     write_reference_files,
 )
+from gpufleet.warehouse.base.kill_hook import KILL_ENV
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.build.fanout import SCRATCH_DIR_NAME, partition_bounds
-from gpufleet.warehouse.build.partition import KILL_ENV
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
@@ -100,7 +100,7 @@ def cluster(
 ) -> Iterator[tuple[str, Path]]:
     """One LocalCluster of 2 worker processes for the module's tests that name its
     scheduler (tcp://): its workers report to the session's Prefect server and die as the
-    files in the folder returned say (partition.KILL_ENV); a task may die once, not twice."""
+    files in the folder returned say (base/kill_hook.py); a task may die once, not twice."""
     import dask
     from distributed import LocalCluster
     from prefect.settings import get_current_settings

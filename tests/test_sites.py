@@ -110,6 +110,17 @@ def _setup(tmp_path: Path, **settings: Any) -> Config:
     return config
 
 
+def assert_incremental_equals_full(config: Config) -> None:
+    """The marts as the last (incremental) build left them are those of a full build."""
+    with connect_read_only(config) as con:
+        incremental = {name: _mart(con, name) for name in MARTS}
+    assert build(config, full=True).mode == "full"
+    with connect_read_only(config) as con:
+        full = {name: _mart(con, name) for name in MARTS}
+    for name in MARTS:
+        assert incremental[name] == full[name], name
+
+
 # --- names and folders -----------------------------------------------------------------
 
 
@@ -369,13 +380,7 @@ def test_an_incremental_build_with_sites_equals_a_full_one(
     _write(config, idle, "siteB", "c")
     ingest(config, today=NEXT)
     assert build(config).mode == "incremental"
-    with connect_read_only(config) as con:
-        incremental = {name: _mart(con, name) for name in MARTS}
-    assert build(config, full=True).mode == "full"
-    with connect_read_only(config) as con:
-        full = {name: _mart(con, name) for name in MARTS}
-    for name in MARTS:
-        assert incremental[name] == full[name], name
+    assert_incremental_equals_full(config)
     waste = query(config, "select cluster, host, team, is_waste from idle_episodes")
     assert ("siteB", "node01", "beta", True) in waste
 

@@ -18,11 +18,17 @@ from gpufleet.integrations.prometheus.run import _Window, _write_window
 from gpufleet.integrations.slurm import import_slurm
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.warehouse.refs.read import read_allocations
-from tests.test_incremental import MARTS, _mart
 from tests.test_ingest import query
-from tests.test_sites import DAY, NEXT, _rows, _setup, _two_sites, _write
+from tests.test_sites import (
+    DAY,
+    NEXT,
+    _rows,
+    _setup,
+    _two_sites,
+    _write,
+    assert_incremental_equals_full,
+)
 
 FIXTURES = Path(__file__).parent / "slurm_fixtures"
 ALLOCATIONS = "raw/allocations/a.csv"
@@ -57,17 +63,6 @@ def _jobs(config: Config) -> list[tuple[Any, ...]]:
         "select cluster, job_id, gpu_name, team, round(gpu_hours * 3600), gpus"
         " from job_efficiency order by all",
     )
-
-
-def _assert_incremental_equals_full(config: Config) -> None:
-    """The marts as the last (incremental) build left them are those of a full build."""
-    with connect_read_only(config) as con:
-        incremental = {name: _mart(con, name) for name in MARTS}
-    assert build(config, full=True).mode == "full"
-    with connect_read_only(config) as con:
-        full = {name: _mart(con, name) for name in MARTS}
-    for name in MARTS:
-        assert incremental[name] == full[name], name
 
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -123,14 +118,14 @@ def test_an_allocation_of_a_site_covers_only_that_sites_host_of_its_name(tmp_pat
     assert build(config).mode == "incremental"
     assert _attribution(config) == {ALLOCATED_A, BY_HOST_B}
     assert _jobs(config) == [("siteA", "j1", H100, "gamma", 120, 1)]
-    _assert_incremental_equals_full(config)
+    assert_incremental_equals_full(config)
     # the row moves to siteB (only its cluster changes): siteB's host is the job's now
     _allocation(config, "siteB")
     ingest(config, today=NEXT)
     assert build(config).mode == "incremental"
     assert _attribution(config) == {BY_HOST_A, ALLOCATED_B}
     assert _jobs(config) == [("siteB", "j1", H100, "gamma", 180, 1)]
-    _assert_incremental_equals_full(config)
+    assert_incremental_equals_full(config)
 
 
 def test_an_allocation_of_no_site_covers_the_host_of_its_name_at_every_site(
@@ -150,7 +145,7 @@ def test_an_allocation_of_no_site_covers_the_host_of_its_name_at_every_site(
     _two_sites(config, NEXT, stem="b")
     ingest(config, today=NEXT)
     assert build(config).mode == "incremental"
-    _assert_incremental_equals_full(config)
+    assert_incremental_equals_full(config)
 
 
 def test_an_allocation_of_a_site_covers_a_host_of_no_site(tmp_path: Path) -> None:
@@ -217,7 +212,7 @@ def test_two_slurm_clusters_same_job_id_are_two_jobs(tmp_path: Path) -> None:
         " where job_id = '5' order by all",
     )
     assert alloc == [("east", 2, False), ("west", 2, False)]
-    _assert_incremental_equals_full(config)
+    assert_incremental_equals_full(config)
 
 
 def test_an_allocation_file_of_the_release_before_cluster_gains_it(tmp_path: Path) -> None:

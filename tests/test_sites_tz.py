@@ -23,9 +23,8 @@ from gpufleet.warehouse.build import build
 from gpufleet.warehouse.close import close
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only
-from tests.test_incremental import MARTS, _mart
 from tests.test_ingest import query
-from tests.test_sites import ZONES, _rows, _setup, _write
+from tests.test_sites import ZONES, _rows, _setup, _write, assert_incremental_equals_full
 
 MOVE_DAY = dt.date(2026, 11, 17)
 # 2026-11-17 00:00 local at each site, in UTC
@@ -99,13 +98,7 @@ def test_a_dated_users_and_hosts_row_applies_from_local_midnight_at_each_site(
         ("siteB", "GPU-siteB-0"): ("ml", "moved"),
         ("siteB", "GPU-siteB-1"): ("beta", "moved-host"),
     }
-    with connect_read_only(config) as con:
-        incremental = {name: _mart(con, name) for name in MARTS}
-    assert build(config, full=True).mode == "full"
-    with connect_read_only(config) as con:
-        full = {name: _mart(con, name) for name in MARTS}
-    for name in MARTS:
-        assert incremental[name] == full[name], name
+    assert_incremental_equals_full(config)
 
 
 # --- the end of November at each site -----------------------------------------------------

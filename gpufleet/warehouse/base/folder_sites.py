@@ -10,12 +10,14 @@ else hosts.csv's `cluster` (applied by the models to the rows still without one)
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufleet.collectors.schema import folder_host
+from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS
+from gpufleet.warehouse.base.sql_text import literal
 
 
 def folder_site(path: str) -> str | None:
@@ -56,6 +58,19 @@ def site_sql(value: str, site: str) -> str:
     """SQL of the row's site: its `value` (SQL; empty text is none), else the folder's
     `site` (SQL)."""
     return f"coalesce(nullif({value}, ''), {site})"
+
+
+def contract_columns_sql(present: Collection[str], site: str | None) -> list[str]:
+    """The select items of the contract's sample columns read from a file (or files) of
+    the folder of `site` holding the columns `present`: each cast to the contract's type
+    (NULL where absent), a NULL or empty `cluster` the folder's site."""
+    items = []
+    for name, kind in SAMPLE_COLUMNS:
+        value = f'cast("{name}" as {kind})' if name in present else f"cast(null as {kind})"
+        if name == "cluster" and site is not None:
+            value = site_sql(value, literal(site))
+        items.append(f'{value} as "{name}"')
+    return items
 
 
 def site_problem_sql(value: str, site: str) -> str:

@@ -12,7 +12,6 @@ no partition reads another's output.
 from __future__ import annotations
 
 import os
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,12 +19,8 @@ from pathlib import Path
 
 import duckdb
 
+from gpufleet.warehouse.base.kill_hook import maybe_kill
 from gpufleet.warehouse.base.sql_text import literal
-
-# Test hook: a folder; a file `<index>` in it kills the worker process that starts
-# partition <index> (0-based), on every try; a file `<index>.once` kills it once (the file
-# goes first: the retry lives). Read by the worker: its cluster may outlive one build.
-KILL_ENV = "GPUFLEET_FANOUT_KILL_DIR"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,23 +61,10 @@ class PartitionResult:
     worker: str = ""  # host:pid of the process that ran it
 
 
-def _maybe_kill(index: int) -> None:
-    """The test hook of KILL_ENV: the worker process dies as if the machine took it."""
-    folder = os.environ.get(KILL_ENV, "")
-    if not folder:
-        return
-    once = Path(folder) / f"{index}.once"
-    if once.exists():
-        once.unlink()
-    elif not (Path(folder) / str(index)).exists():
-        return
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def run_partition(partition: Partition) -> PartitionResult:
     """Build the partition's models in a DuckDB of its own and write them as Parquet."""
     started = time.perf_counter()
-    _maybe_kill(partition.index)
+    maybe_kill(str(partition.index))  # a test's killed worker: base/kill_hook.py
     # Never the build's own folder: a build that failed has removed it, and a task still
     # running on a remote worker then fails here instead of leaving files behind.
     for folder in (Path(partition.output_dir), Path(partition.temp_dir).parent):

@@ -22,9 +22,8 @@ import pyarrow as pa
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.base.folder_sites import pattern_site, site_sql
+from gpufleet.warehouse.base.folder_sites import contract_columns_sql, pattern_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
-from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.lake.compact_ahead import (
     CompactAhead,
     collector_versions,
@@ -136,13 +135,7 @@ def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
     )
     present = [column[0] for column in probe.description or ()]
     contract = {name for name, _ in SAMPLE_COLUMNS}
-    site = pattern_site(sources[0]) if sources else None
-    items = []
-    for name, kind in SAMPLE_COLUMNS:
-        value = f'cast("{name}" as {kind})' if name in present else f"cast(null as {kind})"
-        if name == "cluster" and site is not None:
-            value = site_sql(value, literal(site))
-        items.append(f'{value} as "{name}"')
+    items = contract_columns_sql(present, pattern_site(sources[0]) if sources else None)
     items += [f'"{name}"' for name in present if name not in contract]
     return ", ".join(items)
 

@@ -9,7 +9,6 @@ directory, which the pipeline host made and swaps in once every task is done.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -17,26 +16,9 @@ import duckdb
 import pyarrow as pa
 
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.kill_hook import maybe_kill
 from gpufleet.warehouse.lake.compact import compact_from_files
 from gpufleet.warehouse.lake.fanout import CompactTask, CompactTaskResult
-
-# Test hook, the folder of build/partition.py's: a file `compact-<index>` in it kills the
-# worker process that starts compaction task <index> (0-based) on every try, a file
-# `compact-<index>.once` once (the file goes first: the retry lives).
-KILL_ENV = "GPUFLEET_FANOUT_KILL_DIR"
-
-
-def _maybe_kill(index: int) -> None:
-    """The test hook of KILL_ENV: the worker process dies as if the machine took it."""
-    folder = os.environ.get(KILL_ENV, "")
-    if not folder:
-        return
-    once = Path(folder) / f"compact-{index}.once"
-    if once.exists():
-        once.unlink()
-    elif not (Path(folder) / f"compact-{index}").exists():
-        return
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_compact_task(task: CompactTask) -> CompactTaskResult:
@@ -48,7 +30,7 @@ def run_compact_task(task: CompactTask) -> CompactTaskResult:
     compaction leaves it (`failed`); the staging directories are the host's: a task still
     running after the ingest failed finds them gone and writes nothing."""
     started = time.perf_counter()
-    _maybe_kill(task.index)
+    maybe_kill(f"compact-{task.index}")  # a test's killed worker: base/kill_hook.py
     Path(task.temp_dir).mkdir(exist_ok=True)  # its parent lives as long as the ingest
     settings: dict[str, str | bool | int | float | list[str]] = {"temp_directory": task.temp_dir}
     if task.threads:

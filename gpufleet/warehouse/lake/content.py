@@ -26,14 +26,12 @@ import pyarrow.parquet as pq
 from gpufleet.collectors.schema import host_folder
 from gpufleet.collectors.writer import safe_host
 from gpufleet.config import Config
-from gpufleet.warehouse.base.folder_sites import pattern_site, site_sql
+from gpufleet.warehouse.base.folder_sites import contract_columns_sql, pattern_site
 from gpufleet.warehouse.base.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
-    SAMPLE_COLUMNS,
     literal_path,
 )
 from gpufleet.warehouse.base.sample_files import SampleFile
-from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.lake.compact_ahead import write_compacted
 
 COMPACTED_PATH = re.compile(
@@ -148,14 +146,7 @@ def _contract_columns(con: duckdb.DuckDBPyConnection, source: str) -> str:
         {"source": source},
     )
     present = {column[0] for column in probe.description or ()}
-    site = pattern_site(source)
-    items = []
-    for name, kind in SAMPLE_COLUMNS:
-        value = f'cast("{name}" as {kind})' if name in present else f"cast(null as {kind})"
-        if name == "cluster" and site is not None:
-            value = site_sql(value, literal(site))
-        items.append(f'{value} as "{name}"')
-    return ", ".join(items)
+    return ", ".join(contract_columns_sql(present, pattern_site(source)))
 
 
 def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path: str) -> bool:
