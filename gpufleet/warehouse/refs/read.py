@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpufleet.addresses import is_address, same_address, split_addresses
+from gpufleet.collectors.schema import folder_host
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.refs.records import (
     ALLOCATIONS_COLUMNS,
@@ -338,8 +339,7 @@ def read_allocations(
     """One raw/allocations/*.csv file; its optional `cluster` column names the site whose
     host a row covers (empty: the site of a file named `<name>@<site>.csv`, as the mirror
     of a site's raw_location names its files, else the host of that name at every site)."""
-    stem = path.name.rpartition(".")[0]
-    file_site = stem.rpartition("@")[2] if "@" in stem else None
+    file_site = folder_host(path.name.rpartition(".")[0])[1]  # the mirror's `<name>@<site>`
 
     def parse(row: _Row) -> Allocation:
         start = _timestamp(row, "start_ts", required=True)
@@ -356,7 +356,7 @@ def read_allocations(
             start_ts=start,
             end_ts=end,
             source_file=source_file,
-            cluster=row.cells["cluster"] or file_site or None,
+            cluster=row.cells["cluster"] or file_site,
         )
 
     return tuple(
