@@ -2,7 +2,7 @@
 
 python -m bench.dask_build --gpus 128 --days 2        # a quick run (minutes)
 python -m bench.dask_build --gpus 1000 --days 7       # the bench fleet's week (a quiet machine)
-python -m bench.dask_build --gpus 64 --days 1 --backfill  # compaction from files instead
+python -m bench.dask_build --gpus 256 --days 2 --backfill  # a backfill's ingest instead
 
 Simulates the fleet (once per data folder), backfills it (its days go to the lake), then
 times full builds embedded, on `local:1` and on `local:2`, each partition's worker time and
@@ -10,9 +10,10 @@ bytes, and projects the time at 8, 32 and 128 workers for 10,000 and 50,000 GPUs
 from what it measured, with the assumptions printed beside the figures. Without
 PREFECT_API_URL it starts a temporary Prefect server that the workers report to.
 
-With --backfill it times instead an ingest that compacts every host-day of the fleet from
-its collector files (loaded before by an ingest that compacted nothing), embedded, on
-`local:1` and on `local:2`, each on a copy of the same data folder.
+With --backfill it times instead the backfill of the simulated fleet's files (every day of
+it over, none loaded yet), each on a copy of the same data folder: embedded (most host-days
+written from the load's rows on the pipeline host) and on `local:1` and `local:2` (every
+host-day compacted from its files by the workers), with the tasks' times.
 """
 
 from __future__ import annotations
@@ -146,62 +147,67 @@ def _projection(
     return lines
 
 
-def _loaded_uncompacted(folder: Path, gpus: int, days: int) -> Path:
-    """A data folder whose fleet is loaded and not compacted (simulated unless done)."""
+def _raw_fleet(folder: Path, gpus: int, days: int) -> Path:
+    """A data folder holding a simulated fleet's collector files, none loaded (simulated
+    unless done)."""
     from gpufleet.simulate.fleet import simulate_fleet
-    from gpufleet.warehouse.ingest import ingest
 
     config = load_config(data_dir=folder, environ={})
-    if not config.warehouse_path.exists():
+    if not (config.data_dir / "raw" / "samples").is_dir():
         start = dt.date.today() - dt.timedelta(days=days + 7)
         spec = simulation_spec(config, gpus, start, days, flush_s=600.0)
         log(f"simulating {gpus} GPUs x {days} days in {config.data_dir}")
         simulate_fleet(spec, data_dir=config.data_dir, progress=lambda _: None)
-        ingest(config, compact=False)
     return config.data_dir
 
 
-def _time_backfill(loaded: Path, dask: str) -> tuple[float, Any, Any]:
-    """One ingest's wall time on a copy of `loaded`, its compaction, the fan-out's report."""
+def _time_backfill(raw: Path, dask: str) -> tuple[float, Any, Any]:
+    """The backfill's wall time on a copy of `raw`, its compaction, the fan-out's report."""
     from prefect import flow
 
-    from gpufleet.flows.compact import dask_compact_fan_out
+    from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
     from gpufleet.warehouse.ingest.run import load_new_files
 
-    copy = loaded.with_name(f"{loaded.name}-{dask.replace(':', '') or 'embedded'}")
+    copy = raw.with_name(f"{raw.name}-{dask.replace(':', '') or 'embedded'}")
     shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(loaded, copy)  # the files' mtimes too: they stay loaded
+    shutil.copytree(raw, copy)
     config = replace(load_config(data_dir=copy, environ={}), compute=ComputeConfig(dask=dask))
     fan_out = dask_compact_fan_out(config) if dask else None
+    load_fan_out = dask_load_fan_out(config) if dask else None
 
-    @flow(name="bench-dask-compact")
+    @flow(name="bench-dask-backfill")
     def backfill() -> Any:
-        return load_new_files(config, compact_fan_out=fan_out).compaction
+        return load_new_files(config, compact_fan_out=fan_out, load_fan_out=load_fan_out)
 
     started = time.perf_counter()
-    compaction = backfill()
+    result = backfill()
     seconds = time.perf_counter() - started
     shutil.rmtree(copy, ignore_errors=True)
-    return seconds, compaction, fan_out.last if fan_out else None
+    reports = (load_fan_out.last, fan_out.last) if load_fan_out and fan_out else None
+    return seconds, result, reports
 
 
 def _backfill(args: argparse.Namespace, data_dir: Path) -> int:
-    loaded = _loaded_uncompacted(data_dir, args.gpus, args.days)
+    raw = _raw_fleet(data_dir, args.gpus, args.days)
+    files = sum(1 for _ in (raw / "raw" / "samples").rglob("*.parquet"))
     lines = [
-        f"compaction from files of {args.gpus} GPUs x {args.days} days, {os.cpu_count()} cores"
+        f"backfill of {args.gpus} GPUs x {args.days} days ({files:,} files), {os.cpu_count()} cores"
     ]
     with _prefect_server():
         for dask in ("", "local:1", "local:2"):
-            seconds, compaction, report = _time_backfill(loaded, dask)
+            seconds, result, reports = _time_backfill(raw, dask)
             log(f"{dask or 'embedded'}: {seconds:.1f} s")
-            line = f"  {dask or 'embedded'}: {seconds:.1f} s ingest; {compaction}"
-            if report is not None:
-                worker_s = ", ".join(f"{result.seconds:.1f}" for result in report.results)
-                line += (
-                    f"; {report.tasks} tasks in {report.run_seconds:.1f} s (cluster start "
-                    f"included), each on its worker {worker_s} s"
+            steps = ", ".join(f"{name} {value:.1f} s" for name, value in result.step_seconds)
+            lines.append(f"  {dask or 'embedded'}: {seconds:.1f} s ingest; {result.compaction}")
+            lines.append(f"    steps on the pipeline host: {steps}")
+            for what, report in zip(("load", "compaction"), reports or (None, None), strict=True):
+                if report is None:
+                    continue
+                worker_s = ", ".join(f"{task.seconds:.1f}" for task in report.results)
+                lines.append(
+                    f"    {what}: {report.tasks} tasks in {report.run_seconds:.1f} s (cluster "
+                    f"start included), each on its worker {worker_s} s"
                 )
-            lines.append(line)
     print("\n".join(lines))
     return 0
 
@@ -214,14 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument(
-        "--backfill", action="store_true", help="time compaction from files, not a full build"
+        "--backfill", action="store_true", help="time a backfill's ingest, not a full build"
     )
     args = parser.parse_args(argv)
     data_dir = (
         args.data_dir or Path(tempfile.gettempdir()) / f"gpufleet-dask-{args.gpus}x{args.days}"
     )
     if args.backfill:
-        return _backfill(args, data_dir.with_name(f"{data_dir.name}-backfill"))
+        return _backfill(args, data_dir.with_name(f"{data_dir.name}-raw"))
     config = load_config(data_dir=data_dir, environ={})
     samples = _fleet(config, args.gpus, args.days)
     lines = [

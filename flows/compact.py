@@ -1,10 +1,12 @@
-"""An ingest's compaction from files as Prefect tasks on a Dask cluster (`[compute] dask`).
+"""An ingest's compaction from files, and a backfill's reading of whole host-days, as Prefect
+tasks on a Dask cluster (`[compute] dask`).
 
 `dask_compact_fan_out(config)` is the `CompactFanOut` the ingest flows pass into the engine
 (gpufleet/warehouse/lake/fanout.py): its `run` submits one `compact-host-days` task per run
 of host-days to prefect-dask's `DaskTaskRunner`, as a fanned-out build does
 (flows/fanout.py), waits for all, and fails in one line on the first that fails, the
-warehouse and the lake unchanged (docs/dask.md).
+warehouse and the lake unchanged (docs/dask.md). `dask_load_fan_out(config)` is the
+`LoadFanOut` whose `run` does the same with one `load-host-days` task per run of batches.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config
 from gpufleet.flows.fanout import cluster_workers, one_line, run_on_dask, worker_limits
+from gpufleet.warehouse.ingest.fanned import LoadFanOut, LoadTask, LoadTaskResult, run_load_task
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
 
@@ -36,4 +39,25 @@ def dask_compact_fan_out(config: Config) -> CompactFanOut:
         run=lambda tasks: run_on_dask(config, compact_host_days_task, tasks, error),
         workers=lambda: cluster_workers(config),
         **worker_limits(config),
+    )
+
+
+@task(name="load-host-days", cache_policy=NO_CACHE)
+def load_host_days_task(batches: LoadTask) -> LoadTaskResult:
+    """A run of a backfill's batches of whole host-days, each read, checked and written as
+    compacted files into the host-days' staging directories."""
+    return run_load_task(batches)
+
+
+def dask_load_fan_out(config: Config) -> LoadFanOut:
+    """The load fan-out of a configuration whose `[compute] dask` is set."""
+    unchanged = "the warehouse and the lake are unchanged"
+
+    def error(batches: LoadTask, exc: BaseException) -> str:
+        return one_line("ingest failed", batches.label, exc, unchanged)
+
+    return LoadFanOut(
+        config=config,
+        run=lambda tasks: run_on_dask(config, load_host_days_task, tasks, error),
+        workers=lambda: cluster_workers(config),
     )

@@ -14,7 +14,7 @@ from prefect.tasks import Task
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.flows.compact import dask_compact_fan_out
+from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
 from gpufleet.storage.mirror import mirror_raw_location
 from gpufleet.warehouse.ingest import (
     IngestResult,
@@ -55,11 +55,17 @@ def load_warehouse_task(
     config: Config, references: References, files: list[SampleFile]
 ) -> IngestResult:
     """Load new samples and the reference tables in one published transaction; with
-    `[compute] dask`, the host-days compacted from their files as `compact-host-days` tasks
+    `[compute] dask`, a backfill's whole host-days read and compacted as `load-host-days`
+    tasks and the other host-days compacted from their files as `compact-host-days` tasks
     on Dask (flows/compact.py)."""
-    fan_out = dask_compact_fan_out(config) if config.compute.dask else None
+    dask = bool(config.compute.dask)
     return load_warehouse(
-        config, references, files, progress=get_run_logger().info, compact_fan_out=fan_out
+        config,
+        references,
+        files,
+        progress=get_run_logger().info,
+        compact_fan_out=dask_compact_fan_out(config) if dask else None,
+        load_fan_out=dask_load_fan_out(config) if dask else None,
     )
 
 

@@ -9,7 +9,7 @@ from prefect.states import Failed
 
 from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.flows.compact import dask_compact_fan_out
+from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
 from gpufleet.flows.fanout import dask_fan_out
 from gpufleet.warehouse.cycle import ingest_then_build
 
@@ -27,6 +27,7 @@ def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> 
             warn=logger.warning,
             fan_out=dask_fan_out(config) if dask else None,
             compact_fan_out=dask_compact_fan_out(config) if dask else None,
+            load_fan_out=dask_load_fan_out(config) if dask else None,
         )
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.

@@ -25,9 +25,11 @@ from gpufleet.simulate.fleet import (
     write_reference_files,
 )
 from gpufleet.warehouse.base.kill_hook import KILL_ENV
+from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.build.fanout import SCRATCH_DIR_NAME, partition_bounds
 from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.ingest.fanned import load_runs
 from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
 from tests.test_incremental import _mart
@@ -316,9 +318,17 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
             task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="compact-host-days"))
         )
     assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="load-host-days"))
+        )
+    # the two new days' batches were read and compacted on the workers, not on this host
+    assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
 
 
-def test_a_compaction_worker_killed_once_is_retried_with_the_same_bytes(
+@pytest.mark.parametrize("task", ["compact", "load"])
+def test_a_compaction_or_load_worker_killed_once_is_retried_with_the_same_bytes(
+    task: str,
     before_backfill: Path,
     embedded_backfill: tuple[Config, dict[str, Any]],
     cluster: tuple[str, Path],
@@ -326,7 +336,7 @@ def test_a_compaction_worker_killed_once_is_retried_with_the_same_bytes(
     tmp_path: Path,
 ) -> None:
     config = _copy(before_backfill, tmp_path, scheduler)
-    once = cluster[1] / "compact-0.once"
+    once = cluster[1] / f"{task}-0.once"
     once.touch()
     assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0
     assert not once.exists()  # the first task died, then ran again
@@ -334,7 +344,17 @@ def test_a_compaction_worker_killed_once_is_retried_with_the_same_bytes(
     assert not any(name.startswith(".") for name in _lake(config))
 
 
-def test_a_compaction_worker_killed_on_every_try_fails_the_ingest_and_changes_nothing(
+@pytest.mark.parametrize(
+    ("task", "label", "where"),
+    [
+        ("compact", "compaction task 1 of ", "date=2026-10-05/host="),
+        ("load", "load task 1 of ", "(host-days date=2026-10-06/host="),
+    ],
+)
+def test_a_compaction_or_load_worker_killed_on_every_try_fails_the_ingest_and_changes_nothing(
+    task: str,
+    label: str,
+    where: str,
     before_backfill: Path,
     cluster: tuple[str, Path],
     scheduler: str,
@@ -343,15 +363,50 @@ def test_a_compaction_worker_killed_on_every_try_fails_the_ingest_and_changes_no
 ) -> None:
     config = _copy(before_backfill, tmp_path, scheduler)
     lake, loaded, generation = _lake(config), _loaded_files(config), _generation(config)
-    (cluster[1] / "compact-0").touch()  # the first task (of one per live worker) dies
+    (cluster[1] / f"{task}-0").touch()  # the first task (of one per live worker) dies
     assert main(["--data-dir", str(config.data_dir), "ingest"]) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if "gpufleet: error" in line]
-    assert len(errors) == 1 and "compaction task 1 of " in errors[0], errors
-    assert "died" in errors[0] and "date=2026-10-05/host=" in errors[0], errors
+    assert len(errors) == 1 and label in errors[0], errors
+    assert "died" in errors[0] and where in errors[0], errors
     assert errors[0].endswith("the warehouse and the lake are unchanged")
     assert _lake(config) == lake  # the collector files, and no staging folder left
     assert _loaded_files(config) == loaded and _generation(config) == generation
-    assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())
+    scratch = config.data_dir / SCRATCH_DIR_NAME  # made by a compaction's fan-out only
+    assert not scratch.exists() or not any(scratch.iterdir())
+
+
+def test_a_backfill_with_a_bad_file_on_the_workers_quarantines_it_as_embedded(
+    before_backfill: Path, scheduler: str, tmp_path: Path
+) -> None:
+    results = {}
+    for dask in ("", scheduler):
+        config = _copy(before_backfill, tmp_path / ((dask and "dask") or "embedded"), dask)
+        bad = sorted((config.data_dir / "raw" / "samples" / "date=2026-10-06").rglob("*.parquet"))
+        bad[0].write_bytes(b"not parquet")  # its batch is refused and loaded on this host
+        assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0
+        with connect_read_only(config) as con:
+            quarantined = con.execute("select path, reason from quarantined_files").fetchall()
+        results[dask] = quarantined, _loaded_files(config), _compacted(config)
+    (quarantined, loaded, lake), embedded = results[scheduler], results[""]
+    assert len(quarantined) == 1 and quarantined == embedded[0]
+    assert loaded == embedded[1]
+    assert {path: rows for path, (_, rows) in lake.items()} == {
+        path: rows for path, (_, rows) in embedded[2].items()
+    }
+
+
+def test_batches_are_sent_in_runs_each_once_in_order() -> None:
+    batches = [
+        [
+            SampleFile(path=f"raw/samples/date=D/host=h{i}/{j}.parquet", size_bytes=s, mtime_ns=0)
+            for j in range(2)
+        ]
+        for i, s in enumerate([10, 10, 10, 70, 5, 5])
+    ]
+    for workers in (1, 2, 3, 6, 9):
+        runs = load_runs(batches, workers)
+        assert [batch for run in runs for batch in run] == batches
+        assert len(runs) == min(len(batches), workers) and all(runs)
 
 
 def test_host_days_are_split_in_runs_of_about_equal_bytes() -> None:

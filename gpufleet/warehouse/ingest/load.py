@@ -27,6 +27,7 @@ from gpufleet.console import printable
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import strict
 from gpufleet.warehouse.ingest.batch import BatchOutcome
+from gpufleet.warehouse.ingest.fanned import LoadFanOut, adopt
 from gpufleet.warehouse.ingest.files import plan_batches, record_loaded, split_new_files
 from gpufleet.warehouse.ingest.footers import read_footer
 from gpufleet.warehouse.ingest.quarantine import record_quarantined
@@ -60,9 +61,11 @@ def load_samples(
     now: dt.datetime | None = None,
     progress: Log | None = None,
     ahead: CompactAhead | None = None,
+    fan_out: LoadFanOut | None = None,
 ) -> IngestResult:
     """Load the files not loaded yet into `samples` through `con` (inside a transaction),
-    writing the compacted files `ahead` asks for from the rows loaded."""
+    writing the compacted files `ahead` asks for from the rows loaded; the batches of whole
+    host-days read and written on `fan_out`'s workers when given (`fanned.py`)."""
     now = now or dt.datetime.now(dt.UTC)
     say = progress or logger.info
     started = time.perf_counter()
@@ -76,6 +79,26 @@ def load_samples(
         say(f"ingest: {len(new):,} new files in {len(batches)} {plural}")
     files_loaded = rows_read = rows_inserted = probed = 0
     probe_seconds = waited = 0.0
+    on_workers = 0.0
+    if fan_out is not None and ahead is not None:
+        sending = time.perf_counter()
+        left: list[list[SampleFile]] = []
+        try:
+            taken_all = fan_out.load(batches, ahead, progress=say)
+            for batch, taken in zip(batches, taken_all, strict=True):
+                outcome = adopt(con, config, batch, taken, ahead) if taken else None
+                if outcome is None:
+                    left.append(batch)
+                    continue
+                record_loaded(con, outcome.loaded, now)
+                files_loaded += len(outcome.loaded)
+                rows_read += outcome.rows_read
+                rows_inserted += outcome.rows_inserted
+        except BaseException:
+            fan_out.discard()
+            raise
+        batches = left  # refused or never sent: loaded here, as embedded
+        on_workers = time.perf_counter() - sending
     # Each batch is read in a thread while the one before it loads and its compacted files
     # are written: the read keeps the cores busy that the load's own steps leave idle.
     with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="gpufleet-read") as reader:
@@ -120,8 +143,9 @@ def load_samples(
         batches_probed=probed,
         step_seconds=(
             ("new files", listed - started),
+            *((("batches on the Dask workers", on_workers),) if fan_out is not None else ()),
             ("waiting for reads", waited),
-            ("batches", time.perf_counter() - listed - waited - probe_seconds),
+            ("batches", time.perf_counter() - listed - on_workers - waited - probe_seconds),
             ("schema probes", probe_seconds),
         ),
     )

@@ -17,6 +17,7 @@ from gpufleet.storage.mirror import mirror_raw_location
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.build.models import apply_table_docs
 from gpufleet.warehouse.ingest.arrival import check_input
+from gpufleet.warehouse.ingest.fanned import LoadFanOut
 from gpufleet.warehouse.ingest.files import check_listing, find_sample_files
 from gpufleet.warehouse.ingest.load import load_samples
 from gpufleet.warehouse.ingest.quarantine import move_to_quarantine
@@ -57,11 +58,12 @@ def load_new_files(
     compact: bool = True,
     today: dt.date | None = None,
     compact_fan_out: CompactFanOut | None = None,
+    load_fan_out: LoadFanOut | None = None,
 ) -> IngestResult:
     """Validate the reference files, list the raw files and load the new ones (published
     with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
     `quarantine_after_publish` does, once the caller's transaction is published
-    (`compact_fan_out`: as for `load_warehouse`)."""
+    (`compact_fan_out`, `load_fan_out`: as for `load_warehouse`)."""
     started = time.perf_counter()
     mirror_raw_location(config)  # raw_location = "s3://..." (a site's too): new files into raw/
     references = read_references(config, known=published_allocation_files(config))
@@ -76,6 +78,7 @@ def load_new_files(
         compact=compact,
         today=today,
         compact_fan_out=compact_fan_out,
+        load_fan_out=load_fan_out,
     )
     return replace(
         result,
@@ -106,10 +109,13 @@ def load_warehouse(
     compact: bool = True,
     today: dt.date | None = None,
     compact_fan_out: CompactFanOut | None = None,
+    load_fan_out: LoadFanOut | None = None,
 ) -> IngestResult:
     """One write transaction: new samples, loaded/quarantined files, reference tables,
     and the compaction of host-days before `today` (UTC; default: the real today), those
-    compacted from their files on `compact_fan_out`'s workers when given (`lake/fanout.py`)."""
+    compacted from their files on `compact_fan_out`'s workers when given (`lake/fanout.py`),
+    and the batches of whole host-days read and compacted on `load_fan_out`'s
+    (`fanned.py`)."""
     started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         # Capped by the writer's connection (`WRITER_MEMORY_LIMIT`, `publish/slots.py`): DuckDB
@@ -122,7 +128,14 @@ def load_warehouse(
         day = today or dt.datetime.now(dt.UTC).date()
         ahead = CompactAhead.plan(config, listing.files, day) if compact else None
         try:
-            result = load_samples(con, config, listing.unsettled, progress=progress, ahead=ahead)
+            result = load_samples(
+                con,
+                config,
+                listing.unsettled,
+                progress=progress,
+                ahead=ahead,
+                fan_out=load_fan_out,
+            )
             loaded = time.perf_counter()
             references_changed = replace_references(con, references)
             allocations = con.execute("select count(*) from allocations").fetchone()

@@ -161,7 +161,7 @@ def _keys_are_new(
     min_ts, max_ts = times["min"].as_py(), times["max"].as_py()
     gpus = rows.column("gpu_uuid").combine_chunks()
     distinct = pc.unique(gpus)
-    if _repeats_a_key(con, rows, gpus, distinct):
+    if repeats_a_key(con, rows, gpus, distinct):
         return False
     gpu_names = distinct.to_pylist()
     create_existing_view(con, config, min_ts, max_ts, ahead, "_ingest_keys", gpus=set(gpu_names))
@@ -180,7 +180,7 @@ def _keys_are_new(
     return bool(existing) and not existing[0][0]
 
 
-def _repeats_a_key(
+def repeats_a_key(
     con: duckdb.DuckDBPyConnection, rows: pa.Table, gpus: pa.Array, distinct: pa.Array
 ) -> bool:
     """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts) twice; `gpus`

@@ -204,6 +204,30 @@ class CompactAhead:
             listed.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
         return cls(config, today, {d: tuple(sorted(paths)) for d, paths in listed.items()})
 
+    def whole(self, batch: Sequence[SampleFile]) -> bool:
+        """Whether every host-day of the batch is over and has all its listed files in it
+        (so `parts` writes all of them ahead, unless a file is set aside or has a column
+        beyond the contract's)."""
+        in_batch: dict[str, list[str]] = {}
+        for file in batch:
+            in_batch.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+        return all(
+            (day := partition_day(directory)) is not None
+            and day < self.today
+            and tuple(sorted(paths)) == self.listed.get(directory)
+            for directory, paths in in_batch.items()
+        )
+
+    def adopt(self, directory: str, files: tuple[str, ...], gpus: frozenset[str]) -> None:
+        """Count the compacted file a Dask worker wrote for `directory` from `files` as
+        written here (`ingest/fanned.py`)."""
+        day = partition_day(directory)
+        assert day is not None
+        target = staging_directory(self.config.data_dir / directory) / compacted_name(day)
+        if not target.is_file():
+            raise FileNotFoundError(f"{target}: the worker's compacted file is missing")
+        self.written[directory] = _Written(files, target, gpus, day)
+
     def parts(
         self,
         batch: Sequence[SampleFile],

@@ -1,0 +1,276 @@
+"""A backfill's reading on Dask workers (`[compute] dask`, docs/dask.md).
+
+Most of a backfill is batches of whole host-days whose days are over: embedded, the load
+reads each such batch once and writes its host-days' compacted files from the rows
+(`CompactAhead`), and no row enters `samples_stored`. With a `LoadFanOut`, the pipeline host
+sends those batches to the workers instead (`run_load_task`, no Prefect here): a worker
+reads each batch as the host would (`read_strict`), checks it (no NULL in a required
+column, no value out of range, no (gpu_uuid, ts) twice) and writes the compacted files
+into the host-days' staging directories, with the bytes the host would write. It sends
+back only what the host records: each file's rows and time range, and each compacted
+file's GPUs.
+
+A batch a worker does not take whole (a file set aside, a file the one pass does not read,
+a repeated key) writes nothing and comes back refused; so does one whose keys the host
+finds loaded already. The host then loads it itself, as embedded, with every quarantine
+reason and deduplication of today. A task that fails, or whose worker dies on every try,
+fails the ingest before anything is published; the staging directories go.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow.compute as pc
+
+from gpufleet.config import Config
+from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
+from gpufleet.warehouse.base.kill_hook import maybe_kill
+from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
+from gpufleet.warehouse.ingest.batch import (
+    ANY_EXISTING_SQL,
+    BatchOutcome,
+    add_loaded_files,
+    create_existing_view,
+)
+from gpufleet.warehouse.ingest.strict import Oversized, read_strict
+from gpufleet.warehouse.ingest.uniform import repeats_a_key
+from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead, staging_directory
+from gpufleet.warehouse.lake.fanout import TASK_SOURCE_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadTask:
+    """What a worker needs to read a run of batches: plain values, sent by pickle."""
+
+    index: int  # 0-based
+    count: int  # tasks in the ingest
+    data_dir: str  # absolute: the batches' paths are relative to it
+    batches: tuple[tuple[SampleFile, ...], ...]
+    listed: dict[str, tuple[str, ...]]  # each host-day's files (directory -> relative paths)
+    today: dt.date  # host-days before it are over
+
+    @property
+    def label(self) -> str:
+        first, last = (
+            "/".join(path.split("/")[-3:-1])  # date=D/host=H
+            for path in (self.batches[0][0].path, self.batches[-1][-1].path)
+        )
+        return f"load task {self.index + 1} of {self.count} (host-days {first} .. {last})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchTaken:
+    """A batch a worker read and wrote as compacted files."""
+
+    loaded: tuple[LoadedFile, ...]  # each file with its rows and time range
+    rows: int
+    gpus: tuple[str, ...]  # the batch's distinct GPUs
+    min_ts: dt.datetime
+    max_ts: dt.datetime
+    written: dict[str, frozenset[str]]  # host-day directory -> the GPUs of its file
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadTaskResult:
+    """What a task did: per batch, what it took, or None (the host loads that batch)."""
+
+    index: int
+    seconds: float
+    batches: tuple[BatchTaken | None, ...]
+    worker: str = ""  # host:pid of the process that ran it
+
+
+def run_load_task(task: LoadTask) -> LoadTaskResult:
+    """Read, check and compact the task's batches (on a worker). A retried task writes the
+    same bytes under the same names (`write_compacted` writes beside, then renames)."""
+    started = time.perf_counter()
+    maybe_kill(f"load-{task.index}")  # a test's killed worker: base/kill_hook.py
+    config = Config(data_dir=Path(task.data_dir))
+    taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
+    return LoadTaskResult(
+        index=task.index,
+        seconds=time.perf_counter() - started,
+        batches=taken,
+        worker=f"{os.uname().nodename}:{os.getpid()}",
+    )
+
+
+def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
+    ahead = CompactAhead(config, task.today, task.listed)
+    read = read_strict(config, batch, ahead)
+    if read is None or isinstance(read, Oversized) or read.bad or NOT_AHEAD in read.parts:
+        return None
+    for directory in {file.path.rsplit("/", 1)[0] for file in batch}:
+        if not staging_directory(config.data_dir / directory).is_dir():  # the host made it
+            raise FileNotFoundError(f"{config.data_dir / directory}: the ingest is over")
+    rows = fill_sites(read.rows, [folder_site(file.path) for file in read.files], "_file_index")
+    if pc.any(rows.column("_null")).as_py():
+        return None
+    gpus = rows.column("gpu_uuid").combine_chunks()
+    distinct = pc.unique(gpus)
+    outcome = BatchOutcome()
+    with duckdb.connect(":memory:") as con:
+        con.register("_ingest_keys", rows)
+        if repeats_a_key(con, rows, gpus, distinct):
+            return None
+        add_loaded_files(con, "_ingest_keys", read.files, outcome)
+    try:
+        ahead.write(rows, read.files, read.parts, read.versions)
+        ahead.wait()
+    finally:
+        ahead.close()
+    times = pc.min_max(rows.column("ts"))
+    return BatchTaken(
+        loaded=tuple(outcome.loaded),
+        rows=outcome.rows_read,
+        gpus=tuple(distinct.to_pylist()),
+        min_ts=times["min"].as_py(),
+        max_ts=times["max"].as_py(),
+        written={directory: item.gpus for directory, item in ahead.written.items()},
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadReport:
+    """What the last fanned-out load did, for `bench/dask_build.py`."""
+
+    tasks: int = 0
+    batches: int = 0  # sent to the workers
+    refused: int = 0  # of those, loaded by the host after all
+    results: tuple[LoadTaskResult, ...] = ()
+    run_seconds: float = 0.0  # from the first task submitted to the last done
+
+
+@dataclass(kw_only=True)
+class LoadFanOut:
+    """Where a backfill's whole host-days are read: `run` takes the tasks and returns each
+    one's result in their order, or raises (a GpufleetError of one line) when one failed."""
+
+    config: Config
+    run: Callable[[Sequence[LoadTask]], Sequence[LoadTaskResult]]
+    workers: Callable[[], int]  # how many there are
+    last: LoadReport | None = None
+    _staging: list[Path] = field(default_factory=list)
+
+    def load(
+        self,
+        batches: Sequence[Sequence[SampleFile]],
+        ahead: CompactAhead,
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> list[BatchTaken | None]:
+        """Each batch read and compacted on the workers (None: left to the host). Batches
+        whose host-days are not all whole and over here are left to the host unread."""
+        sent = [index for index, batch in enumerate(batches) if ahead.whole(batch)]
+        found: list[BatchTaken | None] = [None] * len(batches)
+        if not sent:
+            return found
+        directories = {f.path.rsplit("/", 1)[0] for i in sent for f in batches[i]}
+        self._staging = [staging_directory(self.config.data_dir / d) for d in directories]
+        for folder in self._staging:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+        runs = load_runs([list(batches[i]) for i in sent], self.workers())
+        tasks = [
+            LoadTask(
+                index=index,
+                count=len(runs),
+                data_dir=str(self.config.data_dir.absolute()),
+                batches=tuple(tuple(batch) for batch in run),
+                listed={
+                    d: files
+                    for d, files in ahead.listed.items()
+                    if d in {f.path.rsplit("/", 1)[0] for batch in run for f in batch}
+                },
+                today=ahead.today,
+            )
+            for index, run in enumerate(runs)
+        ]
+        if progress:
+            files = sum(len(batches[i]) for i in sent)
+            progress(
+                f"ingest: {len(sent)} batches of whole host-days ({files:,} files) read on "
+                f"the Dask workers in {len(tasks)} tasks"
+            )
+        started = time.perf_counter()
+        try:
+            results = tuple(self.run(tasks))
+        except BaseException:
+            self.discard()
+            raise
+        taken = [batch for result in results for batch in result.batches]
+        for index, batch in zip(sent, taken, strict=True):
+            found[index] = batch
+            if batch is None:  # the host loads it: its (empty) staging directories go
+                for directory in {file.path.rsplit("/", 1)[0] for file in batches[index]}:
+                    shutil.rmtree(
+                        staging_directory(self.config.data_dir / directory), ignore_errors=True
+                    )
+        self.last = LoadReport(
+            tasks=len(tasks),
+            batches=len(sent),
+            refused=sum(batch is None for batch in taken),
+            results=results,
+            run_seconds=time.perf_counter() - started,
+        )
+        return found
+
+    def discard(self) -> None:
+        """Remove the staging directories of the batches sent (the ingest failed)."""
+        for folder in self._staging:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def load_runs(batches: list[list[SampleFile]], workers: int) -> list[list[list[SampleFile]]]:
+    """The batches (in order) in runs of about equal bytes: at least one per worker (as far
+    as there are batches), and one per TASK_SOURCE_BYTES of files."""
+    sizes = [sum(file.size_bytes for file in batch) for batch in batches]
+    total = sum(sizes)
+    count = min(len(batches), max(1, workers, -(-total // TASK_SOURCE_BYTES)))
+    runs: list[list[list[SampleFile]]] = [[]]
+    done = 0
+    for position, (batch, size) in enumerate(zip(batches, sizes, strict=True)):
+        left = len(batches) - position
+        if (
+            runs[-1]
+            and len(runs) < count
+            and (done * count >= total * len(runs) or left <= count - len(runs))
+        ):
+            runs.append([])
+        runs[-1].append(batch)
+        done += size
+    return runs
+
+
+def adopt(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    taken: BatchTaken,
+    ahead: CompactAhead,
+) -> BatchOutcome | None:
+    """Record a batch a worker took as written `ahead` (compaction swaps its files in), or
+    None, its staging directories removed, when one of its keys is loaded already (the
+    host loads it then, and drops the repeats)."""
+    create_existing_view(con, config, taken.min_ts, taken.max_ts, ahead, gpus=set(taken.gpus))
+    overlap = con.execute(
+        ANY_EXISTING_SQL,
+        {"min_ts": taken.min_ts, "max_ts": taken.max_ts, "gpus": list(taken.gpus)},
+    ).fetchall()
+    directories = sorted(taken.written)
+    if overlap and overlap[0][0]:
+        for directory in directories:
+            shutil.rmtree(staging_directory(config.data_dir / directory), ignore_errors=True)
+        return None
+    for directory in directories:
+        files = tuple(sorted(f.path for f in batch if f.path.rsplit("/", 1)[0] == directory))
+        ahead.adopt(directory, files, taken.written[directory])
+    return BatchOutcome(rows_read=taken.rows, rows_inserted=taken.rows, loaded=list(taken.loaded))
