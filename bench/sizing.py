@@ -39,14 +39,19 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def measure(gpus: int, history_days: int, repeat: int, work: Path) -> dict[str, float]:
+def measure(
+    gpus: int, history_days: int, repeat: int, work: Path, keep: bool = False
+) -> dict[str, float]:
     """One fleet size's figures (see the module's docstring)."""
     folder = work / f"sizing-{gpus}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "gpufleet.toml").write_text(f"[retention]\nsamples_days = {RETENTION_DAYS}\n")
     bench = PipelineBench(work=work, gpus=gpus, days=history_days + 1, repeat=repeat, log=log)
-    start = week_monday(bench.week())  # the flushes of `cycles` are of the week from it
+    # The cycles' day is the Tuesday of the last week but one (over, whatever the history):
+    # `cycles` writes its flushes as the fleet of that week, the same hosts and GPUs.
+    cycle_day = week_monday(bench.week()) + dt.timedelta(days=1)
+    start = cycle_day - dt.timedelta(days=history_days)
     log(f"sizing: {gpus} GPUs, {history_days} days of history from {start}")
     bench.simulate(folder, start=start, days=history_days, flush_s=86400)
     raw_bytes = directory_bytes(folder / "raw" / "samples", ".parquet")
@@ -64,14 +69,17 @@ def measure(gpus: int, history_days: int, repeat: int, work: Path) -> dict[str, 
         1 for _ in (folder / "raw" / "samples" / f"date={history_end.date()}").rglob("*.parquet")
     )
     warehouse_bytes = (folder / "warehouse.duckdb").stat().st_size
-    shutil.rmtree(folder, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
     return {
         "gpus": gpus,
         "samples per day": samples / history_days,
         "collector files per day (10-minute files)": day_files / flushes * 24 * 6,
         "raw bytes per sample (daily files)": raw_bytes / samples,
         "lake bytes per sample": lake_bytes / samples,
-        "warehouse bytes per sample": warehouse_bytes / (samples * (history_days + 1)),
+        # the history's samples and the cycles' day's (not compacted yet: in the file)
+        "warehouse bytes per sample": warehouse_bytes
+        / (samples / history_days * (history_days + 1)),
         "backfill s per day": ingest.wall_s / history_days,
         "full build s per day": build.wall_s / history_days,
         "backfill peak MB": ingest.max_rss_mb,
@@ -101,11 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "sizing.md")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each size's data folder (to look into it)"
+    )
     args = parser.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     rows: list[dict[str, float]] = []
     for gpus in args.gpus:  # the file is written after each size: a long run shows progress
-        rows.append(measure(gpus, args.history_days, args.repeat, args.work))
+        rows.append(measure(gpus, args.history_days, args.repeat, args.work, args.keep))
         text = render(rows, started, args)
         args.output.write_text(text)
     print(text)
