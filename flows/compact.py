@@ -15,10 +15,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config
-from gpufleet.flows.fanout import cluster_workers, one_line, run_on_dask, worker_limits
+from gpufleet.flows.fanout import cluster_workers, run_on_dask, worker_limits
 from gpufleet.warehouse.ingest.fanned import LoadFanOut, LoadTask, LoadTaskResult, run_load_task
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
+
+UNCHANGED = "the warehouse and the lake are unchanged"  # after a failed ingest
 
 
 @task(name="compact-host-days", cache_policy=NO_CACHE)
@@ -29,14 +31,11 @@ def compact_host_days_task(host_days: CompactTask) -> CompactTaskResult:
 
 def dask_compact_fan_out(config: Config) -> CompactFanOut:
     """The compaction fan-out of a configuration whose `[compute] dask` is set."""
-    unchanged = "the warehouse and the lake are unchanged"
-
-    def error(host_days: CompactTask, exc: BaseException) -> str:
-        return one_line("ingest failed", host_days.label, exc, unchanged)
-
     return CompactFanOut(
         config=config,
-        run=lambda tasks: run_on_dask(config, compact_host_days_task, tasks, error),
+        run=lambda tasks: run_on_dask(
+            config, compact_host_days_task, tasks, "ingest failed", UNCHANGED
+        ),
         workers=lambda: cluster_workers(config),
         **worker_limits(config),
     )
@@ -51,13 +50,10 @@ def load_host_days_task(batches: LoadTask) -> LoadTaskResult:
 
 def dask_load_fan_out(config: Config) -> LoadFanOut:
     """The load fan-out of a configuration whose `[compute] dask` is set."""
-    unchanged = "the warehouse and the lake are unchanged"
-
-    def error(batches: LoadTask, exc: BaseException) -> str:
-        return one_line("ingest failed", batches.label, exc, unchanged)
-
     return LoadFanOut(
         config=config,
-        run=lambda tasks: run_on_dask(config, load_host_days_task, tasks, error),
+        run=lambda tasks: run_on_dask(
+            config, load_host_days_task, tasks, "ingest failed", UNCHANGED
+        ),
         workers=lambda: cluster_workers(config),
     )

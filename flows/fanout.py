@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -25,7 +25,6 @@ from gpufleet.warehouse.build.memory import BUILD_MEMORY_LIMIT
 from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
 
 EXTRA = "pip install 'gpufleet[dask]'"
-Item = TypeVar("Item")
 
 
 @task(name="build-partition", cache_policy=NO_CACHE)
@@ -81,10 +80,11 @@ def one_line(failed: str, label: str, exc: BaseException, unchanged: str) -> str
 
 
 def run_on_dask(
-    config: Config, task: Any, items: Sequence[Item], error: Callable[[Item, BaseException], str]
+    config: Config, task: Any, items: Sequence[Any], failed: str, unchanged: str
 ) -> list[Any]:
-    """`task` of each item (its one parameter) on Dask, the results in the items' order; a
-    GpufleetError of `error`'s line on the first that fails (the rest are cancelled)."""
+    """`task` of each item (its one parameter, which has a `label`) on Dask, the results in
+    the items' order; on the first that fails (the rest are cancelled) a GpufleetError of one
+    line: what `failed`, the item, why, and what stays `unchanged`."""
     from distributed import as_completed
 
     (name,) = inspect.signature(task.fn).parameters
@@ -102,7 +102,7 @@ def run_on_dask(
                 results[position] = future.result()
             except Exception as exc:
                 runner.client.cancel(waiting)  # the rest would only be thrown away
-                raise GpufleetError(error(item, exc)) from exc
+                raise GpufleetError(one_line(failed, item.label, exc, unchanged)) from exc
     return [results[position] for position in range(len(items))]
 
 
@@ -136,14 +136,10 @@ def worker_limits(config: Config) -> dict[str, Any]:
 
 def dask_fan_out(config: Config) -> FanOut:
     """The fan-out of a configuration whose `[compute] dask` is set."""
-    unchanged = "the published warehouse is unchanged"
-
-    def error(partition: Partition, exc: BaseException) -> str:
-        return one_line("full build failed", partition.label, exc, unchanged)
-
+    failed, unchanged = "full build failed", "the published warehouse is unchanged"
     return FanOut(
         config=config,
-        run=lambda partitions: run_on_dask(config, build_partition_task, partitions, error),
+        run=lambda items: run_on_dask(config, build_partition_task, items, failed, unchanged),
         workers=lambda: cluster_workers(config),
         **worker_limits(config),
     )
