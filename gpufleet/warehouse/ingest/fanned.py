@@ -185,10 +185,9 @@ class LoadFanOut:
                 count=len(runs),
                 data_dir=str(self.config.data_dir.absolute()),
                 batches=tuple(tuple(batch) for batch in run),
+                # the run's host-days (whole: every one is listed)
                 listed={
-                    d: files
-                    for d, files in ahead.listed.items()
-                    if d in {f.path.rsplit("/", 1)[0] for batch in run for f in batch}
+                    d: ahead.listed[d] for d in {f.path.rsplit("/", 1)[0] for b in run for f in b}
                 },
                 today=ahead.today,
             )
