@@ -20,6 +20,7 @@ from gpufleet.warehouse.build import build, build_models
 from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.retention import after_publish, expire_reports, expire_samples
 from gpufleet.warehouse.close import close_month
+from gpufleet.warehouse.cycle import ingest_then_build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.test_close import DAY_MARTS, RUN_MARTS, ZONE, arrive, check_weeks_add_up, fleet
@@ -172,3 +173,40 @@ def test_retention_is_configured_in_its_section(tmp_path: Path) -> None:
     path.write_text("[retention]\nsamples_days = -1\n", encoding="utf-8")
     with pytest.raises(GpufleetError, match=r"line 2: 'retention.samples_days' must be >= 0"):
         load_config(config_path=path, environ={})
+
+
+def test_a_cycle_deletes_what_it_expired_and_the_next_loads_nothing_of_those_days(
+    tmp_path: Path,
+) -> None:
+    """The scheduled cycle (ingest and build in one transaction) deletes the partitions its
+    build expired once published; a file landing later in one is not loaded (loaded, the
+    next build would delete it again: a day of 10,000 GPUs is 86 M samples)."""
+    config = _setup(tmp_path, timezone="UTC")
+    today = dt.datetime.now(dt.UTC).date()
+    days = [today - dt.timedelta(days=back) for back in (5, 4, 3)]
+    for day in days:
+        _write(config, _rows(day, "node01", "GPU-A0", "siteA", count=30), "siteA", "a")
+    ingest(config)
+    build(config)
+    retaining = _retaining(config, days=4)  # from today - 4: the first day's partition goes
+    _write(retaining, _rows(days[2], "b-gpu2", "GPU-B2", None, count=5), None, "b")
+    loaded, built = ingest_then_build(retaining)
+    assert loaded.samples_loaded == 5 and built is not None
+    assert sorted(p.name for p in retaining.samples_dir.iterdir()) == [
+        f"date={day}" for day in days[1:]
+    ]
+    _write(retaining, _rows(days[0], "node01", "GPU-A0", "siteA", count=7), "siteA", "late")
+    later = [
+        {**row, "ts": row["ts"] + dt.timedelta(hours=1)}
+        for row in _rows(days[2], "b-gpu2", "GPU-B2", None, count=3)
+    ]
+    _write(retaining, later, None, "c")
+    loaded, _ = ingest_then_build(retaining)
+    assert loaded.samples_loaded == 3  # neither the late file nor the expired day again
+    assert f"1 files in date= folders before {days[1]} not loaded" in str(loaded)
+    with connect_read_only(retaining) as con:
+        assert con.execute(
+            "select count(*) from loaded_files where path like ?", [f"%date={days[0]}/%"]
+        ).fetchall() == [(0,)]
+        assert con.execute("select min(ts)::date from samples").fetchall() == [(days[1],)]
+    assert not (retaining.samples_dir / f"date={days[0]}").exists()  # deleted once published

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from gpufleet.config import Config
 from gpufleet.warehouse.build.fanout import FanOut
+from gpufleet.warehouse.build.retention import after_publish
 from gpufleet.warehouse.build.run import BuildResult, build
 from gpufleet.warehouse.ingest.fanned import LoadFanOut
 from gpufleet.warehouse.ingest.result import IngestResult, Log
@@ -39,4 +41,7 @@ def ingest_then_build(
             load_fan_out=load_fan_out,
         )
         built = build(config, fan_out=fan_out) if loaded.loaded_anything else None
+    if built is not None:
+        # The build inside deleted what the warehouse before it expired; now this one's.
+        built = replace(built, expired=built.expired + after_publish(config))
     return quarantine_after_publish(config, loaded, warn=warn), built

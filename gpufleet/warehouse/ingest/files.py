@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.console import printable
+from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.quarantine import QUARANTINE_CHANGED
 from gpufleet.warehouse.lake.content import (
@@ -88,9 +89,13 @@ class Listing:
     """A listing as the write transaction finds it (after the writer lock: another ingest
     may have loaded, compacted or quarantined some of its files meanwhile)."""
 
-    files: list[SampleFile]  # every file listed, less those gone since
+    files: list[SampleFile]  # every file listed, less those gone since and those expired
     unsettled: list[SampleFile]  # those never loaded, or loaded and changed since
     warnings: tuple[str, ...] = ()  # about compacted files edited since they were loaded
+    # Files in `date=` folders that retention expired (before `expired_before`): not
+    # loaded, left to the next build's deletion (`build/retention.py`).
+    expired: int = 0
+    expired_before: dt.date | None = None
 
 
 def check_listing(
@@ -100,7 +105,15 @@ def check_listing(
     or quarantined by the ingest before is simply gone), and judge each loaded file found
     with another size or mtime by its content (`lake/content.py`): one that holds the same
     has its new mtime recorded; an edited compacted file is written again or named in a
-    warning, never quarantined; an edited collector's file is left to quarantine."""
+    warning, never quarantined; an edited collector's file is left to quarantine. Files of
+    the UTC dates retention expired are left out: loaded, the next build would only delete
+    them again."""
+    expired_before = _expired_before(con)
+    expired = 0
+    if expired_before is not None:
+        listed = len(files)
+        files = [f for f in files if not _partition_before(f.path, expired_before)]
+        expired = listed - len(files)
     rows = _unsettled_rows(con, files)
     gone = _gone(config, [path for path, *_ in rows])
     by_path = {f.path: f for f in files}
@@ -122,7 +135,32 @@ def check_listing(
     for warning in warnings:
         logger.warning(printable(warning))
     kept = [f for f in files if f.path not in gone] if gone else list(files)
-    return Listing(kept, sorted(unsettled, key=lambda f: f.path), tuple(warnings))
+    return Listing(
+        kept,
+        sorted(unsettled, key=lambda f: f.path),
+        tuple(warnings),
+        expired=expired,
+        expired_before=expired_before if expired else None,
+    )
+
+
+def _expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
+    """The first UTC date whose partition retention keeps (None: nothing expired yet)."""
+    if not has_table(con, "build_state.retention"):
+        return None
+    ((day,),) = con.execute("select max(expired_before) from build_state.retention").fetchall()
+    return day
+
+
+def _partition_before(path: str, day: dt.date) -> bool:
+    """Whether `path` lies in a `date=YYYY-MM-DD` folder of a date before `day`."""
+    for part in path.split("/")[:-1]:
+        if part.startswith("date="):
+            try:
+                return dt.date.fromisoformat(part.removeprefix("date=")) < day
+            except ValueError:
+                return False
+    return False
 
 
 def _unsettled_rows(

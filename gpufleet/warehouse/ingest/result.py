@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +41,10 @@ class IngestResult:
     # stale_after_minutes: one line (`arrival.py`); "" when the input is fine.
     input_problem: str = ""
     input_note: str = ""  # no sample files yet (nothing ever loaded): no failure
+    # Files left in `date=` folders before this UTC date, past [retention] samples_days:
+    # not loaded (the next build deletes them).
+    expired_files: int = 0
+    expired_before: dt.date | None = None
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -73,6 +78,12 @@ class IngestResult:
         lines += [f"  warning: {printable(warning)}" for warning in self.warnings]
         if self.input_note:
             lines.append(f"  note: {printable(self.input_note)}")
+        if self.expired_files:
+            lines.append(
+                f"  note: {self.expired_files:,} files in date= folders before "
+                f"{self.expired_before} not loaded: those days are past [retention] "
+                "samples_days (the next build deletes them)"
+            )
         if self.compaction is not None and self.compaction.partitions:
             lines.append(str(self.compaction))
         return "\n".join(lines)

@@ -195,6 +195,8 @@ def load_warehouse(
         compaction=compaction,
         input_problem=arrival.problem,
         input_note=arrival.note,
+        expired_files=listing.expired,
+        expired_before=listing.expired_before,
         step_seconds=steps,
         alongside_seconds=(
             *result.alongside_seconds,
