@@ -651,14 +651,17 @@ class PipelineBench:
             )
         self.add(rss_name, "<= 2048 MB", [b.max_rss_mb for b in builds], "MB", limit=2048)
 
-    def cycles(self, data_dir: Path, start: dt.datetime) -> tuple[list[float], dt.datetime]:
+    def cycles(
+        self, data_dir: Path, start: dt.datetime, fleet_start: dt.date | None = None
+    ) -> tuple[list[float], dt.datetime]:
         """Time `repeat` cycles, each one new 10-minute flush from every host, from 23:00 of
         the day `start` falls in (UTC, the bench's timezone), when the day's GPU-day rows
         (which a cycle adds up again from the day's hours) are fullest. The flushes from
         `start` to 23:00 are loaded first, untimed, and one more untimed cycle follows: the
         first write after a full build copies the warehouse file, the next catches the other
-        slot up with that large load; every later one catches up in place. Returns the
-        times and where the next flush starts."""
+        slot up with that large load; every later one catches up in place. The flushes are
+        of the fleet simulated from `fleet_start` for `days` (default: the bench's week).
+        Returns the times and where the next flush starts."""
         late = start.replace(hour=23, minute=0, second=0, microsecond=0)
         if late <= start:
             late += dt.timedelta(days=1)
@@ -675,7 +678,7 @@ class PipelineBench:
                 "--gpus",
                 str(self.gpus),
                 "--start",
-                week_monday(self.week()).isoformat(),
+                (fleet_start or week_monday(self.week())).isoformat(),
                 "--days",
                 str(self.days),
                 *window,

@@ -5,8 +5,9 @@ python -m bench.sizing --gpus 1000 --history-days 2
 
 For each fleet size, in its own data folder under bench/work/ (with
 `[retention] samples_days = 28`): simulates `--history-days` days (one file per host and
-day), backfills them and runs a full build (timed: the per-day cost of a day of that
-fleet), then the day after them as its collectors write it (10-minute files) until 23:00,
+day) before `--cycle-day` (default: yesterday), backfills them and runs a full build (timed:
+the per-day cost of a day of that fleet), then the cycle day as its collectors write it
+(10-minute files) until 23:00,
 loaded untimed, and times `--repeat` steady cycles (one more 10-minute flush from every
 host, then `ingest` + incremental build in one transaction: what the 15-minute deployment
 runs) at the end of that day, when its GPU-day rows are fullest. Prints the figures as a
@@ -29,7 +30,6 @@ from pathlib import Path
 import duckdb
 
 from bench.pipeline import PipelineBench, directory_bytes
-from gpufleet.weeks import week_monday
 
 ROOT = Path(__file__).resolve().parents[1]
 RETENTION_DAYS = 28
@@ -40,17 +40,21 @@ def log(message: str) -> None:
 
 
 def measure(
-    gpus: int, history_days: int, repeat: int, work: Path, keep: bool = False
+    gpus: int,
+    history_days: int,
+    repeat: int,
+    work: Path,
+    *,
+    cycle_day: dt.date,
+    keep: bool = False,
 ) -> dict[str, float]:
     """One fleet size's figures (see the module's docstring)."""
     folder = work / f"sizing-{gpus}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "gpufleet.toml").write_text(f"[retention]\nsamples_days = {RETENTION_DAYS}\n")
-    bench = PipelineBench(work=work, gpus=gpus, days=history_days + 1, repeat=repeat, log=log)
-    # The cycles' day is the Tuesday of the last week but one (over, whatever the history):
-    # `cycles` writes its flushes as the fleet of that week, the same hosts and GPUs.
-    cycle_day = week_monday(bench.week()) + dt.timedelta(days=1)
+    # The cycles' flushes go on from the history's fleet (the same hosts, GPUs and jobs).
+    bench = PipelineBench(work=work, gpus=gpus, days=history_days, repeat=repeat, log=log)
     start = cycle_day - dt.timedelta(days=history_days)
     log(f"sizing: {gpus} GPUs, {history_days} days of history from {start}")
     bench.simulate(folder, start=start, days=history_days, flush_s=86400)
@@ -62,7 +66,7 @@ def measure(
     history_end = dt.datetime.combine(
         start + dt.timedelta(days=history_days), dt.time(), tzinfo=dt.UTC
     )
-    cycles, _ = bench.cycles(folder, history_end)
+    cycles, _ = bench.cycles(folder, history_end, fleet_start=start)
     # the cycles' day holds the flushes to 23:00 (138) and one for each cycle, untimed too
     flushes = 23 * 6 + repeat + 2
     day_files = sum(
@@ -112,11 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep each size's data folder (to look into it)"
     )
+    parser.add_argument(
+        "--cycle-day",
+        type=dt.date.fromisoformat,
+        default=dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1),
+        help="the UTC day of the cycles, the history the days before it (default: yesterday, "
+        "so that retention, which counts from the real date, keeps the history's days)",
+    )
     args = parser.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     rows: list[dict[str, float]] = []
     for gpus in args.gpus:  # the file is written after each size: a long run shows progress
-        rows.append(measure(gpus, args.history_days, args.repeat, args.work, args.keep))
+        rows.append(
+            measure(
+                gpus,
+                args.history_days,
+                args.repeat,
+                args.work,
+                cycle_day=args.cycle_day,
+                keep=args.keep,
+            )
+        )
         text = render(rows, started, args)
         args.output.write_text(text)
     print(text)
@@ -134,7 +154,8 @@ def render(rows: list[dict[str, float]], started: dt.datetime, args: argparse.Na
             f"`[retention] samples_days = {RETENTION_DAYS}`, {args.history_days} day(s) of "
             "history before the cycles' day. Per-day figures are of the history's backfill "
             "and full build; the steady cycle is one 10-minute flush from every host, then "
-            "ingest and incremental build, at 23:00 of the day after the history.",
+            f"ingest and incremental build, at 23:00 of the day after the history "
+            f"({args.cycle_day}; retention counts from the real date).",
             "",
             table(rows),
             "",
