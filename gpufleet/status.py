@@ -30,7 +30,11 @@ from gpufleet.warehouse.ingest.arrival import (
     location_state,
     newest_by_host,
 )
-from gpufleet.warehouse.ingest.files import find_sample_files
+from gpufleet.warehouse.ingest.files import (
+    expired_before,
+    find_sample_files,
+    in_partition_before,
+)
 from gpufleet.warehouse.publish.read_only import connect_read_only
 
 NO_CLUSTER = "-"  # the site column of a host whose folder names none
@@ -205,12 +209,16 @@ def _read_warehouse(con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile])
         else None
     )
     known = {path: (size, mtime) for path, size, mtime, _ in loaded}
+    cut = expired_before(con)  # files of expired partitions are never loaded: no backlog
     return _Warehouse(
         loaded=loaded,
         arrivals=arrivals,
         last_build=built[0] if built else None,
         backlog=[
-            (f.path, f.size_bytes) for f in files if known.get(f.path) != (f.size_bytes, f.mtime_ns)
+            (f.path, f.size_bytes)
+            for f in files
+            if known.get(f.path) != (f.size_bytes, f.mtime_ns)
+            and (cut is None or not in_partition_before(f.path, cut))
         ],
     )
 

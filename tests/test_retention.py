@@ -16,6 +16,7 @@ import pytest
 
 from gpufleet.config import Config, RetentionConfig, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.status import read_status
 from gpufleet.warehouse.build import build, build_models
 from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.retention import after_publish, expire_reports, expire_samples
@@ -201,6 +202,7 @@ def test_a_cycle_deletes_what_it_expired_and_the_next_loads_nothing_of_those_day
         for row in _rows(days[2], "b-gpu2", "GPU-B2", None, count=3)
     ]
     _write(retaining, later, None, "c")
+    assert read_status(retaining).backlog_files == 1  # the late file is no backlog
     loaded, _ = ingest_then_build(retaining)
     assert loaded.samples_loaded == 3  # neither the late file nor the expired day again
     assert f"1 files in date= folders before {days[1]} not loaded" in str(loaded)

@@ -108,11 +108,11 @@ def check_listing(
     warning, never quarantined; an edited collector's file is left to quarantine. Files of
     the UTC dates retention expired are left out: loaded, the next build would only delete
     them again."""
-    expired_before = _expired_before(con)
+    cut = expired_before(con)
     expired = 0
-    if expired_before is not None:
+    if cut is not None:
         listed = len(files)
-        files = [f for f in files if not _partition_before(f.path, expired_before)]
+        files = [f for f in files if not in_partition_before(f.path, cut)]
         expired = listed - len(files)
     rows = _unsettled_rows(con, files)
     gone = _gone(config, [path for path, *_ in rows])
@@ -140,11 +140,11 @@ def check_listing(
         sorted(unsettled, key=lambda f: f.path),
         tuple(warnings),
         expired=expired,
-        expired_before=expired_before if expired else None,
+        expired_before=cut if expired else None,
     )
 
 
-def _expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
+def expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
     """The first UTC date whose partition retention keeps (None: nothing expired yet)."""
     if not has_table(con, "build_state.retention"):
         return None
@@ -152,7 +152,7 @@ def _expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
     return day
 
 
-def _partition_before(path: str, day: dt.date) -> bool:
+def in_partition_before(path: str, day: dt.date) -> bool:
     """Whether `path` lies in a `date=YYYY-MM-DD` folder of a date before `day`."""
     for part in path.split("/")[:-1]:
         if part.startswith("date="):
