@@ -22,6 +22,7 @@ from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.build.retention import expired_before, in_partition_before
 from gpufleet.warehouse.ingest.arrival import (
     ARRIVALS_TABLE,
     host_of,
@@ -30,11 +31,7 @@ from gpufleet.warehouse.ingest.arrival import (
     location_state,
     newest_by_host,
 )
-from gpufleet.warehouse.ingest.files import (
-    expired_before,
-    find_sample_files,
-    in_partition_before,
-)
+from gpufleet.warehouse.ingest.files import find_sample_files
 from gpufleet.warehouse.publish.read_only import connect_read_only
 
 NO_CLUSTER = "-"  # the site column of a host whose folder names none

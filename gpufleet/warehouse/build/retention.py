@@ -115,6 +115,27 @@ def expire_samples(
     return Expired(retained_from=oldest, samples=samples, files=files, size_bytes=size_bytes)
 
 
+def expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
+    """The first UTC date whose `date=` partition retention keeps (None: nothing expired
+    yet): ingest loads no file of an earlier one, and `after_publish` deletes them."""
+    if not has_table(con, "build_state.retention"):
+        return None
+    ((day,),) = con.execute("select max(expired_before) from build_state.retention").fetchall()
+    return day
+
+
+def in_partition_before(path: str, day: dt.date) -> bool:
+    """Whether `path` (a file's, with '/' separators) lies in a `date=` folder before `day`."""
+    for part in path.split("/")[:-1]:
+        match = _DATE_DIR.match(part)
+        if match:
+            try:
+                return dt.date.fromisoformat(match.group(1)) < day
+            except ValueError:
+                return False
+    return False
+
+
 def _expired_partitions(config: Config, before: dt.date) -> list[Path]:
     """The raw samples' `date=` folders of UTC dates before `before`."""
     try:
@@ -152,13 +173,9 @@ def after_publish(config: Config, *, today: dt.date | None = None) -> tuple[str,
     the next one), and the weekly reports past `reports_weeks`; one line for the reports."""
     if config.retention.samples_days > 0 and config.warehouse_path.exists():
         with connect_read_only(config) as con:
-            row = (
-                con.execute("select max(expired_before) from build_state.retention").fetchone()
-                if has_table(con, "build_state.retention")
-                else None
-            )
-        if row and row[0] is not None:
-            for folder in _expired_partitions(config, row[0]):
+            before = expired_before(con)
+        if before is not None:
+            for folder in _expired_partitions(config, before):
                 shutil.rmtree(folder, ignore_errors=True)
     return expire_reports(config, today=today)
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.console import printable
-from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
+from gpufleet.warehouse.build.retention import expired_before, in_partition_before
 from gpufleet.warehouse.ingest.quarantine import QUARANTINE_CHANGED
 from gpufleet.warehouse.lake.content import (
     ChangedFile,
@@ -142,25 +142,6 @@ def check_listing(
         expired=expired,
         expired_before=cut if expired else None,
     )
-
-
-def expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
-    """The first UTC date whose partition retention keeps (None: nothing expired yet)."""
-    if not has_table(con, "build_state.retention"):
-        return None
-    ((day,),) = con.execute("select max(expired_before) from build_state.retention").fetchall()
-    return day
-
-
-def in_partition_before(path: str, day: dt.date) -> bool:
-    """Whether `path` lies in a `date=YYYY-MM-DD` folder of a date before `day`."""
-    for part in path.split("/")[:-1]:
-        if part.startswith("date="):
-            try:
-                return dt.date.fromisoformat(part.removeprefix("date=")) < day
-            except ValueError:
-                return False
-    return False
 
 
 def _unsettled_rows(
