@@ -63,6 +63,15 @@ def iso(seconds: float) -> str:
     return utc(seconds).isoformat()
 
 
+def by_utc_day(start: float, end: float) -> list[tuple[float, float]]:
+    """[start, end] cut at each UTC midnight, as the importer files a run (one row a day)."""
+    pieces = []
+    while (midnight := (start // 86_400 + 1) * 86_400) < end:
+        pieces.append((start, midnight))
+        start = midnight
+    return [*pieces, (start, end)]
+
+
 def data_dir_with_config(root: Path, **prometheus: object) -> Path:
     """A data directory with prices, namespaces and a config file (delay 0: the history is
     complete; a one-hour window, so the four hours take several)."""
@@ -219,14 +228,15 @@ def test_import_ingest_build_matches_the_fixtures_series(
     allocations = (data / "raw" / "allocations").glob("prometheus-*.csv")
     lines = sorted(line for f in allocations for line in f.read_text().splitlines()[1:])
     start = history.start
+    runs = [
+        ("ml-infer/server-7,,ml-infer,gpu-b,0", start - 60, start + 120 * 60),
+        ("ml-infer/server-7,,ml-infer,gpu-b,0", start + 135 * 60, history.end - 60),
+        ("ml-train/trainer-0,,vision,gpu-a,0", start + 10 * 60, start + 150 * 60),
+        ("ml-train/trainer-1,,vision,gpu-a,1", start + 30 * 60, start + 200 * 60),
+    ]
+    # no site: an empty `cluster`, the last column
     assert lines == sorted(
-        [
-            # no site: an empty `cluster`, the last column
-            f"ml-infer/server-7,,ml-infer,gpu-b,0,{iso(start - 60)},{iso(start + 120 * 60)},",
-            f"ml-infer/server-7,,ml-infer,gpu-b,0,{iso(start + 135 * 60)},{iso(history.end - 60)},",
-            f"ml-train/trainer-0,,vision,gpu-a,0,{iso(start + 10 * 60)},{iso(start + 150 * 60)},",
-            f"ml-train/trainer-1,,vision,gpu-a,1,{iso(start + 30 * 60)},{iso(start + 200 * 60)},",
-        ]
+        f"{head},{iso(a)},{iso(b)}," for head, *run in runs for a, b in by_utc_day(*run)
     )
 
     # Ingest and build; then the marts against the definitions applied to the scrapes.
@@ -345,7 +355,11 @@ def test_a_live_pod_that_comes_and_goes_is_one_allocation(
         for line in f.read_text().splitlines()
         if line.startswith("live/job-1,")
     )
-    assert allocations == [f"live/job-1,,live,gpu-b,1,{iso(r[0] - 1)},{iso(r[-1])}," for r in runs]
+    assert allocations == sorted(
+        f"live/job-1,,live,gpu-b,1,{iso(a)},{iso(b)},"
+        for r in runs
+        for a, b in by_utc_day(r[0] - 1, r[-1])
+    )
 
 
 def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(

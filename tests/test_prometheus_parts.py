@@ -4,6 +4,7 @@ the PromQL it sends, allocation rows joined across windows, and the imported spa
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from gpufleet.config import load_config
 from gpufleet.config_sources import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig
 from gpufleet.errors import GpufleetError
-from gpufleet.integrations.prometheus.files import ImportedWindows, merged
+from gpufleet.integrations.prometheus.files import ImportedWindows, allocation_files, merged
 from gpufleet.integrations.prometheus.pods import (
     PodAllocation,
     namespace_team,
@@ -148,6 +149,24 @@ def test_a_row_the_previous_window_ended_is_extended_and_a_known_row_not_repeate
     assert merged(existing, [_row("ns/a", 10, 60)]) == existing  # imported before
     assert merged(existing, [_row("ns/a", 70, 90)]) == [*existing, _row("ns/a", 70, 90)]
     assert merged(existing, [_row("ns/b", 60, 90)]) == [*existing, _row("ns/b", 60, 90)]
+
+
+def test_a_run_over_utc_midnight_is_one_row_a_day_whatever_the_windows(tmp_path: Path) -> None:
+    """Windows 23:20-00:20 and 00:20-01:20 of one pod: a row ending at midnight in the first
+    day's file and one from midnight to 01:20 in the next day's, not a piece per window."""
+    for start, end in itertools.pairwise([23 * 60 + 20, 24 * 60 + 20, 25 * 60 + 20]):
+        window = [_row("ns/a", start, end)]
+        for path, text in allocation_files(tmp_path, "prom", window).items():
+            path.write_text(text)
+    rows = {path.name: path.read_text().splitlines()[1:] for path in sorted(tmp_path.glob("*.csv"))}
+    assert rows == {
+        "prometheus-prom-2026-11-27.csv": [
+            "ns/a,,t,h,0,2026-11-27T23:20:00+00:00,2026-11-28T00:00:00+00:00,"
+        ],
+        "prometheus-prom-2026-11-28.csv": [
+            "ns/a,,t,h,0,2026-11-28T00:00:00+00:00,2026-11-28T01:20:00+00:00,"
+        ],
+    }
 
 
 def test_imported_spans_are_joined_and_only_the_missing_parts_are_asked(tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
 """Writing what a window imported: allocation files and the record of imported windows.
 
 Allocation rows go to one CSV per source and UTC day, `raw/allocations/prometheus-<source>-
-<YYYY-MM-DD>.csv` (the day of a row's start), in the format ingest reads, each with the
-site the import writes into the samples (`cluster`, empty when none). A pod's row that
-the previous window ended where this one starts is extended rather than repeated, and a row
-already there is not added again, so importing a window twice changes nothing. Every file is
-written under a temporary `.` name, flushed and renamed into place.
+<YYYY-MM-DD>.csv`, in the format ingest reads, each with the site the import writes into
+the samples (`cluster`, empty when none). A run over UTC midnight is cut there, each day's
+piece in its day's file, so a window only ever changes the files of its own days. A pod's
+row that the previous window ended where this one starts is extended rather than repeated,
+and a row already there is not added again, so importing a window twice changes nothing.
+Every file is written under a temporary `.` name, flushed and renamed into place.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import csv
 import datetime as dt
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gpufleet.errors import GpufleetError
@@ -82,13 +83,26 @@ def merged(existing: list[PodAllocation], new: Iterable[PodAllocation]) -> list[
     return sorted(rows, key=lambda r: (r.start_ts, r.host, r.gpu_index, r.job_id))
 
 
+def by_utc_day(row: PodAllocation) -> Iterator[tuple[dt.date, PodAllocation]]:
+    """`row` cut at each UTC midnight it spans, with the day of each piece."""
+    start, end = row.start_ts.astimezone(dt.UTC), row.end_ts.astimezone(dt.UTC)
+    while True:
+        midnight = dt.datetime.combine(start.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+        if end <= midnight:
+            yield start.date(), row._replace(start_ts=start, end_ts=end)
+            return
+        yield start.date(), row._replace(start_ts=start, end_ts=midnight)
+        start = midnight
+
+
 def allocation_files(
     allocations_dir: Path, source: str, rows: Iterable[PodAllocation]
 ) -> dict[Path, str]:
     """The new content of each day's allocation file that `rows` change."""
     by_day: dict[dt.date, list[PodAllocation]] = {}
     for row in rows:
-        by_day.setdefault(row.start_ts.astimezone(dt.UTC).date(), []).append(row)
+        for day, piece in by_utc_day(row):
+            by_day.setdefault(day, []).append(piece)
     contents: dict[Path, str] = {}
     for day, new in sorted(by_day.items()):
         path = allocation_path(allocations_dir, source, day)
