@@ -115,7 +115,7 @@ def _partitions(report: Any) -> list[str]:
 def _projection(
     worker_s_per_sample: float, load_s_per_sample: float, embedded_s_per_sample: float
 ) -> list[str]:
-    from gpufleet.warehouse.build.models import FULL_BUILD_CHUNK_SAMPLES
+    from gpufleet.warehouse.build.full import FULL_BUILD_CHUNK_SAMPLES
 
     lines = [
         "projection (a model, not a measurement): time = start + rounds x partition + load,",

@@ -14,6 +14,7 @@ import duckdb
 import pytest
 
 from gpufleet.warehouse.build import build_models, memory
+from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build import models as models_module
 from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, _mart
 
@@ -99,7 +100,7 @@ def test_a_build_in_a_process_holding_memory_caps_duckdb_and_builds_the_same(
     """Every step of a full build (in slices) and of an incremental one is capped by what
     the process holds outside DuckDB; the marts are those of a build in a process holding
     less."""
-    monkeypatch.setattr(models_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices
+    monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices
     # the reference's caps are whatever this test process leaves (pytest holds much)
     reference, capped = _fleet(), _fleet()
     for fleet in (reference, capped):
@@ -116,6 +117,7 @@ def test_a_build_in_a_process_holding_memory_caps_duckdb_and_builds_the_same(
         return limit
 
     monkeypatch.setattr(models_module, "fit_memory_limit", fit)
+    monkeypatch.setattr(full_module, "fit_memory_limit", fit)
     monkeypatch.setattr("gpufleet.warehouse.build.incremental.run.fit_memory_limit", fit)
     resident = memory.resident_bytes()
     assert resident is not None

@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 from gpufleet.warehouse.build import BuildResult, build, build_models
-from gpufleet.warehouse.build import models as models_module
+from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build.state import read_state
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.test_models_fixtures import NEXT_LOAD, Fleet
@@ -469,7 +469,7 @@ def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
 ) -> None:
     """At fleet scale the per-series models are built a slice of the GPUs at a time."""
     _, full, _ = built
-    monkeypatch.setattr(models_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices here
+    monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices here
     sliced = _fleet()
     _arrive(sliced.con, 0, SAMPLES_PER_GPU * 10, "true")
     assert build_models(sliced.con, sliced.config).mode == "full"

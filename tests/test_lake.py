@@ -26,7 +26,10 @@ from gpufleet.simulate.fleet import (
     write_reference_files,
 )
 from gpufleet.warehouse.build import build
+from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.lake.ranges import uuid_ranges
+from gpufleet.warehouse.lake.samples import evicted_files
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.warehouse.publish import slots as warehouse
 from tests.test_incremental import MARTS, _mart
@@ -125,6 +128,27 @@ def test_the_lake_and_the_warehouse_equal_one_warehouse_of_everything(
             " where table_name = 'samples' and comment is null",
         )
     assert comments == [(0,)]
+
+
+def test_a_full_build_in_slices_reads_each_slices_gpus_from_their_hosts_lake_files(
+    evicted: tuple[Config, list[Any], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice of the GPUs names only the lake files that hold them (a GPU's: its host's),
+    and a full build in such slices equals the build before it."""
+    config, _, _ = evicted
+    with connect_read_only(config) as con:
+        expected = {mart: _mart(con, mart) for mart in (*MARTS, "samples")}
+        files = evicted_files(con, config)
+        ranges = uuid_ranges(con, files)
+    assert len(files) == 2  # day 1 of two hosts
+    for path in files:
+        for uuid in pq.read_table(path, columns=["gpu_uuid"]).column(0).unique().to_pylist():
+            assert list(ranges.holding(uuid, uuid)) == [path]
+    monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 20_000)  # 4 slices
+    assert build(config, full=True).mode == "full"
+    with connect_read_only(config) as con:
+        for mart, rows in expected.items():
+            assert _mart(con, mart) == rows, mart
 
 
 def test_a_reader_of_the_publish_before_still_reads_every_sample(

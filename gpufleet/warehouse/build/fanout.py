@@ -25,6 +25,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.sql_text import literal, without_comments
+from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build import models as models_module
 from gpufleet.warehouse.build.memory import fit_memory_limit
 from gpufleet.warehouse.build.models import BUILD_SETTINGS, Model, drop_other_kind
@@ -84,7 +85,7 @@ class FanOut:
         if early:  # the partitions build them together, so they may read nothing built later
             raise ValueError(f"a fanned-out build needs {'; '.join(early)} built before")
         self.last = FanOutReport()
-        count = max(1, self.workers(), -(-samples // models_module.FULL_BUILD_CHUNK_SAMPLES))
+        count = max(1, self.workers(), -(-samples // full_module.FULL_BUILD_CHUNK_SAMPLES))
         macros = (sql_dir / models_module.MACROS_FILE_NAME).read_text(encoding="utf-8")
         scratch = self.config.data_dir.absolute() / SCRATCH_DIR_NAME / f"build-{uuid.uuid4().hex}"
         try:

@@ -1,7 +1,8 @@
 """Run the SQL models in `sql/` (staging, intermediate, marts) against a DuckDB connection.
 
 Finding the models and their order, rendering one (`render`, with relations remapped for an
-incremental build), creating and dropping it, the full build, and the marts' `COMMENT ON`.
+incremental build), creating and dropping it, and the marts' `COMMENT ON`. The full build:
+`full.py`.
 The conventions (one select per file, materializations, variables, macros): `docs/warehouse.md`.
 """
 
@@ -14,18 +15,14 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.base.sql_text import literal, without_comments
-from gpufleet.warehouse.build.ids import ensure_id_tables, record_new_ids
+from gpufleet.warehouse.build.ids import ensure_id_tables
 from gpufleet.warehouse.build.memory import fit_memory_limit
-
-if TYPE_CHECKING:
-    from gpufleet.warehouse.build.fanout import FanOut
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
@@ -33,16 +30,6 @@ MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZATIONS = ("temp_view", "temp_table", "table", "view")
 PERSISTENT = ("table", "view")  # the materializations that stay in the warehouse
-# A full build of more samples than this builds the per-series models a slice of the
-# GPUs at a time (the window over 60 million samples does not fit in the build's memory).
-# At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
-# slices of 4 M and 63 s in slices of 16 M (where run_pieces spills: 25 s instead of 15).
-FULL_BUILD_CHUNK_SAMPLES = 8_000_000
-# model: (the relation sliced, the staging view that reads it when it is a raw table)
-CHUNKED_MODELS = {
-    "samples_attributed_rows": ("samples", "stg_samples"),
-    "run_pieces": ("samples_attributed_rows", ""),
-}
 DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
 
 _MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILINE)
@@ -273,110 +260,6 @@ def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = S
     # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
     # Below 1.5 GB when the rest of the process holds much: gpufleet/warehouse/build/memory.py.
     fit_memory_limit(con, measure=True)
-
-
-def build_all_models(
-    con: duckdb.DuckDBPyConnection,
-    models: Mapping[str, Model],
-    order: list[str],
-    sql_dir: Path,
-    *,
-    fan_out: FanOut | None = None,
-) -> None:
-    """A full build: every model from scratch; the marts end up as documented tables (and
-    views). The caller starts the id tables afresh first (ids.forget_ids). With `fan_out`,
-    the CHUNKED_MODELS are built a GPU range per partition on its workers (`fanout.py`)."""
-    docs = load_docs(sql_dir)
-    marts = [name for name in order if models[name].layer == "marts"]
-    undocumented = sorted(set(marts) - docs.keys())
-    if undocumented:
-        raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
-    # The models open each lake file a dozen times (the id models, then every slice), and
-    # no file changes during a full build: its footer is parsed once (about 3 s of 50 at
-    # 1,000 GPUs x 7 days), by the count below. Off again after, as a cycle swaps files
-    # under the same paths.
-    con.execute("set parquet_metadata_cache = true")
-    try:
-        row = con.execute("select count(*) from samples").fetchone()  # the lake's footers
-        samples = int(row[0] if row else 0)
-        chunks = max(1, -(-samples // FULL_BUILD_CHUNK_SAMPLES))
-        fanned = [name for name in order if name in CHUNKED_MODELS] if fan_out else []
-        for name in order:
-            if name in fanned:
-                if fan_out and name == fanned[0]:  # all at once, where the first is due
-                    fan_out.build_models(con, models, order, fanned, samples, sql_dir)
-            elif chunks > 1 and name in CHUNKED_MODELS:
-                _create_in_chunks(con, models, name, chunks)  # fits the cap before each slice
-            else:
-                fit_memory_limit(con)
-                create_model(con, models[name])
-            record_new_ids(con, name)
-        for name in marts:
-            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
-        # The tables ingest writes that users query too (samples, quarantined_files).
-        for name in sorted(docs.keys() - set(marts)):
-            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
-    finally:
-        con.execute("reset parquet_metadata_cache")
-        for name in reversed(order):
-            if models[name].materialized not in PERSISTENT:
-                drop_model(con, models[name])
-
-
-def _create_in_chunks(
-    con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], name: str, chunks: int
-) -> None:
-    """A per-series model, a slice of the GPUs at a time: its windows never cross series,
-    and a slice's window fits in the build's memory where the whole fleet's does not."""
-    model = models[name]
-    source, view = CHUNKED_MODELS[name]
-    drop_other_kind(con, model)
-    con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
-    source_model = models.get(source)
-    # Slices are ranges of gpu_uuid: both sources are stored sorted by it within each load
-    # or build, so zone maps skip most row groups (a hash of the uuid would read them all).
-    # A model's rows have series ids instead (int_series_ids), which a full build numbers
-    # in uuid order: the range of a slice's ids skips the same row groups.
-    # int_series_ids holds every gpu_uuid of the samples once (built before both models):
-    # a distinct over the samples would open every file of the lake again.
-    uuids = [
-        row[0] for row in con.execute("select gpu_uuid from int_series_ids order by 1").fetchall()
-    ]
-    bounds = [
-        (uuids[len(uuids) * chunk // chunks], uuids[len(uuids) * (chunk + 1) // chunks - 1])
-        for chunk in range(chunks)
-        if len(uuids) * chunk // chunks < len(uuids) * (chunk + 1) // chunks
-    ]
-    in_slice = "gpu_uuid between getvariable('chunk_first_uuid') and getvariable('chunk_last_uuid')"
-    if source_model is not None:
-        in_slice = f"""
-            series_id between getvariable('chunk_first_id') and getvariable('chunk_last_id')
-            and series_id in (select series_id from int_series_ids where {in_slice})"""
-    con.execute(f"create or replace temp view _chunk as select * from {source} where {in_slice}")
-    try:
-        for first, last in bounds:
-            fit_memory_limit(con)
-            con.execute("set variable chunk_first_uuid = ?", [first])
-            con.execute("set variable chunk_last_uuid = ?", [last])
-            if source_model is not None:
-                for variable, extreme in (("chunk_first_id", "min"), ("chunk_last_id", "max")):
-                    con.execute(
-                        f"set variable {variable} = (select {extreme}(series_id) "
-                        "from int_series_ids where gpu_uuid between ? and ?)",
-                        [first, last],
-                    )
-            if source_model is None:  # a raw table: the staging view reads the slice
-                create_model(con, models[view], {source: "_chunk"})
-                con.execute(f"insert into {name} by name\n{model.sql}")
-            else:
-                con.execute(f"insert into {name} by name\n{render(model, {source: '_chunk'})}")
-    finally:
-        if source_model is None:
-            create_model(con, models[view])
-        con.execute("drop view if exists temp._chunk")
-        for variable in ("uuid", "id"):
-            con.execute(f"reset variable chunk_first_{variable}")
-            con.execute(f"reset variable chunk_last_{variable}")
 
 
 def count_mart_rows(

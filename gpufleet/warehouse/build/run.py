@@ -21,6 +21,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.build.fanout import FanOut
+from gpufleet.warehouse.build.full import build_all_models
 from gpufleet.warehouse.build.ids import forget_ids
 from gpufleet.warehouse.build.incremental.run import build_incrementally
 from gpufleet.warehouse.build.kept import ensure_kept_tables, reopened_since, restore_kept
@@ -29,7 +30,6 @@ from gpufleet.warehouse.build.models import (
     SQL_DIR,
     Model,
     apply_table_docs,
-    build_all_models,
     build_order,
     count_mart_rows,
     discover_models,
@@ -48,6 +48,7 @@ from gpufleet.warehouse.build.state import (
 )
 from gpufleet.warehouse.lake.samples import (
     evict_built_days,
+    evicted_files,
     refresh_samples_view,
     samples_view_is_current,
 )
@@ -143,7 +144,8 @@ def build_models(
         forget_ids(con)
         _free_marts(con, models, order)
         refresh_samples_view(con, config)  # the lake's files by their paths as of now
-        build_all_models(con, models, order, sql_dir, fan_out=fan_out)
+        lake = evicted_files(con, config)
+        build_all_models(con, models, order, sql_dir, fan_out=fan_out, lake=lake)
         record_full_build(con, top=top, digest=digest)
     kept = restore_kept(con, models, full=mode == "full") if mode != "up to date" else []
     # Every row of samples_stored is in the marts now: compacted host-days may leave it.
