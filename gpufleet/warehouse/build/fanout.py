@@ -30,6 +30,7 @@ from gpufleet.warehouse.build import models as models_module
 from gpufleet.warehouse.build.memory import fit_memory_limit
 from gpufleet.warehouse.build.models import BUILD_SETTINGS, Model, drop_other_kind
 from gpufleet.warehouse.build.partition import Partition, PartitionResult
+from gpufleet.warehouse.lake.ranges import uuid_ranges
 from gpufleet.warehouse.lake.samples import STORED, evicted_files, samples_sql
 
 SCRATCH_DIR_NAME = "scratch"
@@ -237,7 +238,8 @@ def _write_inputs(
     setup = _settings(con, macros, models_module.model_variables(fan_out.config))
     for n, table in enumerate(needed.tables):  # the host's temp tables are plain ones there
         setup += _export(con, table, f"select * from {table}", inputs_dir / f"t{n:04d}.parquet")
-    files = evicted_files(con, fan_out.config)
+    # each partition's view names only the lake files that may hold its GPUs
+    ranges = uuid_ranges(con, evicted_files(con, fan_out.config))
     partitions = []
     bounds = partition_bounds(uuids, count)
     for index, (first, last) in enumerate(bounds):
@@ -247,7 +249,11 @@ def _write_inputs(
         own.append(("set variable fanout_first_uuid = ?", (first,)))
         own.append(("set variable fanout_last_uuid = ?", (last,)))
         own.append(
-            (f"create view samples as select * from ({samples_sql(files)}) where {_RANGE}", ())
+            (
+                f"create view samples as select * from "
+                f"({samples_sql(ranges.holding(first, last))}) where {_RANGE}",
+                (),
+            )
         )
         own += [(f"create view {name} as\n{models[name].sql}", ()) for name in needed.views]
         partitions.append(
