@@ -39,10 +39,11 @@ if TYPE_CHECKING:
 # At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
 # slices of 4 M and 63 s in slices of 16 M (where run_pieces spills: 25 s instead of 15).
 FULL_BUILD_CHUNK_SAMPLES = 8_000_000
-# The footer cache keeps each lake file's parsed footer in the process, about 120 KB a
-# file where DuckDB counts 30 (5,000 GPUs x 28 days: 17,500 files, RSS 2.26 GB after the
-# first count, so the build's cap fell to its 512 MB floor for the whole build, and the
-# delete of the expired day at its end ran out of memory). Above this many files it is off.
+# The footer cache keeps each lake file's parsed footer in the process, about 250 KB a
+# file where DuckDB counts 65 (5,000 GPUs x 28 days: 17,500 files, 4.7 GB after a count
+# over them, 288 MB without the cache; in a full build the cap fell to its 512 MB floor for
+# the whole build, and the delete of the expired day at its end ran out of memory). Above
+# this many files it is off.
 METADATA_CACHE_FILES = 1_000
 # model: (the relation sliced, the staging view that reads it when it is a raw table)
 CHUNKED_MODELS = {
