@@ -48,7 +48,6 @@ from gpufleet.warehouse.build.state import (
 )
 from gpufleet.warehouse.lake.samples import (
     evict_built_days,
-    evicted_files,
     refresh_samples_view,
     samples_view_is_current,
 )
@@ -143,8 +142,7 @@ def build_models(
     if mode == "full":
         forget_ids(con)
         _free_marts(con, models, order)
-        refresh_samples_view(con, config)  # the lake's files by their paths as of now
-        lake = evicted_files(con, config)
+        lake = refresh_samples_view(con, config)  # the lake's files by their paths as of now
         build_all_models(con, models, order, sql_dir, fan_out=fan_out, lake=lake)
         record_full_build(con, top=top, digest=digest)
     kept = restore_kept(con, models, full=mode == "full") if mode != "up to date" else []

@@ -159,9 +159,12 @@ def create_samples_since(
     con.execute(f"create or replace temp view {name} as {samples_sql(files)}")
 
 
-def refresh_samples_view(con: duckdb.DuckDBPyConnection, config: Config) -> None:
-    """(Re)create the contract's `samples` view over `samples_stored` and the lake."""
-    con.execute(f"create or replace view samples as {samples_sql(evicted_files(con, config))}")
+def refresh_samples_view(con: duckdb.DuckDBPyConnection, config: Config) -> LakeFiles:
+    """(Re)create the contract's `samples` view over `samples_stored` and the lake; the
+    lake files it names (as `evicted_files` gives them)."""
+    files = evicted_files(con, config)
+    con.execute(f"create or replace view samples as {samples_sql(files)}")
+    return files
 
 
 def samples_view_is_current(con: duckdb.DuckDBPyConnection) -> bool:
