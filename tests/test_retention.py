@@ -212,3 +212,27 @@ def test_a_cycle_deletes_what_it_expired_and_the_next_loads_nothing_of_those_day
         ).fetchall() == [(0,)]
         assert con.execute("select min(ts)::date from samples").fetchall() == [(days[1],)]
     assert not (retaining.samples_dir / f"date={days[0]}").exists()  # deleted once published
+
+
+def test_a_build_inside_a_callers_transaction_leaves_the_clean_up_to_its_publish(
+    tmp_path: Path,
+) -> None:
+    """`build` joined to an open transaction (the cycle's) deletes no raw partition: the
+    caller runs `after_publish` once, after its own publish."""
+    config = _setup(tmp_path, timezone="UTC")
+    retaining = _retaining(config, days=4)
+    today = dt.datetime.now(dt.UTC).date()
+    days = [today - dt.timedelta(days=back) for back in (5, 4)]
+    for day in days:
+        _write(retaining, _rows(day, "node01", "GPU-A0", "siteA", count=30), "siteA", "a")
+    ingest(retaining)
+    build(retaining)  # published: days[0] expired, its partition deleted
+    assert not (retaining.samples_dir / f"date={days[0]}").exists()
+    _write(retaining, _rows(days[0], "node01", "GPU-A0", "siteA", count=7), "siteA", "late")
+    late = retaining.samples_dir / f"date={days[0]}"
+    with write_transaction(retaining):
+        build(retaining, full=True)
+        assert late.exists()
+    assert late.exists()
+    after_publish(retaining)
+    assert not late.exists()

@@ -42,6 +42,6 @@ def ingest_then_build(
         )
         built = build(config, fan_out=fan_out) if loaded.loaded_anything else None
     if built is not None:
-        # The build inside deleted what the warehouse before it expired; now this one's.
+        # The build inside joined this transaction: what it expired goes once published.
         built = replace(built, expired=built.expired + after_publish(config))
     return quarantine_after_publish(config, loaded, warn=warn), built

@@ -51,7 +51,11 @@ from gpufleet.warehouse.lake.samples import (
     refresh_samples_view,
     samples_view_is_current,
 )
-from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
+from gpufleet.warehouse.publish.slots import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    in_write_transaction,
+    write_transaction,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,9 +188,15 @@ def build(
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     fan_out: FanOut | None = None,
 ) -> BuildResult:
-    """Build the models on a private copy of the warehouse and publish it (no Prefect)."""
+    """Build the models on a private copy of the warehouse and publish it (no Prefect).
+
+    Inside a caller's `write_transaction` the build joins it: the caller publishes, then
+    runs `after_publish` (as `cycle.ingest_then_build` does)."""
+    joined = in_write_transaction(config)
     # A full build replaces every mart: the other slot's stale marts need no catching up.
     with write_transaction(config, lock_timeout_s=lock_timeout_s, rebuild=full) as con:
         result = build_models(con, config, full=full, fan_out=fan_out)
+    if joined:
+        return result
     # Once published: the raw files of expired days, and weekly reports past reports_weeks.
     return replace(result, expired=result.expired + after_publish(config))

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
     "LOCK_FILE_NAME",
     "current_generation",
+    "in_write_transaction",
     "lock_path",
     "write_transaction",
 ]
@@ -77,6 +78,14 @@ _open_guard = threading.Lock()
 def lock_path(config: Config) -> Path:
     """The lock file writers serialize on."""
     return config.data_dir / LOCK_FILE_NAME
+
+
+def in_write_transaction(config: Config) -> bool:
+    """Whether this thread has a write transaction open on the warehouse: one started now
+    joins it and is published only with it."""
+    with _open_guard:
+        current = _open.get(config.warehouse_path.absolute())
+        return current is not None and current.thread_id == threading.get_ident()
 
 
 @contextlib.contextmanager
