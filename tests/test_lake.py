@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import re
 import shutil
 from pathlib import Path
@@ -28,7 +29,7 @@ from gpufleet.simulate.fleet import (
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.lake.ranges import uuid_ranges
+from gpufleet.warehouse.lake.ranges import ranges_of, uuid_ranges
 from gpufleet.warehouse.lake.samples import evicted_files
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.warehouse.publish import slots as warehouse
@@ -149,6 +150,36 @@ def test_a_full_build_in_slices_reads_each_slices_gpus_from_their_hosts_lake_fil
     with connect_read_only(config) as con:
         for mart, rows in expected.items():
             assert _mart(con, mart) == rows, mart
+
+
+def test_the_files_holding_a_range_are_those_a_pass_over_every_row_group_finds() -> None:
+    """The lookup (sorted row groups) against the plain rule, on overlapping, wide and
+    narrow ranges, files of several row groups, ones without statistics or footer rows."""
+    pick = random.Random(42)
+    uuids = [f"GPU-{n:04d}" for n in range(200)]
+    rows: list[tuple[str, str | None, str | None]] = []
+    for n in range(300):
+        for _ in range(pick.choice((1, 1, 2, 3))):
+            low = pick.randrange(200)
+            high = min(199, low + pick.choice((0, 3, 7, 40, 150)))
+            rows.append((f"f{n}", uuids[low], uuids[high]))
+    rows += [("f300", None, None), ("f301", "GPU-0001", None), ("f301", "GPU-0001", "GPU-0002")]
+    files = {f"f{n}": n for n in range(303)}  # f302: no row group listed (any GPU)
+    ranges = ranges_of(files, rows)
+    for _ in range(500):
+        first, last = sorted(pick.sample(uuids, 2)) if pick.random() < 0.8 else [uuids[0]] * 2
+        spans: dict[str, list[tuple[str | None, str | None]]] = {}
+        for path, low, high in rows:
+            spans.setdefault(path, []).append((low, high))
+        expected = {
+            path: held
+            for path, held in files.items()
+            if path not in spans
+            or any(low is None or high is None for low, high in spans[path])
+            or any(low <= last and first <= high for low, high in spans[path])  # type: ignore[operator]
+        }
+        assert ranges.holding(first, last) == expected
+    assert ranges_of({}, []).holding("a", "z") == {}
 
 
 def test_a_reader_of_the_publish_before_still_reads_every_sample(

@@ -11,7 +11,9 @@ now names only the files whose row groups' ranges meet its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import duckdb
@@ -23,26 +25,39 @@ from gpufleet.warehouse.lake.samples import LakeFiles
 
 @dataclass(frozen=True)
 class UuidRanges:
-    """The lake files and, of each, its row groups' (min, max) gpu_uuid; a file missing
-    from `ranges` (a row group without statistics) may hold any GPU."""
+    """The lake files and their row groups' gpu_uuid ranges; a file without a range here
+    (a row group without statistics) may hold any GPU."""
 
     files: LakeFiles
-    ranges: Mapping[str, tuple[tuple[str, str], ...]]
+    known: frozenset[str]  # the files whose every row group has its range below
+    # the row groups' (low, high, path), by low; `reach[i]`: the highest high of the first
+    # i + 1, so that the row groups before the first whose reach meets a range end below it
+    lows: tuple[str, ...]
+    highs: tuple[str, ...]
+    paths: tuple[str, ...]
+    reach: tuple[str, ...]
 
     def holding(self, first: str, last: str) -> dict[str, int]:
-        """The files that may hold a sample of a GPU in [first, last], as `files` has them."""
+        """The files that may hold a sample of a GPU in [first, last], as `files` has them
+        (a lookup, not a pass over every row group: a full build asks once a slice)."""
+        begin = bisect.bisect_left(self.reach, first)
+        end = bisect.bisect_right(self.lows, last, lo=begin)
+        meeting = {
+            path
+            for high, path in zip(self.highs[begin:end], self.paths[begin:end], strict=True)
+            if high >= first
+        }
         return {
             path: held
             for path, held in self.files.items()
-            if (spans := self.ranges.get(path)) is None
-            or any(low <= last and first <= high for low, high in spans)
+            if path in meeting or path not in self.known
         }
 
 
 def uuid_ranges(con: duckdb.DuckDBPyConnection, files: LakeFiles) -> UuidRanges:
     """The row groups' gpu_uuid ranges of `files`, from their footers (one read of each)."""
     if not files:
-        return UuidRanges(files, {})
+        return ranges_of(files, [])
     listed = ", ".join(literal(literal_path(path)) for path in files)
     rows = con.execute(
         f"""
@@ -51,12 +66,24 @@ def uuid_ranges(con: duckdb.DuckDBPyConnection, files: LakeFiles) -> UuidRanges:
         where path_in_schema = 'gpu_uuid'
         """
     ).fetchall()
-    spans: dict[str, list[tuple[str, str]]] = {}
-    unknown: set[str] = set()
-    for path, low, high in rows:
-        if low is None or high is None:
-            unknown.add(path)
-        else:
-            spans.setdefault(path, []).append((low, high))
-    ranges = {path: tuple(found) for path, found in spans.items() if path not in unknown}
-    return UuidRanges(files, ranges)
+    return ranges_of(files, rows)
+
+
+def ranges_of(files: LakeFiles, rows: Iterable[tuple[str, str | None, str | None]]) -> UuidRanges:
+    """`UuidRanges` of `files` from their row groups' (file, min gpu_uuid, max gpu_uuid)."""
+    listed = list(rows)
+    unknown = {path for path, low, high in listed if low is None or high is None}
+    spans = sorted(
+        (low, high, path)
+        for path, low, high in listed
+        if path not in unknown and low is not None and high is not None
+    )
+    highs = tuple(high for _, high, _ in spans)
+    return UuidRanges(
+        files,
+        frozenset(path for _, _, path in spans),
+        tuple(low for low, _, _ in spans),
+        highs,
+        tuple(path for _, _, path in spans),
+        tuple(itertools.accumulate(highs, max)),
+    )
