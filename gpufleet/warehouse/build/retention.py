@@ -94,11 +94,6 @@ def expire_samples(
     deleted = con.execute("delete from samples_stored where ts < ?", [cut]).fetchone()
     samples = int(deleted[0]) if deleted else 0
     if has_table(con, "samples_attributed_rows"):
-        # Written to the file first: a delete over the rows a full build has just written,
-        # not checkpointed yet, pinned them (5,000 GPUs x 28 days: 1.2 billion rows, 28 MB
-        # held before the delete, out of DuckDB's 1.2 GB cap within it); over checkpointed
-        # rows it reads the ts column only, block by block.
-        con.execute("checkpoint")
         con.execute("delete from samples_attributed_rows where ts < ?", [cut])
     lake = con.execute(
         "delete from build_state.lake_files where day < ? returning row_count", [expired_before]
