@@ -84,8 +84,7 @@ def in_write_transaction(config: Config) -> bool:
     """Whether this thread has a write transaction open on the warehouse: one started now
     joins it and is published only with it."""
     with _open_guard:
-        current = _open.get(config.warehouse_path.absolute())
-        return current is not None and current.thread_id == threading.get_ident()
+        return _open_in_this_thread(config.warehouse_path.absolute()) is not None
 
 
 @contextlib.contextmanager
@@ -159,11 +158,16 @@ def _writing(
 def _join_open(warehouse: Path) -> _OpenTransaction | None:
     """The write transaction this thread has open on `warehouse`, one level deeper; or None."""
     with _open_guard:
-        current = _open.get(warehouse)
-        if current is None or current.thread_id != threading.get_ident():
-            return None
-        current.depth += 1
+        current = _open_in_this_thread(warehouse)
+        if current is not None:
+            current.depth += 1
         return current
+
+
+def _open_in_this_thread(warehouse: Path) -> _OpenTransaction | None:
+    """The write transaction this thread has open on `warehouse` (hold `_open_guard`)."""
+    current = _open.get(warehouse)
+    return current if current is not None and current.thread_id == threading.get_ident() else None
 
 
 @contextlib.contextmanager
