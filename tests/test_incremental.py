@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from gpufleet.warehouse.base import deletes
 from gpufleet.warehouse.build import BuildResult, build, build_models
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build.state import read_state
@@ -193,9 +194,8 @@ def _mart(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[Any, ...]]:
     return normal
 
 
-@pytest.fixture(scope="module")
-def built() -> tuple[Fleet, Fleet, list[str]]:
-    """The same fleet built chunk by chunk, and built once in full."""
+def _built_chunk_by_chunk() -> tuple[Fleet, list[str]]:
+    """The fleet built as its chunks arrive, one late; each build's mode."""
     incremental = _fleet()
     total_s = SAMPLES_PER_GPU * 10
     modes = []
@@ -211,8 +211,15 @@ def built() -> tuple[Fleet, Fleet, list[str]]:
         if start_s == 4 * CHUNK_S:
             _arrive(incremental.con, 2 * CHUNK_S, 3 * CHUNK_S, "gpu_uuid = 'GPU-1'")
         modes.append(build_models(incremental.con, incremental.config).mode)
+    return incremental, modes
+
+
+@pytest.fixture(scope="module")
+def built() -> tuple[Fleet, Fleet, list[str]]:
+    """The same fleet built chunk by chunk, and built once in full."""
+    incremental, modes = _built_chunk_by_chunk()
     full = _fleet()
-    _arrive(full.con, 0, total_s, "true")
+    _arrive(full.con, 0, SAMPLES_PER_GPU * 10, "true")
     assert build_models(full.con, full.config).mode == "full"
     return incremental, full, modes
 
@@ -231,6 +238,18 @@ def test_incremental_build_equals_full_build(
     expected = _mart(full.con, mart)
     assert expected, f"{mart} is empty: the data does not exercise it"
     assert _mart(incremental.con, mart) == expected
+
+
+def test_incremental_builds_deleting_a_few_series_at_a_time_equal_a_full_build(
+    built: tuple[Fleet, Fleet, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At fleet scale each series' replaced rows are deleted a range of series at a time
+    (base/deletes.py); here a few hundred rows at a time, the late chunk's rows included."""
+    _, full, _ = built
+    monkeypatch.setattr(deletes, "BATCH_ROWS", 300)
+    incremental, _ = _built_chunk_by_chunk()
+    for mart in MARTS:
+        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
 
 
 def test_data_has_names_first_seen_in_an_incremental_build(
@@ -426,12 +445,20 @@ def test_an_episode_that_becomes_waste_after_midnight_counts_on_the_day_before(
     assert day_one[0] == pytest.approx(59 * 10 / 3600)  # 23:50:10 .. 23:59:50
 
 
+@pytest.mark.parametrize("batch_rows", [None, 500])
 def test_builds_through_the_warehouse_slots_equal_a_full_build(
-    built: tuple[Fleet, Fleet, list[str]], tmp_path: Path
+    built: tuple[Fleet, Fleet, list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    batch_rows: int | None,
 ) -> None:
     """Published builds alternate between two warehouse files, each caught up with the
-    other's last publish instead of copied; the marts still equal a full build."""
+    other's last publish instead of copied; the marts still equal a full build. With
+    `batch_rows`, each series' replaced rows are deleted (and replayed) a few series at a
+    time, as at fleet scale."""
     _, full, _ = built
+    if batch_rows:
+        monkeypatch.setattr(deletes, "BATCH_ROWS", batch_rows)
     config = replace(full.config, data_dir=tmp_path)
     with write_transaction(config) as con:
         con.execute(SOURCE_SQL)
@@ -440,7 +467,12 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     chunk_s = 3 * CHUNK_S  # four publishes: each file is caught up in place once
     for start_s in range(0, SAMPLES_PER_GPU * 10, chunk_s):
         with write_transaction(config) as con:
-            _arrive(con, start_s, start_s + chunk_s, "true")
+            # GPU 1's first chunk arrives with the third: the third publish replaces its
+            # rows of the second, and the fourth replays that on the other file
+            held_back = start_s == 0
+            _arrive(con, start_s, start_s + chunk_s, "gpu_uuid <> 'GPU-1'" if held_back else "true")
+            if start_s == 2 * chunk_s:
+                _arrive(con, 0, chunk_s, "gpu_uuid = 'GPU-1'")
             build_models(con, config)
         inodes.append(config.warehouse_path.stat().st_ino)
     assert len(inodes) == 4

@@ -17,6 +17,7 @@ import pytest
 from gpufleet.config import Config, RetentionConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.status import read_status
+from gpufleet.warehouse.base import deletes
 from gpufleet.warehouse.build import build, build_models
 from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.retention import after_publish, expire_reports, expire_samples
@@ -44,7 +45,14 @@ def _retaining(config: Config, days: int = 1, weeks: int = 0) -> Config:
     return replace(config, retention=RetentionConfig(samples_days=days, reports_weeks=weeks))
 
 
-def test_expired_samples_go_and_the_marts_stay_byte_for_byte() -> None:
+@pytest.mark.parametrize("batch_rows", [None, 100])
+def test_expired_samples_go_and_the_marts_stay_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch, batch_rows: int | None
+) -> None:
+    """With `batch_rows`, samples_attributed_rows loses its expired rows a few series at a
+    time (base/deletes.py), as at fleet scale."""
+    if batch_rows:
+        monkeypatch.setattr(deletes, "BATCH_ROWS", batch_rows)
     built = fleet()
     before = _marts(built.con)
     attributed = built.con.execute(

@@ -22,6 +22,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.catalog import has_table
+from gpufleet.warehouse.base.deletes import delete_in_key_ranges
 from gpufleet.warehouse.build.kept import CLOSED_ROW, keep_days
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
 from gpufleet.warehouse.lake.samples import refresh_samples_view
@@ -94,7 +95,8 @@ def expire_samples(
     deleted = con.execute("delete from samples_stored where ts < ?", [cut]).fetchone()
     samples = int(deleted[0]) if deleted else 0
     if has_table(con, "samples_attributed_rows"):
-        con.execute("delete from samples_attributed_rows where ts < ?", [cut])
+        # a few rows of every series: a statement per range of series (base/deletes.py)
+        delete_in_key_ranges(con, "samples_attributed_rows", "ts < ?", [cut], key="series_id")
     lake = con.execute(
         "delete from build_state.lake_files where day < ? returning row_count", [expired_before]
     ).fetchall()

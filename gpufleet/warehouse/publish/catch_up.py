@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpufleet.warehouse.base.deletes import delete_in_key_ranges
 from gpufleet.warehouse.publish.log import LOG_KEPT, REPLAY_KEYS, current_generation
 
 # Tables only ever changed by incremental builds (which log what they replace) or full
@@ -27,6 +28,9 @@ LOGGED_TABLES = (
     "host_daily",
     "team_weekly",
 )
+# The one table in series order, a few of whose rows each series replaces in a build (its
+# series_id never NULL): large, and deleted from a range of series at a time.
+_SERIES_ORDERED = "samples_attributed_rows"
 # Rows are appended with a growing load_id, and deleted only when they leave for the lake.
 _APPEND_ONLY = "samples_stored"
 # The publish log: rows are added with their publish's generation, and deleted only when
@@ -132,7 +136,7 @@ def _catch_up_table(
         return _append_samples(con, name)
     if name.removeprefix("main.") in LOGGED_TABLES:
         if not rebuild:
-            _replay(con, name, behind)
+            _replay(con, name, behind, series_ordered=name == f"main.{_SERIES_ORDERED}")
         return True
     if name == _LOG:
         _copy_log(con, name)
@@ -200,8 +204,11 @@ def _append_samples(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(counts and counts[0] == counts[1])  # unequal: rows left for the lake since
 
 
-def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
-    """Replace the table's rows the publishes since `behind` replaced, key by key."""
+def _replay(
+    con: duckdb.DuckDBPyConnection, name: str, behind: int, *, series_ordered: bool
+) -> None:
+    """Replace the table's rows the publishes since `behind` replaced, key by key;
+    `series_ordered`: _SERIES_ORDERED, deleted from a range of series at a time."""
     table = name.removeprefix("main.")
     con.execute(
         """
@@ -216,7 +223,10 @@ def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
     for kind in kinds:
         match = REPLAY_KEYS[kind].format(t="rows", k="keys")
         keys = f"(select * from _sync_keys where key = '{kind}') as keys"
-        con.execute(f"delete from {name} as rows using {keys} where {match}")
+        if series_ordered:  # a few rows of every series: a statement per range of them
+            delete_in_key_ranges(con, f"{name} as rows", match, key="rows.series_id", using=keys)
+        else:
+            con.execute(f"delete from {name} as rows using {keys} where {match}")
         con.execute(
             f"""
             insert into {name}

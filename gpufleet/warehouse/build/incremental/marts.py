@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import duckdb
 
+from gpufleet.warehouse.base.deletes import delete_in_key_ranges
 from gpufleet.warehouse.build.incremental.window import from_cut
 from gpufleet.warehouse.build.models import Model, render
 from gpufleet.warehouse.publish.log import current_generation
@@ -52,13 +53,17 @@ def replace_sample_rows(
         inner join int_series_ids on int_series_ids.gpu_uuid = _inc_series.gpu_uuid
         """
     )
-    con.execute(
+    # each series' newest rows: a statement per range of series (base/deletes.py)
+    delete_in_key_ranges(
+        con,
+        model.name,
         f"""
-        delete from {model.name} using _inc_series_ids
-        where {model.name}.series_id = _inc_series_ids.series_id
+        {model.name}.series_id = _inc_series_ids.series_id
             and {model.name}.ts >= _inc_series_ids.since_ts
             and {model.name}.ts >= (select min(since_ts) from _inc_series_ids)
-        """
+        """,
+        key=f"{model.name}.series_id",
+        using="_inc_series_ids",
     )
     log_replaced(
         con,
