@@ -36,12 +36,13 @@ def delete_in_key_ranges(
     one, each committed and checkpointed on its own; the rows deleted. `target` is the
     table with an optional alias (`samples_attributed_rows as rows`); `key` is named as
     the condition would name it (`rows.series_id`)."""
-    table = target.split()[0]
+    table, column = target.split()[0], key.rsplit(".", 1)[-1]
     statement = f"delete from {target} {f'using {using}' if using else ''} where ({condition})"
-    ((rows, low, high),) = con.execute(
-        f"select count(*), min({key.split('.')[-1]}), max({key.split('.')[-1]}) from {table}"
-    ).fetchall()
-    if rows <= BATCH_ROWS or low is None or low == high:
+    ((rows,),) = con.execute(f"select count(*) from {table}").fetchall()  # from metadata
+    if rows <= BATCH_ROWS:
+        return _deleted(con, statement, params)
+    ((low, high),) = con.execute(f"select min({column}), max({column}) from {table}").fetchall()
+    if low is None or low == high:
         return _deleted(con, statement, params)
     width = max(1, -(-(high - low + 1) * BATCH_ROWS // rows))
     deleted = 0

@@ -136,7 +136,7 @@ def _catch_up_table(
         return _append_samples(con, name)
     if name.removeprefix("main.") in LOGGED_TABLES:
         if not rebuild:
-            _replay(con, name, behind, series_ordered=name == f"main.{_SERIES_ORDERED}")
+            _replay(con, name, behind)
         return True
     if name == _LOG:
         _copy_log(con, name)
@@ -204,11 +204,9 @@ def _append_samples(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(counts and counts[0] == counts[1])  # unequal: rows left for the lake since
 
 
-def _replay(
-    con: duckdb.DuckDBPyConnection, name: str, behind: int, *, series_ordered: bool
-) -> None:
-    """Replace the table's rows the publishes since `behind` replaced, key by key;
-    `series_ordered`: _SERIES_ORDERED, deleted from a range of series at a time."""
+def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
+    """Replace the table's rows the publishes since `behind` replaced, key by key
+    (_SERIES_ORDERED's a range of series at a time)."""
     table = name.removeprefix("main.")
     con.execute(
         """
@@ -223,7 +221,7 @@ def _replay(
     for kind in kinds:
         match = REPLAY_KEYS[kind].format(t="rows", k="keys")
         keys = f"(select * from _sync_keys where key = '{kind}') as keys"
-        if series_ordered:  # a few rows of every series: a statement per range of them
+        if table == _SERIES_ORDERED:  # a few rows of every series: a statement per range
             delete_in_key_ranges(con, f"{name} as rows", match, key="rows.series_id", using=keys)
         else:
             con.execute(f"delete from {name} as rows using {keys} where {match}")
