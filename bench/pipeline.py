@@ -434,25 +434,12 @@ class PipelineBench:
         self.step("ingest", "--data-dir", str(steady))  # loads and compacts the week
         first = self.step("build", "--data-dir", str(steady), "--full")
         self.log(f"   first build after the ingest: {first.wall_s:.1f} s")
-        compacted = directory_bytes(steady / "raw" / "samples", ".parquet")
-        self.add("compacted lake", "", [compacted / rows], "bytes/sample")
 
         # 2b and 4b. A full build reading the compacted days from the lake, and the storage
         # of a warehouse whose compacted days are in the lake (what `ingest` does by default).
         self.log("2b. full build, samples in the lake")
         lake_builds = self.full_builds(steady, ", samples in the lake")
-        warehouse_bytes = (steady / "warehouse.duckdb").stat().st_size
-        self.add(
-            "warehouse", "<= 8 bytes/sample", [warehouse_bytes / rows], "bytes/sample", limit=8
-        )
-        self.add("warehouse, blocks in use", "", [used_bytes(steady) / rows], "bytes/sample")
-        self.notes.append(
-            "storage is measured where ingest compacted the week (a backfill's days go "
-            "straight into the lake, the default), after "
-            f"{len(lake_builds) + 1} full builds; full builds into one file leave freed blocks "
-            "in it that later writes reuse ('blocks in use' leaves them out), and a publish "
-            "whose file is more free than used is written afresh"
-        )
+        self.storage(steady, rows, len(lake_builds) + 1, warehouse_limit=8)
         week_end = dt.datetime.combine(
             monday + dt.timedelta(days=self.days), dt.time(), tzinfo=dt.UTC
         )
@@ -488,9 +475,36 @@ class PipelineBench:
             self.notes.append(
                 f"{self.label}generating it took {time.perf_counter() - started:,.0f} s"
             )
-        self.raw_week(raw_dir)
+        rows, raw_bytes = self.raw_week(raw_dir)
+        self.add("raw files", "", [raw_bytes / rows], "bytes/sample")
         backfill = self.backfill(raw_dir)
-        self.full_builds(backfill, ", samples in the lake")
+        builds = self.full_builds(backfill, ", samples in the lake")
+        self.storage(backfill, rows, len(builds) + 1)
+
+    def storage(
+        self, data_dir: Path, rows: int, full_builds: int, warehouse_limit: float | None = None
+    ) -> None:
+        """Bytes per sample of `data_dir`'s compacted lake and warehouse file, where ingest
+        compacted the week and `full_builds` full builds ran since (noted)."""
+        lake = directory_bytes(data_dir / "raw" / "samples", ".parquet")
+        self.add("compacted lake", "", [lake / rows], "bytes/sample")
+        warehouse = (data_dir / "warehouse.duckdb").stat().st_size
+        self.add(
+            "warehouse",
+            "" if warehouse_limit is None else f"<= {warehouse_limit:g} bytes/sample",
+            [warehouse / rows],
+            "bytes/sample",
+            limit=warehouse_limit,
+        )
+        self.add("warehouse, blocks in use", "", [used_bytes(data_dir) / rows], "bytes/sample")
+        self.add("warehouse and lake", "", [(warehouse + lake) / rows], "bytes/sample")
+        self.notes.append(
+            f"{self.label}storage is measured where ingest compacted the week (a backfill's "
+            f"days go straight into the lake, the default), after {full_builds} full builds; "
+            "full builds into one file leave freed blocks in it that later writes reuse "
+            "('blocks in use' leaves them out), and a publish whose file is more free than "
+            "used is written afresh"
+        )
 
     def raw_week(self, raw_dir: Path) -> tuple[int, int]:
         """(samples, bytes) of the raw week's files, noted."""
