@@ -114,7 +114,8 @@ def _run_child(*, without_numpy: bool) -> dict[str, Any]:
         completed = subprocess.run(
             [sys.executable, "-m", "bench.collector", mode, tmp],
             cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            # as `gpufleet collect` runs it (cli/collect.py), unless the caller says otherwise
+            env={"ARROW_DEFAULT_MEMORY_POOL": "system", **os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
             text=True,
             check=False,

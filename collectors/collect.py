@@ -26,7 +26,7 @@ from gpufleet.collectors.nvml import (
     shutdown_nvml,
 )
 from gpufleet.collectors.procinfo import ProcessInfo
-from gpufleet.collectors.schema import check_cluster
+from gpufleet.collectors.sites import check_cluster
 from gpufleet.collectors.spool import Spool, read_segment
 from gpufleet.collectors.stopflag import StopFlag
 from gpufleet.collectors.writer import (

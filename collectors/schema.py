@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pyarrow as pa
 
 SCHEMA_VERSION = "1"
@@ -80,19 +78,6 @@ def partition_dir(samples_root: str, date_iso: str, host: str) -> str:
 
 # A site (the `cluster` column) as the collector and the importers accept it: it becomes
 # part of a folder name (`host_folder`), so letters, digits, `.`, `_` and `-` only.
-_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def check_cluster(name: str) -> str:
-    """`name` if it is a valid site name, else ValueError saying why."""
-    if not _CLUSTER_NAME.fullmatch(name):
-        raise ValueError(
-            f"cluster {name!r} is not a site name: 1 to 64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
 def host_folder(safe_host: str, cluster: str | None) -> str:
     """The `host=` folder's name of a host (already a path component) of a site: the host
     alone without a site, else `<host>@<cluster>`, so that two sites' hosts of the same

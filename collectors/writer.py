@@ -59,7 +59,9 @@ def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
 
 def use_lean_memory_pool() -> None:
     """Allocate Arrow buffers with malloc: the collector's tables are small and rare, and
-    mimalloc's arenas would stay resident between flushes."""
+    mimalloc's arenas would stay resident between flushes. This reaches pyarrow's own
+    allocations; `gpufleet collect` also sets ARROW_DEFAULT_MEMORY_POOL before pyarrow is
+    imported, for those of Arrow's C++ code (cli/collect.py)."""
     pa.set_memory_pool(pa.system_memory_pool())
 
 

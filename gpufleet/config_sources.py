@@ -164,7 +164,7 @@ def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[
         section = f"clusters.{name}"
         if not isinstance(table, dict):
             raise ValueError(f"{where('clusters', name)}: '{section}' must be a table")
-        from gpufleet.collectors.schema import check_cluster
+        from gpufleet.collectors.sites import check_cluster
 
         try:
             check_cluster(name)
@@ -214,7 +214,7 @@ def read_site_locations(
 
 def check_clusters(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
     """`cluster` and `[prometheus] cluster`: site names (they name folders), as `check_s3`."""
-    from gpufleet.collectors.schema import check_cluster
+    from gpufleet.collectors.sites import check_cluster
 
     for section, name in ((None, config.cluster), ("prometheus", config.prometheus.cluster)):
         try:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -136,6 +139,43 @@ def test_nvml_missing_through_the_command_line(monkeypatch, tmp_path, capsys):
     assert main(["--data-dir", str(tmp_path), "collect", "--interval", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpufleet: error: ") and err.count("\n") == 1
+
+
+# `gpufleet collect` with its collector replaced by a report of Arrow's memory pool (the
+# stand-in module keeps pyarrow unimported until the command runs, as it is for users).
+_POOL_PROBE = """
+import sys
+import types
+
+from gpufleet.cli import main
+
+def report_pool(**kwargs):
+    import pyarrow
+    print(pyarrow.default_memory_pool().backend_name)
+    return 0
+
+service = types.ModuleType("gpufleet.collectors.service")
+service.run_collector = report_pool
+sys.modules[service.__name__] = service
+assert "pyarrow" not in sys.modules
+sys.exit(main(["--data-dir", sys.argv[1], "collect"]))
+"""
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "system"), ("jemalloc", "jemalloc")])
+def test_gpufleet_collect_allocates_arrow_buffers_with_malloc(tmp_path, preset, expected):
+    # In a fresh process: the pool is chosen when pyarrow is first imported.
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if preset is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = preset
+    done = subprocess.run(
+        [sys.executable, "-c", _POOL_PROBE, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [expected]
 
 
 @pytest.mark.parametrize(

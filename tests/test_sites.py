@@ -23,12 +23,12 @@ from gpufleet.cli import main
 from gpufleet.collectors.collect import Collector
 from gpufleet.collectors.schema import (
     SAMPLE_SCHEMA,
-    check_cluster,
     file_metadata,
     folder_host,
     host_folder,
     schema_with_metadata,
 )
+from gpufleet.collectors.sites import check_cluster
 from gpufleet.collectors.writer import write_sample_files
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from gpufleet.cli.common import positive_float
@@ -85,7 +86,7 @@ def s3_url(text: str) -> str:
 
 def cluster_name(text: str) -> str:
     """A `--cluster` argument, checked."""
-    from gpufleet.collectors.schema import check_cluster
+    from gpufleet.collectors.sites import check_cluster
 
     try:
         return check_cluster(text)
@@ -94,6 +95,10 @@ def cluster_name(text: str) -> str:
 
 
 def run_collect(args: argparse.Namespace, config: Config) -> int:
+    # Arrow's C++ buffers (the Parquet writer's among them) from malloc, not mimalloc, whose
+    # arenas stay resident between flushes (6 MB of a collector's 80): read once, when
+    # pyarrow is first imported, which is below. An ARROW_DEFAULT_MEMORY_POOL set wins.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from gpufleet.collectors.service import run_collector
 
     return run_collector(

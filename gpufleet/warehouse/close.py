@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from gpufleet.collectors.schema import check_cluster
+from gpufleet.collectors.sites import check_cluster
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.showback import CLOSED_SHOWBACK as SHOWBACK_TABLE

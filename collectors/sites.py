@@ -1,0 +1,18 @@
+"""Site (cluster) names, checked without importing pyarrow: the configuration and the
+command line check them before `gpufleet collect` chooses Arrow's memory pool."""
+
+from __future__ import annotations
+
+import re
+
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_cluster(name: str) -> str:
+    """`name` if it is a valid site name, else ValueError saying why."""
+    if not _CLUSTER_NAME.fullmatch(name):
+        raise ValueError(
+            f"cluster {name!r} is not a site name: 1 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
