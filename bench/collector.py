@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.proc import status_kb
+
 GPUS = 8
 TICKS_PER_FILE = 60
 FILES = 3
@@ -102,19 +104,11 @@ def _child(data_dir: Path) -> dict[str, Any]:
         "cpu_ms_per_tick_max": own_ms[-1],  # a tick that also wrote a Parquet file
         "nvml_fake_ms_per_tick": sum(tick_nvml_ns) / len(tick_nvml_ns) / 1e6,
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_anon_mb": _status_kb("RssAnon") / 1024,
+        "rss_anon_mb": status_kb("RssAnon") / 1024,
         "files": len(files),
         "rows": rows,
         "bytes_per_sample": size / rows if rows else float("nan"),
     }
-
-
-def _status_kb(field: str) -> int:
-    """A field of this process's /proc/self/status, in kB (0 where there is none)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    return 0
 
 
 def _run_child(*, without_numpy: bool) -> dict[str, Any]:

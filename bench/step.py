@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.proc import status_kb
 from gpufleet.config import Config, load_config
 
 
@@ -122,10 +123,7 @@ STEPS = {
 def peak_rss_kb() -> int:
     """This process's peak RSS since exec (VmHWM). Not ru_maxrss: Linux carries that over
     fork and exec, so a child would report its parent's peak (the bench's bare scan)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return status_kb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def main(argv: list[str] | None = None) -> int:

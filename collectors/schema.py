@@ -76,8 +76,6 @@ def partition_dir(samples_root: str, date_iso: str, host: str) -> str:
     return f"{samples_root}/date={date_iso}/host={host}"
 
 
-# A site (the `cluster` column) as the collector and the importers accept it: it becomes
-# part of a folder name (`host_folder`), so letters, digits, `.`, `_` and `-` only.
 def host_folder(safe_host: str, cluster: str | None) -> str:
     """The `host=` folder's name of a host (already a path component) of a site: the host
     alone without a site, else `<host>@<cluster>`, so that two sites' hosts of the same

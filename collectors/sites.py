@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+# A site (the `cluster` column) as the collector and the importers accept it: it becomes
+# part of a folder name (`host_folder` in schema.py), so letters, digits, `.`, `_` and `-`.
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
