@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpufleet.collectors.sites import check_cluster
+
 if TYPE_CHECKING:
     from gpufleet.config import Config
 
@@ -164,8 +166,6 @@ def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[
         section = f"clusters.{name}"
         if not isinstance(table, dict):
             raise ValueError(f"{where('clusters', name)}: '{section}' must be a table")
-        from gpufleet.collectors.sites import check_cluster
-
         try:
             check_cluster(name)
         except ValueError as exc:
@@ -214,8 +214,6 @@ def read_site_locations(
 
 def check_clusters(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
     """`cluster` and `[prometheus] cluster`: site names (they name folders), as `check_s3`."""
-    from gpufleet.collectors.sites import check_cluster
-
     for section, name in ((None, config.cluster), ("prometheus", config.prometheus.cluster)):
         try:
             if name:
