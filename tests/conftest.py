@@ -20,11 +20,24 @@ from tests.slurm_stack import SlurmStack, SlurmUnavailable, slurm_stack
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"
+
 if "PREFECT_HOME" not in os.environ:
     # A throwaway Prefect home (its database, its logs) for this test session only.
     _prefect_home = tempfile.mkdtemp(prefix="gpufleet-prefect-home-")
     os.environ["PREFECT_HOME"] = _prefect_home
     atexit.register(shutil.rmtree, _prefect_home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def away_from_the_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The tests run in a throwaway working directory: a `Config()` or a command left on
+    its default data directory (`./data`) uses a folder of this session's, never the
+    repository's data/, which `make demo` fills (pytest_sessionfinish checks that too)."""
+    before = Path.cwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(before)
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +84,40 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
         except S3Unavailable as exc:
             pytest.fail(str(exc))
         yield store
+
+
+_DATA_BEFORE = pytest.StashKey[dict[str, tuple[int, int]]]()
+
+
+def _data_listing() -> dict[str, tuple[int, int]]:
+    """The repository's data/ as (size, mtime in ns) by relative path."""
+    if not REPO_DATA.is_dir():
+        return {}
+    listing = {}
+    for path in sorted(REPO_DATA.rglob("*")):
+        stat = path.lstat()
+        listing[str(path.relative_to(REPO_DATA))] = (stat.st_size, stat.st_mtime_ns)
+    return listing
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_DATA_BEFORE] = _data_listing()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when any test wrote, changed or deleted a file in the repository's
+    data/ (after `make demo` it holds the demo's fleet: no test may touch it)."""
+    before = session.config.stash.get(_DATA_BEFORE, None)
+    if before is None:
+        return
+    after = _data_listing()
+    changed = sorted(
+        name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
+    )
+    if changed:
+        listed = ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"FAILED: the tests changed the repository's data/: {listed}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -6,7 +6,9 @@ Imported by the tests/test_models_*.py modules; it holds no tests itself.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -45,8 +47,11 @@ class Fleet:
     ) -> None:
         self.con = duckdb.connect(":memory:")
         ensure_raw_tables(self.con)
+        # A data directory of its own: the warehouse is in memory, but retention deletes
+        # raw partitions and reports under it.
+        data_dir = Path(tempfile.mkdtemp(prefix="gpufleet-fleet-"))
         self.config = replace(
-            Config(),
+            Config(data_dir=data_dir),
             timezone=timezone,
             idle=IdleConfig(threshold_pct=threshold_pct, min_minutes=min_minutes),
             series=SeriesConfig(max_gap_factor=max_gap_factor),
