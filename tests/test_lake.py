@@ -270,15 +270,38 @@ def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
         result = build(config)
 
     assert result.evicted == pq.read_metadata(unchanged).num_rows
-    assert f"{changed.relative_to(config.data_dir).as_posix()} stays in the warehouse" in (
-        caplog.text
-    )
-    assert "1 of its" in caplog.text
+    [line] = [r.getMessage() for r in caplog.records if "in the warehouse" in r.getMessage()]
+    assert line.startswith("lake: 1 compacted file stays in the warehouse, 1 samples differing")
+    assert f"({changed.relative_to(config.data_dir).as_posix()}: 1 of its " in line
     with connect_read_only(config) as con:
         lake = _rows(con, "select path from build_state.lake_files")
         stored = _rows(con, "select count(*) from samples_stored")
     assert lake == [(unchanged.relative_to(config.data_dir).as_posix(),)]
     assert stored == [(pq.read_metadata(changed).num_rows,)]
+
+
+def test_compacted_files_changed_by_hand_are_named_in_one_line_a_build(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = Config(data_dir=tmp_path)
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    half = DAY1 + dt.timedelta(minutes=30)
+    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=half)
+    ingest(config, today=DAY1.date())
+    simulate_window(SPEC, data_dir=config.data_dir, start=half, end=DAY1 + dt.timedelta(hours=1))
+    ingest(config, today=DAY2.date())
+    for changed in _lake_dir(config, DAY1):
+        table = pq.read_table(changed)
+        index = table.schema.get_field_index("power_w")
+        power = [(value or 0.0) + 1.0 for value in table.column(index).to_pylist()]
+        field = table.schema.field(index)
+        pq.write_table(table.set_column(index, field, pa.array(power, field.type)), changed)
+
+    with caplog.at_level(logging.WARNING, logger="gpufleet.lake"):
+        assert build(config).evicted == 0
+    lines = [r.getMessage() for r in caplog.records if "in the warehouse" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("lake: 2 compacted files stay in the warehouse")
 
 
 def test_a_missing_lake_file_stops_a_build_with_its_name(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import pyarrow as pa
@@ -199,13 +199,29 @@ def evict_built_days(con: duckdb.DuckDBPyConnection, config: Config) -> int:
         """
     ).fetchall()
     evicted = 0
+    staying: list[Differing] = []
     root = config.data_dir.absolute()
     for day, relative in candidates:
         present = [path for path in relative if (root / path).is_file()]
         if not present:
             continue
         absolute = {str(root / path): path for path in present}
-        evicted += _evict_day(con, day, absolute)
+        day_evicted, differing = _evict_day(con, day, absolute)
+        evicted += day_evicted
+        staying += differing
+    if staying:  # one line however many: files brought in by hand can be hundreds
+        first = min(staying)
+        logger.warning(
+            "lake: %d compacted file%s stay%s in the warehouse, %d samples differing from "
+            "the warehouse's (%s: %d of its %d)",
+            len(staying),
+            "" if len(staying) == 1 else "s",
+            "s" if len(staying) == 1 else "",
+            sum(file.differ for file in staying),
+            first.path,
+            first.differ,
+            first.rows,
+        )
     if evicted:
         refresh_samples_view(con, config)
     return evicted
@@ -217,15 +233,17 @@ def evict_built_days(con: duckdb.DuckDBPyConnection, config: Config) -> int:
 _ROW_HASH = f"hash({_COLUMNS})"
 
 
-def _evict_day(con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, str]) -> int:
-    """Evict the verified files of one UTC day; the rows evicted."""
+def _evict_day(
+    con: duckdb.DuckDBPyConnection, day: dt.date, files: dict[str, str]
+) -> tuple[int, list[Differing]]:
+    """Evict the verified files of one UTC day; the rows evicted, and the files that stay."""
     start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
     held = {path: held_columns(path) for path in files}  # a file of an older release too
     _read_lake_rows(con, held)
-    good = _verified_files(con, files, start)
+    good, differing = _verified_files(con, files, start)
     evicted = _move_to_lake(con, day, files, good, start, held) if good else 0
     con.execute("drop table temp._lake_rows")
-    return evicted
+    return evicted, differing
 
 
 def _read_lake_rows(con: duckdb.DuckDBPyConnection, files: LakeFiles) -> None:
@@ -240,11 +258,19 @@ def _read_lake_rows(con: duckdb.DuckDBPyConnection, files: LakeFiles) -> None:
     )
 
 
+class Differing(NamedTuple):
+    """A compacted file that stays out of the lake: some of its rows differ."""
+
+    path: str  # as the warning prints it
+    differ: int  # its samples not in samples_stored with the same values
+    rows: int
+
+
 def _verified_files(
     con: duckdb.DuckDBPyConnection, files: dict[str, str], start: dt.datetime
-) -> list[str]:
+) -> tuple[list[str], list[Differing]]:
     """The files (absolute paths) whose every row is in samples_stored with the same values
-    and its key in no other file; a warning names each other one."""
+    and its key in no other file, and the others."""
     verdicts = con.execute(
         f"""
         select
@@ -262,15 +288,12 @@ def _verified_files(
         {"start": start, "end": start + dt.timedelta(days=1)},
     ).fetchall()
     good = [name for name, rows, same in verdicts if rows == same]
-    for name, rows, same in verdicts:
-        if rows != same:
-            logger.warning(
-                "lake: %s stays in the warehouse: %d of its %d samples differ from the warehouse's",
-                printable(files.get(name, name)),
-                rows - same,
-                rows,
-            )
-    return good
+    differing = [
+        Differing(printable(files.get(name, name)), rows - same, rows)
+        for name, rows, same in verdicts
+        if rows != same
+    ]
+    return good, differing
 
 
 def _move_to_lake(
