@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.collectors.sites import check_cluster
+from gpufleet.storage.s3 import S3Location
 
 if TYPE_CHECKING:
     from gpufleet.config import Config
@@ -124,6 +125,10 @@ def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) 
             f"'raw_location' must be an s3://bucket/prefix URL, got {location!r} (a local "
             "raw folder is always <data_dir>/raw: mount a shared filesystem there)",
         )
+    if location and (problem := s3_url_problem(location)):
+        raise fail(
+            None, "raw_location", f"'raw_location' must be an s3://bucket/prefix URL: {problem}"
+        )
     url = config.s3.endpoint_url
     if url and not re.match(r"^https?://[^/\s]+/?$", url):
         raise fail("s3", "endpoint_url", f"'s3.endpoint_url' is not an http(s) URL: {url!r}")
@@ -138,6 +143,15 @@ def check_s3(config: Config, fail: Callable[[str | None, str, str], Exception]) 
                     f"'{key}' ({url}) and '{other}' ({other_url}) overlap: each file would be "
                     "copied twice; give each its own bucket or prefix",
                 )
+
+
+def s3_url_problem(url: str) -> str:
+    """What makes `url` no `s3://bucket/prefix` (a '..' in the prefix...); "" when it is one."""
+    try:
+        S3Location.parse(url)
+    except ValueError as exc:
+        return str(exc)
+    return ""
 
 
 def _overlap(url: str, outer: str) -> bool:
@@ -208,6 +222,9 @@ def read_site_locations(
                 f"{where(f'clusters.{name}', 'raw_location')}: '{key}' must be an "
                 f"s3://bucket/prefix URL, got {url!r}"
             )
+        if problem := s3_url_problem(url):
+            where_key = where(f"clusters.{name}", "raw_location")
+            raise ValueError(f"{where_key}: '{key}' must be an s3://bucket/prefix URL: {problem}")
         locations.append((name, url.rstrip("/")))
     return tuple(locations)
 

@@ -1,11 +1,13 @@
 """Object storage against a real S3 store (SeaweedFS, tests/s3_stack.py): the collector's
 `--upload` (each finished file shipped whole, kept locally while the store is down, none lost
 or partial), and an ingest whose `raw_location` is an s3:// URL (the uploaded rows exactly,
-an object overwritten after load reported as changed, the store gone mid-ingest)."""
+an object overwritten after load reported as changed, the store gone mid-ingest, an object
+named with a control character or gone once listed skipped, a missing bucket one line)."""
 
 from __future__ import annotations
 
 import io
+import logging
 import re
 import subprocess
 import sys
@@ -264,7 +266,86 @@ def test_the_store_gone_mid_ingest_is_one_line_and_a_rerun_loads_the_rest(
     assert result.samples_loaded == 13 * GPUS
 
 
-def test_raw_location_and_s3_settings_are_checked(tmp_path):
+def test_an_object_named_with_a_control_character_is_skipped_with_one_warning(
+    monkeypatch, tmp_path, store, url, caplog
+):
+    stored = upload_samples(monkeypatch, tmp_path, store, url)
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    location = S3Location.parse(url)
+    good = next(iter(stored.values()))
+    odd = [  # SeaweedFS lists each of these with U+FFFD for the control character
+        good.path.replace(".parquet", "\x1b[31m.parquet"),
+        location.path("allocations/slurm\x07.csv"),
+    ]
+    fs.copy_file(good.path, odd[0])
+    with fs.open_output_stream(odd[1]) as out:
+        out.write(ALLOCATIONS.encode())
+    config = pipeline_config(tmp_path, store, url)
+
+    with caplog.at_level(logging.WARNING, logger="gpufleet.ingest"):
+        result = ingest(config, compact=False)
+    assert (result.files_loaded, result.samples_loaded) == (3, 13 * GPUS)  # the rest loads
+    warned = [r.getMessage() for r in caplog.records if "control character" in r.getMessage()]
+    assert len(warned) == 2
+    for line, name in zip(warned, ("[31m.parquet: not copied", "allocations/slurm"), strict=True):
+        assert line.startswith(f"{url}/") and name in line
+        assert line.isprintable() and ("\\x1b" in line or "\\ufffd" in line or "\\x07" in line)
+    assert all(p.name.isprintable() for p in (config.data_dir / "raw").rglob("*"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gpufleet.ingest"):
+        again = ingest(config, compact=False)
+    assert (again.files_loaded, again.quarantined) == (0, ())
+    assert not caplog.records  # warned once (again only when the object changes)
+
+
+def test_an_object_gone_once_listed_is_skipped_and_the_rest_loads(
+    monkeypatch, tmp_path, store, url, caplog
+):
+    stored = upload_samples(monkeypatch, tmp_path, store, url)
+    config = pipeline_config(tmp_path, store, url)
+    listed = mirror._objects
+    gone = sorted(stored.values(), key=lambda info: info.path)[0]
+
+    def deleted_after_listing(fs, location, folder, suffix):
+        found = listed(fs, location, folder, suffix)
+        if folder == "samples":
+            fs.delete_file(gone.path)  # another process's delete, between list and read
+        return found
+
+    monkeypatch.setattr(mirror, "_objects", deleted_after_listing)
+    with caplog.at_level(logging.WARNING, logger="gpufleet.ingest"):
+        result = ingest(config, compact=False)
+    assert result.files_loaded == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{url}/{S3Location.parse(url).relative(gone.path)}: not copied: listed, but not "
+        "found when opened (deleted since, or the store lists it by another name); the next "
+        "ingest looks again"
+    ]
+
+
+def test_a_bucket_that_does_not_exist_is_one_line_and_exit_1(tmp_path, store, capsys):
+    missing = "s3://gpufleet-no-such-bucket/raw"
+    config = pipeline_config(tmp_path, store, missing)
+    problem = (
+        f"'raw_location' ({missing}): no bucket 'gpufleet-no-such-bucket' at "
+        f"{store.endpoint_url}: create it, or correct the setting"
+    )
+    with pytest.raises(GpufleetError) as failed:
+        ingest(config, compact=False)
+    assert str(failed.value) == problem
+    toml = tmp_path / "gpufleet.toml"
+    toml.write_text(
+        f'data_dir = "{config.data_dir}"\nraw_location = "{missing}"\n'
+        f'[s3]\nendpoint_url = "{store.endpoint_url}"\n'
+    )
+    assert main(["--config", str(toml), "ingest"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"gpufleet: error: {problem}"]
+    # a bucket that exists, with nothing below the prefix yet: no error, nothing loaded
+    empty = pipeline_config(tmp_path, store, f"s3://{BUCKET}/{tmp_path.name}/empty")
+    assert ingest(empty, compact=False).files_loaded == 0
+
+
+def test_raw_location_and_s3_settings_are_checked(tmp_path, capsys):
     toml = tmp_path / "gpufleet.toml"
     toml.write_text(
         'raw_location = "s3://fleet-raw/site-a/"\n'
@@ -278,10 +359,25 @@ def test_raw_location_and_s3_settings_are_checked(tmp_path):
         ('raw_location = "/mnt/raw"\n', "'raw_location' must be an s3://bucket/prefix URL"),
         ('[s3]\nendpoint_url = "minio:9000"\n', "'s3.endpoint_url' is not an http(s) URL"),
         ('[s3]\nsecret_access_key = "x"\n', "unknown key 's3.secret_access_key'"),
+        (
+            'raw_location = "s3://fleet/../x"\n',
+            "line 1: 'raw_location' must be an s3://bucket/prefix URL: an empty, '.' or '..' "
+            "part in the prefix of 's3://fleet/../x'",
+        ),
+        (
+            'raw_location = "s3://fleet/a\\u001bb"\n',
+            "line 1: 'raw_location' must be an s3://bucket/prefix URL: a control character in "
+            "the prefix of 's3://fleet/a\\x1bb'",
+        ),
     ):
         toml.write_text(text)
-        with pytest.raises(GpufleetError, match=re.escape(problem)):
+        with pytest.raises(GpufleetError, match=re.escape(problem)) as failed:
             load_config(config_path=toml)
+        assert "\n" not in str(failed.value)
+    toml.write_text('raw_location = "s3://fleet/../x"\n')  # the command: one line, exit 1
+    assert main(["--config", str(toml), "ingest"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("part in the prefix of 's3://fleet/../x'")
 
 
 def test_an_s3_location_names_its_objects():
@@ -290,7 +386,13 @@ def test_an_s3_location_names_its_objects():
     assert location.path("samples/x.parquet") == "fleet-raw/site-a/samples/x.parquet"
     assert location.relative("fleet-raw/site-a/samples/x.parquet") == "samples/x.parquet"
     assert S3Location.parse("s3://fleet-raw").path("jobs") == "fleet-raw/jobs"
-    for bad in ("http://x/y", "s3://", "s3://Bad_Bucket/x", "s3://bucket/a//b"):
+    for bad in (
+        "http://x/y",
+        "s3://",
+        "s3://Bad_Bucket/x",
+        "s3://bucket/a//b",
+        "s3://bucket/a\x1b",
+    ):
         with pytest.raises(ValueError):
             S3Location.parse(bad)
 

@@ -224,11 +224,33 @@ def test_a_sites_raw_location_is_checked_in_one_line(tmp_path: Path) -> None:
             "(s3://fleet-raw/all) overlap",
         ),
         ('[clusters.site-a]\nraw_locaton = "s3://a-gpu"\n', "unknown key"),
+        (
+            '[clusters.site-a]\nraw_location = "s3://site-a-gpu/../x"\n',
+            "line 2: 'clusters.site-a.raw_location' must be an s3://bucket/prefix URL: an empty, "
+            "'.' or '..' part in the prefix of 's3://site-a-gpu/../x'",
+        ),
     ):
         toml.write_text(text)
         with pytest.raises(GpufleetError, match=re.escape(problem)) as failed:
             load_config(config_path=toml)
         assert "\n" not in str(failed.value)
+
+
+@pytest.mark.slow
+def test_a_sites_bucket_that_does_not_exist_is_one_line(tmp_path: Path, store: S3Store) -> None:
+    site_a = f"s3://{BUCKET}/{tmp_path.name}/site-a"
+    _put(store, site_a, "allocations/slurm.csv", ALLOCATIONS)
+    config = Config(
+        data_dir=tmp_path / "pipeline",
+        site_locations=(("site-a", site_a), ("site-b", "s3://site-b-no-such-bucket")),
+        s3=S3Config(endpoint_url=store.endpoint_url),
+    )
+    with pytest.raises(GpufleetError) as failed:
+        ingest(config)
+    assert str(failed.value) == (
+        "'clusters.site-b.raw_location' (s3://site-b-no-such-bucket): no bucket "
+        f"'site-b-no-such-bucket' at {store.endpoint_url}: create it, or correct the setting"
+    )
 
 
 def test_a_site_stores_objects_go_to_their_sites_folders_and_names() -> None:

@@ -40,9 +40,10 @@ RECORD_NAME = ".s3-objects.jsonl"
 # The folders copied, each with the files its local reader takes.
 FOLDERS = (("samples", ".parquet"), ("allocations", ".csv"), ("jobs", ".csv"))
 _CHUNK_BYTES = 8 * 1024 * 1024
-# The ETag recorded for an object not copied (`local_path` found no place for it): warned
-# about once, and again only when it changes.
+# The ETag recorded for an object not copied (`local_path` found no place for it, or a control
+# character in its name): warned about once, and again only when it changes.
 REFUSED = "-"
+_UNCARRIED = "\ufffd"
 
 
 @dataclass(frozen=True)
@@ -119,18 +120,23 @@ def mirror_raw_location(
                             info.mtime_ns,
                         ):
                             continue
-                        target = local_path(relative, source.site)
+                        target = None if _odd_name(relative) else local_path(relative, source.site)
                         if target is None:
-                            logger.warning(printable(_refused(location, relative, source.site)))
+                            logger.warning(_refused(location, relative, source.site))
                             seen = Copied(info.size, info.mtime_ns, REFUSED)
+                        elif (opened := _copy(fs, info, raw_dir / target, known)) is None:
+                            logger.warning(_gone(location, relative))
+                            continue  # not recorded: listed again, looked at again
                         else:
-                            seen = _copy(fs, info, raw_dir / target, known)
+                            seen = opened
                             copied += seen.etag != (known.etag if known else None)
                         record[relative] = seen
                         log.write(json.dumps(_line(location, relative, seen)) + "\n")
                         log.flush()
                         lines += 1
                 os.fsync(log.fileno())
+            if not listed:
+                _check_bucket(fs, source, config.s3.endpoint_url)
         except OSError as exc:
             endpoint = f" at {config.s3.endpoint_url}" if config.s3.endpoint_url else ""
             raise GpufleetError(
@@ -176,10 +182,49 @@ def local_path(relative: str, site: str | None) -> str | None:
     return None
 
 
+def _odd_name(relative: str) -> bool:
+    """Whether an object's name (as listed) holds a control character, or U+FFFD: the
+    replacement character the listing gives for one it cannot carry (SeaweedFS, for `\x1b`),
+    a name the object cannot be opened by."""
+    return not relative.isprintable() or _UNCARRIED in relative
+
+
+def _shown(location: S3Location, relative: str) -> str:
+    """An object's URL on one printable line: control characters and U+FFFD escaped."""
+    return printable(f"{location.url}/{relative}").replace(_UNCARRIED, "\\ufffd")
+
+
 def _refused(location: S3Location, relative: str, site: str | None) -> str:
+    if _odd_name(relative):
+        return (
+            f"{_shown(location, relative)}: not copied: its name holds a control character "
+            "(\\ufffd where the store's listing cannot carry it); rename or delete the object"
+        )
     return (
-        f"{location.url}/{relative}: not copied: a sample file of site {site}'s raw_location "
-        f"must be in a host=<host>/ or host=<host>@{site}/ folder, not another site's"
+        f"{_shown(location, relative)}: not copied: a sample file of site {site}'s "
+        f"raw_location must be in a host=<host>/ or host=<host>@{site}/ folder, not another "
+        "site's"
+    )
+
+
+def _gone(location: S3Location, relative: str) -> str:
+    return (
+        f"{_shown(location, relative)}: not copied: listed, but not found when opened (deleted "
+        "since, or the store lists it by another name); the next ingest looks again"
+    )
+
+
+def _check_bucket(fs: pafs.FileSystem, source: RawSource, endpoint_url: str) -> None:
+    """GpufleetError when the bucket of a store that listed nothing does not exist (its
+    listing is empty all the same)."""
+    location = source.location
+    if fs.get_file_info(location.bucket).type != pafs.FileType.NotFound:
+        return
+    setting = f"clusters.{source.site}.raw_location" if source.site else "raw_location"
+    store = f"at {endpoint_url}" if endpoint_url else "in AWS S3"
+    raise GpufleetError(
+        f"'{setting}' ({location.url}): no bucket {location.bucket!r} {store}: create it, or "
+        "correct the setting"
     )
 
 
@@ -199,10 +244,17 @@ def _objects(
     return sorted(found, key=lambda info: info.path)
 
 
-def _copy(fs: pafs.FileSystem, info: pafs.FileInfo, target: Path, known: Copied | None) -> Copied:
+def _copy(
+    fs: pafs.FileSystem, info: pafs.FileInfo, target: Path, known: Copied | None
+) -> Copied | None:
     """Copy one object to `target` (a temporary `.` name, fsync, rename) unless its ETag
-    says it holds the bytes copied before; returns what was seen."""
-    with fs.open_input_stream(info.path) as source:
+    says it holds the bytes copied before; returns what was seen, None when the object is
+    not found by its listed name."""
+    try:
+        stream = fs.open_input_stream(info.path)
+    except FileNotFoundError:
+        return None
+    with stream as source:
         etag = _etag(source.metadata())
         if known is not None and etag and etag == known.etag:
             return Copied(info.size, info.mtime_ns, etag)  # uploaded again, same bytes

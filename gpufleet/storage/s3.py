@@ -4,14 +4,19 @@ Credentials come from where every AWS client finds them (AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, an instance role), never from gpufleet's
 configuration file, and are never printed. The endpoint (an S3-compatible store: MinIO,
 SeaweedFS, Ceph's radosgw...) and the region come from `[s3]`.
+
+pyarrow is imported when a filesystem is made: the configuration's checks parse locations
+without it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow.fs as pafs
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 S3_SCHEME = "s3://"
 # S3's bucket names: 3 to 63 lowercase letters, digits, dots and hyphens.
@@ -38,6 +43,8 @@ class S3Location:
         prefix = prefix.strip("/")
         if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
             raise ValueError(f"an empty, '.' or '..' part in the prefix of {url!r}")
+        if not prefix.isprintable():
+            raise ValueError(f"a control character in the prefix of {url!r}")
         return cls(bucket, prefix)
 
     @property
@@ -67,6 +74,8 @@ def s3_filesystem(
     A file written through it is sent as one PUT when it is small (under pyarrow's part
     size, 10 MB at the least) and as a multipart upload otherwise: in both cases the
     object becomes visible only when it is complete."""
+    import pyarrow.fs as pafs
+
     options: dict[str, object] = {
         "connect_timeout": _CONNECT_TIMEOUT_S,
         "request_timeout": _REQUEST_TIMEOUT_S,
