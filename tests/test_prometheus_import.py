@@ -4,8 +4,8 @@ warehouse's per-team GPU-hours, idle episodes, waste and thermal events are chec
 values computed here from the fixture's own scrapes, by the definitions of the reference
 page. Then: importing again writes nothing, a live pod that comes and goes becomes one
 allocation, Prometheus stopped mid-run fails in one line with nothing half-written, and bad
-input (no server, an HTTP error, a series without UUID or Hostname, a non-numeric value)
-fails in one line naming the query, writing nothing."""
+input (no server, an HTTP error, a series without UUID or Hostname, a non-numeric value, an
+answer dribbled a byte a second) fails in one line naming the query, writing nothing."""
 
 from __future__ import annotations
 
@@ -397,8 +397,8 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     assert "\n" not in message
     # The failed query, then what went wrong: no server, or (a query in flight while it
     # shut down) its HTTP error, its answer cut off, or no answer in time (a loaded machine).
-    how = r"(cannot reach|HTTP \d+ from|no answer from|cannot read the answer of)"
-    failed = re.fullmatch(rf"query '(.+)': {how} {server.url}.*", message)
+    how = rf"(cannot reach|HTTP \d+ from|cannot read the answer of) {server.url}.*"
+    failed = re.fullmatch(rf"query '(.+)': ({how}|{server.url} timed out after .*)", message)
     assert failed and failed.group(1) in queries[30:]  # a query of the second window
     assert len(windows) == 1
     first_end = (history.start // 3600 + 1) * 3600
@@ -497,6 +497,62 @@ def test_a_value_that_is_not_a_number_fails_naming_the_query(tmp_path: Path) -> 
     assert message.startswith("query 'sum by (Hostname, UUID, gpu, modelName) (sum_over_time(")
     assert message.endswith("a value that is not a number: '12,5'")
     assert not (config.data_dir / "raw").exists()
+
+
+class _Dribble(http.server.BaseHTTPRequestHandler):
+    """A server that answers every request one byte a second: its headers at once and then
+    its body (`part = "body"`), or the headers too (`part = "headers"`)."""
+
+    part = "body"
+    stop = threading.Event()
+
+    def do_GET(self) -> None:
+        body = json.dumps({"status": "success", "data": []}).encode()
+        headers = (
+            f"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        fast, slow = (headers, body) if self.part == "body" else (b"", headers + body)
+        self.wfile.write(fast)
+        for byte in slow:
+            if self.stop.wait(1):
+                return
+            self.wfile.write(bytes([byte]))
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_server_that_answers_a_byte_a_second_fails_within_the_timeout(
+    stack: PrometheusStack, tmp_path: Path, capsys: pytest.CaptureFixture[str], part: str
+) -> None:
+    """`timeout_seconds` bounds a whole request, not each read of the socket: a server that
+    dribbles its answer fails the import in one line in about that time (not the half minute
+    the answer takes), writing nothing; the same data directory then imports from a good
+    server, each of its requests given the same few seconds."""
+    data = data_dir_with_config(tmp_path, timeout_seconds=3)
+    handler = type("Dribble", (_Dribble,), {"part": part, "stop": threading.Event()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    slow = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.monotonic()
+        assert main(["import", "prometheus", "--url", slow, "--data-dir", str(data)]) == 1
+        took = time.monotonic() - started
+    finally:
+        handler.stop.set()
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err.strip()
+    assert err == f"gpufleet: error: values of label '__name__': {slow} timed out after 3 s"
+    assert 3 <= took < 3 + 3  # the answer would take 31 s (headers: 100 s)
+    assert not (data / "raw").exists() and not (data / "imports").exists()
+
+    history = stack.history
+    span = ["--since", iso(history.start), "--until", iso(history.start + 3600)]
+    assert main(["import", "prometheus", "--url", stack.url, *span, "--data-dir", str(data)]) == 0
+    assert len(sample_table(data)) > 0
 
 
 def test_team_from_a_label_and_user_label(stack: PrometheusStack, tmp_path: Path) -> None:

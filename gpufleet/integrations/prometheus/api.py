@@ -1,13 +1,19 @@
 """The few Prometheus HTTP API calls the importer makes, through the standard library.
 
 Every failure (no answer, an HTTP error, an answer that is not the API's JSON, an error the
-API reports) becomes one `PrometheusError` naming the query and the problem.
+API reports) becomes one `PrometheusError` naming the query and the problem. The timeout
+bounds a whole request (connecting, sending, the headers and the body), not each read of the
+socket: a server that answers one byte a second fails in `timeout_s` like one that is silent.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import json
+import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -86,8 +92,12 @@ class PrometheusApi:
     def _get(self, path: str, params: list[tuple[str, str]], *, what: str) -> Any:
         address = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(address, headers={"Accept": "application/json"})
+        deadline = time.monotonic() + self.timeout_s
+        opener = urllib.request.build_opener(
+            _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)
+        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with opener.open(request, timeout=self.timeout_s) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             raise PrometheusError(
@@ -113,7 +123,95 @@ class PrometheusApi:
         return answer.get("data")
 
     def _timed_out(self, what: str) -> str:
-        return f"{what}: no answer from {self.url} within {self.timeout_s:g} s"
+        return f"{what}: {self.url} timed out after {self.timeout_s:g} s"
+
+
+# The deadline of a request, threaded through urllib (which keeps its proxies, redirects and
+# TLS): its connections wait on every read and write only for what is left of it.
+
+
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the request's deadline has passed")
+    return left
+
+
+class _DeadlineSocket:
+    """A connected socket whose writes, and reads through `makefile`, end at `deadline`."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.settimeout(_time_left(self._deadline))
+        self._sock.sendall(data)
+
+    def makefile(self, mode: str, *args: object, **kwargs: object) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+    def __getattr__(self, name: str) -> Any:  # close, fileno, ...: the socket's own
+        return getattr(self._sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's raw reader (which keeps the socket open until it is closed itself), each
+    read of it waiting only for what is left until `deadline`."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(_time_left(self._deadline))
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        self.timeout = _time_left(self._deadline)
+        super().connect()  # HTTPS: the TLS handshake too
+        self.sock = _DeadlineSocket(self.sock, self._deadline)
+
+
+class _DeadlineHTTPSConnection(_DeadlineHTTPConnection, http.client.HTTPSConnection):
+    pass
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(
+            functools.partial(_DeadlineHTTPConnection, deadline=self._deadline), req
+        )
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(  # the default TLS context, as urlopen's
+            functools.partial(_DeadlineHTTPSConnection, deadline=self._deadline), req
+        )
 
 
 def _num(value: float) -> str:
