@@ -29,6 +29,7 @@ import pyarrow.dataset as pads
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.sites import check_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS
 from gpufleet.warehouse.lake.samples import STORED, evicted_paths
 from gpufleet.weeks import check_week, week_bounds, week_monday
@@ -147,11 +148,6 @@ def _read_lake_through_arrow(con: duckdb.DuckDBPyConnection, config: Config) -> 
     )
 
 
-def _site(cluster: str | None) -> dict[str, object]:
-    """The `cluster` parameter of `_site_filter`, when a site is asked for."""
-    return {} if cluster is None else {"cluster": cluster}
-
-
 def _site_filter(cluster: object) -> str:
     """The condition on `cluster` (a parameter) when a site is asked for: a warehouse built
     before sites has no such column, and is read as it is without one."""
@@ -201,6 +197,11 @@ class ReadOnlyWarehouse:
                 return pl.DataFrame() if relation is None else relation.pl()
             except duckdb.Error as exc:
                 raise GpufleetError(f"query: {_one_line(exc)}") from exc
+            except pl.exceptions.PolarsError as exc:  # a type polars has none of (interval)
+                raise GpufleetError(
+                    f"query: the result has a column polars cannot hold ({_one_line(exc)}); "
+                    "select it as text (::varchar)"
+                ) from exc
 
     def tables(self) -> pl.DataFrame:
         """The tables and views users query, with what each holds."""
@@ -239,7 +240,7 @@ class ReadOnlyWarehouse:
             "select * from team_weekly "
             "where ($week is null or iso_week = $week) and ($team is null or team = $team) "
             f"{_site_filter(cluster)} order by iso_week, team",
-            {"week": week, "team": team, **_site(cluster)},
+            {"week": week, "team": team, **self._site(cluster)},
         )
 
     def gpu_daily(self, week: str | None = None, *, cluster: str | None = None) -> pl.DataFrame:
@@ -264,14 +265,14 @@ class ReadOnlyWarehouse:
             week,
             team,
             extra="and ($waste_only = false or is_waste)",
-            params={"waste_only": waste_only, **_site(cluster)},
+            params={"waste_only": waste_only, **self._site(cluster)},
         )
 
     def thermal_events(
         self, week: str | None = None, *, team: str | None = None, cluster: str | None = None
     ) -> pl.DataFrame:
         """`thermal_events` that overlap the week (all without one)."""
-        return self._overlapping("thermal_events", week, team, params=_site(cluster))
+        return self._overlapping("thermal_events", week, team, params=self._site(cluster))
 
     def jobs(
         self,
@@ -308,8 +309,10 @@ class ReadOnlyWarehouse:
             if end is not None:
                 conditions.append(f"start_ts < $end{number}")
                 params[f"end{number}"] = end
-        for column, value in (("team", team), ("user", user), ("account", account),
-                              ("cluster", cluster)):  # fmt: skip
+        params.update(self._site(cluster))
+        if cluster is not None:
+            conditions.append('"cluster" = $cluster')
+        for column, value in (("team", team), ("user", user), ("account", account)):
             if value is not None:
                 conditions.append(f'"{column}" = ${column}')
                 params[column] = value
@@ -322,6 +325,15 @@ class ReadOnlyWarehouse:
             f"select * from job_efficiency where {where} order by start_ts, job_id, gpu_name",
             params,
         )
+
+    def _site(self, cluster: str | None) -> dict[str, object]:
+        """The `cluster` parameter of `_site_filter` when a site is asked for, checked: a
+        site neither configured nor in the warehouse is an error naming those that are."""
+        if cluster is None:
+            return {}
+        with connect_sandboxed(self.config) as con:
+            check_site(con, self.config, cluster)
+        return {"cluster": cluster}
 
     def _moment(self, value: Moment | None, name: str) -> dt.datetime | None:
         """An aware datetime from a datetime, a date or an ISO-8601 string; without a zone,
@@ -350,9 +362,7 @@ class ReadOnlyWarehouse:
         """The rows of a table keyed by local `day` (and `team`, when one is asked for), of
         one site when `cluster` names one."""
         first, last = _week_days(week) if week is not None else (None, None)
-        params: dict[str, object] = {"first": first, "last": last}
-        if cluster is not None:
-            params["cluster"] = cluster
+        params: dict[str, object] = {"first": first, "last": last, **self._site(cluster)}
         team_filter = ""
         if team is not None:  # only tables with a team column are asked for one
             team_filter, params["team"] = "and team = $team", team

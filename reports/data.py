@@ -20,6 +20,7 @@ from gpufleet.reports import jobs, queries
 from gpufleet.reports.hosts import host_weeks
 from gpufleet.reports.records import FleetTotals, Kpi, WeekData
 from gpufleet.reports.sites import site_views, site_weeks
+from gpufleet.sites import check_site
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds
 
@@ -58,6 +59,8 @@ def load_week(
     before_start, before_end = week_bounds(before, tz)
     con = connect_read_only(config, tables=MART_TABLES)
     try:
+        if cluster is not None:
+            check_site(con, config, cluster)
         site_views(con, cluster)
         quarantined, quarantined_total = queries.quarantined(con)
         return WeekData(

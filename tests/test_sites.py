@@ -542,7 +542,7 @@ def test_each_sites_samples_fall_on_the_local_days_and_hours_of_its_own_zone(
 
 
 def test_the_report_lists_each_site_sums_a_team_over_its_sites_and_filters_one(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gpufleet.reports.data import load_week
     from gpufleet.reports.weekly import write_report
@@ -597,6 +597,14 @@ def test_the_report_lists_each_site_sums_a_team_over_its_sites_and_filters_one(
     )
     assert (config.reports_dir / week / "sites" / "siteA" / "index.html").is_file()
     assert main(["--data-dir", str(config.data_dir), "report", "--cluster", "siteA", "--send"]) == 2
+    # a site that is neither configured nor in the warehouse: one line naming those that are
+    args = ["--data-dir", str(config.data_dir), "report", "--week", week, "--cluster", "nyc"]
+    capsys.readouterr()
+    assert main(args) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "gpufleet: error: unknown site 'nyc': the known sites are <b>x</b>, siteA, siteB"
+    ]
+    assert not (config.reports_dir / week / "sites" / "nyc").exists()
 
 
 def _table_rows(html: str, css_class: str) -> list[list[str]]:
@@ -678,7 +686,11 @@ def test_the_analyst_api_and_status_know_the_sites(tmp_path: Path) -> None:
     ]
     assert len(fleet.host_daily()) == 3
     assert set(fleet.gpu_daily(cluster="siteB")["gpu_uuid"]) == {"GPU-B0", "GPU-B2"}
-    assert fleet.team_weekly(cluster="nowhere").is_empty()
+    for ask in (fleet.team_weekly, fleet.team_daily, fleet.idle_episodes, fleet.jobs):
+        with pytest.raises(
+            GpufleetError, match=r"^unknown site 'nowhere': the known sites are siteA, siteB$"
+        ):
+            ask(cluster="nowhere")
     assert fleet.idle_episodes(cluster="siteA").is_empty()
     status = read_status(config, now=dt.datetime.combine(NEXT, dt.time(), tzinfo=dt.UTC))
     assert sorted((h.host, h.cluster) for h in status.hosts) == [
