@@ -15,6 +15,11 @@ from gpufleet.errors import GpufleetError
 
 FORMATS = ("csv", "parquet", "json")
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
+# The days from 1970 that polars can print as a date (its calendar ends in year 262142;
+# DuckDB's go further, and its 'infinity' is the largest value of the type): beyond them
+# printing, CSV and JSON abort the process.
+_SHOWN_DAYS = 95_000_000
+_PER_DAY = {"ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
 
 
 def output_format(fmt: str | None, output: Path | None) -> str:
@@ -28,6 +33,23 @@ def output_format(fmt: str | None, output: Path | None) -> str:
     if fmt == "parquet" and output is None:
         raise GpufleetError("--parquet needs -o FILE")
     return fmt or "table"
+
+
+def check_printable(frame: pl.DataFrame) -> None:
+    """A GpufleetError naming the first date or time column holding a value polars cannot
+    write as text (printing it would abort the process)."""
+    for name, dtype in frame.schema.items():
+        if not isinstance(dtype, pl.Date | pl.Datetime):
+            continue
+        days = frame.get_column(name).to_physical()
+        if isinstance(dtype, pl.Datetime):
+            days = days // _PER_DAY[dtype.time_unit]
+        low, high = days.min(), days.max()
+        if low is not None and not -_SHOWN_DAYS <= low <= high <= _SHOWN_DAYS:  # type: ignore[operator]
+            raise GpufleetError(
+                f"query: column {name!r} holds a time too far from today to write as text "
+                f"(such as 'infinity'): select it as text ({name}::varchar), or write --parquet"
+            )
 
 
 def print_table(frame: pl.DataFrame, stream: TextIO) -> None:
@@ -89,6 +111,8 @@ def run_query(
             f"{config.warehouse_path}: no warehouse yet; run 'gpufleet ingest' first"
         )
     frame = ReadOnlyWarehouse(config).sql(query)
+    if chosen != "parquet":
+        check_printable(frame)
     if chosen == "table":
         print_table(frame, sys.stdout)
         return 0
