@@ -140,6 +140,6 @@ def test_a_time_polars_cannot_write_as_text_still_goes_to_parquet(root: Path) ->
 def test_a_type_polars_has_none_of_is_the_projects_error(root: Path, expression: str) -> None:
     """Found by the fuzz test above: polars' ComputeError escaped `.sql()` as a traceback."""
     warehouse = ReadOnlyWarehouse(Config(data_dir=root / "data"))
-    with pytest.raises(GpufleetError, match="polars cannot hold .*::varchar"):
+    with pytest.raises(GpufleetError, match=r"polars cannot hold .*::varchar"):
         warehouse.sql(f"select {expression} as c")
     assert warehouse.sql(f"select ({expression})::varchar as c").height == 1
