@@ -5,8 +5,8 @@ they are, a name holding a line feed would forge a line of gpufleet's output or 
 carriage return or an escape sequence would overwrite one on a terminal (log-line
 injection). `printable` writes each character Python does not call printable (controls,
 line and paragraph separators, bidirectional overrides) as its escape: `\\n`, `\\r`, `\\x1b`,
-`\\u2028`. Names stay exact in the warehouse, the emails and the exports; only what is
-printed is escaped.
+`\\u2028`. The report, its emails and the idle notices show names the same way
+(`gpufleet.reports.names`); the warehouse and the exports keep them exact.
 """
 
 from __future__ import annotations

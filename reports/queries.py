@@ -1,7 +1,8 @@
 """The report's reads: one parameterized query per thing it shows, each a polars DataFrame.
 
-Rows come over from DuckDB through Arrow (`.pl()`), as the marts typed them; timestamps stay
-in UTC here (`gpufleet.reports.data` shows them in the configured zone). `start` and `end` are the
+Rows come over from DuckDB through Arrow (`.pl()`), as the marts typed them, with every name
+made printable (`gpufleet.reports.names`); timestamps stay in UTC here
+(`gpufleet.reports.data` shows them in the configured zone). `start` and `end` are the
 week's bounds, local midnights; the marts' `day` columns are local days already.
 
 Ratios are computed here, in SQL, and not in polars: polars divides a column by a value
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 import duckdb
 import polars as pl
 
+from gpufleet.reports.names import printable_names
 from gpufleet.reports.records import FleetTotals
 from gpufleet.weeks import previous_week, week_monday
 
@@ -31,8 +33,8 @@ MAX_WEEKS_LISTED = 8  # the weeks with data that a page without data names
 def read(
     con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, object] | None = None
 ) -> pl.DataFrame:
-    """The rows of one query, its values passed as `$name` parameters."""
-    return con.sql(sql, params=dict(params) if params else None).pl()
+    """The rows of one query, its values passed as `$name` parameters, its names printable."""
+    return printable_names(con.sql(sql, params=dict(params) if params else None).pl())
 
 
 def _days(start: dt.datetime, end: dt.datetime) -> dict[str, object]:

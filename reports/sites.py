@@ -13,6 +13,8 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from gpufleet.reports.queries import read
+
 # The rows of the site asked for (every site when none is).
 _ONE_SITE = "(getvariable('report_cluster') is null or cluster = getvariable('report_cluster'))"
 # team_daily's and team_weekly's measures over a team's sites: a team at one site keeps its
@@ -91,7 +93,8 @@ def site_weeks(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame | None
     when one is; None when no row names a site (a fleet of one site)."""
     if not {"team_weekly", "gpu_daily"} <= _with_cluster(con):
         return None
-    frame = con.sql(
+    frame = read(
+        con,
         f"""
         with sites as (
             select
@@ -117,6 +120,6 @@ def site_weeks(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame | None
         left join site_gpus on site_gpus.cluster is not distinct from sites.cluster
         order by sites.cluster nulls last
         """,
-        params={"week": week},
-    ).pl()
+        {"week": week},
+    )
     return frame if frame["cluster"].is_not_null().any() else None

@@ -1,7 +1,10 @@
 """An idle notice as an email: plain text and HTML (reports/templates/idle_notice.*).
 
-Names of users, teams, hosts and jobs come from collectors and CSV files: Jinja escapes
-them in the HTML part, and the subject keeps them on one line.
+Names of users, teams, hosts and jobs come from collectors and CSV files. The episodes keep
+them exact (a user's address is looked up by name); what the notice shows of them is made
+printable as it is rendered, in the subject, the text part and the HTML part alike
+(`gpufleet.console.printable`: a control character shows as its escape, `\\x1b`, `\\r\\n`,
+as in the report, `gpufleet.reports.names`), and Jinja escapes them in the HTML part.
 """
 
 from __future__ import annotations
@@ -59,18 +62,13 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _one_line(text: str) -> str:
-    """`text` with every run of whitespace (newlines included) as one space."""
-    return " ".join(text.split())
-
-
 def subject(notice: Notice) -> str:
-    """The subject line: whose GPUs, which day, how much."""
+    """The subject line: whose GPUs, which day, how much (the team's name printable)."""
     figures = f"{hours(notice.gpu_hours)} GPU-hours, {usd(notice.waste_usd)}"
     if notice.kind == USER:
-        return _one_line(f"gpufleet: your idle GPUs on {notice.day}: {figures}")
-    return _one_line(
-        f"gpufleet: idle GPUs of team {notice.team} on {notice.day}: {figures} "
+        return f"gpufleet: your idle GPUs on {notice.day}: {figures}"
+    return (
+        f"gpufleet: idle GPUs of team {printable(notice.team)} on {notice.day}: {figures} "
         "(users without an address, jobs without a user)"
     )
 
