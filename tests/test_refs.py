@@ -1,5 +1,5 @@
-"""Reference files, allocations and Slurm job records: loaded as tables; a bad one fails and
-changes nothing."""
+"""Reference files, allocations and Slurm job records: loaded as tables; a bad reference file
+fails and changes nothing, a bad line of an allocation or job file is quarantined."""
 
 from __future__ import annotations
 
@@ -143,79 +143,7 @@ def test_empty_cells_are_null_and_blank_lines_are_skipped(config: Config) -> Non
             "gpu_glob,usd_per_gpu_hour\n*H100*,-1\n",
             r"ref/prices\.csv: line 2: 'usd_per_gpu_hour' must be a number >= 0",
         ),
-        (
-            "raw/allocations/slurm-2026-11-16.csv",
-            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
-            "1,alice,,h1,0,2026-11-16T08:00:00Z,\n"
-            "2,alice,,h1,0,yesterday,\n",
-            r"slurm-2026-11-16\.csv: line 3: 'start_ts' is not an ISO-8601 timestamp: 'yesterday'",
-        ),
-        (
-            "raw/allocations/slurm-2026-11-16.csv",
-            "job_id,user,team,host,gpu_index,start_ts,end_ts\n1,alice,,h1,0,2026-11-16T08:00:00,\n",
-            r"slurm-2026-11-16\.csv: line 2: 'start_ts' has no UTC offset: '2026-11-16T08:00:00'",
-        ),
-        (
-            "raw/allocations/slurm-2026-11-16.csv",
-            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
-            "1,alice,,h1,0,2026-11-16T08:00:00Z,2026-11-16T09:00:00\n",
-            r"line 2: 'end_ts' has no UTC offset",
-        ),
-        (
-            "raw/allocations/slurm-2026-11-16.csv",
-            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
-            "1,alice,,h1,0,2026-11-16T08:00:00Z,2026-11-16T07:00:00Z\n",
-            r"line 2: 'end_ts' is before 'start_ts'",
-        ),
-        (
-            "raw/allocations/slurm-2026-11-16.csv",
-            "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
-            "1,alice,,h1,gpu0,2026-11-16T08:00:00Z,\n",
-            r"line 2: 'gpu_index' is not a whole number: 'gpu0'",
-        ),
-        (
-            "raw/allocations/slurm-2026-11-16.csv",
-            "job_id,user,team,host,start_ts,end_ts\n1,alice,,h1,2026-11-16T08:00:00Z,\n",
-            r"line 1: missing column 'gpu_index'",
-        ),
         ("ref/users.csv", 'user,team\n"alice,vision\n', r"ref/users\.csv: line \d: malformed CSV"),
-        (
-            "raw/jobs/slurm-c1-2026-11-16.csv",
-            "job_id,user,team\n7,alice,vision\n",
-            r"slurm-c1-2026-11-16\.csv: line 1: missing column 'start_ts'",
-        ),
-        (
-            "raw/jobs/slurm-c1-2026-11-16.csv",
-            "job_id,start_ts\n,2026-11-16T08:00:00Z\n",
-            r"slurm-c1-2026-11-16\.csv: line 2: 'job_id' is empty",
-        ),
-        (
-            "raw/jobs/own-export.csv",
-            "job_id,start_ts,hosts\n7,2026-11-16T08:00:00Z,h1\n8,2026-11-16T08:00:00Z,h1\n"
-            "7,2026-11-16T09:00:00+01:00,h2\n",
-            r"own-export\.csv: line 4: job '7' starting at 2026-11-16T08:00:00\+00:00 is listed "
-            r"twice \(first on line 2\)",
-        ),
-        (
-            "raw/jobs/own-export.csv",
-            'job_id,start_ts,hosts\n7,2026-11-16T08:00:00Z,"h1,h2"\n',
-            r"own-export\.csv: line 2: 'hosts' must be host names separated by spaces",
-        ),
-        (
-            "raw/jobs/own-export.csv",
-            "job_id,start_ts,gpus\n7,2026-11-16T08:00:00Z,two\n",
-            r"own-export\.csv: line 2: 'gpus' is not a whole number: 'two'",
-        ),
-        (
-            "raw/jobs/own-export.csv",
-            "job_id,start_ts,end_ts\n7,2026-11-16T08:00:00Z,2026-11-16T07:00:00Z\n",
-            r"own-export\.csv: line 2: 'end_ts' is before 'start_ts'",
-        ),
-        (
-            "raw/jobs/own-export.csv",
-            "job_id,start_ts,nodes\n7,2026-11-16T08:00:00Z,h1\n",
-            r"own-export\.csv: line 1: unknown column 'nodes' in header",
-        ),
     ],
 )
 def test_a_bad_reference_file_fails_naming_file_and_line_and_changes_nothing(
@@ -236,6 +164,185 @@ def test_a_bad_reference_file_fails_naming_file_and_line_and_changes_nothing(
     assert rows(config, "select count(*) from samples") == [(1,)]
     assert rows(config, "select count(*) from loaded_files") == [(1,)]
     assert not [p for p in config.data_dir.iterdir() if re.search(r"\.tmp$", p.name)]
+
+
+ALLOCATION_HEADER = "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+GOOD_ALLOCATION = "9,bob,,h2,1,2026-11-16T08:00:00Z,\n"
+GOOD_JOB = "9,2026-11-16T08:00:00Z,h1\n"
+
+
+@pytest.mark.parametrize(
+    ("relative", "text", "reason", "loaded"),
+    [
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER + "1,alice,,h1,0,2026-11-16T08:00:00Z,\n2,alice,,h1,0,yesterday,\n",
+            r"^line 3: 'start_ts' is not an ISO-8601 timestamp: 'yesterday'$",
+            1,
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER + "1,alice,,h1,0,2026-11-16T08:00:00,\n" + GOOD_ALLOCATION,
+            r"^line 2: 'start_ts' has no UTC offset: '2026-11-16T08:00:00'",
+            1,
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER + "1,alice,,h1,0,2026-11-16T08:00:00Z,2026-11-16T09:00:00\n",
+            r"^line 2: 'end_ts' has no UTC offset",
+            0,
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER
+            + GOOD_ALLOCATION
+            + "1,alice,,h1,0,2026-11-16T08:00:00Z,2026-11-16T07:00:00Z\n",
+            r"^line 3: 'end_ts' is before 'start_ts'$",
+            1,
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER + "1,alice,,h1,gpu0,2026-11-16T08:00:00Z,\n" + GOOD_ALLOCATION,
+            r"^line 2: 'gpu_index' is not a whole number: 'gpu0'$",
+            1,
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER + '1,alice,,h1,0,"2026-11-16T08:00:00Z"x,\n' + GOOD_ALLOCATION,
+            r"^line 2: malformed CSV: ",
+            1,
+        ),
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            ALLOCATION_HEADER + "1,alice,,h1,0,2026-11-16T08:00:00Z\n" + GOOD_ALLOCATION,
+            r"^line 2: expected 7 fields \(job_id,user,team,host,gpu_index,start_ts,end_ts\), "
+            r"got 6$",
+            1,
+        ),
+        (
+            "raw/jobs/slurm-c1-2026-11-16.csv",
+            "job_id,start_ts\n,2026-11-16T08:00:00Z\n9,2026-11-16T08:00:00Z\n",
+            r"^line 2: 'job_id' is empty$",
+            1,
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            "job_id,start_ts,hosts\n7,2026-11-16T08:00:00Z,h1\n8,2026-11-16T08:00:00Z,h1\n"
+            "7,2026-11-16T09:00:00+01:00,h2\n",
+            r"^line 4: job '7' starting at 2026-11-16T08:00:00\+00:00 is listed twice "
+            r"\(first on line 2\)$",
+            2,
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            'job_id,start_ts,hosts\n7,2026-11-16T08:00:00Z,"h1,h2"\n' + GOOD_JOB,
+            r"^line 2: 'hosts' must be host names separated by spaces",
+            1,
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            "job_id,start_ts,gpus\n7,2026-11-16T08:00:00Z,two\n9,2026-11-16T08:00:00Z,1\n",
+            r"^line 2: 'gpus' is not a whole number: 'two'$",
+            1,
+        ),
+        (  # as `import slurm` wrote a job whose end sacct gave before its start
+            "raw/jobs/slurm-c1-2026-11-16.csv",
+            "job_id,job_id_raw,cluster,user,account,partition,state,team,gpus,hosts,start_ts,"
+            "end_ts\n4242,4242,c1,alice,cv-lab,gpu,COMPLETED,vision,1,h1,2026-11-16T08:00:00Z,"
+            "2026-11-16T07:00:00Z\n4243,4243,c1,bob,asr,gpu,RUNNING,,1,h1,"
+            "2026-11-16T08:30:00Z,\n",
+            r"^line 2: 'end_ts' is before 'start_ts'$",
+            1,
+        ),
+    ],
+)
+def test_a_bad_line_of_an_allocation_or_job_file_is_quarantined_and_the_rest_loads(
+    config: Config, relative: str, text: str, reason: str, loaded: int
+) -> None:
+    """An allocation or job file is raw input: a bad line is listed in quarantined_files
+    (its line in the reason, no destination) and named in a warning; the file stays, its
+    other lines and every sample load, and the ingest succeeds."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    ingest(config)
+    write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10)])
+    path = write(config, relative, text)
+    warned: list[str] = []
+
+    result = ingest(config, warn=warned.append)
+
+    (quarantined,) = result.quarantined
+    assert (quarantined.path, quarantined.moved_to) == (relative, None)
+    assert re.search(reason, quarantined.reason)
+    assert warned == [str(quarantined)]
+    assert "\n" not in warned[0] and warned[0].startswith(f"quarantined {relative}, line ")
+    assert rows(config, "select path, reason, moved_to from quarantined_files") == [
+        (relative, quarantined.reason, None)
+    ]
+    assert path.read_text(encoding="utf-8") == text  # the file stays as it is
+    assert rows(config, "select count(*) from samples") == [(2,)]
+    table = "allocations" if relative.startswith("raw/allocations/") else "slurm_jobs"
+    assert rows(config, f"select count(*) from {table} where source_file = '{relative}'") == [
+        (loaded,)
+    ]
+    # Read again (the importer rewrote the file, the bad line still in it): not recorded or
+    # named twice; the file's rows are its lines' that load.
+    _touch_later(path)
+    again: list[str] = []
+    assert ingest(config, warn=again.append).quarantined == ()
+    assert again == []
+    assert rows(config, "select count(*) from quarantined_files") == [(1,)]
+    assert rows(config, f"select count(*) from {table} where source_file = '{relative}'") == [
+        (loaded,)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("relative", "content", "reason"),
+    [
+        (
+            "raw/allocations/slurm-2026-11-16.csv",
+            b"job_id,user,team,host,start_ts,end_ts\n1,alice,,h1,2026-11-16T08:00:00Z,\n",
+            r"^line 1: missing column 'gpu_index' in header",
+        ),
+        (
+            "raw/jobs/slurm-c1-2026-11-16.csv",
+            b"job_id,user,team\n7,alice,vision\n",
+            r"^line 1: missing column 'start_ts' in header",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            b"job_id,start_ts,nodes\n7,2026-11-16T08:00:00Z,h1\n",
+            r"^line 1: unknown column 'nodes' in header",
+        ),
+        (
+            "raw/jobs/own-export.csv",
+            b"job_id,start_ts\n7,2026-11-16T08:00:00Z\n\xff\xfe,2026-11-16T09:00:00Z\n",
+            r"^not UTF-8 text \(invalid start byte\)$",
+        ),
+    ],
+)
+def test_an_allocation_or_job_file_no_line_of_which_reads_is_quarantined_whole(
+    config: Config, relative: str, content: bytes, reason: str
+) -> None:
+    """A bad header or encoding: the file is moved to quarantine/ as a bad sample file is;
+    the other files and the samples load."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    path = config.data_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+    result = ingest(config, warn=lambda line: None)
+
+    (quarantined,) = result.quarantined
+    assert (quarantined.path, quarantined.moved_to) == (relative, f"quarantine/{relative}")
+    assert re.search(reason, quarantined.reason)
+    assert not path.exists()
+    assert (config.data_dir / "quarantine" / relative).read_bytes() == content
+    assert rows(config, "select count(*) from samples") == [(1,)]
+    assert rows(config, "select count(*) from allocations") == [(0 if "alloc" in relative else 2,)]
+    assert rows(config, "select path from build_state.allocation_files") == (
+        [] if "alloc" in relative else [("raw/allocations/slurm-2026-11-16.csv",)]
+    )
 
 
 def test_a_bad_reference_file_on_the_first_ingest_creates_no_warehouse(config: Config) -> None:
@@ -341,7 +448,7 @@ def test_an_allocation_file_another_ingest_read_differently_is_read_in_the_trans
 ) -> None:
     """`known` comes from the published warehouse before the write transaction opens; a
     file it calls unchanged that this warehouse read at another (size, mtime) is read then,
-    and a bad one fails as a bad file read first does, changing nothing."""
+    and a bad line of it is quarantined as one of a file read first is."""
     path = config.data_dir / "raw/allocations/slurm-2026-11-16.csv"
     stat = path.stat()
     known = {"raw/allocations/slurm-2026-11-16.csv": (stat.st_size, stat.st_mtime_ns)}
@@ -350,13 +457,17 @@ def test_an_allocation_file_another_ingest_read_differently_is_read_in_the_trans
     load_warehouse(config, references, [])
     assert rows(config, ALLOCATION_USERS) == [("alice",), ("bob",)]
 
-    before = config.warehouse_path.read_bytes()
     write(config, "raw/allocations/slurm-2026-11-16.csv", ALLOCATIONS + "103,eve,,h1,x,,\n")
     stat = path.stat()
     known = {"raw/allocations/slurm-2026-11-16.csv": (stat.st_size, stat.st_mtime_ns)}
-    with pytest.raises(GpufleetError, match=r"slurm-2026-11-16\.csv: line 4: 'start_ts' is empty"):
-        load_warehouse(config, read_references(config, known=known), [])
-    assert config.warehouse_path.read_bytes() == before
+    result = load_warehouse(config, read_references(config, known=known), [])
+    assert [(q.path, q.reason, q.moved_to) for q in result.quarantined] == [
+        ("raw/allocations/slurm-2026-11-16.csv", "line 4: 'start_ts' is empty", None)
+    ]
+    assert rows(config, "select reason from quarantined_files") == [
+        ("line 4: 'start_ts' is empty",)
+    ]
+    assert rows(config, ALLOCATION_USERS) == [("alice",), ("bob",)]
 
 
 JOBS = (

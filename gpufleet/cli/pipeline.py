@@ -40,8 +40,9 @@ def add_ingest(commands: argparse._SubParsersAction) -> None:
         description=(
             "Load sample files not yet loaded, the reference CSVs and the allocations into "
             "<data-dir>/warehouse.duckdb. Bad sample files are moved to quarantine/ and "
-            "named in a warning; the others load. Bad reference files fail with a message "
-            "and change nothing."
+            "named in a warning; the others load. A bad line of an allocation or job file is "
+            "quarantined alone; its other lines load. Bad reference files fail with a "
+            "message and change nothing."
         ),
     )
     parser.set_defaults(handler=run_ingest)

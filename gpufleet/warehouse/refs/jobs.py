@@ -1,6 +1,7 @@
 """Reading and validating the Slurm job records (raw/jobs/*.csv, written by `gpufleet import
 slurm` or a site's own export): each (job_id, start_ts) once, with the cells the importer
-writes; only `job_id` and `start_ts` are required."""
+writes; only `job_id` and `start_ts` are required. A bad line is set aside, as an
+allocation file's (`read.py`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import datetime as dt
 from pathlib import Path
 
 from gpufleet.warehouse.refs.read import (
-    _read_file,
+    _read_lines,
     _RefError,
     _required,
     _Row,
     _timestamp,
 )
-from gpufleet.warehouse.refs.records import JOBS_COLUMNS, JOBS_OPTIONAL, SlurmJobRecord
+from gpufleet.warehouse.refs.records import (
+    JOBS_COLUMNS,
+    JOBS_OPTIONAL,
+    SetAside,
+    SlurmJobRecord,
+)
 
 
 def _hosts(row: _Row, name: str) -> tuple[str, ...] | None:
@@ -46,9 +52,14 @@ def _count(row: _Row, name: str) -> int | None:
 
 
 def read_jobs(
-    path: Path, source_file: str, display: str | None = None
+    path: Path,
+    source_file: str,
+    display: str | None = None,
+    *,
+    set_aside: list[SetAside] | None = None,
 ) -> tuple[SlurmJobRecord, ...]:
-    """One raw/jobs/*.csv file: each (job_id, start_ts) at most once."""
+    """One raw/jobs/*.csv file: each (job_id, start_ts) at most once (a later line that
+    repeats one is bad). Its bad lines go to `set_aside` (None: the first fails the read)."""
     seen: dict[tuple[str, dt.datetime], int] = {}
 
     def parse(row: _Row) -> SlurmJobRecord:
@@ -81,4 +92,8 @@ def read_jobs(
             source_file=source_file,
         )
 
-    return tuple(_read_file(path, JOBS_COLUMNS, parse, display or str(path), JOBS_OPTIONAL))
+    return tuple(
+        _read_lines(
+            path, JOBS_COLUMNS, parse, source_file, display or str(path), JOBS_OPTIONAL, set_aside
+        )
+    )

@@ -1,12 +1,13 @@
 """Listing the reference files, the allocation files and the job files, and reading what
 changed (`read_references`): an allocation or job file is read again only when its size or
-modification time differs from those the warehouse last read it at."""
+modification time differs from those the warehouse last read it at, and its bad lines are
+set aside (`References.set_aside`), not failed on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
@@ -26,6 +27,7 @@ from gpufleet.warehouse.refs.records import (
     USERS_FILE,
     AllocationFile,
     References,
+    SetAside,
 )
 
 
@@ -33,12 +35,26 @@ class _Listed(NamedTuple):
     rows: list[Any]  # the rows of the files read
     files: tuple[AllocationFile, ...]  # every file listed
     unread: set[str]  # the files not read (known at the same size and mtime)
+    set_aside: list[SetAside]  # the lines of the files read that are not loaded
+
+
+class ReadListed(Protocol):
+    """`read_allocations` or `read_jobs`: one file's rows, its bad lines set aside."""
+
+    def __call__(
+        self,
+        path: Path,
+        source_file: str,
+        display: str | None = None,
+        *,
+        set_aside: list[SetAside] | None = None,
+    ) -> Sequence[Any]: ...
 
 
 def _read_listed(
     config: Config,
     folder: Path,
-    read: Callable[[Path, str], Sequence[Any]],
+    read: ReadListed,
     known: Mapping[str, tuple[int, int]],
 ) -> _Listed:
     """The visible *.csv files of `folder`, each read with `read` unless `known` has it at
@@ -48,7 +64,7 @@ def _read_listed(
         if folder.is_dir()
         else []
     )
-    listed = _Listed([], (), set())
+    listed = _Listed([], (), set(), [])
     files: list[AllocationFile] = []
     for path in paths:
         try:
@@ -62,7 +78,7 @@ def _read_listed(
         if known.get(file.source) == file.signature:
             listed.unread.add(file.source)
         else:
-            listed.rows.extend(read(path, file.source))
+            listed.rows.extend(read(path, file.source, set_aside=listed.set_aside))
     return listed._replace(files=tuple(files))
 
 
@@ -92,4 +108,5 @@ def read_references(
         jobs=tuple(jobs.rows),
         job_files=jobs.files,
         unread=frozenset(allocations.unread | jobs.unread),
+        set_aside=(*allocations.set_aside, *jobs.set_aside),
     )

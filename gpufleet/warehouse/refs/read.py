@@ -1,8 +1,11 @@
 """Reading and validating one reference file (ref/*.csv) or allocation file; the Slurm job
 records are read in `jobs.py`, and `listing.py` lists the files and reads what changed.
 
-Every file is validated completely before anything is written, so a bad file fails the
-ingest with one line naming the file, the line and the problem, and changes nothing.
+Every file is validated completely before anything is written, so a bad reference file
+fails the ingest with one line naming the file, the line and the problem, and changes
+nothing. An allocation or job file is raw input, as a sample file is: a bad line of it is
+set aside (`SetAside`, quarantined by the ingest) and its other lines load; a file no line
+of which can be read (a bad header, not UTF-8) is set aside whole.
 Rules (`docs/reference.md#reference-files`): a header row whose names are exactly the
 file's columns (any order; names are case-sensitive, surrounding spaces ignored; the
 optional columns, users.csv's `email`, teams.csv's `cc` and the `valid_from` of users.csv,
@@ -46,6 +49,7 @@ from gpufleet.warehouse.refs.records import (
     HostRule,
     PriceRule,
     References,
+    SetAside,
     TeamContact,
     UserTeam,
 )
@@ -68,13 +72,25 @@ class _RefError(Exception):
         self.problem = problem
 
 
-def _read_rows(path: Path, columns: Sequence[str], optional: Sequence[str] = ()) -> Iterator[_Row]:
+def _read_rows(
+    path: Path,
+    columns: Sequence[str],
+    optional: Sequence[str] = (),
+    skip: Callable[[_RefError], None] | None = None,
+) -> Iterator[_Row]:
     """The data rows of a CSV file whose header must name exactly `columns`, and any of
-    `optional` (a cell of an optional column the file lacks is NULL)."""
+    `optional` (a cell of an optional column the file lacks is NULL). A line that is not
+    a row (malformed CSV, another number of fields) is passed to `skip` and left out
+    (None: it raises, as a bad header always does)."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle, strict=True)
         header: list[str] | None = None
         for record in _records(reader):
+            if isinstance(record, _RefError):
+                if skip is None or header is None:
+                    raise record
+                skip(record)
+                continue
             if header is None:
                 if not any(cell.strip() for cell in record):
                     continue  # leading blank lines before the header
@@ -84,10 +100,14 @@ def _read_rows(path: Path, columns: Sequence[str], optional: Sequence[str] = ())
             if not any(cell.strip() for cell in record):
                 continue  # blank line
             if len(record) != len(header):
-                raise _RefError(
+                problem = _RefError(
                     reader.line_num,
                     f"expected {len(header)} fields ({','.join(header)}), got {len(record)}",
                 )
+                if skip is None:
+                    raise problem
+                skip(problem)
+                continue
             cells: dict[str, str | None] = dict.fromkeys(optional)
             cells |= {
                 name: (value.strip() or None) for name, value in zip(header, record, strict=True)
@@ -95,15 +115,17 @@ def _read_rows(path: Path, columns: Sequence[str], optional: Sequence[str] = ())
             yield _Row(reader.line_num, cells)
 
 
-def _records(reader: Any) -> Iterator[list[str]]:
-    """The reader's records, a CSV syntax error becoming a problem on its line."""
+def _records(reader: Any) -> Iterator[list[str] | _RefError]:
+    """The reader's records, a CSV syntax error becoming a problem on its line (the reader
+    goes on at the next line)."""
     while True:
         try:
             record = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            raise _RefError(reader.line_num, f"malformed CSV: {exc}") from exc
+            yield _RefError(reader.line_num, f"malformed CSV: {exc}")
+            continue
         yield record
 
 
@@ -208,6 +230,44 @@ def _read_file(
         raise GpufleetError(f"{display}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise GpufleetError(f"{display}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _read_lines(
+    path: Path,
+    columns: Sequence[str],
+    parse: Callable[[_Row], Any],
+    source: str,
+    display: str,
+    optional: Sequence[str],
+    set_aside: list[SetAside] | None,
+) -> list[Any]:
+    """Parse every row of a raw file (allocations, jobs); with `set_aside`, a bad line is
+    added to it and left out, and a file whose header or encoding is bad is added whole
+    (no row of it read); without, a problem fails as `_read_file`'s."""
+    if set_aside is None:
+        return _read_file(path, columns, parse, display, optional)
+    rows: list[Any] = []
+    lines: list[SetAside] = []
+
+    def skip(problem: _RefError) -> None:
+        lines.append(SetAside(source, f"line {problem.line}: {problem.problem}"))
+
+    try:
+        for row in _read_rows(path, columns, optional, skip):
+            try:
+                rows.append(parse(row))
+            except _RefError as exc:
+                skip(exc)
+    except _RefError as exc:  # the header: no line of the file can be read
+        set_aside.append(SetAside(source, f"line {exc.line}: {exc.problem}", whole_file=True))
+        return []
+    except UnicodeDecodeError as exc:
+        set_aside.append(SetAside(source, f"not UTF-8 text ({exc.reason})", whole_file=True))
+        return []
+    except OSError as exc:
+        raise GpufleetError(f"{display}: cannot read: {exc.strerror or exc}") from exc
+    set_aside.extend(lines)
+    return rows
 
 
 def read_users(path: Path, display: str | None = None) -> tuple[UserTeam, ...]:
@@ -334,11 +394,16 @@ def read_prices(path: Path, display: str | None = None) -> tuple[PriceRule, ...]
 
 
 def read_allocations(
-    path: Path, source_file: str, display: str | None = None
+    path: Path,
+    source_file: str,
+    display: str | None = None,
+    *,
+    set_aside: list[SetAside] | None = None,
 ) -> tuple[Allocation, ...]:
     """One raw/allocations/*.csv file; its optional `cluster` column names the site whose
     host a row covers (empty: the site of a file named `<name>@<site>.csv`, as the mirror
-    of a site's raw_location names its files, else the host of that name at every site)."""
+    of a site's raw_location names its files, else the host of that name at every site).
+    Its bad lines go to `set_aside` (`_read_lines`; None: the first fails the read)."""
     file_site = folder_host(path.name.rpartition(".")[0])[1]  # the mirror's `<name>@<site>`
 
     def parse(row: _Row) -> Allocation:
@@ -360,7 +425,15 @@ def read_allocations(
         )
 
     return tuple(
-        _read_file(path, ALLOCATIONS_COLUMNS, parse, display or str(path), ALLOCATIONS_OPTIONAL)
+        _read_lines(
+            path,
+            ALLOCATIONS_COLUMNS,
+            parse,
+            source_file,
+            display or str(path),
+            ALLOCATIONS_OPTIONAL,
+            set_aside,
+        )
     )
 
 

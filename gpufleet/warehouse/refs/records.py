@@ -105,6 +105,15 @@ class SlurmJobRecord(NamedTuple):
     source_file: str  # relative to the data directory
 
 
+class SetAside(NamedTuple):
+    """A line of an allocation or job file that is not loaded (the file's other lines are),
+    or a whole file no line of which can be read (a bad header, not UTF-8)."""
+
+    source: str  # the file, relative to the data directory
+    reason: str  # "line 3: 'end_ts' is before 'start_ts'", or the whole file's problem
+    whole_file: bool = False
+
+
 class AllocationFile(NamedTuple):
     """One raw/allocations/*.csv or raw/jobs/*.csv file as listed, before its rows were
     read."""
@@ -123,7 +132,8 @@ class AllocationFile(NamedTuple):
 class References:
     """Everything in ref/, raw/allocations/ and raw/jobs/, validated; the rows of the
     allocation and job files in `unread` were not read (the warehouse has them:
-    `read_references`' `known`)."""
+    `read_references`' `known`), and the lines of those read that are not loaded are in
+    `set_aside`."""
 
     users: tuple[UserTeam, ...] = ()
     teams: tuple[TeamContact, ...] = ()
@@ -134,3 +144,4 @@ class References:
     jobs: tuple[SlurmJobRecord, ...] = ()
     job_files: tuple[AllocationFile, ...] = ()
     unread: frozenset[str] = frozenset()
+    set_aside: tuple[SetAside, ...] = ()

@@ -11,8 +11,7 @@ modification time each allocation and job file had when read are kept in
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -24,8 +23,9 @@ from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.table_docs import TableDoc, document
 from gpufleet.warehouse.publish.read_only import connect_read_only
 from gpufleet.warehouse.refs.jobs import read_jobs
+from gpufleet.warehouse.refs.listing import ReadListed
 from gpufleet.warehouse.refs.read import read_allocations
-from gpufleet.warehouse.refs.records import AllocationFile, References
+from gpufleet.warehouse.refs.records import AllocationFile, References, SetAside
 
 
 def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
@@ -221,11 +221,13 @@ def _replace_listed(
     files: Sequence[AllocationFile],
     unread: frozenset[str],
     stored: dict[str, tuple[int, int]],
-    read: Callable[[Path, str], Sequence[tuple[Any, ...]]],
+    read: ReadListed,
+    set_aside: list[SetAside] | None,
 ) -> bool:
     """Make `table` the rows of the `files` listed: the files not read keep their rows when
-    this warehouse read them at the same (size, mtime) (else they are read now: another
-    ingest published in between); every other row is replaced. True if any row changed."""
+    this warehouse read them at the same (size, mtime) (else they are read now, their bad
+    lines added to `set_aside`: another ingest published in between); every other row is
+    replaced. True if any row changed."""
     rows = list(rows)
     kept: list[str] = []
     for file in files:
@@ -234,7 +236,7 @@ def _replace_listed(
         if stored.get(file.source) == file.signature:
             kept.append(file.source)
         else:
-            rows.extend(read(file.path, file.source))
+            rows.extend(read(file.path, file.source, set_aside=set_aside))
     con.execute("create or replace temp table _kept_sources (source_file varchar)")
     try:
         con.execute("insert into _kept_sources select unnest(?::varchar[])", [kept])
@@ -245,9 +247,12 @@ def _replace_listed(
         con.execute("drop table temp._kept_sources")
 
 
-def _replace_scheduler_files(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+def _replace_scheduler_files(
+    con: duckdb.DuckDBPyConnection, references: References, set_aside: list[SetAside] | None
+) -> bool:
     """Make `allocations` and `slurm_jobs` the rows of the files listed, and record each
-    file's (size, mtime) in build_state.allocation_files. True if any row changed."""
+    file's (size, mtime) in build_state.allocation_files, but a file set aside whole (it is
+    read again while it is there: it goes to quarantine/). True if any row changed."""
     con.execute(ALLOCATION_FILES_DDL)
     stored = _allocation_files(con)
     changed = _replace_listed(
@@ -258,6 +263,7 @@ def _replace_scheduler_files(con: duckdb.DuckDBPyConnection, references: Referen
         references.unread,
         stored,
         read_allocations,
+        set_aside,
     )
     changed |= _replace_listed(
         con,
@@ -267,10 +273,13 @@ def _replace_scheduler_files(con: duckdb.DuckDBPyConnection, references: Referen
         references.unread,
         stored,
         read_jobs,
+        set_aside,
     )
+    whole = {item.source for item in (*references.set_aside, *(set_aside or ())) if item.whole_file}
     listed = {
         file.source: file.signature
         for file in (*references.allocation_files, *references.job_files)
+        if file.source not in whole
     }
     if stored != listed:
         con.execute("delete from build_state.allocation_files")
@@ -282,10 +291,17 @@ def _replace_scheduler_files(con: duckdb.DuckDBPyConnection, references: Referen
     return changed
 
 
-def replace_references(con: duckdb.DuckDBPyConnection, references: References) -> bool:
+def replace_references(
+    con: duckdb.DuckDBPyConnection,
+    references: References,
+    *,
+    set_aside: list[SetAside] | None = None,
+) -> bool:
     """Replace ref_users, ref_hosts, ref_prices (the rows without `valid_from`), their
     `_dated` tables (the rows with), allocations and slurm_jobs, and the contacts; True if a
-    row the models read changed (a changed address needs no build)."""
+    row the models read changed (a changed address needs no build). The bad lines of the
+    allocation and job files read here (another ingest published since `references` were
+    read) go to `set_aside` (None: the first fails)."""
     users, hosts, prices = references.users, references.hosts, references.prices
     changed = [
         _replace_table(con, "ref_users", [row for row in users if row.valid_from is None]),
@@ -326,7 +342,7 @@ def replace_references(con: duckdb.DuckDBPyConnection, references: References) -
                 if r.valid_from is not None
             ],
         ),
-        _replace_scheduler_files(con, references),
+        _replace_scheduler_files(con, references, set_aside),
     ]
     ensure_contact_tables(con)
     emails = [(user.user, user.email) for user in references.users if user.email is not None]
