@@ -9,11 +9,14 @@ import csv
 import datetime as dt
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
+import duckdb
 import pytest
 
+from gpufleet.cli import main
 from gpufleet.config import Config
 from gpufleet.config_sources import SlurmConfig
 from gpufleet.errors import GpufleetError
@@ -23,7 +26,9 @@ from gpufleet.integrations.slurm.hostlist import expand_hostlist
 from gpufleet.integrations.slurm.payload import load_payload
 from gpufleet.integrations.slurm.sacct import SlurmJob, parse_sacct
 from gpufleet.integrations.slurm.squeue import NodeGpus, gpu_indices, parse_squeue
+from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.refs.read import read_allocations
+from tests.test_ingest import DAY1, sample, write_samples
 
 FIXTURES = Path(__file__).parent / "slurm_fixtures"
 RELEASES = ("22.05", "23.11", "24.11")
@@ -504,6 +509,142 @@ def test_a_failed_import_changes_nothing(config: Config, tmp_path: Path) -> None
             squeue_json=FIXTURES / "squeue-22.05.json",
         )
     assert not (config.data_dir / "raw" / "allocations").exists()
+
+
+def with_time(release: str, index: int, field: str, value: object, *, wrapped: bool = False):
+    """The release's sacct output with jobs[index].time.<field> set to `value` (wrapped as
+    `{"set", "infinite", "number"}`, as newer releases print a number, when asked)."""
+
+    def edit(data) -> None:
+        number = {"set": True, "infinite": False, "number": value} if wrapped else value
+        data["jobs"][index]["time"][field] = number
+
+    return payload_with(release, edit)
+
+
+START = int(at(13).timestamp())  # job 3's start (and end)
+
+
+@pytest.mark.parametrize(
+    ("release", "field", "value", "wrapped", "problem"),
+    [
+        (
+            "22.05",
+            "start",
+            10**30,
+            False,
+            r"10{30} \(past year 9999\) is more than a day after now",
+        ),
+        ("22.05", "start", 2**63, False, r"9223372036854775808 \(past year 9999\) is more than"),
+        ("24.11", "start", 10**12, True, r"1000000000000 \(past year 9999\) is more than a day"),
+        ("23.11", "start", 1e30, False, r"1e\+30 \(past year 9999\) is more than a day after now"),
+        ("22.05", "end", 1e30, False, r"1e\+30 \(past year 9999\) is more than a day after now"),
+        ("24.11", "start", -5, False, r"-5 \(1969-12-31T23:59:55Z\) is before 2015-01-01"),
+        (
+            "22.05",
+            "start",
+            START + 2 * 86400,  # 5138 and the like: any time more than a day ahead
+            False,
+            r"1795938853 \(2026-11-29T07:54:13Z\) is more than a day after now "
+            r"\(after 2026-11-28T07:54:30Z\)",
+        ),
+        ("22.05", "end", 1420070399, False, r"1420070399 \(2014-12-31T23:59:59Z\) is before 2015"),
+        (
+            "24.11",
+            "end",
+            START - 60,
+            True,
+            r"2026-11-27T07:53:13Z is before time\.start \(2026-11-27T07:54:13Z\)",
+        ),
+    ],
+)
+def test_a_job_whose_time_cannot_be_right_is_refused_and_the_rest_imported(
+    config: Config,
+    tmp_path: Path,
+    release: str,
+    field: str,
+    value: object,
+    wrapped: bool,
+    problem: str,
+) -> None:
+    """Job 3 (jobs[2]) with a time out of range, or an end before its start: named in one
+    warning line with its field, counted in the summary, written nowhere; every other job is
+    imported, and the ingest that follows loads everything."""
+    sacct = saved(tmp_path, "sacct.json", with_time(release, 2, field, value, wrapped=wrapped))
+    warnings: list[str] = []
+    result = import_slurm(
+        config,
+        sacct_json=sacct,
+        squeue_json=FIXTURES / f"squeue-{release}.json",
+        now=at(30),
+        warn=warnings.append,
+    )
+    assert result.refused == ("3",)
+    (line,) = warnings
+    assert re.fullmatch(
+        rf"import slurm: {re.escape(str(sacct))}: jobs\[2\]\.time\.{field}: {problem}.*: "
+        r"job 3 not imported",
+        line,
+    ), line
+    assert (
+        "  1 job(s) refused, not imported (a time out of range or an end before its start): 3"
+        in (str(result).splitlines())
+    )
+    assert rows(config, JOB_FILE) == [r for r in EXPECTED_RECORDS if r["job_id"] != "3"]
+    assert (result.jobs, result.gpu_jobs, result.rows_added) == (5, 5, 5)
+    # read alone (no list to put it in), the payload fails in that one line
+    with pytest.raises(GpufleetError, match=r"jobs\[2\]\.time\..*: job 3 not imported$"):
+        parse_sacct(load_payload(sacct.read_text(), source="sacct"), now=at(30))
+    loaded = ingest(config, warn=warnings.append)
+    assert (loaded.quarantined, loaded.slurm_jobs, loaded.allocations) == ((), 5, 5)
+
+
+def test_a_running_job_whose_squeue_start_cannot_be_right_gets_no_gpus_from_it(
+    config: Config, tmp_path: Path
+) -> None:
+    data = json.loads(fixture("squeue-24.11.json"))
+    job_2 = next(item for item in data["jobs"] if item["job_id"] == 2)
+    job_2["start_time"]["number"] = 10**12
+    squeue = saved(tmp_path, "squeue.json", json.dumps(data))
+    warnings: list[str] = []
+    result = import_slurm(
+        config,
+        sacct_json=FIXTURES / "sacct-24.11.json",
+        squeue_json=squeue,
+        now=at(30),
+        warn=warnings.append,
+    )
+    (line,) = warnings
+    assert line.startswith(f"import slurm: {squeue}: jobs[")
+    assert line.endswith(
+        "].start_time: 1000000000000 (past year 9999) is more than a day after now (after "
+        "2026-11-28T07:54:30Z): job 2 left out of squeue's GPUs"
+    )
+    # sacct's record of job 2 stands (it is not refused); squeue gave it no GPUs
+    assert result.refused == () and "2" in result.unplaced
+    assert [r["job_id"] for r in rows(config)] == ["4_0", "4_1", "5", "5"]
+    assert rows(config, JOB_FILE) == EXPECTED_RECORDS
+
+
+def test_an_import_of_a_job_ending_before_its_start_leaves_ingest_working(
+    config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case, through the commands: `import slurm` exits 0 naming the job, and
+    every later `gpufleet ingest` loads the samples and the other jobs."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    sacct = saved(tmp_path, "sacct.json", with_time("22.05", 0, "end", START - 3600))
+    data_dir = ["--data-dir", str(config.data_dir)]
+    assert main([*data_dir, "import", "slurm", "--sacct-json", str(sacct)]) == 0
+    out, err = capsys.readouterr()
+    assert "jobs[0].time.end: 2026-11-27T06:54:13Z is before time.start" in err
+    assert "job 1 not imported" in err
+    assert "1 job(s) refused" in out
+    assert main([*data_dir, "ingest"]) == 0
+    assert main([*data_dir, "ingest"]) == 0
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        assert con.execute("select count(*) from samples").fetchone() == (1,)
+        assert con.execute("select count(*) from slurm_jobs").fetchone() == (5,)
+        assert con.execute("select count(*) from quarantined_files").fetchone() == (0,)
 
 
 def fake_command(folder: Path, name: str, output: Path, log: Path) -> None:

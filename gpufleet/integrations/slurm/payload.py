@@ -7,13 +7,16 @@ v0.0.44 in 25.11) and many numbers become objects `{"set": true, "infinite": fal
 "number": N}`, states become lists (`["RUNNING"]`, from v0.0.40), and a job's nodes move in
 `job_resources` (v0.0.41). Every reader here accepts both shapes of a field; a schema this
 module does not know, or a field of a shape no release prints, is one `GpufleetError` line
-naming the source and the field.
+naming the source and the field. A job whose time cannot be right (before 2015, more than a
+day after the import's clock, an end before its start) is refused alone: one line naming
+the job and the field (`Refused`), and the rest of the payload is read.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -28,6 +31,12 @@ SCHEMAS_READ = (
     f"v0.0.39 to v0.0.{LAST_VERSION} (Slurm 23.02 and later)"
 )
 
+# The times a job may carry: none before EARLIEST (as `ingest`'s samples), none more than
+# MAX_AHEAD after the import's clock (clocks that disagree by less are forgiven).
+EARLIEST = dt.datetime(2015, 1, 1, tzinfo=dt.UTC)
+MAX_AHEAD = dt.timedelta(days=1)
+_YEAR_10000 = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp() + 1
+
 _DATA_PARSER = re.compile(r"^(?:data_parser/)?v0\.0\.(\d+)(?:\+.*)?$")  # "+flags" may follow
 _OPENAPI = re.compile(r"^openapi/(?:db)?v0\.0\.(\d+)$")
 
@@ -40,15 +49,34 @@ class Payload(NamedTuple):
     jobs: list[Any]
 
 
+class Refused(NamedTuple):
+    """A job left out of the import: a record that cannot be right (a time out of range,
+    an end before its start)."""
+
+    job_id: str
+    line: str  # "<source>: jobs[i].<field>: <problem>: job <id> not imported"
+
+
+class RefusedTime(Exception):
+    """A job's time out of range; the parser turns it into a `Refused` naming the job."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
 class Job:
     """One job object of a payload, read field by field; a field of an unexpected shape
-    raises a GpufleetError naming `<source>: jobs[i].<path>`."""
+    raises a GpufleetError naming `<source>: jobs[i].<path>`, a time out of range a
+    `RefusedTime` (`latest`: the last time a job may carry; None: no bound but year 9999)."""
 
-    def __init__(self, payload: Payload, index: int) -> None:
+    def __init__(self, payload: Payload, index: int, *, latest: dt.datetime | None = None) -> None:
         self.source = payload.source
         self.version = payload.version
         self.where = f"jobs[{index}]"
         self.data = payload.jobs[index]
+        self.latest = latest
         if not isinstance(self.data, Mapping):
             raise self.error("", "expected an object")
 
@@ -93,11 +121,35 @@ class Job:
         return number(self, path, self.get(path, required=required))
 
     def timestamp(self, path: str) -> dt.datetime | None:
-        """A UNIX time field; 0 and unset are None (not started, still running)."""
-        seconds = self.number(path)
+        """A UNIX time field; 0 and unset are None (not started, still running). A time
+        before EARLIEST or after `latest` raises RefusedTime (a number no release prints as
+        a time, such as 1e30, too)."""
+        value = self.get(path)
+        is_set = isinstance(value, Mapping) and value.get("set") and not value.get("infinite")
+        inner = value.get("number") if is_set else value
+        seconds: float | None = inner if isinstance(inner, float) else self.number(path)
         if not seconds:
             return None
-        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+        problem = _time_problem(seconds, self.latest)
+        if problem:
+            raise RefusedTime(path, f"{_show_time(seconds)} {problem}")
+        return dt.datetime.fromtimestamp(int(seconds), dt.UTC)
+
+    def refuse(
+        self,
+        job_id: str,
+        refusal: RefusedTime,
+        refused: list[Refused] | None,
+        *,
+        left_out: str = "not imported",
+    ) -> None:
+        """Add the line naming the refused job, its field and the problem to `refused`
+        (None: raise it as a GpufleetError)."""
+        field = f"{self.where}.{refusal.path}"
+        line = f"{self.source}: {field}: {refusal.problem}: job {job_id} {left_out}"
+        if refused is None:
+            raise GpufleetError(line) from refusal
+        refused.append(Refused(job_id, line))
 
     def states(self, path: str) -> tuple[str, ...]:
         """A job state: a string (22.05, 23.02) or a list of flags (23.11 on)."""
@@ -121,6 +173,30 @@ def number(job: Job, path: str, value: Any) -> int | None:
         if isinstance(inner, int) and not isinstance(inner, bool):
             return inner
     raise job.error(path, f'expected a number or {{"set", "number"}}, got {_show(value)}')
+
+
+def _time_problem(seconds: float, latest: dt.datetime | None) -> str | None:
+    """Why a UNIX time is no job's (None: it may be one)."""
+    if isinstance(seconds, float) and math.isnan(seconds):
+        return "is not a time"
+    if seconds < EARLIEST.timestamp():
+        return f"is before {EARLIEST:%Y-%m-%d}"
+    if latest is not None and seconds > latest.timestamp():
+        return f"is more than a day after now (after {latest:%Y-%m-%dT%H:%M:%SZ})"
+    if seconds >= _YEAR_10000:
+        return "is past year 9999"
+    return None
+
+
+def _show_time(seconds: float) -> str:
+    """A UNIX time as printed, and as a UTC time where it is one (`-5 (1969-12-31T23:59:55Z)`)."""
+    shown = f"{seconds:g}" if isinstance(seconds, float) else str(seconds)
+    if isinstance(seconds, float) and not math.isfinite(seconds):
+        return shown
+    try:
+        return f"{shown} ({dt.datetime.fromtimestamp(int(seconds), dt.UTC):%Y-%m-%dT%H:%M:%SZ})"
+    except (OverflowError, ValueError, OSError):
+        return f"{shown} ({'past year 9999' if seconds > 0 else 'before year 1'})"
 
 
 def _show(value: Any) -> str:

@@ -9,7 +9,9 @@ ended has its rows closed. A job that began and ended between two runs was never
 squeue: sacct does not say which GPUs it held, so it gets no rows (listed in the summary).
 Every started GPU job, placed or not, gets a job record (`raw/jobs/`): its account's team
 is what the collector's gpustat evidence (`alloc_job_id`) and its processes' job id are
-attributed to.
+attributed to. A job whose record cannot be right (a time before 2015 or more than a day
+ahead, an end before its start: `payload.py`) is refused: named in a warning, counted in
+the summary, and written nowhere, so that no file the ingest reads holds it.
 
 Everything is read and checked before anything is written: a failed import changes nothing.
 """
@@ -44,13 +46,14 @@ from gpufleet.integrations.slurm.files import (
     render_jobs,
     write_watermark,
 )
-from gpufleet.integrations.slurm.payload import load_payload
+from gpufleet.integrations.slurm.payload import Refused, load_payload
 from gpufleet.integrations.slurm.sacct import SlurmJob, parse_sacct
 from gpufleet.integrations.slurm.squeue import HeldGpus, parse_squeue
 
 OVERLAP = dt.timedelta(hours=1)  # each window starts this long before the last one ended
 COMMAND_TIMEOUT_S = 300
 HOSTS_LOOKBACK = dt.timedelta(days=7)  # collector hosts: those with files in these days
+REFUSALS_SHOWN = 10  # refused jobs named one per line; the others counted in one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,7 @@ class SlurmImport:
     unplaced: tuple[str, ...] = ()  # GPU jobs with no indices: not seen running by squeue
     mig: tuple[str, ...] = ()  # jobs on MIG devices (no GPU indices)
     unknown_nodes: tuple[str, ...] = ()  # nodes that match no collector host
+    refused: tuple[str, ...] = ()  # jobs left out: a time out of range, an end before start
     source: str = ""  # "sacct <since> to <until>", or the saved file read
 
     def __str__(self) -> str:
@@ -83,6 +87,11 @@ class SlurmImport:
             )
         if self.mig:
             lines.append(f"  {len(self.mig):,} job(s) on MIG devices, no rows: {_some(self.mig)}")
+        if self.refused:
+            lines.append(
+                f"  {len(self.refused):,} job(s) refused, not imported (a time out of range or "
+                f"an end before its start): {_some(self.refused)}"
+            )
         return "\n".join(lines)
 
 
@@ -236,6 +245,7 @@ def _updates(
 class _Outputs(NamedTuple):
     jobs: list[SlurmJob]  # sacct's, and running jobs only squeue knows yet
     held: dict[str, HeldGpus]  # squeue's, by job id
+    refused: list[Refused]  # the jobs of either left out
     start: dt.datetime | None  # the window's start (None: all of a saved output)
     described: str  # where the jobs came from, for the summary
 
@@ -283,11 +293,17 @@ def _outputs(
         squeue_text, squeue_source = _run(["squeue", "--json", "--all"]), "squeue --json"
     else:
         squeue_text, squeue_source = None, ""
-    jobs = parse_sacct(load_payload(sacct_text, source=sacct_source))
-    held = parse_squeue(load_payload(squeue_text, source=squeue_source)) if squeue_text else {}
-    known = {job.job_id for job in jobs}
-    jobs.extend(h.job for job_id, h in held.items() if job_id not in known)  # sacct lags
-    return _Outputs(jobs, held, start, described)
+    refused: list[Refused] = []
+    jobs = parse_sacct(load_payload(sacct_text, source=sacct_source), now=now, refused=refused)
+    held = (
+        parse_squeue(load_payload(squeue_text, source=squeue_source), now=now, refused=refused)
+        if squeue_text
+        else {}
+    )
+    # sacct lags: a running job only squeue knows yet is added (one sacct refused is not)
+    known = {job.job_id for job in jobs} | {job.job_id for job in refused}
+    jobs.extend(h.job for job_id, h in held.items() if job_id not in known)
+    return _Outputs(jobs, held, refused, start, described)
 
 
 class _Plan(NamedTuple):
@@ -348,7 +364,7 @@ def import_slurm(
     output. `since` defaults to the last run's end less an hour, and on the first run to
     `now - first_window` (without it, the first run needs `since`)."""
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
-    jobs, held, start, described = _outputs(
+    jobs, held, refused, start, described = _outputs(
         config, since, sacct_json, squeue_json, now, first_window
     )
     teams = Teams(
@@ -362,6 +378,10 @@ def import_slurm(
     host_of = HostNames(collector_hosts(config, first_day, now.date()))
     found, mig = _updates(jobs, held, teams, host_of, start)
     plan = _plan(config, found)  # everything read and checked: from here on, writes
+    for item in refused[:REFUSALS_SHOWN]:
+        warn(f"import slurm: {item.line}")
+    if len(refused) > REFUSALS_SHOWN:
+        warn(f"import slurm: {len(refused) - REFUSALS_SHOWN:,} more job(s) refused likewise")
     if host_of.unknown:
         warn(
             f"import slurm: {len(host_of.unknown)} Slurm node(s) match no collector host "
@@ -372,6 +392,7 @@ def import_slurm(
         write_text_atomically(path, text)
     if sacct_json is None:
         write_watermark(config.data_dir / "imports" / RECORD_FILE, now)
+    imported = {item.job.job_id for item in found}
     unplaced = [
         item.job.job_id
         for item in found
@@ -388,5 +409,8 @@ def import_slurm(
         unplaced=tuple(job_id for job_id in unplaced if job_id not in mig),
         mig=tuple(mig),
         unknown_nodes=tuple(sorted(host_of.unknown)),
+        refused=tuple(
+            dict.fromkeys(item.job_id for item in refused if item.job_id not in imported)
+        ),
         source=described,
     )

@@ -11,7 +11,14 @@ import datetime as dt
 from typing import NamedTuple
 
 from gpufleet.integrations.slurm.hostlist import expand_hostlist
-from gpufleet.integrations.slurm.payload import Job, Payload, number
+from gpufleet.integrations.slurm.payload import (
+    MAX_AHEAD,
+    Job,
+    Payload,
+    Refused,
+    RefusedTime,
+    number,
+)
 
 
 class SlurmJob(NamedTuple):
@@ -63,25 +70,42 @@ def _gpus(job: Job) -> int:
     return 0
 
 
-def parse_sacct(payload: Payload) -> list[SlurmJob]:
-    """The jobs of a `sacct --json` payload (of any schema `load_payload` accepts)."""
+def parse_sacct(
+    payload: Payload, *, now: dt.datetime | None = None, refused: list[Refused] | None = None
+) -> list[SlurmJob]:
+    """The jobs of a `sacct --json` payload (of any schema `load_payload` accepts). A job
+    with a time before 2015, more than a day after `now` (None: past year 9999) or an end
+    before its start is refused: added to `refused` and left out (None: the parse fails
+    with its line)."""
     jobs = []
+    latest = now + MAX_AHEAD if now is not None else None
     for index in range(len(payload.jobs)):
-        job = Job(payload, index)
+        job = Job(payload, index, latest=latest)
         base = job.number("job_id")
+        printed = job_id(job, base, ("array.job_id", "array.task_id"), _HET)
         states = job.states("state.current")
         nodes = job.text("nodes")
+        try:
+            start, end = job.timestamp("time.start"), job.timestamp("time.end")
+            if start is not None and end is not None and end < start:
+                raise RefusedTime(
+                    "time.end",
+                    f"{end:%Y-%m-%dT%H:%M:%SZ} is before time.start ({start:%Y-%m-%dT%H:%M:%SZ})",
+                )
+        except RefusedTime as refusal:
+            job.refuse(printed, refusal, refused)
+            continue
         jobs.append(
             SlurmJob(
-                job_id=job_id(job, base, ("array.job_id", "array.task_id"), _HET),
+                job_id=printed,
                 job_id_raw=None if base is None else str(base),
                 user=job.text("user"),
                 account=job.text("account"),
                 partition=job.text("partition"),
                 cluster=job.text("cluster"),
                 state=states[0],
-                start_ts=job.timestamp("time.start"),
-                end_ts=job.timestamp("time.end"),
+                start_ts=start,
+                end_ts=end,
                 nodes=expand_hostlist(nodes) if nodes and nodes != "None assigned" else (),
                 gpus=_gpus(job),
             )

@@ -11,11 +11,12 @@ nodes: `gpu:a100:2(IDX:0-1)`, `gpu:2(IDX:0,2-3)`, several GRES separated by comm
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import NamedTuple
 
 from gpufleet.integrations.slurm.hostlist import expand_hostlist
-from gpufleet.integrations.slurm.payload import Job, Payload
+from gpufleet.integrations.slurm.payload import MAX_AHEAD, Job, Payload, Refused, RefusedTime
 from gpufleet.integrations.slurm.sacct import SlurmJob, job_id
 
 # One GRES of a node's detail: name[:type]:count(IDX:...|shared detail), or name[:type](CNT:n).
@@ -74,11 +75,15 @@ def _node_names(job: Job) -> tuple[str, ...]:
     return expand_hostlist(text) if text else ()
 
 
-def parse_squeue(payload: Payload) -> dict[str, HeldGpus]:
-    """Each job with GPUs in its GRES detail (a running job), by job id (as sacct's)."""
+def parse_squeue(
+    payload: Payload, *, now: dt.datetime | None = None, refused: list[Refused] | None = None
+) -> dict[str, HeldGpus]:
+    """Each job with GPUs in its GRES detail (a running job), by job id (as sacct's). A job
+    whose start is out of range is refused, as `parse_sacct` refuses it."""
     held: dict[str, HeldGpus] = {}
+    latest = now + MAX_AHEAD if now is not None else None
     for index in range(len(payload.jobs)):
-        job = Job(payload, index)
+        job = Job(payload, index, latest=latest)
         details = job.get("gres_detail", required=False) or []
         if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
             raise job.error("gres_detail", "expected a list of strings")
@@ -99,6 +104,11 @@ def parse_squeue(payload: Payload) -> dict[str, HeldGpus]:
             continue
         base = job.number("job_id")
         key = job_id(job, base, ("array_job_id", "array_task_id"), ("het_job_id", "het_job_offset"))
+        try:
+            start = job.timestamp("start_time")
+        except RefusedTime as refusal:
+            job.refuse(key, refusal, refused, left_out="left out of squeue's GPUs")
+            continue
         running = SlurmJob(
             job_id=key,
             job_id_raw=None if base is None else str(base),
@@ -107,7 +117,7 @@ def parse_squeue(payload: Payload) -> dict[str, HeldGpus]:
             partition=job.text("partition"),
             cluster=job.text("cluster"),
             state=job.states("job_state")[0],
-            start_ts=job.timestamp("start_time"),
+            start_ts=start,
             end_ts=None,
             nodes=nodes,
             gpus=sum(len(n.gpu_indices) for n in per_node),
