@@ -213,6 +213,7 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     from gpufleet.warehouse.ingest import find_sample_files
     from gpufleet.warehouse.ingest.load import READ_AHEAD
     from gpufleet.warehouse.ingest.strict import Oversized, StrictRead, read_strict
+    from gpufleet.warehouse.ingest.values import time_limits
     from gpufleet.warehouse.lake import CompactAhead
     from gpufleet.warehouse.lake.compact_ahead import WRITER_THREADS, write_compacted
 
@@ -221,6 +222,7 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     config = Config(data_dir=data_dir)
     batches = _planned_batches(data_dir)
     ahead = CompactAhead.plan(config, find_sample_files(config), dt.date.max)
+    limits = time_limits(config.ingest, dt.datetime.now(dt.UTC))
 
     def write(number: int, rows: pa.Table, first: int) -> None:
         """Write every WRITER_THREADS-th host-day of a batch, from the `first`."""
@@ -238,13 +240,14 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     ):
         written: list[Future[None]] = []
         reads: deque[Future[StrictRead | Oversized | None]] = deque(
-            reader.submit(read_strict, config, batch, ahead) for batch in batches[:READ_AHEAD]
+            reader.submit(read_strict, config, batch, ahead, limits)
+            for batch in batches[:READ_AHEAD]
         )
         for number in range(len(batches)):
             read = reads.popleft().result()
             if number + READ_AHEAD < len(batches):
                 reads.append(
-                    reader.submit(read_strict, config, batches[number + READ_AHEAD], ahead)
+                    reader.submit(read_strict, config, batches[number + READ_AHEAD], ahead, limits)
                 )
             if not isinstance(read, StrictRead):
                 raise RuntimeError(f"batch {number} is not read in one pass: {read}")

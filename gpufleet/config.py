@@ -5,7 +5,9 @@ The keys, their defaults and their checks: docs/reference.md#configuration.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -76,9 +78,13 @@ class SmtpConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class IngestConfig:
-    """When `gpufleet ingest` and `gpufleet status` call the input stale."""
+    """When `gpufleet ingest` and `gpufleet status` call the input stale, and the times a
+    sample may have (docs/reference.md#valid-values)."""
 
     stale_after_minutes: int = 60  # no new sample file for this long is an error; 0: off
+    earliest: dt.date = dt.date(2015, 1, 1)  # a sample before this day is quarantined
+    # A sample more than this after the ingest's time is in the future: quarantined.
+    max_clock_skew_minutes: int = 1440
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +196,11 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "user_label": ((str,), "a label name or an empty string"),
     },
     "slurm": {"team_from": ((str,), '"account" or "user"'), "enabled": ((bool,), "true or false")},
-    "ingest": {"stale_after_minutes": ((int,), "a whole number of minutes")},
+    "ingest": {
+        "stale_after_minutes": ((int,), "a whole number of minutes"),
+        "earliest": ((dt.date, str), "a date such as 2015-01-01"),
+        "max_clock_skew_minutes": ((int,), "a whole number of minutes"),
+    },
     "retention": {k: ((int,), "a whole number") for k in ("samples_days", "reports_weeks")},
     "compute": {"dask": ((str,), '"", "local:N" or "tcp://host:port"')},
 }
@@ -261,6 +271,16 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             "stale_after_minutes",
             "'ingest.stale_after_minutes' must be >= 0 (0 turns the check off)",
         )
+    if config.ingest.max_clock_skew_minutes < 0:
+        raise fail(
+            "ingest", "max_clock_skew_minutes", "'ingest.max_clock_skew_minutes' must be >= 0"
+        )
+    if config.ingest.earliest > dt.datetime.now(dt.UTC).date():
+        raise fail(
+            "ingest",
+            "earliest",
+            f"'ingest.earliest' must not be in the future, got {config.ingest.earliest}",
+        )
     if any(not entry.strip() for entry in config.notify.opt_out):
         raise fail("notify", "opt_out", "'notify.opt_out' must not hold an empty name")
     check_prometheus(config, fail)
@@ -283,6 +303,26 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             raise fail(
                 "report", "recipients", f"'report.recipients' holds {recipient!r}, not an address"
             )
+
+
+def _day(path: Path, text: str, section: str, key: str, value: dt.date | str) -> dt.date:
+    """A date key's value: a TOML date (2015-01-01) or the same as a string."""
+    day: dt.date | None = None
+    if isinstance(value, str):
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+            try:
+                day = dt.date.fromisoformat(value.strip())
+            except ValueError:
+                day = None  # 2015-02-30
+    elif not isinstance(value, dt.datetime):  # a TOML date, not a date and time
+        day = value
+    if day is None:
+        shown = repr(value) if isinstance(value, str) else str(value)
+        raise GpufleetError(
+            f"{where_in(path, text, section, key)}: '{section}.{key}' must be a date such as "
+            f"2015-01-01, got {shown}"
+        )
+    return day
 
 
 def _sites(
@@ -342,6 +382,10 @@ def load_config(
         prometheus["series"] = series_overrides(path, text, prometheus["series"])
     if "timeout_seconds" in prometheus:
         prometheus["timeout_seconds"] = float(prometheus["timeout_seconds"])
+    ingest = section("ingest")
+    if "earliest" in ingest:
+        assert path is not None
+        ingest["earliest"] = _day(path, text, "ingest", "earliest", ingest["earliest"])
     idle = {k: float(v) for k, v in section("idle").items()}
     series = {k: float(v) for k, v in section("series").items()}
     config = Config(
@@ -360,7 +404,7 @@ def load_config(
         prometheus=PrometheusConfig(**prometheus),
         kubernetes=KubernetesConfig(**section("kubernetes")),
         slurm=SlurmConfig(**section("slurm")),
-        ingest=IngestConfig(**section("ingest")),
+        ingest=IngestConfig(**ingest),
         retention=RetentionConfig(**section("retention")),
         compute=ComputeConfig(**section("compute")),
         source=path,

@@ -215,9 +215,9 @@ def test_a_write_failing_while_the_next_batch_is_read_fails_the_ingest_cleanly(
 
     reads: list[int] = []
 
-    def recording_read(config: Config, batch: Any, ahead: Any) -> Any:
+    def recording_read(config: Config, batch: Any, ahead: Any, limits: Any) -> Any:
         reads.append(len(batch))
-        return read_strict(config, batch, ahead)
+        return read_strict(config, batch, ahead, limits)
 
     monkeypatch.setattr(ingest_module, "read_strict", recording_read)
     ingest_onto_a_full_disk(config, monkeypatch)

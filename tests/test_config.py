@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,14 @@ def test_password_comes_only_from_environment(
         ('timezone = "localtime"\n', r"line 1: unknown time zone 'localtime'"),
         ('[report]\nrecipients = ["ops@x.org", "Ops <ops>"]\n', r"line 2: .*'Ops <ops>', not an"),
         ('\n[report]\nsender = "gpufleet"\n', r"line 3: 'report.sender' is not an email address"),
+        ("[ingest]\nearliest = 20150101\n", r"line 2: 'ingest.earliest' must be a date such as"),
+        ('[ingest]\nearliest = "2015-02-30"\n', r"line 2: 'ingest.earliest' must be a date such"),
+        ('[ingest]\nearliest = "Jan 2015"\n', r"line 2: 'ingest.earliest' must be a date such as"),
+        ("[ingest]\nearliest = 2015-01-01T00:00:00Z\n", r"line 2: 'ingest.earliest' must be a"),
+        ("[ingest]\nearliest = 2999-01-01\n", r"line 2: 'ingest.earliest' must not be in the fu"),
+        ("[ingest]\nmax_clock_skew_minutes = -1\n", r"line 2: 'ingest.max_clock_skew_minutes' mu"),
+        ('[ingest]\nmax_clock_skew_minutes = "1d"\n', r"line 2: .* a whole number of minutes"),
+        ("[ingest]\nmax_clock_skew_minutes = 1.5\n", r"line 2: .* a whole number of minutes"),
     ],
 )
 def test_bad_file_is_one_line_naming_file_and_line(
@@ -103,6 +112,18 @@ def test_bad_file_is_one_line_naming_file_and_line(
     message = str(info.value)
     assert message.startswith(str(path))
     assert "\n" not in message
+
+
+def test_the_times_a_sample_may_have(tmp_path: Path) -> None:
+    """[ingest] earliest (a TOML date, or the same as a string) and max_clock_skew_minutes:
+    docs/reference.md#valid-values."""
+    assert Config().ingest.earliest == dt.date(2015, 1, 1)
+    assert Config().ingest.max_clock_skew_minutes == 24 * 60
+    for earliest in ("2020-06-01", '"2020-06-01"'):
+        text = f"[ingest]\nearliest = {earliest}\nmax_clock_skew_minutes = 0\n"
+        write(tmp_path / "gpufleet.toml", text)
+        ingest = load_config(data_dir=tmp_path, environ={}).ingest
+        assert (ingest.earliest, ingest.max_clock_skew_minutes) == (dt.date(2020, 6, 1), 0)
 
 
 def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:

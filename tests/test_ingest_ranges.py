@@ -1,21 +1,26 @@
 """Values outside their valid ranges (docs/reference.md#valid-values): NaN, infinities,
-absurd numbers and times far from the file's day quarantine the file, naming the column and
-the value, whichever way its batch is read; the edges of each range load."""
+absurd numbers, times far from the file's day, before [ingest] earliest or in the future
+quarantine the file, naming the column and the value, whichever way its batch is read; the
+edges of each range load."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
-from gpufleet.config import Config
-from gpufleet.warehouse.ingest import QuarantineWarning, ingest
-from gpufleet.warehouse.ingest.values import VALUE_RANGES, range_text
+from gpufleet.config import Config, IngestConfig
+from gpufleet.warehouse.build import build
+from gpufleet.warehouse.ingest import QuarantineWarning, find_sample_files, ingest, strict
+from gpufleet.warehouse.ingest import load as load_module
+from gpufleet.warehouse.ingest.fanned import LoadTask, run_load_task
+from gpufleet.warehouse.ingest.values import VALUE_RANGES, range_text, time_limits
 from tests.test_ingest import DAY1, count, query, sample, write_samples, write_table
 
 NAN, INF = math.nan, math.inf
@@ -147,15 +152,144 @@ def test_the_staged_path_quarantines_the_same_values_with_the_same_reasons(
     assert (result.samples_loaded, result.duplicates_skipped) == (3, 1)
 
 
-def test_a_file_outside_a_date_folder_needs_a_time_of_this_century(config: Config) -> None:
+def test_a_file_outside_a_date_folder_needs_a_time_within_the_limits(config: Config) -> None:
+    """No folder day to judge by: from [ingest] earliest to the ingest's time plus
+    [ingest] max_clock_skew_minutes."""
     write_samples(config.data_dir, "raw/samples/loose/a.parquet", [sample(0)])
     old = {**sample(0), "ts": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)}
     write_samples(config.data_dir, "raw/samples/loose/b.parquet", [old])
-    result = _ingest_expecting(config, "raw/samples/loose/b.parquet")
-    assert re.fullmatch(
-        r"column ts: value 1970-01-01 00:00:00 UTC is out of range \(2000-01-01 to 2099-12-31\)",
-        result.quarantined[0].reason,
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
+    write_samples(config.data_dir, "raw/samples/loose/c.parquet", [{**sample(0), "ts": soon}])
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, compact=False)
+    reasons = {q.path.rsplit("/", 1)[1]: q.reason for q in result.quarantined}
+    assert reasons.pop("b.parquet") == (
+        "column ts: value 1970-01-01 00:00:00 UTC is out of range "
+        "(before 2015-01-01, [ingest] earliest)"
     )
+    assert re.fullmatch(
+        rf"column ts: value {soon:%Y-%m-%d %H:%M:%S} UTC is out of range \(in the future: from "
+        r"\S+ \S+ UTC on, the ingest's time plus \[ingest\] max_clock_skew_minutes = 1440\)",
+        reasons.pop("c.parquet"),
+    )
+    assert (reasons, result.samples_loaded) == ({}, 1)
+
+
+# --- the times any sample may have: [ingest] earliest and max_clock_skew_minutes ----------
+
+
+def _in_folder(day: dt.date, name: str) -> str:
+    return f"raw/samples/date={day}/host=h1/{name}"
+
+
+def test_files_of_1970_and_2100_are_quarantined_and_stay_out_of_the_marts(
+    config: Config,
+) -> None:
+    """A `date=1970-01-01` or `date=2100-01-01` folder names a day outside the times a
+    sample may have: its files are quarantined with the reason whatever they hold (an
+    empty one too), and the marts hold neither year."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10)])
+    for year in (1970, 2100):
+        day = dt.date(year, 1, 1)
+        start = dt.datetime.combine(day, dt.time(9), dt.UTC)
+        rows = [sample(0, day=start), sample(10, day=start)]
+        write_samples(config.data_dir, _in_folder(day, "a.parquet"), rows)
+        write_samples(config.data_dir, _in_folder(day, "empty.parquet"), [])
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config)
+    reasons = {q.path: q.reason for q in result.quarantined}
+    old, new = dt.date(1970, 1, 1), dt.date(2100, 1, 1)
+    for name in ("a.parquet", "empty.parquet"):
+        assert reasons.pop(_in_folder(old, name)) == (
+            "its folder date=1970-01-01 is before 2015-01-01, [ingest] earliest"
+        )
+        assert re.fullmatch(
+            r"its folder date=2100-01-01 is in the future: from \S+ \S+ UTC on, the ingest's "
+            r"time plus \[ingest\] max_clock_skew_minutes = 1440",
+            reasons.pop(_in_folder(new, name)),
+        )
+        assert (config.quarantine_dir / _in_folder(new, name)).is_file()
+    assert (reasons, result.samples_loaded) == ({}, 2)
+    build(config)
+    for mart in ("gpu_daily", "team_daily", "host_daily"):
+        days = query(config, f"select distinct day from {mart}")
+        assert days == [(dt.date(2026, 11, 16),)], mart
+
+
+# An ingest told that today is 2090-01-01 takes 00:00 of it for its time: with an hour of
+# clock skew, a sample from 01:00 on is in the future.
+FAR_DAY = dt.date(2090, 1, 1)
+FAR = dt.datetime.combine(FAR_DAY, dt.time(), dt.UTC)
+LIMITED = IngestConfig(earliest=dt.date(2026, 11, 16), max_clock_skew_minutes=60)
+EARLY = dt.datetime(2026, 11, 15, 23, 59, 59, tzinfo=dt.UTC)  # in its folder's window
+LATE = FAR + dt.timedelta(hours=1)
+
+
+@pytest.mark.parametrize("way", ["one pass", "probed", "staged", "sliced"])
+def test_a_time_before_earliest_or_in_the_future_quarantines_its_file_on_every_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """A file with one sample before [ingest] earliest or in the future is quarantined
+    whole, with the same reason whichever way its batch is read; the edges load."""
+    config = Config(data_dir=tmp_path / "data", ingest=LIMITED)
+    first, last = dt.datetime(2026, 11, 16, tzinfo=dt.UTC), LATE - dt.timedelta(seconds=1)
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [{**sample(0), "ts": first}])
+    write_samples(
+        config.data_dir,
+        f"{DAY1}/early.parquet",
+        [*map(sample, (10, 20, 30)), {**sample(40), "ts": EARLY}],
+    )
+    future = [sample(seconds, day=FAR) for seconds in (10, 20, 30)]
+    write_samples(
+        config.data_dir,
+        _in_folder(FAR_DAY, "late.parquet"),
+        [*future, {**sample(40, day=FAR), "ts": LATE}],
+    )
+    write_samples(config.data_dir, _in_folder(FAR_DAY, "b.parquet"), [{**sample(0), "ts": last}])
+    if way == "probed":  # as when polars does not read a file that DuckDB reads
+        monkeypatch.setattr(load_module, "read_strict", lambda *_: None)
+    elif way == "staged":  # rows that repeat a key are staged in DuckDB
+        write_samples(config.data_dir, f"{DAY1}/a2.parquet", [{**sample(0), "ts": first}])
+        write_samples(
+            config.data_dir, _in_folder(FAR_DAY, "b2.parquet"), [{**sample(0), "ts": last}]
+        )
+    elif way == "sliced":  # the 4-row files are read in slices
+        monkeypatch.setattr(strict, "MAX_ROWS_PER_READ", 3)
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, compact=False, today=FAR_DAY)
+    reasons = {q.path.rsplit("/", 1)[1]: q.reason for q in result.quarantined}
+    assert reasons == {
+        "early.parquet": (
+            "column ts: value 2026-11-15 23:59:59 UTC is out of range "
+            "(before 2026-11-16, [ingest] earliest)"
+        ),
+        "late.parquet": (
+            "column ts: value 2090-01-01 01:00:00 UTC is out of range (in the future: from "
+            "2090-01-01 01:00:00 UTC on, the ingest's time plus [ingest] max_clock_skew_minutes "
+            "= 60)"
+        ),
+    }
+    assert query(config, "select distinct ts from samples order by ts") == [(first,), (last,)]
+    probed = {"one pass": 0, "probed": 2, "staged": 2, "sliced": 0}[way]
+    assert result.batches_probed == probed
+
+
+def test_a_dask_worker_checks_times_against_the_limits_of_the_ingest(config: Config) -> None:
+    """A worker's configuration is bare: the ingest's limits travel with its task, and a
+    batch with a file outside them is refused (the host sets the file aside)."""
+    early = {**sample(10), "ts": EARLY}
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), early])
+    files = tuple(find_sample_files(config))
+    task = LoadTask(
+        index=0,
+        count=1,
+        data_dir=str(config.data_dir.absolute()),
+        batches=(files,),
+        listed={DAY1: tuple(file.path for file in files)},
+        today=dt.date(2026, 11, 17),
+        limits=time_limits(LIMITED, dt.datetime.now(dt.UTC)),
+    )
+    assert run_load_task(task).batches == (None,)
 
 
 def test_a_foreign_writers_float64_nan_is_caught_after_the_cast(config: Config) -> None:

@@ -42,6 +42,7 @@ from gpufleet.warehouse.ingest.batch import (
 )
 from gpufleet.warehouse.ingest.strict import Oversized, read_strict
 from gpufleet.warehouse.ingest.uniform import repeats_a_key
+from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead, staging_directory
 from gpufleet.warehouse.lake.fanout import TASK_SOURCE_BYTES
 
@@ -56,6 +57,7 @@ class LoadTask:
     batches: tuple[tuple[SampleFile, ...], ...]
     listed: dict[str, tuple[str, ...]]  # each host-day's files (directory -> relative paths)
     today: dt.date  # host-days before it are over
+    limits: TimeLimits  # the times a sample may have (the host's [ingest] keys, its time)
 
     @property
     def label(self) -> str:
@@ -105,7 +107,7 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
 
 def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
     ahead = CompactAhead(config, task.today, task.listed)
-    read = read_strict(config, batch, ahead)
+    read = read_strict(config, batch, ahead, task.limits)
     if read is None or isinstance(read, Oversized) or read.bad or NOT_AHEAD in read.parts:
         return None
     for directory in {file.path.rsplit("/", 1)[0] for file in batch}:
@@ -164,11 +166,13 @@ class LoadFanOut:
         self,
         batches: Sequence[Sequence[SampleFile]],
         ahead: CompactAhead,
+        limits: TimeLimits,
         *,
         progress: Callable[[str], None] | None = None,
     ) -> list[BatchTaken | None]:
-        """Each batch read and compacted on the workers (None: left to the host). Batches
-        whose host-days are not all whole and over here are left to the host unread."""
+        """Each batch read (its times checked against `limits`) and compacted on the workers
+        (None: left to the host). Batches whose host-days are not all whole and over here
+        are left to the host unread."""
         sent = [index for index, batch in enumerate(batches) if ahead.whole(batch)]
         found: list[BatchTaken | None] = [None] * len(batches)
         if not sent:
@@ -190,6 +194,7 @@ class LoadFanOut:
                     d: ahead.listed[d] for d in {f.path.rsplit("/", 1)[0] for b in run for f in b}
                 },
                 today=ahead.today,
+                limits=limits,
             )
             for index, run in enumerate(runs)
         ]

@@ -1,12 +1,14 @@
 """Loading new sample files batch by batch, each read ahead in a thread while one loads.
 
-`load_samples` works through the batches of the files not loaded yet: each batch is read
-in one pass whoever wrote its files, its bad files set aside from their footers or their
-values, and loaded straight (`read_strict`, `load_rows`); a batch of more rows than one
-read may hold is read in pieces of whole files, and a larger file in slices
-(`sliced.py`); a batch the one pass cannot read (a file whose data does not decode, a
-column polars does not cast) or whose rows repeat a key is probed and loaded as it can be
-(`load_batch`), its bad files set aside for quarantine.
+`load_samples` sets aside the files whose `date=` folder names a day outside the times a
+sample may have (`values.folder_problem`), then works through the batches of the other
+files not loaded yet: each batch is read in one pass whoever wrote its files, its bad files
+set aside from their footers or their values (a time outside those limits among them), and
+loaded straight (`read_strict`, `load_rows`); a batch of more rows than one read may hold
+is read in pieces of whole files, and a larger file in slices (`sliced.py`); a batch the
+one pass cannot read (a file whose data does not decode, a column polars does not cast) or
+whose rows repeat a key is probed and loaded as it can be (`load_batch`), its bad files
+set aside for quarantine.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from gpufleet.warehouse.ingest.uniform import (
     load_uniform_batch,
     uniform_contract_columns,
 )
+from gpufleet.warehouse.ingest.values import TimeLimits, folder_problem, time_limits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 
 logger = logging.getLogger("gpufleet.ingest")
@@ -62,15 +65,22 @@ def load_samples(
     progress: Log | None = None,
     ahead: CompactAhead | None = None,
     fan_out: LoadFanOut | None = None,
+    limits: TimeLimits | None = None,
 ) -> IngestResult:
     """Load the files not loaded yet into `samples` through `con` (inside a transaction),
     writing the compacted files `ahead` asks for from the rows loaded; the batches of whole
-    host-days read and written on `fan_out`'s workers when given (`fanned.py`)."""
+    host-days read and written on `fan_out`'s workers when given (`fanned.py`). `limits`:
+    the times a sample may have (default: `config`'s at `now`)."""
     now = now or dt.datetime.now(dt.UTC)
+    limits = limits or time_limits(config.ingest, now)
     say = progress or logger.info
     started = time.perf_counter()
     new, changed = split_new_files(con, files)
     bad: dict[str, str] = {file.path: reason for file, reason in changed}
+    for file in new:
+        if (reason := folder_problem(file.path, limits)) is not None:
+            bad[file.path] = reason
+    new = [file for file in new if file.path not in bad]
 
     listed = time.perf_counter()
     batches = plan_batches(new)
@@ -84,7 +94,7 @@ def load_samples(
         sending = time.perf_counter()
         left: list[list[SampleFile]] = []
         try:
-            taken_all = fan_out.load(batches, ahead, progress=say)
+            taken_all = fan_out.load(batches, ahead, limits, progress=say)
             for batch, taken in zip(batches, taken_all, strict=True):
                 outcome = adopt(con, config, batch, taken, ahead) if taken else None
                 if outcome is None:
@@ -106,7 +116,7 @@ def load_samples(
 
         def start_reading(index: int) -> None:
             if index < len(batches):
-                reads.append(reader.submit(read_strict, config, batches[index], ahead))
+                reads.append(reader.submit(read_strict, config, batches[index], ahead, limits))
 
         for index in range(READ_AHEAD):
             start_reading(index)
@@ -119,7 +129,7 @@ def load_samples(
                 read = reads.popleft().result()
                 waited += time.perf_counter() - waiting
                 start_reading(number + READ_AHEAD - 1)
-                outcome, seconds = _load_batch(con, config, batch, read, ahead=ahead)
+                outcome, seconds = _load_batch(con, config, batch, read, ahead, limits)
                 del read  # its rows are loaded or written ahead
                 if seconds is not None:
                     probe_seconds += seconds
@@ -156,19 +166,19 @@ def _load_batch(
     config: Config,
     batch: Sequence[SampleFile],
     read: StrictRead | Oversized | None,
-    *,
     ahead: CompactAhead | None,
+    limits: TimeLimits,
 ) -> tuple[BatchOutcome, float | None]:
     """Load a batch as it was read (in one pass, too large to read at once, or not read),
     probing it when the one pass did not do; (the outcome, the seconds its probes took,
     None when none was needed)."""
     if isinstance(read, Oversized):
-        return _load_pieces(con, config, batch, ahead=ahead)
+        return _load_pieces(con, config, batch, ahead=ahead, limits=limits)
     outcome = _load_read(con, config, read, ahead=ahead)
     if outcome is not None:
         return outcome, None
     probing = time.perf_counter()
-    outcome = _load_probed(con, config, batch, ahead=ahead)
+    outcome = _load_probed(con, config, batch, ahead=ahead, limits=limits)
     return outcome, time.perf_counter() - probing
 
 
@@ -208,6 +218,7 @@ def _load_pieces(
     batch: Sequence[SampleFile],
     *,
     ahead: CompactAhead | None,
+    limits: TimeLimits,
 ) -> tuple[BatchOutcome, float | None]:
     """Load a batch of more rows than one read may hold: in pieces of whole files of at most
     `strict.MAX_ROWS_PER_READ` rows, read here one at a time, and each larger file alone,
@@ -218,15 +229,17 @@ def _load_pieces(
     for piece, sliced in _pieces(config, batch, limit):
         loaded: BatchOutcome | None = None
         if sliced:
-            loaded = load_sliced(con, config, piece[0], slice_rows=limit, ahead=ahead)
+            loaded = load_sliced(
+                con, config, piece[0], slice_rows=limit, ahead=ahead, limits=limits
+            )
         else:
-            read = read_batch(config, piece, ahead, max_rows=None)
+            read = read_batch(config, piece, ahead, max_rows=None, limits=limits)
             assert not isinstance(read, Oversized)
             loaded = _load_read(con, config, read, ahead=ahead)
             del read
         if loaded is None:
             probing = time.perf_counter()
-            loaded = _load_probed(con, config, piece, ahead=ahead)
+            loaded = _load_probed(con, config, piece, ahead=ahead, limits=limits)
             probe_seconds = (probe_seconds or 0.0) + time.perf_counter() - probing
         outcome.rows_read += loaded.rows_read
         outcome.rows_inserted += loaded.rows_inserted
@@ -271,13 +284,18 @@ def _load_probed(
     batch: Sequence[SampleFile],
     *,
     ahead: CompactAhead | None,
+    limits: TimeLimits,
 ) -> BatchOutcome:
     """Probe a batch's files (`probe_batch`), set aside those that cannot load, and load the
     rest as they can be (`load_batch`)."""
     probe = probe_batch(config, batch, versions=ahead is not None, memory_limit=READER_MEMORY_LIMIT)
     try:
         loadable = [file for file in batch if file.path not in probe.problems]
-        outcome = load_batch(con, config, loadable, probe, ahead=ahead) if loadable else None
+        outcome = (
+            load_batch(con, config, loadable, probe, ahead=ahead, limits=limits)
+            if loadable
+            else None
+        )
     finally:
         probe.reader.close()
     outcome = outcome or BatchOutcome()
@@ -292,10 +310,12 @@ def load_batch(
     probe: BatchProbe,
     *,
     ahead: CompactAhead | None = None,
+    limits: TimeLimits,
 ) -> BatchOutcome:
     """Insert one batch's new rows into `samples`: straight from the files in the common
     case (and write the compacted files of its whole host-days `ahead` asks for), else
-    staged, with bad files set aside and duplicates dropped."""
+    staged, with bad files (a sample outside `limits` among them) set aside and duplicates
+    dropped."""
     schemas = probe.schemas
     columns = uniform_contract_columns(batch, schemas)
     if columns is not None:
@@ -304,9 +324,11 @@ def load_batch(
             if ahead is not None
             else [NOT_AHEAD] * len(batch)
         )
-        outcome = load_uniform_batch(con, config, batch, columns, probe, ahead=ahead, parts=parts)
+        outcome = load_uniform_batch(
+            con, config, batch, columns, probe, ahead=ahead, parts=parts, limits=limits
+        )
         if outcome is not None:
             logger.debug("ingest: %d files loaded straight from the files", len(batch))
             return outcome
     logger.debug("ingest: %d files staged", len(batch))
-    return load_staged_batch(con, config, batch, schemas, ahead)
+    return load_staged_batch(con, config, batch, schemas, ahead, limits=limits)

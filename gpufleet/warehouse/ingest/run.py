@@ -20,15 +20,16 @@ from gpufleet.warehouse.ingest.arrival import check_input
 from gpufleet.warehouse.ingest.fanned import LoadFanOut
 from gpufleet.warehouse.ingest.files import check_listing, find_sample_files
 from gpufleet.warehouse.ingest.load import load_samples
-from gpufleet.warehouse.ingest.quarantine import move_to_quarantine, record_set_aside
+from gpufleet.warehouse.ingest.quarantine import move_to_quarantine
 from gpufleet.warehouse.ingest.result import IngestResult, Log
+from gpufleet.warehouse.ingest.values import time_limits
 from gpufleet.warehouse.lake.compact import compact_completed_days
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
 from gpufleet.warehouse.lake.fanout import CompactFanOut
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.warehouse.refs.listing import read_references
 from gpufleet.warehouse.refs.read import stray_host_teams
-from gpufleet.warehouse.refs.records import HOSTS_FILE, References, SetAside
+from gpufleet.warehouse.refs.records import HOSTS_FILE, References
 from gpufleet.warehouse.refs.tables import published_allocation_files, replace_references
 
 
@@ -112,7 +113,9 @@ def load_warehouse(
     load_fan_out: LoadFanOut | None = None,
 ) -> IngestResult:
     """One write transaction: new samples, loaded/quarantined files, reference tables,
-    and the compaction of host-days before `today` (UTC; default: the real today), those
+    and the compaction of host-days before `today` (UTC; default: the real today; a later
+    one is also the earliest time the ingest takes for now, from which a sample more than
+    `[ingest] max_clock_skew_minutes` on is in the future), those
     compacted from their files on `compact_fan_out`'s workers when given (`lake/fanout.py`),
     and the batches of whole host-days read and compacted on `load_fan_out`'s
     (`fanned.py`)."""
@@ -125,7 +128,10 @@ def load_warehouse(
         # Listed before the lock was taken: judged again now.
         listing = check_listing(con, config, files)
         checked = time.perf_counter()
-        day = today or dt.datetime.now(dt.UTC).date()
+        now = dt.datetime.now(dt.UTC)
+        day = today or now.date()
+        midnight = dt.datetime.combine(day, dt.time(), dt.UTC)
+        limits = time_limits(config.ingest, max(now, midnight))
         ahead = CompactAhead.plan(config, listing.files, day) if compact else None
         try:
             result = load_samples(
@@ -135,14 +141,10 @@ def load_warehouse(
                 progress=progress,
                 ahead=ahead,
                 fan_out=load_fan_out,
+                limits=limits,
             )
             loaded = time.perf_counter()
-            set_aside: list[SetAside] = list(references.set_aside)
-            references_changed = replace_references(con, references, set_aside=set_aside)
-            quarantined = (
-                *result.quarantined,
-                *record_set_aside(con, config, set_aside, dt.datetime.now(dt.UTC)),
-            )
+            references_changed = replace_references(con, references)
             allocations = con.execute("select count(*) from allocations").fetchone()
             slurm_jobs = con.execute("select count(*) from slurm_jobs").fetchone()
             allocation_teams = con.execute(
@@ -187,7 +189,7 @@ def load_warehouse(
         files_loaded=result.files_loaded,
         samples_loaded=result.samples_loaded,
         duplicates_skipped=result.duplicates_skipped,
-        quarantined=quarantined,
+        quarantined=result.quarantined,
         batches=result.batches,
         batches_probed=result.batches_probed,
         users=len(references.users),

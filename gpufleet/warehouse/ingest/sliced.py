@@ -36,7 +36,7 @@ from gpufleet.warehouse.ingest.batch import (
 from gpufleet.warehouse.ingest.footers import contract_schema, read_footer
 from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES
 from gpufleet.warehouse.ingest.strict import to_contract
-from gpufleet.warehouse.ingest.values import time_window, value_problems
+from gpufleet.warehouse.ingest.values import TimeLimits, time_window, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
@@ -70,9 +70,11 @@ def load_sliced(
     *,
     slice_rows: int,
     ahead: CompactAhead | None,
+    limits: TimeLimits,
 ) -> BatchOutcome | None:
-    """Load one large file `slice_rows` rows at a time (or set it aside); None when a slice
-    does not read as the one pass reads (the careful path then loads it)."""
+    """Load one large file `slice_rows` rows at a time (or set it aside, a time outside
+    `limits` among the reasons); None when a slice does not read as the one pass reads (the
+    careful path then loads it)."""
     path = str(config.data_dir / file.path)
     outcome = BatchOutcome()
     footer = read_footer(path, file.path)
@@ -82,7 +84,9 @@ def load_sliced(
     try:
         source = pq.ParquetFile(path)
         present = [name for name in source.schema_arrow.names if name in CONTRACT_TYPES]
-        survey = _survey(con, config, source, file, slice_rows, ahead if written_ahead else None)
+        survey = _survey(
+            con, config, source, file, slice_rows, ahead if written_ahead else None, limits
+        )
         if survey.problem is not None:
             outcome.bad[file.path] = survey.problem
             return outcome
@@ -136,12 +140,13 @@ def _survey(
     file: SampleFile,
     slice_rows: int,
     ahead: CompactAhead | None,
+    limits: TimeLimits,
 ) -> _Survey:
     """Read the checked columns slice by slice: the first bad row's reason, if any (the
     rest unread), else the file's rows and times, whether its keys are in order, and, with
     `ahead` (a file to write ahead), whether one was loaded before."""
     survey = _Survey()
-    windows, sites = [time_window(file.path)], [folder_site(file.path)]
+    windows, sites = [time_window(file.path, limits)], [folder_site(file.path)]
     checked = _UNCHECKED - {"cluster"} if sites[0] else _UNCHECKED
     columns = [n for n in source.schema_arrow.names if n in CONTRACT_TYPES and n not in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before

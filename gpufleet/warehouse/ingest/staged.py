@@ -29,7 +29,12 @@ from gpufleet.warehouse.ingest.batch import (
     create_existing_view,
 )
 from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES, unreadable_reason
-from gpufleet.warehouse.ingest.values import range_problem_sql, time_window, ts_problem_sql
+from gpufleet.warehouse.ingest.values import (
+    TimeLimits,
+    range_problem_sql,
+    time_window,
+    ts_problem_sql,
+)
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
@@ -72,12 +77,15 @@ def load_staged_batch(
     batch: Sequence[SampleFile],
     schemas: dict[str, dict[str, str]],
     ahead: CompactAhead | None = None,
+    *,
+    limits: TimeLimits,
 ) -> BatchOutcome:
     """Insert one batch's new rows into `samples_stored` through the staging table, with
-    bad files set aside and duplicates dropped (also those of the files written `ahead`)."""
+    bad files (a time outside `limits` among the reasons) set aside and duplicates dropped
+    (also those of the files written `ahead`)."""
     outcome = BatchOutcome()
     con.execute(_STAGING_DDL)
-    _stage_batch(con, config, batch, schemas, outcome.bad)
+    _stage_batch(con, config, batch, schemas, outcome.bad, limits)
     _set_aside_bad_files(con, batch, outcome.bad)
     add_loaded_files(con, "_ingest_batch", batch, outcome)
     if outcome.rows_read:
@@ -92,6 +100,7 @@ def _stage_batch(
     batch: Sequence[SampleFile],
     schemas: dict[str, dict[str, str]],
     bad: dict[str, str],
+    limits: TimeLimits,
 ) -> None:
     """Stage every file's rows, one read_parquet per schema group; a file that does not
     read goes into `bad` (path -> reason)."""
@@ -104,12 +113,12 @@ def _stage_batch(
     for key, members in groups.items():
         columns = dict(key)
         try:
-            _stage_group(con, config, members, columns)
+            _stage_group(con, config, members, columns, limits)
         except duckdb.Error:
             # A file whose footer reads but whose data does not: find it file by file.
             for member in members:
                 try:
-                    _stage_group(con, config, [member], columns)
+                    _stage_group(con, config, [member], columns, limits)
                 except duckdb.OutOfMemoryException:
                     raise  # the machine's problem, not the file's
                 except duckdb.Error as exc:
@@ -122,11 +131,12 @@ def _stage_group(
     config: Config,
     members: Sequence[tuple[int, SampleFile]],
     columns: dict[str, str],
+    limits: TimeLimits,
 ) -> None:
     """Insert one schema group's rows into the staging table (all or nothing)."""
     paths = [literal_path(str(config.data_dir / file.path)) for _, file in members]
     indexes = [index for index, _ in members]
-    windows = [time_window(file.path) for _, file in members]
+    windows = [time_window(file.path, limits) for _, file in members]
     sites = [folder_site(file.path) for _, file in members]
     # `file_index` is read_parquet's 0-based position of the row's file in `paths`.
     con.execute(
@@ -143,7 +153,8 @@ def _stage_group(
             "indexes": indexes,
             "lows": [window.low for window in windows],
             "highs": [window.high for window in windows],
-            "texts": [window.text for window in windows],
+            "early": [window.too_early for window in windows],
+            "late": [window.too_late for window in windows],
             "sites": sites,
         },
     )
@@ -154,10 +165,10 @@ def _staging_select(columns: dict[str, str]) -> str:
 
     Every cast is a try_cast; `_problem` names the first of a row's problems, in the order
     of `values.py`: a NULL in a required column, a value that did not survive its cast, a
-    value out of its range (`ts` out of its file's window: the lists `$lows`, `$highs` and
-    `$texts`, by file), each in column order, then a `cluster` that is not the site of its
-    file's folder (`$sites`, by file; `base/folder_sites.py`), which a NULL `cluster`
-    takes. The file holding it is quarantined.
+    value out of its range (`ts` out of its file's window: the lists `$lows`, `$highs`,
+    `$early` and `$late`, by file), each in column order, then a `cluster` that is not the
+    site of its file's folder (`$sites`, by file; `base/folder_sites.py`), which a NULL
+    `cluster` takes. The file holding it is quarantined.
     """
     site = "list_extract($sites::varchar[], src.file_index::integer + 1)"
     selects: list[str] = []
@@ -187,7 +198,8 @@ def _staging_select(columns: dict[str, str]) -> str:
                     value,
                     f"list_extract($lows::timestamptz[], {position})",
                     f"list_extract($highs::timestamptz[], {position})",
-                    f"list_extract($texts::varchar[], {position})",
+                    f"list_extract($early::varchar[], {position})",
+                    f"list_extract($late::varchar[], {position})",
                 )
             )
         elif name == "cluster":

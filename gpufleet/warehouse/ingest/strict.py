@@ -30,7 +30,12 @@ from gpufleet.warehouse.base.folder_sites import folder_site
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.footers import Footer, contract_schema, read_footer
 from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES
-from gpufleet.warehouse.ingest.values import time_window, unfit_reason, value_problems
+from gpufleet.warehouse.ingest.values import (
+    TimeLimits,
+    time_window,
+    unfit_reason,
+    value_problems,
+)
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 
 _PATH = "_path"  # the column polars names each row's file in (no contract column starts _)
@@ -65,10 +70,10 @@ class Oversized:
 
 
 def read_strict(
-    config: Config, batch: Sequence[SampleFile], ahead: CompactAhead | None
+    config: Config, batch: Sequence[SampleFile], ahead: CompactAhead | None, limits: TimeLimits
 ) -> StrictRead | Oversized | None:
     """The batch read in one pass (`read_batch`), or `Oversized` past `MAX_ROWS_PER_READ`."""
-    return read_batch(config, batch, ahead, max_rows=MAX_ROWS_PER_READ)
+    return read_batch(config, batch, ahead, max_rows=MAX_ROWS_PER_READ, limits=limits)
 
 
 def read_batch(
@@ -77,10 +82,12 @@ def read_batch(
     ahead: CompactAhead | None,
     *,
     max_rows: int | None,
+    limits: TimeLimits,
 ) -> StrictRead | Oversized | None:
     """The batch's rows (contract columns, then `_file_index`, `_part` and `_null`) sorted
-    by (_part, gpu_uuid, ts), with the files set aside; `Oversized` when it holds more than
-    `max_rows` rows; None when a file is not one the one pass reads."""
+    by (_part, gpu_uuid, ts), with the files set aside (a time outside `limits` among the
+    reasons); `Oversized` when it holds more than `max_rows` rows; None when a file is not
+    one the one pass reads."""
     paths = [str(config.data_dir / file.path) for file in batch]
     footers = [read_footer(path, file.path) for path, file in zip(paths, batch, strict=True)]
     bad = {
@@ -117,7 +124,7 @@ def read_batch(
     frame = _concat(frames)
     file_index = frame.get_column(_PATH).cast(pl.Enum(paths)).to_physical()
     frame = frame.drop(_PATH).with_columns(file_index.alias(_INDEX))
-    windows = [time_window(file.path) for file in batch]
+    windows = [time_window(file.path, limits) for file in batch]
     sites = [folder_site(file.path) for file in batch]
     unfit = _UNFIT if _UNFIT in frame.columns else None
     problems = value_problems(frame, windows, file_index=_INDEX, unfit=unfit, sites=sites)

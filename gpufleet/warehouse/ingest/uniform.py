@@ -33,7 +33,7 @@ from gpufleet.warehouse.ingest.batch import (
     create_existing_view,
 )
 from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES, BatchProbe, contract_type_names
-from gpufleet.warehouse.ingest.values import time_window, value_problems
+from gpufleet.warehouse.ingest.values import TimeLimits, time_window, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
@@ -68,6 +68,7 @@ def load_uniform_batch(
     *,
     ahead: CompactAhead | None,
     parts: list[int],
+    limits: TimeLimits,
 ) -> BatchOutcome | None:
     """Load a batch of the common case (see the module's docstring) from its files, read
     once: the host-days of `parts` as compacted files written `ahead`, the other rows into
@@ -106,7 +107,7 @@ def load_uniform_batch(
         reader.unregister("_ingest_parts")
     frame = pl.from_arrow(rows)
     assert isinstance(frame, pl.DataFrame)
-    windows = [time_window(file.path) for file in batch]
+    windows = [time_window(file.path, limits) for file in batch]
     sites = [folder_site(file.path) for file in batch]
     if value_problems(frame, windows, file_index="_file_index", sites=sites):
         return None  # a value out of its range: staging finds the files and their reasons

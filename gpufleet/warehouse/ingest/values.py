@@ -2,9 +2,12 @@
 
 The rules (docs/reference.md#valid-values): every measured number within its range (NaN and
 the infinities are within none), and `ts` within the UTC day that the file's `date=` folder
-names, with a day of clock skew either side. A file with one row outside them is
-quarantined, as one with a NULL in a required column or a value that does not fit its type
-is: its reason names the first bad row's column and value. The rules are checked on a
+names, with a day of clock skew either side, and within the times any sample may have
+(`TimeLimits`: from `[ingest] earliest` to the ingest's time plus `[ingest]
+max_clock_skew_minutes`). A file with one row outside them is quarantined, as one with a
+NULL in a required column or a value that does not fit its type is: its reason names the
+first bad row's column and value; so is a file whose `date=` folder names a day outside
+those times, whatever it holds (`folder_problem`). The rules are checked on a
 batch's rows as read, vectorised (`value_problems`, polars), and in the staged SQL
 (`range_problem_sql`), in the same order: a NULL in a required column, then a value that
 does not fit, then a value out of range, each in column order.
@@ -19,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+from gpufleet.config import IngestConfig
 from gpufleet.warehouse.base.folder_sites import site_reason
 from gpufleet.warehouse.base.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
 
@@ -27,8 +31,6 @@ MAX_POWER_W = 5000.0
 MAX_INTERVAL_S = 86_400.0  # a day
 # How far a sample's time may lie outside the day its folder names (a collector's clock).
 CLOCK_SKEW = dt.timedelta(days=1)
-# The times of a file outside a `date=` folder: this century's.
-LOOSE_FIRST_DAY, LOOSE_LAST_DAY = dt.date(2000, 1, 1), dt.date(2099, 12, 31)
 
 
 class ValueRange(NamedTuple):
@@ -73,39 +75,92 @@ def range_text(rule: ValueRange) -> str:
     return f"> {_number(rule.low)} and <= {_number(rule.high)}"
 
 
+class TimeLimits(NamedTuple):
+    """The times any sample may have, whatever its folder: from `earliest` to before
+    `latest` (UTC), as `time_limits` sets them."""
+
+    earliest: dt.datetime  # midnight of [ingest] earliest
+    latest: dt.datetime  # the ingest's time plus [ingest] max_clock_skew_minutes
+    skew_minutes: int
+
+    @property
+    def before_earliest(self) -> str:
+        """A time before `earliest`, as a reason names it."""
+        return f"before {self.earliest:%Y-%m-%d}, [ingest] earliest"
+
+    @property
+    def in_the_future(self) -> str:
+        """A time from `latest` on, as a reason names it."""
+        return (
+            f"in the future: from {self.latest:%Y-%m-%d %H:%M:%S} UTC on, the ingest's time "
+            f"plus [ingest] max_clock_skew_minutes = {self.skew_minutes}"
+        )
+
+
+def time_limits(ingest: IngestConfig, now: dt.datetime) -> TimeLimits:
+    """The limits of an ingest at `now` (aware) under `ingest`'s keys."""
+    skew = dt.timedelta(minutes=ingest.max_clock_skew_minutes)
+    return TimeLimits(
+        _midnight(ingest.earliest), now.astimezone(dt.UTC) + skew, ingest.max_clock_skew_minutes
+    )
+
+
 class TimeWindow(NamedTuple):
     """The times a file's samples may have: from `low` to before `high` (UTC)."""
 
     low: dt.datetime
     high: dt.datetime
-    text: str  # as a reason names it
+    too_early: str  # a time before `low`, as a reason names it
+    too_late: str  # a time from `high` on
 
 
 def _midnight(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), dt.UTC)
 
 
-def time_window(path: str) -> TimeWindow:
-    """The window of a file at `path` (relative or absolute): its `date=` folder's UTC day,
-    `CLOCK_SKEW` either side; this century for a file outside such a folder."""
+def _folder_day(path: str) -> tuple[str, dt.date] | None:
+    """The `date=` folder of a file at `path` (relative or absolute) and its day; None for a
+    file outside one (or in one that names no date)."""
     for part in reversed(path.split("/")[:-1]):
         if part.startswith("date="):
             try:
-                day = dt.date.fromisoformat(part.removeprefix("date="))
+                return part, dt.date.fromisoformat(part.removeprefix("date="))
             except ValueError:
-                break
-            first, last = day - CLOCK_SKEW, day + CLOCK_SKEW
-            skew = f"{CLOCK_SKEW.days} day" + ("s" if CLOCK_SKEW.days != 1 else "")
-            return TimeWindow(
-                _midnight(first),
-                _midnight(last + dt.timedelta(days=1)),
-                f"{first} to {last}: the day of its folder {part}, {skew} either side",
-            )
-    return TimeWindow(
-        _midnight(LOOSE_FIRST_DAY),
-        _midnight(LOOSE_LAST_DAY + dt.timedelta(days=1)),
-        f"{LOOSE_FIRST_DAY} to {LOOSE_LAST_DAY}",
-    )
+                return None
+    return None
+
+
+def time_window(path: str, limits: TimeLimits) -> TimeWindow:
+    """The window of a file at `path` (relative or absolute): its `date=` folder's UTC day,
+    `CLOCK_SKEW` either side, within `limits`; `limits` alone for a file outside such a
+    folder."""
+    low, high = limits.earliest, limits.latest
+    too_early, too_late = limits.before_earliest, limits.in_the_future
+    folder = _folder_day(path)
+    if folder is not None:
+        part, day = folder
+        first, last = day - CLOCK_SKEW, day + CLOCK_SKEW
+        skew = f"{CLOCK_SKEW.days} day" + ("s" if CLOCK_SKEW.days != 1 else "")
+        text = f"{first} to {last}: the day of its folder {part}, {skew} either side"
+        if _midnight(first) >= low:
+            low, too_early = _midnight(first), text
+        if _midnight(last + dt.timedelta(days=1)) <= high:
+            high, too_late = _midnight(last + dt.timedelta(days=1)), text
+    return TimeWindow(low, high, too_early, too_late)
+
+
+def folder_problem(path: str, limits: TimeLimits) -> str | None:
+    """Why a file at `path` is set aside for its `date=` folder alone: the folder names a
+    day before `limits.earliest`, or one that starts in the future; None when it does not."""
+    folder = _folder_day(path)
+    if folder is None:
+        return None
+    part, day = folder
+    if _midnight(day) < limits.earliest:
+        return f"its folder {part} is {limits.before_earliest}"
+    if _midnight(day) >= limits.latest:
+        return f"its folder {part} is {limits.in_the_future}"
+    return None
 
 
 def _micros(moment: dt.datetime) -> int:
@@ -202,8 +257,10 @@ def value_problems(
         elif kind == "site":
             problems[index] = site_reason(row[column], sites[index])
         elif kind == "ts":
-            shown = _shown(column, row[column])
-            problems[index] = f"column ts: value {shown} is out of range ({windows[index].text})"
+            window, value = windows[index], row[column]
+            early = value.replace(tzinfo=value.tzinfo or dt.UTC) < window.low
+            text = window.too_early if early else window.too_late
+            problems[index] = f"column ts: value {_shown(column, value)} is out of range ({text})"
         else:
             rule = next(r for r in VALUE_RANGES if r.column == column)
             shown = _shown(column, row[column])
@@ -236,11 +293,13 @@ def range_problem_sql(column: str, value: str) -> str | None:
     )
 
 
-def ts_problem_sql(value: str, low: str, high: str, text: str) -> str:
+def ts_problem_sql(value: str, low: str, high: str, too_early: str, too_late: str) -> str:
     """A SQL CASE naming the problem when the time `value` is outside [`low`, `high`) (SQL
-    expressions); `text` (SQL) describes the window."""
+    expressions); `too_early` and `too_late` (SQL) describe a time before `low`, from `high`
+    on."""
     shown = f"strftime(timezone('UTC', {value}), '%Y-%m-%d %H:%M:%S')"
+    reason = f"'column ts: value ' || {shown} || ' UTC is out of range ('"
     return (
-        f"case when {value} < {low} or {value} >= {high} "
-        f"then 'column ts: value ' || {shown} || ' UTC is out of range (' || {text} || ')' end"
+        f"case when {value} < {low} then {reason} || {too_early} || ')' "
+        f"when {value} >= {high} then {reason} || {too_late} || ')' end"
     )
