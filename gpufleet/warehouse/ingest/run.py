@@ -20,7 +20,7 @@ from gpufleet.warehouse.ingest.arrival import check_input
 from gpufleet.warehouse.ingest.fanned import LoadFanOut
 from gpufleet.warehouse.ingest.files import check_listing, find_sample_files
 from gpufleet.warehouse.ingest.load import load_samples
-from gpufleet.warehouse.ingest.quarantine import move_to_quarantine
+from gpufleet.warehouse.ingest.quarantine import move_to_quarantine, record_set_aside
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.values import time_limits
 from gpufleet.warehouse.lake.compact import compact_completed_days
@@ -29,7 +29,7 @@ from gpufleet.warehouse.lake.fanout import CompactFanOut
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.warehouse.refs.listing import read_references
 from gpufleet.warehouse.refs.read import stray_host_teams
-from gpufleet.warehouse.refs.records import HOSTS_FILE, References
+from gpufleet.warehouse.refs.records import HOSTS_FILE, References, SetAside
 from gpufleet.warehouse.refs.tables import published_allocation_files, replace_references
 
 
@@ -144,7 +144,12 @@ def load_warehouse(
                 limits=limits,
             )
             loaded = time.perf_counter()
-            references_changed = replace_references(con, references)
+            set_aside: list[SetAside] = list(references.set_aside)
+            references_changed = replace_references(con, references, set_aside=set_aside)
+            quarantined = (
+                *result.quarantined,
+                *record_set_aside(con, config, set_aside, dt.datetime.now(dt.UTC)),
+            )
             allocations = con.execute("select count(*) from allocations").fetchone()
             slurm_jobs = con.execute("select count(*) from slurm_jobs").fetchone()
             allocation_teams = con.execute(
@@ -189,7 +194,7 @@ def load_warehouse(
         files_loaded=result.files_loaded,
         samples_loaded=result.samples_loaded,
         duplicates_skipped=result.duplicates_skipped,
-        quarantined=result.quarantined,
+        quarantined=quarantined,
         batches=result.batches,
         batches_probed=result.batches_probed,
         users=len(references.users),
