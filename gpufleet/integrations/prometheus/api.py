@@ -67,8 +67,10 @@ class PrometheusApi:
         params = [("match[]", m) for m in matchers]
         params += [("start", _num(start_s)), ("end", _num(end_s))]
         data = self._get("/api/v1/series", params, what=f"series {' or '.join(matchers)}")
-        if not isinstance(data, list):
-            raise PrometheusError(f"series {' or '.join(matchers)}: the answer is not a list")
+        if not isinstance(data, list) or not all(isinstance(labels, dict) for labels in data):
+            raise PrometheusError(
+                f"series {' or '.join(matchers)}: the answer is not a list of label sets"
+            )
         return data
 
     def label_values(

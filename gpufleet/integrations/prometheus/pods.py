@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus.queries import team_label
-from gpufleet.integrations.prometheus.samples import gpu_of, label, point_times
+from gpufleet.integrations.prometheus.samples import gpu_of, label, labels_of, point_times
 from gpufleet.integrations.refmap import read_team_rows, team_on
 
 NAMESPACES_FILE = "namespaces.csv"
@@ -100,7 +100,7 @@ def pod_allocations(
             gpu = gpu_of(series, prometheus=prometheus, query=query)
             namespace = label(series, kubernetes.namespace_label, query=query)
             pod = label(series, kubernetes.pod_label, query=query)
-            labels = series.get("metric") or {}
+            labels = labels_of(series, query=query)
             found = pods.setdefault((namespace, pod, gpu.host, gpu.index), _PodOnGpu())
             found.steps.update(round(t * 1000) * 1000 for t in point_times(series, query=query))
             found.user = found.user or labels.get(kubernetes.user_label) or None

@@ -22,6 +22,7 @@ from gpufleet.integrations.prometheus.queries import Metric
 
 _MAX_GPU_INDEX = 65535
 _FLOAT32_MAX = 3.4e38
+_LAST_TIME_S = 253402300800.0  # 10000-01-01: no point of a range query is later
 # Columns whose value is their series' as it is (after scale and rounding).
 _PLAIN_COLUMNS = (
     "mem_util_pct",
@@ -47,9 +48,19 @@ class Gpu:
     name: str | None
 
 
+def labels_of(series: Any, *, query: str) -> dict[str, Any]:
+    """A series' labels; a series that is not `{"metric": {...}, "values": [...]}` fails."""
+    labels = (series.get("metric") or {}) if isinstance(series, dict) else None
+    if not isinstance(labels, dict):
+        raise PrometheusError(
+            f"query '{query}': a series that is not an object of labels and points"
+        )
+    return labels
+
+
 def label(series: dict[str, Any], name: str, *, query: str) -> str:
     """A label every series of the answer must carry."""
-    labels = series.get("metric") or {}
+    labels = labels_of(series, query=query)
     value = labels.get(name)
     if not value:
         shown = ", ".join(f"{k}={v!r}" for k, v in sorted(labels.items())) or "no labels"
@@ -70,21 +81,26 @@ def gpu_of(series: dict[str, Any], *, prometheus: PrometheusConfig, query: str) 
         raise PrometheusError(
             f"query '{query}': GPU {uuid} has '{prometheus.gpu_label}'={text!r}, not a GPU index"
         )
-    model = (series.get("metric") or {}).get(prometheus.model_label) or None
+    model = labels_of(series, query=query).get(prometheus.model_label) or None
     return Gpu(uuid, host, index, model)
 
 
 def point_times(series: dict[str, Any], *, query: str) -> list[float]:
-    """The times (seconds) of a series' points."""
+    """The times (seconds) of a series' points, each a time since the epoch before
+    `_LAST_TIME_S`."""
     values = series.get("values")
     try:
         if not isinstance(values, list):
             raise TypeError("no values")
-        return [float(time) for time, _ in values]
+        times = [float(time) for time, _ in values]
     except (TypeError, ValueError):
         raise PrometheusError(
             f"query '{query}': a series whose points are not [time, value]"
         ) from None
+    for time in times:
+        if not 0 <= time < _LAST_TIME_S:  # NaN too
+            raise PrometheusError(f"query '{query}': a point at time {time!r}, not a time")
+    return times
 
 
 def _numbers(texts: list[Any], *, query: str) -> pa.Array:
@@ -149,6 +165,12 @@ class HostSteps:
         step = pc.round(
             pc.divide(pc.subtract(pa.array(times, pa.float64()), self.first_s), self.step_s)
         ).cast(pa.int64())
+        if len(step) and not 0 <= pc.min(step).as_py() <= pc.max(step).as_py() < self.steps:
+            outside = pc.min(step) if pc.min(step).as_py() < 0 else pc.max(step)
+            moment = self.first_s + outside.as_py() * self.step_s
+            raise PrometheusError(
+                f"query '{query}': a point at time {moment}, outside the window asked for"
+            )
         keys = pc.add(pc.multiply(pa.array(rows, pa.int64()), self.steps), step)
         finite = pc.is_finite(values)  # Prometheus' NaN and infinities: no value
         keys, values = pc.filter(keys, finite), pc.multiply(pc.filter(values, finite), metric.scale)
