@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 from gpufleet.errors import GpufleetError
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²", which int() refuses
+# More names than any cluster has nodes: a host list that expands past it is a mistake (or
+# a record that would take the importer's memory), not a cluster.
+MAX_HOSTS = 100_000
 
 
 def _split_top(text: str) -> list[str]:
@@ -31,8 +36,10 @@ def _range(text: str, hostlist: str) -> list[str]:
     values = []
     for piece in text.split(","):
         first, _, last = piece.strip().partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
+        if not _DIGITS.fullmatch(first) or (last and not _DIGITS.fullmatch(last)):
             raise GpufleetError(f"host list {hostlist!r}: cannot read the range [{text}]")
+        if last and len(values) + int(last) - int(first) >= MAX_HOSTS:
+            raise GpufleetError(f"host list {hostlist!r}: more than {MAX_HOSTS:,} hosts")
         if not last:
             values.append(first)
             continue
@@ -50,5 +57,7 @@ def expand_hostlist(hostlist: str) -> tuple[str, ...]:
             _range(piece, hostlist) if position % 2 else [piece]
             for position, piece in enumerate(pieces)
         ]
+        if len(names) + math.prod(len(choice) for choice in choices) > MAX_HOSTS:
+            raise GpufleetError(f"host list {hostlist!r}: more than {MAX_HOSTS:,} hosts")
         names.extend("".join(combination) for combination in itertools.product(*choices))
     return tuple(names)
