@@ -33,7 +33,7 @@ def _split_top(text: str) -> list[str]:
 
 def _range(text: str, hostlist: str) -> list[str]:
     """`01-03,07` -> ['01', '02', '03', '07'] (keeping the width of zero-padded numbers)."""
-    values = []
+    values: list[str] = []
     for piece in text.split(","):
         first, _, last = piece.strip().partition("-")
         if not _DIGITS.fullmatch(first) or (last and not _DIGITS.fullmatch(last)):
