@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -197,6 +198,7 @@ _ENV.filters.update(
     number=format_number,
     usd=format_usd,
     time=format_time,
+    shell_word=shlex.quote,  # a name in a command line to copy: one word, run as none
 )
 _ENV.globals.update(
     change=change, kpi_tone=kpi_tone, jobs_min_gpu_hours=_gpu_hours_text(MIN_GPU_HOURS)

@@ -19,6 +19,7 @@ from gpufleet.cli.collect import add_collect
 from gpufleet.cli.common import Handler, add_global_options, command_parsers
 from gpufleet.cli.export import add_export
 from gpufleet.cli.imports import add_import
+from gpufleet.cli.job import add_job
 from gpufleet.cli.notify import add_notify
 from gpufleet.cli.pipeline import add_build, add_ingest, add_report, add_serve
 from gpufleet.cli.query import add_query
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_report,
         add_demo,
         add_query,
+        add_job,
         add_notify,
         add_export,
         add_import,
