@@ -19,8 +19,8 @@ from gpufleet.storage.mirror import mirror_raw_location
 from gpufleet.warehouse.ingest import (
     IngestResult,
     QuarantinedFile,
-    SampleFile,
-    find_sample_files,
+    SampleListing,
+    list_sample_files,
     load_warehouse,
     move_to_quarantine,
 )
@@ -45,14 +45,14 @@ def _is_io_error(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> 
     retry_delay_seconds=5,
     retry_condition_fn=_is_io_error,
 )
-def find_sample_files_task(config: Config) -> list[SampleFile]:
-    """List the visible Parquet files under raw/samples."""
-    return find_sample_files(config)
+def find_sample_files_task(config: Config) -> SampleListing:
+    """List the visible Parquet files under raw/samples, and what could not be read."""
+    return list_sample_files(config)
 
 
 @task(name="load-warehouse", cache_policy=NO_CACHE)
 def load_warehouse_task(
-    config: Config, references: References, files: list[SampleFile]
+    config: Config, references: References, listing: SampleListing
 ) -> IngestResult:
     """Load new samples and the reference tables in one published transaction; with
     `[compute] dask`, a backfill's whole host-days read and compacted as `load-host-days`
@@ -62,7 +62,8 @@ def load_warehouse_task(
     return load_warehouse(
         config,
         references,
-        files,
+        listing.files,
+        unreadable=listing.unreadable,
         progress=get_run_logger().info,
         compact_fan_out=dask_compact_fan_out(config) if dask else None,
         load_fan_out=dask_load_fan_out(config) if dask else None,
@@ -92,8 +93,8 @@ def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> Inges
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
-    files = find_sample_files_task(config)
-    result = load_warehouse_task(config, references, files)
+    listing = find_sample_files_task(config)
+    result = load_warehouse_task(config, references, listing)
     quarantine_files_task(config, result.quarantined)
     if result.input_problem:
         # The good files are loaded and published: the run fails visibly, in one line.

@@ -21,7 +21,7 @@ from gpufleet.collectors.schema import folder_host
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.warehouse.base.catalog import has_table
-from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.base.sample_files import SampleFile, Unreadable
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
 from gpufleet.warehouse.ingest.arrival import (
     ARRIVALS_TABLE,
@@ -30,8 +30,9 @@ from gpufleet.warehouse.ingest.arrival import (
     judge_input,
     location_state,
     newest_by_host,
+    root_unreadable,
 )
-from gpufleet.warehouse.ingest.files import find_sample_files
+from gpufleet.warehouse.ingest.files import list_sample_files
 from gpufleet.warehouse.publish.read_only import connect_read_only
 
 NO_CLUSTER = "-"  # the site column of a host whose folder names none
@@ -53,7 +54,7 @@ class HostStatus:
 @dataclass(frozen=True, kw_only=True)
 class FleetStatus:
     location: str
-    location_state: str  # ok, missing, empty
+    location_state: str  # ok, unreadable, missing, empty
     stale_after_minutes: int
     problem: str  # the one line `gpufleet ingest` fails with; "" when the input is fine
     note: str
@@ -63,6 +64,7 @@ class FleetStatus:
     backlog_files: int
     backlog_bytes: int
     hosts: tuple[HostStatus, ...]
+    unreadable: tuple[Unreadable, ...] = ()  # the folders (or files) the listing could not read
 
     @property
     def stale_hosts(self) -> tuple[str, ...]:
@@ -105,6 +107,10 @@ class FleetStatus:
                 for host in self.hosts
             ],
             "stale_hosts": list(self.stale_hosts),
+            "unreadable": [
+                {"path": item.path, "reason": item.reason, "is_folder": item.is_folder}
+                for item in self.unreadable
+            ],
         }
 
     def __str__(self) -> str:
@@ -130,6 +136,7 @@ class FleetStatus:
                     f"  {printable(host.host):<{width}}  {host.cluster or NO_CLUSTER:<7}  "
                     f"{iso_ns(host.last_file_ns):<25}  {host.files:>5,}{mark}"
                 )
+        lines += [f"unreadable: {item}" for item in self.unreadable]
         if self.note:
             lines.append(f"note: {printable(self.note)}")
         if self.problem:
@@ -140,7 +147,8 @@ class FleetStatus:
 def read_status(config: Config, *, now: dt.datetime | None = None) -> FleetStatus:
     """The status of `config`'s data directory at `now` (default: the real now)."""
     now = now or dt.datetime.now(dt.UTC)
-    files = find_sample_files(config)
+    listing = list_sample_files(config)
+    files = listing.files
     warehouse = _Warehouse(backlog=[(f.path, f.size_bytes) for f in files])
     if config.warehouse_path.is_file():
         con = connect_read_only(config)
@@ -156,17 +164,21 @@ def read_status(config: Config, *, now: dt.datetime | None = None) -> FleetStatu
     minutes = config.ingest.stale_after_minutes
     hosts = _hosts(files, loaded, arrived, now=now, stale_after_minutes=minutes)
     every_file = (*(row[2] for row in loaded), *(f.mtime_ns for f in files))
+    state = location_state(
+        config.samples_dir, len(files), unreadable=root_unreadable(config, listing.unreadable)
+    )
     check = judge_input(
         location=config.samples_dir,
-        state=location_state(config.samples_dir, len(files)),
+        state=state,
         files_loaded_before=len(loaded),
         newest_ns=max(arrived.values(), default=None) or max(every_file, default=None),
         stale_after_minutes=minutes,
         now=now,
+        unreadable=listing.unreadable,
     )
     return FleetStatus(
         location=str(config.samples_dir),
-        location_state=location_state(config.samples_dir, len(files)),
+        location_state=state,
         stale_after_minutes=minutes,
         problem=check.problem,
         note=check.note,
@@ -176,6 +188,7 @@ def read_status(config: Config, *, now: dt.datetime | None = None) -> FleetStatu
         backlog_files=len(warehouse.backlog),
         backlog_bytes=sum(size for _, size in warehouse.backlog),
         hosts=hosts,
+        unreadable=listing.unreadable,
     )
 
 

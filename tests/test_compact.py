@@ -336,3 +336,113 @@ def test_compacted_file_encodes_times_and_counters_compactly_and_reads_back_the_
         pytest.approx(sum(before["power_w"].to_pylist())),
         before.num_rows,
     )
+
+
+# --- a replaced file that comes back -----------------------------------------------------
+
+
+def _put_back(config: Config, name: str, table: pa.Table) -> Path:
+    """Write `name` (again) in the host-day's folder (an object overwritten in the bucket
+    and copied again, a file restored from a backup), plain: other values of a float
+    column leave its size as it was."""
+    path = config.samples_dir / f"date={DAY}" / "host=node-1" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="none", use_dictionary=False)
+    return path
+
+
+def _samples(config: Config) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as warehouse:
+        return warehouse.execute(
+            "select gpu_uuid, ts, gpu_util_pct from samples order by all"
+        ).fetchall()
+
+
+@pytest.mark.parametrize("way", ["from its files", "from the load, into the lake"])
+def test_a_replaced_file_back_with_other_rows_is_quarantined_as_changed_after_load(
+    tmp_path: Path, way: str
+) -> None:
+    """The rule for a file changed after its load holds whether or not its host-day was
+    compacted since (#56): the compacted file names the files it replaced."""
+    from gpufleet.warehouse.ingest import ingest
+
+    config = Config(data_dir=tmp_path)
+    original = sample_rows(midnight(DAY), 60, ("GPU-a", "GPU-b"))
+    size = _put_back(config, "a.parquet", original).stat().st_size
+    _put_back(config, "b.parquet", sample_rows(midnight(DAY), 60, ("GPU-c",)))
+    if way == "from its files":
+        ingest(config, compact=False)
+    first = ingest(config)
+    assert first.compaction is not None and first.compaction.partitions == 1
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as warehouse:
+        in_lake = warehouse.execute("select count(*) from build_state.lake_files").fetchone()
+    assert in_lake == ((1,) if way == "from the load, into the lake" else (0,))
+    before = _samples(config)
+    edited = original.set_column(
+        original.schema.get_field_index("gpu_util_pct"),
+        "gpu_util_pct",
+        pa.array([99.0] * original.num_rows, pa.float32()),
+    )
+    back = _put_back(config, "a.parquet", edited)
+    assert back.stat().st_size == size  # only its rows tell
+
+    with pytest.warns(UserWarning, match="changed after load"):
+        result = ingest(config)
+
+    relative = back.relative_to(tmp_path).as_posix()
+    assert [item.path for item in result.quarantined] == [relative]
+    (reason,) = [item.reason for item in result.quarantined]
+    assert reason.startswith(
+        f"changed after load (was {size:,} bytes when compacted-{DAY}.parquet replaced it; "
+        f"now {size:,} bytes, mtime "
+    )
+    assert (result.files_loaded, result.samples_loaded, result.duplicates_skipped) == (0, 0, 0)
+    assert not back.exists() and (config.quarantine_dir / relative).exists()
+    assert _samples(config) == before
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as warehouse:
+        assert warehouse.execute("select path, reason from quarantined_files").fetchall() == [
+            (relative, reason)
+        ]
+
+
+def test_a_replaced_file_back_with_the_same_rows_loads_and_is_compacted_in_again(
+    tmp_path: Path,
+) -> None:
+    """The same rows again are no change: the file loads (its samples all duplicates) and
+    its host-day is compacted again, the new compacted file naming the files the old one
+    replaced, so that a later edit of one is still caught."""
+    from gpufleet.warehouse.ingest import ingest
+
+    config = Config(data_dir=tmp_path)
+    tables = {
+        name: sample_rows(midnight(DAY), 60, (f"GPU-{name[0]}",))
+        for name in ("a.parquet", "b.parquet")
+    }
+    for name, table in tables.items():
+        _put_back(config, name, table)
+    ingest(config, compact=False)
+    ingest(config)
+    before = _samples(config)
+    _put_back(config, "a.parquet", tables["a.parquet"])
+
+    again = ingest(config)
+
+    assert again.quarantined == ()
+    assert (again.files_loaded, again.samples_loaded, again.duplicates_skipped) == (1, 0, 60)
+    assert again.compaction is not None and again.compaction.partitions == 1
+    directory = config.samples_dir / f"date={DAY}" / "host=node-1"
+    assert [p.name for p in directory.iterdir()] == [f"compacted-{DAY}.parquet"]
+    assert _samples(config) == before
+    b = tables["b.parquet"]
+    edited = b.set_column(
+        b.schema.get_field_index("gpu_util_pct"),
+        "gpu_util_pct",
+        pa.array([99.0] * b.num_rows, pa.float32()),
+    )
+    back = _put_back(config, "b.parquet", edited)
+
+    with pytest.warns(UserWarning, match="changed after load"):
+        result = ingest(config)
+
+    assert [item.path for item in result.quarantined] == [back.relative_to(tmp_path).as_posix()]
+    assert _samples(config) == before

@@ -32,6 +32,7 @@ from gpufleet.warehouse.ingest.batch import create_existing_view
 from gpufleet.warehouse.ingest.schemas import schema_problem
 from gpufleet.warehouse.ingest.staged import NEW_ROWS_SQL
 from gpufleet.warehouse.publish import write_transaction
+from tests.refused_reads import run_gpufleet
 
 T0 = dt.datetime(2026, 11, 16, 9, 0, tzinfo=dt.UTC)
 DAY1 = "raw/samples/date=2026-11-16/host=h1"
@@ -598,6 +599,64 @@ def test_the_listing_lists_linked_files_but_does_not_enter_linked_folders(
     assert [f.path for f in listing] == [f"{DAY1}/a.parquet", f"{DAY1}/b.parquet"]
     target = (elsewhere / "b.parquet").stat()
     assert (listing[1].size_bytes, listing[1].mtime_ns) == (target.st_size, target.st_mtime_ns)
+
+
+def test_a_folder_that_cannot_be_read_is_named_and_the_other_files_load(
+    config: Config, tmp_path: Path
+) -> None:
+    """Not skipped in silence (#56): the ingest loads what it can read, names the folder and
+    why in a warning, and fails once the rest is published; the folder loads once readable.
+    The command runs where the folder's mode bars it, root or not (`refused_reads.py`)."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    write_samples(config.data_dir, f"{DAY2}/b.parquet", [sample(0, day=T0 + dt.timedelta(1))])
+    refused = config.data_dir / DAY2
+    refused.chmod(0)
+    try:
+        completed = run_gpufleet(tmp_path, "--data-dir", str(config.data_dir), "ingest")
+    finally:
+        refused.chmod(0o755)
+
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stdout.startswith("ingest: 1 files, 1 new samples"), completed.stdout
+    assert (
+        f"  warning: {DAY2}: cannot be read (permission denied): the sample files below it "
+        "are not loaded"
+    ) in completed.stdout.splitlines()
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert errors == [
+        f"gpufleet: error: {config.samples_dir}: 1 folder or file below it cannot be read, so "
+        f"the sample files there are not loaded: {DAY2} (permission denied)"
+    ]
+    assert count(config) == 1
+    again = ingest(config)
+    assert (again.files_loaded, again.failures, again.warnings) == (1, (), ())
+    assert count(config) == 2
+
+
+def test_a_raw_samples_folder_that_cannot_be_read_says_so_not_unmounted(
+    config: Config, tmp_path: Path
+) -> None:
+    """`chmod 000 raw/samples` reads "permission denied", not "no sample file ... (a share
+    not mounted?)" (#56)."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    assert ingest(config).failures == ()
+    config.samples_dir.chmod(0)
+    try:
+        completed = run_gpufleet(tmp_path, "--data-dir", str(config.data_dir), "ingest")
+    finally:
+        config.samples_dir.chmod(0o755)
+
+    assert completed.returncode == 1, completed.stderr
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"gpufleet: error: {config.samples_dir}: the raw samples location cannot be read "
+        "(permission denied): its sample files are not loaded; newest sample file: "
+    ), errors
+    assert "mounted" not in completed.stdout + completed.stderr
+    assert (
+        "  warning: raw/samples: cannot be read (permission denied): the sample files below "
+        "it are not loaded"
+    ) in completed.stdout.splitlines()
 
 
 # --- batching and cost -----------------------------------------------------------------

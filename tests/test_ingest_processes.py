@@ -201,3 +201,57 @@ def test_concurrent_writers_queue_on_the_lock_and_load_each_sample_once(tmp_path
             1,
             30,
         )
+
+
+def _waits_on_the_lock(process: subprocess.Popen[str], lock: Path) -> bool:
+    """Whether `process` has the writers' lock file open: it listed its files and now waits
+    for the lock (`write_transaction`)."""
+    try:
+        links = [os.readlink(fd) for fd in Path(f"/proc/{process.pid}/fd").iterdir()]
+    except OSError:  # exited, or a descriptor closed while read
+        return False
+    return str(lock) in links
+
+
+def test_an_ingest_that_waited_for_another_lists_again_and_loads_what_is_new(
+    tmp_path: Path,
+) -> None:
+    """Two `gpufleet ingest`s at once (#56): the one that waited finds the files it listed
+    compacted by the other, lists again, loads the file that came meanwhile, says so, and
+    exits 0 (not "no sample file ... (a share not mounted?)")."""
+    config = Config(data_dir=tmp_path / "data")
+    for name in ("a", "b", "c"):
+        rows = [sample(s, gpu=f"GPU-{name}") for s in range(0, 100, 10)]
+        write_samples(config.data_dir, f"{DAY1}/{name}.parquet", rows)
+    lock = lock_path(config)
+    with open(lock, "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # both ingests list, then queue behind it
+        ingests = [
+            subprocess.Popen(
+                [str(GPUFLEET), "--data-dir", str(config.data_dir), "ingest"],
+                env=cli_env(tmp_path),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 300
+        while not all(_waits_on_the_lock(process, lock) for process in ingests):
+            assert all(process.poll() is None for process in ingests), "an ingest ended early"
+            assert time.monotonic() < deadline, "the ingests never reached the lock"
+            time.sleep(0.1)
+        # A file neither listed: only an ingest that lists again can see it.
+        late = [sample(s, gpu="GPU-d", day=T0 + dt.timedelta(days=1)) for s in range(0, 50, 10)]
+        write_samples(config.data_dir, f"{DAY2}/d.parquet", late)
+        fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+    outputs = [process.communicate(timeout=400) for process in ingests]
+
+    assert [process.returncode for process in ingests] == [0, 0], outputs
+    firsts = sorted(out.splitlines()[0] for out, _ in outputs)
+    assert firsts[0].startswith("ingest: 1 files, 5 new samples"), outputs
+    assert firsts[1].startswith("ingest: 3 files, 30 new samples"), outputs
+    waited = next(out for out, _ in outputs if out.startswith("ingest: 1 files"))
+    assert "note: another ingest loaded these files meanwhile: 3 files listed" in waited
+    assert all("mounted" not in out + err for out, err in outputs)
+    assert count_samples(config.warehouse_path) == 35

@@ -17,6 +17,7 @@ from gpufleet.status import read_status
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import lock_path, writer_lock
+from tests.refused_reads import run_gpufleet
 from tests.test_ingest import DAY1, DAY2, sample, write_samples
 
 HOUR_S = 3600
@@ -120,6 +121,47 @@ def test_a_missing_location_after_loading_is_stale(
     code, status = _status(config, capsys)
     assert code == 1 and status["location_state"] == "missing"
     assert "missing or not a folder" in status["problem"]
+    assert [h["host"] for h in status["hosts"]] == ["h1"]  # from what the warehouse loaded
+
+
+def test_folders_that_cannot_be_read_are_named_with_why(config: Config, tmp_path: Path) -> None:
+    """A refused folder is named, not skipped, and `raw/samples` refused reads "permission
+    denied", not "(empty)" (#56); the command runs where the mode bars it, root or not."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    ingest(config)
+    write_samples(config.data_dir, f"{DAY2}/b.parquet", [sample(0)])
+    args = ("--data-dir", str(config.data_dir), "status")
+    (config.data_dir / DAY2).chmod(0)
+    try:
+        folder = run_gpufleet(tmp_path, *args)
+    finally:
+        (config.data_dir / DAY2).chmod(0o755)
+    config.samples_dir.chmod(0)
+    try:
+        location = run_gpufleet(tmp_path, *args, "--json")
+    finally:
+        config.samples_dir.chmod(0o755)
+
+    assert folder.returncode == 1, folder.stderr
+    lines = folder.stdout.splitlines()
+    assert lines[0] == f"raw samples: {config.samples_dir} (ok), files loaded: 1"
+    assert (
+        f"unreadable: {DAY2}: cannot be read (permission denied): the sample files below it "
+        "are not loaded"
+    ) in lines
+    assert lines[-1] == (
+        f"stale: {config.samples_dir}: 1 folder or file below it cannot be read, so the "
+        f"sample files there are not loaded: {DAY2} (permission denied)"
+    )
+    assert location.returncode == 1, location.stderr
+    status = json.loads(location.stdout)
+    assert status["location_state"] == "unreadable"
+    assert status["problem"].startswith(
+        f"{config.samples_dir}: the raw samples location cannot be read (permission denied)"
+    )
+    assert status["unreadable"] == [
+        {"path": "raw/samples", "reason": "permission denied", "is_folder": True}
+    ]
     assert [h["host"] for h in status["hosts"]] == ["h1"]  # from what the warehouse loaded
 
 

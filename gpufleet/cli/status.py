@@ -17,8 +17,8 @@ def add_status(commands: argparse._SubParsersAction) -> None:
             "Show each host's last sample file, the last ingest and build, the files not "
             "loaded yet, and the hosts with no file for [ingest] stale_after_minutes. "
             "Read-only: it never waits for a running ingest or build. Exit status 1 when "
-            "the input is stale (the raw location missing or empty, no new file in time, "
-            "or a stale host)."
+            "the input is stale (the raw location missing, empty or unreadable, a folder below "
+            "it unreadable, no new file in time, or a stale host)."
         ),
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")

@@ -1,8 +1,8 @@
 """`gpufleet ingest`: new raw sample files found, read, checked and loaded batch by batch,
 the reference tables replaced, completed host-days compacted, bad files quarantined."""
 
-from gpufleet.warehouse.base.sample_files import SampleFile
-from gpufleet.warehouse.ingest.files import find_sample_files, plan_batches
+from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing, Unreadable
+from gpufleet.warehouse.ingest.files import find_sample_files, list_sample_files, plan_batches
 from gpufleet.warehouse.ingest.load import load_batch, load_samples
 from gpufleet.warehouse.ingest.quarantine import (
     QuarantinedFile,
@@ -23,8 +23,11 @@ __all__ = [
     "QuarantineWarning",
     "QuarantinedFile",
     "SampleFile",
+    "SampleListing",
+    "Unreadable",
     "find_sample_files",
     "ingest",
+    "list_sample_files",
     "load_batch",
     "load_new_files",
     "load_samples",

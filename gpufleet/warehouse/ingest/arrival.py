@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.console import printable
+from gpufleet.warehouse.base.sample_files import SampleFile, Unreadable
 from gpufleet.warehouse.lake.content import is_compacted
 
 NO_FILES_YET = "no sample files yet in {}"
@@ -44,8 +45,11 @@ class InputCheck:
     note: str = ""
 
 
-def location_state(location: Path, files_listed: int) -> str:
-    """`ok`, `missing` (gone or not a folder) or `empty` (no sample file below it)."""
+def location_state(location: Path, files_listed: int, *, unreadable: bool = False) -> str:
+    """`ok`, `unreadable` (its listing refused: `unreadable`), `missing` (gone or not a
+    folder) or `empty` (no sample file below it)."""
+    if unreadable:
+        return "unreadable"
     if not location.is_dir():
         return "missing"
     return "ok" if files_listed else "empty"
@@ -66,13 +70,53 @@ def judge_input(
     newest_ns: int | None,
     stale_after_minutes: int,
     now: dt.datetime,
+    unreadable: Sequence[Unreadable] = (),
 ) -> InputCheck:
     """The verdict on the input from the location's `state`, the files ever loaded from it,
-    and the newest file time known (listed or loaded). Nothing ever loaded is no problem:
-    a new data directory, or the first collectors still to come, say so in a note."""
+    the newest file time known (listed or loaded), and what below it could not be read.
+    Nothing ever loaded is no problem: a new data directory, or the first collectors still
+    to come, say so in a note. A location or a folder below it that cannot be read always
+    is: its files would never load, and nothing else would say so."""
+    check = _judge_arrival(
+        location=location,
+        state=state,
+        files_loaded_before=files_loaded_before,
+        newest_ns=newest_ns,
+        stale_after_minutes=stale_after_minutes,
+        now=now,
+        unreadable=unreadable,
+    )
+    if not unreadable or state == "unreadable":
+        return check
+    first, count = unreadable[0], len(unreadable)
+    what = "1 folder or file below it" if count == 1 else f"{count:,} folders or files below it"
+    more = f" and {count - 1:,} more" if count > 1 else ""
+    problem = (
+        f"{location}: {what} cannot be read, so the sample files there are not loaded: "
+        f"{printable(first.path)} ({first.reason}){more}"
+    )
+    return replace(check, problem="; ".join(p for p in (check.problem, problem) if p))
+
+
+def _judge_arrival(
+    *,
+    location: Path,
+    state: str,
+    files_loaded_before: int,
+    newest_ns: int | None,
+    stale_after_minutes: int,
+    now: dt.datetime,
+    unreadable: Sequence[Unreadable],
+) -> InputCheck:
+    newest = iso_ns(newest_ns)
+    if state == "unreadable":
+        reason = unreadable[0].reason if unreadable else "refused"
+        return InputCheck(
+            problem=f"{location}: the raw samples location cannot be read ({reason}): its "
+            f"sample files are not loaded; newest sample file: {newest}"
+        )
     if files_loaded_before == 0:
         return InputCheck(note=NO_FILES_YET.format(location)) if state != "ok" else InputCheck()
-    newest = iso_ns(newest_ns)
     if state == "missing":
         return InputCheck(
             problem=f"{location}: the raw samples location is missing or not a folder (a share "
@@ -142,9 +186,11 @@ def check_input(
     files: Sequence[SampleFile],
     *,
     now: dt.datetime | None = None,
+    unreadable: Sequence[Unreadable] = (),
 ) -> InputCheck:
     """Record when this ingest's listing says each host's files last arrived, and judge the
-    input (on the ingest's connection, with its files recorded in `loaded_files`)."""
+    input (on the ingest's connection, with its files recorded in `loaded_files`;
+    `unreadable`: what the listing could not read)."""
     now = now or dt.datetime.now(dt.UTC)
     record_arrivals(con, files, now=now)
     row = con.execute(
@@ -160,12 +206,21 @@ def check_input(
     loaded, newest = (int(row[0]), row[1]) if row else (0, None)
     return judge_input(
         location=config.samples_dir,
-        state=location_state(config.samples_dir, len(files)),
+        state=location_state(
+            config.samples_dir, len(files), unreadable=root_unreadable(config, unreadable)
+        ),
         files_loaded_before=loaded,
         newest_ns=newest,
         stale_after_minutes=config.ingest.stale_after_minutes,
         now=now,
+        unreadable=unreadable,
     )
+
+
+def root_unreadable(config: Config, unreadable: Sequence[Unreadable]) -> bool:
+    """Whether raw/samples itself is among what could not be read."""
+    root = config.samples_dir.relative_to(config.data_dir).as_posix()
+    return any(item.path == root for item in unreadable)
 
 
 def host_of(path: str) -> str | None:

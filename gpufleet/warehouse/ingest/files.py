@@ -19,9 +19,18 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.console import printable
-from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
+from gpufleet.warehouse.base.sample_files import (
+    LoadedFile,
+    SampleFile,
+    SampleListing,
+    Unreadable,
+)
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
-from gpufleet.warehouse.ingest.quarantine import QUARANTINE_CHANGED
+from gpufleet.warehouse.ingest.quarantine import (
+    QUARANTINE_CHANGED,
+    QuarantinedFile,
+    record_quarantined,
+)
 from gpufleet.warehouse.lake.content import (
     ChangedFile,
     is_compacted,
@@ -29,6 +38,7 @@ from gpufleet.warehouse.lake.content import (
     same_rows_as_warehouse,
     settle_compacted,
 )
+from gpufleet.warehouse.lake.replaced import replaced_files
 
 logger = logging.getLogger("gpufleet.ingest")
 
@@ -47,41 +57,77 @@ def _hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
-def find_sample_files(config: Config) -> list[SampleFile]:
+def list_sample_files(config: Config) -> SampleListing:
     """Every visible `*.parquet` below raw/samples, sorted by path (`os.scandir` with string
-    paths lists 126,000 files in a third of `os.walk` with `Path`s' time).
+    paths lists 126,000 files in a third of `os.walk` with `Path`s' time), and the folders
+    (or files) that could not be read, with why: a folder gone meanwhile, or not a folder,
+    is simply not listed (as `os.walk` skips it), but one refused (permission denied, an
+    I/O error on a share) is named, since its files would otherwise never load unseen.
 
     A folder linked in (a symbolic link) is not followed, and named in a warning:
     compaction swaps a host-day's folder for a rebuilt one, which would replace the link,
     not the folder it points to."""
     found: list[SampleFile] = []
+    unreadable: list[Unreadable] = []
     relative = config.samples_dir.relative_to(config.data_dir).as_posix()
     folders = [(os.fspath(config.samples_dir), relative)]  # (path, path below data_dir)
     while folders:
         directory, prefix = folders.pop()
         try:
             entries = os.scandir(directory)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             continue  # gone, or not a folder: os.walk skips it alike
+        except OSError as exc:
+            unreadable.append(Unreadable(prefix, _why(exc)))
+            continue
         with entries:
-            for entry in entries:
-                if _hidden(entry.name):
-                    continue
-                if entry.is_dir():
-                    if not entry.is_symlink():
-                        folders.append((entry.path, f"{prefix}/{entry.name}"))
-                    else:
-                        logger.warning(printable(LINKED_FOLDER.format(f"{prefix}/{entry.name}")))
-                    continue
-                if not entry.name.endswith(".parquet"):
-                    continue
-                try:
-                    stat = entry.stat()
-                except FileNotFoundError:
-                    continue  # compacted or quarantined under our feet
-                found.append(SampleFile(f"{prefix}/{entry.name}", stat.st_size, stat.st_mtime_ns))
+            try:
+                for entry in entries:
+                    if _hidden(entry.name):
+                        continue
+                    try:
+                        file = _listed(entry, prefix, folders)
+                    except FileNotFoundError:
+                        continue  # compacted or quarantined under our feet
+                    except OSError as exc:
+                        unreadable.append(Unreadable(f"{prefix}/{entry.name}", _why(exc), False))
+                        continue
+                    if file is not None:
+                        found.append(file)
+            except OSError as exc:  # the folder failed half-way (a share gone)
+                unreadable.append(Unreadable(prefix, _why(exc)))
     found.sort(key=lambda f: f.path)
-    return found
+    return SampleListing(found, tuple(sorted(unreadable, key=lambda u: u.path)))
+
+
+def _listed(
+    entry: os.DirEntry[str], prefix: str, folders: list[tuple[str, str]]
+) -> SampleFile | None:
+    """The sample file `entry` is, or None (a folder, queued on `folders`, or another file)."""
+    if entry.is_dir():
+        if not entry.is_symlink():
+            folders.append((entry.path, f"{prefix}/{entry.name}"))
+        else:
+            logger.warning(printable(LINKED_FOLDER.format(f"{prefix}/{entry.name}")))
+        return None
+    if not entry.name.endswith(".parquet"):
+        return None
+    stat = entry.stat()
+    return SampleFile(f"{prefix}/{entry.name}", stat.st_size, stat.st_mtime_ns)
+
+
+def _why(exc: OSError) -> str:
+    """The system's words for an error, in lower case: "permission denied"."""
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+def find_sample_files(config: Config) -> list[SampleFile]:
+    """The sample files of `list_sample_files`, each folder that could not be read named in
+    a warning of the log."""
+    listing = list_sample_files(config)
+    for item in listing.unreadable:
+        logger.warning(str(item))
+    return listing.files
 
 
 @dataclass(frozen=True)
@@ -91,57 +137,117 @@ class Listing:
 
     files: list[SampleFile]  # every file listed, less those gone since and those expired
     unsettled: list[SampleFile]  # those never loaded, or loaded and changed since
-    warnings: tuple[str, ...] = ()  # about compacted files edited since they were loaded
+    # About compacted files edited since they were loaded, and what could not be read.
+    warnings: tuple[str, ...] = ()
     # Files in `date=` folders that retention expired (before `expired_before`): not
     # loaded, left to the next build's deletion (`build/retention.py`).
     expired: int = 0
     expired_before: dt.date | None = None
+    # Each file loaded, replaced by its host-day's compacted file since, and found again
+    # with other content: quarantined as changed after load (recorded, to move).
+    changed: tuple[QuarantinedFile, ...] = ()
+    unreadable: tuple[Unreadable, ...] = ()  # what the listing could not read
+    # Files of the listing given that were gone once the lock was taken (another ingest
+    # loaded and compacted or quarantined them meanwhile): the files were listed again.
+    listed_again: int = 0
 
 
 def check_listing(
-    con: duckdb.DuckDBPyConnection, config: Config, files: Sequence[SampleFile]
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    files: Sequence[SampleFile],
+    *,
+    unreadable: Sequence[Unreadable] = (),
 ) -> Listing:
-    """Set aside the files gone since they were listed (never quarantined: a file compacted
-    or quarantined by the ingest before is simply gone), and judge each loaded file found
-    with another size or mtime by its content (`lake/content.py`): one that holds the same
+    """Judge a listing made before the writer lock. Files gone since it was made (never
+    quarantined: a file compacted or quarantined by another ingest is simply gone) make it
+    out of date: raw/samples is listed again, so that the files that ingest compacted, and
+    any new since, are this one's to judge and load. Each loaded file found with another
+    size or mtime is judged by its content (`lake/content.py`): one that holds the same
     has its new mtime recorded; an edited compacted file is written again or named in a
-    warning, never quarantined; an edited collector's file is left to quarantine. Files of
-    the UTC dates retention expired are left out: loaded, the next build would only delete
-    them again."""
+    warning, never quarantined; an edited collector's file is left to quarantine, as is a
+    file of a compacted host-day that the compacted file replaced and that came back with
+    other content (`lake/replaced.py`). Files of the UTC dates retention expired are left
+    out: loaded, the next build would only delete them again. `unreadable`: what the
+    listing could not read, each named in a warning."""
     cut = expired_before(con)
-    expired = 0
-    if cut is not None:
-        listed = len(files)
-        files = [f for f in files if not in_partition_before(f.path, cut)]
-        expired = listed - len(files)
-    rows = _unsettled_rows(con, files)
-    gone = _gone(config, [path for path, *_ in rows])
-    by_path = {f.path: f for f in files}
+    listed = _compare(con, config, files, cut)
+    listed_again = 0
+    if listed.gone:
+        listed_again = len(listed.gone)
+        logger.info(
+            "ingest: %s files listed were gone once the writer lock was taken (another "
+            "ingest loaded them meanwhile): listed again",
+            f"{listed_again:,}",
+        )
+        fresh = list_sample_files(config)
+        unreadable = fresh.unreadable
+        listed = _compare(con, config, fresh.files, cut)
+    by_path = {f.path: f for f in listed.files}
+    # the compacted file of each folder that has one listed
+    compacted = {f.path.rpartition("/")[0]: f.path for f in listed.files if is_compacted(f.path)}
+    replaced: dict[str, dict[str, int]] = {}  # size by name, by folder, read once each
     unsettled: list[SampleFile] = []
-    compacted: list[ChangedFile] = []
-    for path, size_bytes, mtime_ns, digest, lake_rows in rows:
+    edited: list[ChangedFile] = []
+    changed: list[tuple[str, str]] = []
+    for path, size_bytes, mtime_ns, digest, lake_rows in listed.rows:
         file = by_path[path]
-        if path in gone:
+        if path in listed.gone:
             continue
-        if size_bytes is None:  # never loaded
+        if size_bytes is None:  # never loaded, or loaded and replaced by a compacted file
+            folder, _, name = path.rpartition("/")
+            if folder in compacted and not is_compacted(path):
+                if folder not in replaced:
+                    replaced[folder] = replaced_files(config.data_dir / compacted[folder])
+                size_before = replaced[folder].get(name)
+                if size_before is not None and not (
+                    file.size_bytes == size_before and same_rows_as_warehouse(con, config, path)
+                ):
+                    changed.append((path, compacted_reason(size_before, compacted[folder], file)))
+                    continue
             unsettled.append(file)
         elif is_compacted(path):
-            compacted.append(ChangedFile(file, size_bytes, mtime_ns, digest, lake_rows))
+            edited.append(ChangedFile(file, size_bytes, mtime_ns, digest, lake_rows))
         elif file.size_bytes == size_bytes and same_rows_as_warehouse(con, config, path):
             record_same(con, file)
         else:
             unsettled.append(file)
-    warnings = settle_compacted(con, config, compacted)
+    warnings = [*map(str, unreadable), *settle_compacted(con, config, edited)]
     for warning in warnings:
         logger.warning(printable(warning))
-    kept = [f for f in files if f.path not in gone] if gone else list(files)
+    gone = listed.gone
     return Listing(
-        kept,
+        [f for f in listed.files if f.path not in gone] if gone else list(listed.files),
         sorted(unsettled, key=lambda f: f.path),
         tuple(warnings),
-        expired=expired,
-        expired_before=cut if expired else None,
+        expired=listed.expired,
+        expired_before=cut if listed.expired else None,
+        changed=record_quarantined(con, config, sorted(changed), dt.datetime.now(dt.UTC)),
+        unreadable=tuple(unreadable),
+        listed_again=listed_again,
     )
+
+
+@dataclass(frozen=True)
+class _Compared:
+    files: list[SampleFile]  # those listed, less those retention expired
+    expired: int
+    rows: list[tuple[Any, ...]]  # `_unsettled_rows`
+    gone: set[str]  # of `rows`, the paths no longer there
+
+
+def _compare(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    files: Sequence[SampleFile],
+    cut: dt.date | None,
+) -> _Compared:
+    """The listed files outside the expired partitions compared with `loaded_files`."""
+    kept = list(files)
+    if cut is not None:
+        kept = [f for f in files if not in_partition_before(f.path, cut)]
+    rows = _unsettled_rows(con, kept)
+    return _Compared(kept, len(files) - len(kept), rows, _gone(config, [p for p, *_ in rows]))
 
 
 def _unsettled_rows(
@@ -224,17 +330,26 @@ def split_new_files(
         if is_new:
             new.append(file)
         else:
-            changed.append(
-                (
-                    file,
-                    f"{QUARANTINE_CHANGED} (was {size_bytes:,} bytes, "
-                    f"mtime {_ns_iso(mtime_ns)}; now {file.size_bytes:,} bytes, "
-                    f"mtime {_ns_iso(file.mtime_ns)})",
-                )
-            )
+            changed.append((file, changed_reason(size_bytes, mtime_ns, file)))
     new.sort(key=lambda f: f.path)
     changed.sort(key=lambda item: item[0].path)
     return new, changed
+
+
+def changed_reason(size_bytes: int, mtime_ns: int, file: SampleFile) -> str:
+    """The quarantine reason of a file loaded at `size_bytes` and `mtime_ns`, now `file`."""
+    return (
+        f"{QUARANTINE_CHANGED} (was {size_bytes:,} bytes, mtime {_ns_iso(mtime_ns)}; "
+        f"now {file.size_bytes:,} bytes, mtime {_ns_iso(file.mtime_ns)})"
+    )
+
+
+def compacted_reason(size_bytes: int, compacted: str, file: SampleFile) -> str:
+    """The quarantine reason of a file replaced by `compacted` at `size_bytes`, now `file`."""
+    return (
+        f"{QUARANTINE_CHANGED} (was {size_bytes:,} bytes when {compacted.rsplit('/', 1)[-1]} "
+        f"replaced it; now {file.size_bytes:,} bytes, mtime {_ns_iso(file.mtime_ns)})"
+    )
 
 
 def _ns_iso(ns: int) -> str:

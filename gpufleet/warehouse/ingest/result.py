@@ -45,6 +45,9 @@ class IngestResult:
     # not loaded (the next build deletes them).
     expired_files: int = 0
     expired_before: dt.date | None = None
+    # Files its listing named that were gone once it had the writer lock (another ingest
+    # loaded them meanwhile): it listed raw/samples again.
+    listed_again: int = 0
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -78,6 +81,12 @@ class IngestResult:
         lines += [f"  warning: {printable(warning)}" for warning in self.warnings]
         if self.input_note:
             lines.append(f"  note: {printable(self.input_note)}")
+        if self.listed_again:
+            lines.append(
+                f"  note: another ingest loaded these files meanwhile: {self.listed_again:,} "
+                "files listed were gone once the writer lock was taken (compacted or "
+                "quarantined by it), so raw/samples was listed again"
+            )
         if self.expired_files:
             lines.append(
                 f"  note: {self.expired_files:,} files in date= folders before "

@@ -14,11 +14,11 @@ from dataclasses import replace
 
 from gpufleet.config import Config
 from gpufleet.storage.mirror import mirror_raw_location
-from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.base.sample_files import SampleFile, Unreadable
 from gpufleet.warehouse.build.models import apply_table_docs
 from gpufleet.warehouse.ingest.arrival import check_input
 from gpufleet.warehouse.ingest.fanned import LoadFanOut
-from gpufleet.warehouse.ingest.files import check_listing, find_sample_files
+from gpufleet.warehouse.ingest.files import check_listing, list_sample_files
 from gpufleet.warehouse.ingest.load import load_samples
 from gpufleet.warehouse.ingest.quarantine import move_to_quarantine, record_set_aside
 from gpufleet.warehouse.ingest.result import IngestResult, Log
@@ -68,12 +68,13 @@ def load_new_files(
     started = time.perf_counter()
     mirror_raw_location(config)  # raw_location = "s3://..." (a site's too): new files into raw/
     references = read_references(config, known=published_allocation_files(config))
-    files = find_sample_files(config)
+    listing = list_sample_files(config)
     listed = time.perf_counter()
     result = load_warehouse(
         config,
         references,
-        files,
+        listing.files,
+        unreadable=listing.unreadable,
         progress=progress,
         lock_timeout_s=lock_timeout_s,
         compact=compact,
@@ -111,6 +112,7 @@ def load_warehouse(
     today: dt.date | None = None,
     compact_fan_out: CompactFanOut | None = None,
     load_fan_out: LoadFanOut | None = None,
+    unreadable: Sequence[Unreadable] = (),
 ) -> IngestResult:
     """One write transaction: new samples, loaded/quarantined files, reference tables,
     and the compaction of host-days before `today` (UTC; default: the real today; a later
@@ -118,7 +120,7 @@ def load_warehouse(
     `[ingest] max_clock_skew_minutes` on is in the future), those
     compacted from their files on `compact_fan_out`'s workers when given (`lake/fanout.py`),
     and the batches of whole host-days read and compacted on `load_fan_out`'s
-    (`fanned.py`)."""
+    (`fanned.py`). `unreadable`: what the listing of `files` could not read."""
     started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         # Capped by the writer's connection (`WRITER_MEMORY_LIMIT`, `publish/slots.py`): DuckDB
@@ -126,7 +128,7 @@ def load_warehouse(
         # 2.6 GB uncapped).
         opened = time.perf_counter()
         # Listed before the lock was taken: judged again now.
-        listing = check_listing(con, config, files)
+        listing = check_listing(con, config, files, unreadable=unreadable)
         checked = time.perf_counter()
         now = dt.datetime.now(dt.UTC)
         day = today or now.date()
@@ -143,6 +145,8 @@ def load_warehouse(
                 fan_out=load_fan_out,
                 limits=limits,
             )
+            # Replaced by their host-day's compacted file since, and back with other content.
+            result = replace(result, quarantined=(*listing.changed, *result.quarantined))
             loaded = time.perf_counter()
             set_aside: list[SetAside] = list(references.set_aside)
             references_changed = replace_references(con, references, set_aside=set_aside)
@@ -178,7 +182,7 @@ def load_warehouse(
         if compaction is not None and compaction.from_load:
             apply_table_docs(con, "samples")  # the view names the lake's new files
         # Judged on what this ingest recorded; the caller fails on a problem once published.
-        arrival = check_input(con, config, listing.files)
+        arrival = check_input(con, config, listing.files, unreadable=listing.unreadable)
         compacted = time.perf_counter()
     steps = (
         ("opening the warehouse", opened - started),
@@ -209,6 +213,7 @@ def load_warehouse(
         input_note=arrival.note,
         expired_files=listing.expired,
         expired_before=listing.expired_before,
+        listed_again=listing.listed_again,
         step_seconds=steps,
         alongside_seconds=(
             *result.alongside_seconds,

@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from gpufleet.warehouse.lake.compact_ahead import (
 )
 from gpufleet.warehouse.lake.content import content_hash
 from gpufleet.warehouse.lake.fanout import CompactFanOut, HostDay
+from gpufleet.warehouse.lake.replaced import replaced_files
 from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish.log import current_generation
 
@@ -65,6 +66,9 @@ class _Partition:
     day: dt.date
     files: tuple[str, ...]  # paths relative to the data directory
     size_bytes: int  # of those files together
+    # The collector files its compacted file replaces (size by name, as loaded), those its
+    # compacted file named before included (`replaced.py`).
+    replaced: tuple[tuple[str, int], ...] = ()
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -120,8 +124,22 @@ def _candidates(
         # waits for the next ingest, a changed one for its quarantine.
         if present == loaded and not exclude & loaded.keys():
             size = sum(size for size, _ in loaded.values())
-            partitions.append(_Partition(absolute, day, tuple(sorted(loaded)), size))
+            replaced = _replaced(absolute, day, loaded)
+            partitions.append(_Partition(absolute, day, tuple(sorted(loaded)), size, replaced))
     return partitions
+
+
+def _replaced(
+    directory: Path, day: dt.date, loaded: dict[str, tuple[int, int]]
+) -> tuple[tuple[str, int], ...]:
+    """The collector files a host-day's new compacted file replaces, size by name: its
+    loaded files, and those its compacted file, when it is one of them, replaced before."""
+    name = compacted_name(day)
+    sizes = {path.rsplit("/", 1)[-1]: size for path, (size, _) in loaded.items()}
+    replaced = replaced_files(directory / name) if name in sizes else {}
+    replaced.update(sizes)
+    replaced.pop(name, None)
+    return tuple(sorted(replaced.items()))
 
 
 def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
@@ -145,10 +163,17 @@ def _select_list(con: duckdb.DuckDBPyConnection, sources: list[str]) -> str:
 COMPACT_BATCH_ROWS = 100_000
 
 
-def compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], target: Path) -> None:
+def compact_from_files(
+    con: duckdb.DuckDBPyConnection,
+    sources: list[str],
+    target: Path,
+    *,
+    replaced: Mapping[str, int] | None = None,
+) -> None:
     """Compact the sources (their rows read again; each (gpu_uuid, ts) once, the first by
     the sources' order, as the load kept it) into `target`: the same rows and bytes on any
-    connection (a Dask worker's: `fanout.py`)."""
+    connection (a Dask worker's: `fanout.py`). `replaced`: the collector files it stands
+    for, size by name (`replaced.py`)."""
     versions = joined_versions(list(collector_versions(con, sources).values()))
     # A relation, not an executed statement: DuckDB hands its rows over as they come.
     rows = con.sql(
@@ -167,7 +192,9 @@ def compact_from_files(con: duckdb.DuckDBPyConnection, sources: list[str], targe
         """,
         params={"sources": sources},
     ).to_arrow_reader(COMPACT_BATCH_ROWS)
-    write_compacted_batches(rows, target, versions=versions, sources=len(sources))
+    write_compacted_batches(
+        rows, target, versions=versions, sources=len(sources), replaced=replaced
+    )
 
 
 def _compact_one(
@@ -190,7 +217,9 @@ def _compact_one(
             sources = [literal_path(str(config.data_dir / path)) for path in partition.files]
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
-            compact_from_files(con, sources, staging / target_name)
+            compact_from_files(
+                con, sources, staging / target_name, replaced=dict(partition.replaced)
+            )
     except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
         text = str(exc).strip()
         failure = text.splitlines()[0] if text else type(exc).__name__
@@ -219,7 +248,10 @@ def _compact_on_workers(
 ) -> dict[Path, str]:
     """Write the partitions' compacted files into their staging directories on `fan_out`'s
     workers; those whose files could not be read, with why (raises when a task failed)."""
-    host_days = [HostDay.of(config, p.directory, p.day, p.files, p.size_bytes) for p in partitions]
+    host_days = [
+        HostDay.of(config, p.directory, p.day, p.files, p.size_bytes, replaced=p.replaced)
+        for p in partitions
+    ]
     failed = fan_out.compact(con, host_days, progress=progress)
     return {
         partition.directory: failed[day.directory]

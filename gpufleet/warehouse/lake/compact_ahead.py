@@ -30,6 +30,7 @@ from gpufleet.collectors.writer import write_row_groups_atomically, write_table_
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
 from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.lake.replaced import replaced_metadata
 from gpufleet.warehouse.publish.log import current_generation
 
 COMPACTED_PREFIX = "compacted-"
@@ -80,7 +81,9 @@ def partition_day(directory: str) -> dt.date | None:
         return None
 
 
-def _compacted_schema(schema: pa.Schema, *, versions: str, sources: int) -> pa.Schema:
+def _compacted_schema(
+    schema: pa.Schema, *, versions: str, sources: int, replaced: Mapping[str, int]
+) -> pa.Schema:
     """The contract's schema plus the extra columns of `schema`, with the file metadata."""
     extras = [field for field in schema if field.name not in SAMPLE_SCHEMA.names]
     return pa.schema([*SAMPLE_SCHEMA, *extras]).with_metadata(
@@ -88,14 +91,25 @@ def _compacted_schema(schema: pa.Schema, *, versions: str, sources: int) -> pa.S
             **file_metadata(),
             b"gpufleet.collector_version": versions.encode(),
             b"gpufleet.compacted_from": str(sources).encode(),
+            **(replaced_metadata(replaced) if replaced else {}),
         }
     )
 
 
-def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: int) -> None:
+def write_compacted(
+    table: pa.Table,
+    target: Path,
+    *,
+    versions: str,
+    sources: int,
+    replaced: Mapping[str, int] | None = None,
+) -> None:
     """Write one host-day's rows (each (gpu_uuid, ts) once, sorted by (gpu_uuid, ts)) in the
-    contract's schema plus any extra columns, lz4, one row group per GPU."""
-    schema = _compacted_schema(table.schema, versions=versions, sources=sources)
+    contract's schema plus any extra columns, lz4, one row group per GPU; `replaced`: the
+    collector files it replaces, size by name (`replaced.py`)."""
+    schema = _compacted_schema(
+        table.schema, versions=versions, sources=sources, replaced=replaced or {}
+    )
     # One row group per GPU: a reader of some GPUs (a full build's slices) skips the rest
     # by the row groups' gpu_uuid statistics.
     runs = pc.run_end_encode(table.column("gpu_uuid").combine_chunks())
@@ -112,11 +126,18 @@ def write_compacted(table: pa.Table, target: Path, *, versions: str, sources: in
 
 
 def write_compacted_batches(
-    batches: pa.RecordBatchReader, target: Path, *, versions: str, sources: int
+    batches: pa.RecordBatchReader,
+    target: Path,
+    *,
+    versions: str,
+    sources: int,
+    replaced: Mapping[str, int] | None = None,
 ) -> None:
     """`write_compacted` for rows that come in batches (a host-day larger than memory should
     hold): the same file, with one GPU's rows in memory at a time."""
-    schema = _compacted_schema(batches.schema, versions=versions, sources=sources)
+    schema = _compacted_schema(
+        batches.schema, versions=versions, sources=sources, replaced=replaced or {}
+    )
 
     def by_gpu() -> Iterator[pa.Table]:
         pending: list[pa.Table] = []  # the rows of the GPU whose rows may still come
@@ -177,6 +198,7 @@ class _Job:
     rows: pa.Table
     versions: str  # the collector versions of its files, joined
     sources: int  # how many collector files it is written from
+    replaced: dict[str, int]  # those files' sizes, by name
 
 
 @dataclass
@@ -293,6 +315,7 @@ class CompactAhead:
                     part_rows.drop_columns(["_file_index", "_part", "_null"]),
                     joined_versions([versions[p] for p in sources if p in versions]),
                     len(sources),
+                    {file.path.rsplit("/", 1)[-1]: file.size_bytes for file in members[part]},
                 )
             )
         if jobs:
@@ -331,6 +354,7 @@ class CompactAhead:
                 target,
                 versions=joined_versions([version] if version else []),
                 sources=1,
+                replaced={file.path.rsplit("/", 1)[-1]: file.size_bytes},
             )
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -344,7 +368,13 @@ class CompactAhead:
         started = time.perf_counter()
         try:
             for job in jobs:
-                write_compacted(job.rows, job.target, versions=job.versions, sources=job.sources)
+                write_compacted(
+                    job.rows,
+                    job.target,
+                    versions=job.versions,
+                    sources=job.sources,
+                    replaced=job.replaced,
+                )
         finally:
             self.write_seconds += time.perf_counter() - started
 

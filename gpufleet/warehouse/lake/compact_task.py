@@ -45,7 +45,12 @@ def run_compact_task(task: CompactTask) -> CompactTaskResult:
             if not Path(host_day.target).parent.is_dir():
                 raise FileNotFoundError(f"{host_day.target}: the ingest is over")
             try:
-                compact_from_files(con, list(host_day.sources), Path(host_day.target))
+                compact_from_files(
+                    con,
+                    list(host_day.sources),
+                    Path(host_day.target),
+                    replaced=dict(host_day.replaced),
+                )
             except (duckdb.Error, pa.ArrowException, GpufleetError) as exc:
                 text = str(exc).strip()
                 failed[host_day.directory] = text.splitlines()[0] if text else type(exc).__name__

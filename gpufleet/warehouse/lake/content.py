@@ -33,6 +33,7 @@ from gpufleet.warehouse.base.raw_tables import (
 )
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.lake.compact_ahead import write_compacted
+from gpufleet.warehouse.lake.replaced import replaced_files
 
 COMPACTED_PATH = re.compile(
     r"^raw/samples/date=(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})/host=(?P<host>[^/]+)/compacted-[^/]+$"
@@ -150,8 +151,9 @@ def _contract_columns(con: duckdb.DuckDBPyConnection, source: str) -> str:
 
 
 def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path: str) -> bool:
-    """Whether the file reads to as many rows as when it was loaded, each with the same
-    values as the warehouse's sample of its (gpu_uuid, ts) (a 64-bit hash of the row)."""
+    """Whether the file reads to as many rows as when it was loaded (a file `loaded_files`
+    no longer lists: any number), each with the same values as the warehouse's sample of
+    its (gpu_uuid, ts) (a 64-bit hash of the row)."""
     source = literal_path(str((config.data_dir / path).absolute()))
     try:
         con.execute(
@@ -176,7 +178,7 @@ def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path:
             select
                 count(*),
                 count(*) filter (where kept.row_hash = touched.row_hash),
-                (select row_count from loaded_files where path = $path),
+                coalesce((select row_count from loaded_files where path = $path), count(*)),
             from _touched_rows as touched
             left join kept using (gpu_uuid, ts)
             """,
@@ -222,7 +224,9 @@ def rewrite_from_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path:
         params={**window, "keys": keys},
     ).to_arrow_table()
     target = config.data_dir / path
-    write_compacted(table, target, versions=_versions(target), sources=0)
+    write_compacted(
+        table, target, versions=_versions(target), sources=0, replaced=replaced_files(target)
+    )
     stat = target.stat()
     _record_file(con, SampleFile(path, stat.st_size, stat.st_mtime_ns), content_hash(target))
     return table.num_rows

@@ -43,10 +43,19 @@ class HostDay:
     sources: tuple[str, ...]  # its collector files, sorted (`literal_path` patterns)
     target: str  # the compacted file, in the host-day's staging directory
     size_bytes: int  # of the sources together
+    # The collector files its compacted file replaces, (name, size) (`replaced.py`).
+    replaced: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def of(
-        cls, config: Config, directory: Path, day: dt.date, files: Sequence[str], size_bytes: int
+        cls,
+        config: Config,
+        directory: Path,
+        day: dt.date,
+        files: Sequence[str],
+        size_bytes: int,
+        *,
+        replaced: tuple[tuple[str, int], ...] = (),
     ) -> HostDay:
         """The host-day of `directory` (under the data directory) and its `files` (relative
         to it)."""
@@ -57,6 +66,7 @@ class HostDay:
             sources=tuple(literal_path(str(data_dir / path)) for path in files),
             target=str(staging_directory(absolute) / compacted_name(day)),
             size_bytes=size_bytes,
+            replaced=replaced,
         )
 
 
