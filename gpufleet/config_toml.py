@@ -68,6 +68,8 @@ def read_toml(path: Path) -> tuple[str, dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise GpufleetError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise GpufleetError(f"{path}: not UTF-8 text ({exc.reason})") from exc
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
