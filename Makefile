@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: demo test lint docs bench install browser prometheus slurm s3 clean
+.PHONY: demo test fuzz lint docs bench install browser prometheus slurm s3 clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: $(STAMP)
 # per core up to 4: 11 minutes on 2 cores, against 17 one file after another.
 test: $(STAMP) browser prometheus slurm s3 lint
 	$(VENV)/bin/pytest --numprocesses auto --maxprocesses 4 --dist loadfile
+
+## make fuzz: the fuzz tests (tests/test_fuzz_*.py) with 50 times the examples `make test`
+## gives them, from a new random seed each run (about half an hour on 2 cores)
+fuzz: $(STAMP) s3
+	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/pytest tests/test_fuzz_*.py -p no:cacheprovider
 
 lint: $(STAMP) docs
 	$(VENV)/bin/ruff check .
