@@ -18,7 +18,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.integrations.slurm.hostlist import MAX_HOSTS, expand_hostlist
 from gpufleet.integrations.slurm.payload import load_payload
 from gpufleet.integrations.slurm.sacct import parse_sacct
-from gpufleet.integrations.slurm.squeue import parse_squeue
+from gpufleet.integrations.slurm.squeue import gpu_indices, parse_squeue
 from tests.fuzzing import assert_kept, examples, run_cli, scratch, tree, written_outside
 
 FIXTURES = Path(__file__).parent / "slurm_fixtures"
@@ -197,3 +197,22 @@ def test_the_fixtures_import_as_they_are(tmp_path: Path) -> None:
         outcome = run_cli([*argv, "--squeue-json", str(squeue)])
         assert outcome.status == 0, outcome
         assert any((data_dir / "raw" / "allocations").glob("*.csv"))
+
+
+@pytest.mark.parametrize("errors", [{"description": "boom"}, 5, "boom"])
+def test_errors_of_another_shape_than_a_list_are_one_line(errors: object) -> None:
+    """Found by the fuzz tests: `errors` as an object or a number raised KeyError/TypeError."""
+    text = json.dumps(SACCT["22.05"] | {"errors": errors})
+    with pytest.raises(GpufleetError, match=r"^saved\.json: Slurm reported an error: "):
+        load_payload(text, source="saved.json")
+
+
+@pytest.mark.parametrize(
+    ("detail", "indices"),
+    [("gpu:1(IDX:²)", ()), ("gpu:1(IDX:0-²)", ()), ("gpu:2(IDX:65534-99999999999)", ())],
+)
+def test_gpu_indices_that_do_not_read_are_skipped(detail: str, indices: tuple[int, ...]) -> None:
+    """Found by the fuzz tests: '²' passed str.isdigit() and failed int(), and a range of a
+    hundred billion indices took the importer's memory."""
+    assert gpu_indices(detail) == (indices, False)
+    assert gpu_indices("gpu:2(IDX:65534-70000)") == ((65534, 65535), False)

@@ -214,7 +214,7 @@ def load_payload(text: str, *, source: str) -> Payload:
         raise GpufleetError(f"{source}: expected a JSON object with 'meta' and 'jobs'")
     errors = data.get("errors") or []
     if errors:
-        first = errors[0]
+        first = errors[0] if isinstance(errors, list) else errors  # a list in every release
         message = None
         if isinstance(first, Mapping):
             message = first.get("description") or first.get("error")

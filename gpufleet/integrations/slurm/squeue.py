@@ -25,6 +25,10 @@ _GRES = re.compile(
     r"(?::(?P<count>\d+)\((?P<detail>[^)]*)\)|\(CNT:(?P<cnt>\d+)\))"
 )
 _MIG_TYPE = re.compile(r"\d+g\.\d+gb", re.IGNORECASE)
+# A GPU index: ASCII digits (str.isdigit() also takes "²", which int() refuses), at most
+# NVML's largest; a range past it stops there rather than listing billions of GPUs.
+_INDEX = re.compile(r"[0-9]{1,9}")
+_MAX_GPU_INDEX = 65535
 
 
 class NodeGpus(NamedTuple):
@@ -53,8 +57,8 @@ def gpu_indices(detail: str) -> tuple[tuple[int, ...], bool]:
             continue
         for piece in found[len("IDX:") :].split(","):
             first, _, last = piece.strip().partition("-")
-            if first.isdigit() and (not last or last.isdigit()):
-                indices.extend(range(int(first), int(last or first) + 1))
+            if _INDEX.fullmatch(first) and (not last or _INDEX.fullmatch(last)):
+                indices.extend(range(int(first), min(int(last or first), _MAX_GPU_INDEX) + 1))
     return tuple(sorted(set(indices))), mig
 
 
