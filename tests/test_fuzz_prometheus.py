@@ -177,7 +177,7 @@ def test_import_prometheus_writes_files_or_fails_in_one_line(
 
 
 @given(answers=st.lists(st.lists(series(), max_size=4), min_size=1, max_size=len(METRICS)))
-@examples(80)
+@examples(50)
 def test_host_steps_take_an_answer_or_raise_the_projects_error(answers: list[Any]) -> None:
     steps = HostSteps(STEP_S, FIRST_S, 5)
     for metric, answer in zip(METRICS, answers, strict=False):

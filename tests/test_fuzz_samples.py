@@ -153,7 +153,7 @@ def _query(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 @given(table=sample_tables(), folder=FOLDERS)
-@examples(15)
+@examples(10)
 def test_ingest_loads_or_quarantines_each_file_and_the_rest_loads(
     table: pa.Table, folder: str
 ) -> None:
