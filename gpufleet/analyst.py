@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,9 @@ READ_STATEMENTS = frozenset(
 )
 
 Parameters = Sequence[object] | Mapping[str, object] | None
+# DuckDB types that polars has none of, anywhere in a column's type (a list of intervals
+# too): converting them aborts the process (a Rust panic) where no row holds a value.
+_NOT_IN_POLARS = re.compile(r"\bINTERVAL\b|\bUNION\(")
 # A point in time for a filter: a date is local midnight, as is a time without a zone.
 Moment = dt.datetime | dt.date | str
 
@@ -194,7 +198,15 @@ class ReadOnlyWarehouse:
                 # A relation hands its rows to polars through Arrow without a copy (DuckDB
                 # 2's DB-API results would copy them first).
                 relation = con.sql(query, params=params)
-                return pl.DataFrame() if relation is None else relation.pl()
+                if relation is None:
+                    return pl.DataFrame()
+                for name, kind in zip(relation.columns, relation.types, strict=True):
+                    if _NOT_IN_POLARS.search(str(kind)):  # polars would abort, not raise
+                        raise GpufleetError(
+                            f"query: the result has a column polars cannot hold ({name!r} "
+                            f"is {kind}); select it as text (::varchar)"
+                        )
+                return relation.pl()
             except duckdb.Error as exc:
                 raise GpufleetError(f"query: {_one_line(exc)}") from exc
             except pl.exceptions.PolarsError as exc:  # a type polars has none of (interval)
