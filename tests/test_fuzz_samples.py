@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
@@ -196,4 +197,22 @@ def test_a_file_past_its_limits_is_quarantined_and_named(tmp_path: Path) -> None
     assert outcome.status == 0, outcome
     assert "1 quarantined" in outcome.stdout
     assert (data_dir / "quarantine/raw/samples/date=2026-11-16/host=h1/bad.parquet").is_file()
+    assert _query(data_dir, "select count(*) from samples") == [(1,)]
+
+
+@pytest.mark.parametrize("micros", [2**63 - 1, -(2**63), 253_403_300_799_000_000])
+def test_a_time_at_the_ends_of_its_type_is_quarantined(tmp_path: Path, micros: int) -> None:
+    """Found by `make fuzz`: a `ts` of int64's largest or smallest value, or past year 9999,
+    made ingest abort (a polars panic, or OverflowError naming the value) instead of
+    quarantining the file."""
+    data_dir = tmp_path / "data"
+    write_samples(data_dir, GOOD, [sample(0, gpu="GPU-good")])
+    table = pa.Table.from_pylist([sample(0)], schema=SAMPLE_SCHEMA)
+    ts = pa.array([micros], pa.int64()).cast(SAMPLE_SCHEMA.field("ts").type)
+    bad = data_dir / "raw/samples/date=2026-11-16/host=h1/bad.parquet"
+    bad.parent.mkdir(parents=True)
+    pq.write_table(table.set_column(0, SAMPLE_SCHEMA.field("ts"), ts), bad)
+    outcome = run_cli(["--data-dir", str(data_dir), "ingest"])
+    assert outcome.status == 0, outcome
+    assert "1 quarantined" in outcome.stdout
     assert _query(data_dir, "select count(*) from samples") == [(1,)]
