@@ -176,6 +176,20 @@ def _shown(column: str, value: object) -> str:
     return str(value)
 
 
+def _shown_micros(micros: int) -> str:
+    """A time given as microseconds since the epoch, as a reason shows it; one outside
+    Python's years 1 to 9999 as its microseconds."""
+    try:
+        return _shown("ts", _EPOCH + dt.timedelta(microseconds=micros))
+    except OverflowError:
+        return f"{micros} microseconds from 1970-01-01 (past year 9999 or before year 1)"
+
+
+def _as_read(column: str) -> pl.Expr:
+    """`column` as value_problems reads it back: `ts` as microseconds since the epoch."""
+    return pl.col("ts").dt.epoch("us") if column == "ts" else pl.col(column)
+
+
 def _out_of_range(rule: ValueRange) -> pl.Expr:
     column = pl.col(rule.column)
     inside = column >= rule.low if rule.low_included else column > rule.low
@@ -243,7 +257,8 @@ def value_problems(
         .filter(pl.col("_check").is_not_null())
         .group_by(file_index, maintain_order=True)
         .first()
-        .select(file_index, "_check", *columns)
+        # a time as microseconds: one past Python's years 1-9999 would not convert
+        .select(file_index, "_check", *(_as_read(name) for name in columns))
         .collect()
     )
     problems: dict[int, str] = {}
@@ -257,10 +272,11 @@ def value_problems(
         elif kind == "site":
             problems[index] = site_reason(row[column], sites[index])
         elif kind == "ts":
-            window, value = windows[index], row[column]
-            early = value.replace(tzinfo=value.tzinfo or dt.UTC) < window.low
+            window, value_us = windows[index], int(row[column])
+            early = value_us < _micros(window.low)
             text = window.too_early if early else window.too_late
-            problems[index] = f"column ts: value {_shown(column, value)} is out of range ({text})"
+            shown = _shown_micros(value_us)
+            problems[index] = f"column ts: value {shown} is out of range ({text})"
         else:
             rule = next(r for r in VALUE_RANGES if r.column == column)
             shown = _shown(column, row[column])
