@@ -23,6 +23,7 @@ import duckdb
 import polars as pl
 
 from gpufleet.config import Config
+from gpufleet.episode_groups import counted
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import queries
 from gpufleet.reports.charts import NamedChart, utilization_heatmap, waste_trend
@@ -33,6 +34,7 @@ from gpufleet.reports.render import format_usd, render_template
 from gpufleet.reports.sent_log import TEAM, Outgoing, refused_line, send_once
 from gpufleet.reports.sites import site_views
 from gpufleet.reports.smtp import Refusal
+from gpufleet.reports.team_episodes import WasteGroup, costliest_groups, week_episodes
 from gpufleet.reports.weekly import report_dir, write_atomically
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds
@@ -40,7 +42,6 @@ from gpufleet.weeks import previous_week, week_bounds
 TEAMS_FOLDER = "teams"
 # The models' stand-ins for "no team": nobody leads them, so no email is written for them.
 NOT_TEAMS = frozenset({"(unallocated)", "(unmapped)"})
-TOP_EPISODES = 10
 TOP_USERS = 10
 # The headline figures a team's row of team_weekly holds (see reports.records.KPIS).
 TEAM_KPIS = tuple(spec for spec in KPIS if spec.key not in {"thermal_events", "throttled_minutes"})
@@ -60,7 +61,7 @@ class TeamWeek:
     generated_at: dt.datetime
     kpis: list[Kpi]
     waste_usd: float
-    episodes: pl.DataFrame  # its costliest waste episodes overlapping the week
+    waste_groups: tuple[WasteGroup, ...]  # its costliest waste of the week, a job's in one
     by_user: pl.DataFrame  # its waste of the week per user and job
     heatmap: pl.DataFrame  # its GPU-hours by local day and hour
     trend: pl.DataFrame  # its team_weekly rows of the 8 weeks up to this one
@@ -169,7 +170,7 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
     try:
         site_views(con, None)  # a team's figures over all its sites
         weeks = queries.team_weeks(con, week)
-        episodes = local(queries.waste_episodes(con, start, end), tz)
+        episodes = local(week_episodes(con, week), tz)
         by_user = queries.waste_by_user_and_job(con, week)
         heatmap = queries.heatmap(con, start, end)
         trend = queries.waste_trend(con, week)
@@ -197,7 +198,7 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
                 generated_at=generated_at,
                 kpis=_team_kpis(weeks.filter(mine), week, before),
                 waste_usd=float(waste or 0.0),
-                episodes=episodes.filter(mine).head(TOP_EPISODES),
+                waste_groups=costliest_groups(episodes.filter(mine)),
                 by_user=by_user.filter(mine),
                 heatmap=heatmap.filter(mine),
                 trend=trend.filter(mine),
@@ -232,7 +233,7 @@ def build_team_message(team: TeamWeek, *, sender: str) -> EmailMessage:
         message["Cc"] = ", ".join(team.cc)
     message["Date"] = formatdate(localtime=False)
     message["Message-ID"] = make_msgid(domain="gpufleet")
-    context = {"team": team, "subject": team.subject, "kpis": team.kpis}
+    context = {"team": team, "subject": team.subject, "kpis": team.kpis, "counted": counted}
     message.set_content(render_template("team_email.txt", **context))
     cids = add_chart_images(
         message,

@@ -146,7 +146,7 @@ def test_hostile_names_are_escaped_in_every_part_of_an_idle_notice(tmp_path: Pat
     assert f"team {printable(TEAM)} on" in notice["Subject"]
     text, html = _parts(notice)["text/plain"], _parts(notice)["text/html"]
     assert f"User {printable(USER)}:" in text
-    assert f"- {printable(HOST)} GPU 1" in text and f"job {printable(JOB)}" in text
+    assert f"- job {printable(JOB)} on {printable(HOST)} GPU 1 (" in text
     assert printable(TEAM) in html and printable(USER) in html
     assert not RAW_CONTROL.search(str(run))
 

@@ -19,6 +19,7 @@ from aiosmtpd.smtp import Envelope, Session
 
 from gpufleet.cli import main
 from gpufleet.config import Config
+from gpufleet.episode_groups import span
 from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import yesterday
 from gpufleet.notices.idle import DRY_RUN, notify_idle
@@ -69,8 +70,9 @@ def episode_line(row: tuple[Any, ...], *, still_open: bool = False) -> str:
     start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
     tail = " (still idle at the last sample)" if still_open else ""
     return (
-        f"- {host} GPU {index} ({name}), job {job}: {clock(start)} to {clock(end)}{tail}: "
-        f"{hours(seconds / 3600)} GPU-hours, {usd(waste_usd)}; memory still allocated"
+        f"- job {job} on {host} GPU {index} ({name}): 1 GPU idle {span(seconds)}, from "
+        f"{clock(start)} to {clock(end)}{tail}: {hours(seconds / 3600)} GPU-hours, "
+        f"{usd(waste_usd)}; memory still allocated"
     )
 
 
@@ -124,9 +126,11 @@ def test_send_mails_each_user_their_episodes_with_the_marts_figures(
     text, html = parts(message)
     for row in alice:
         assert episode_line(row) in text
-        assert f"<td>{row[3]}</td>" in html and f"<td>{row[0]}</td>" in html
+        assert f"<td>job {row[3]}</td>" in html and f"<td>{row[0]} GPU {row[1]} " in html
     assert f"Total: {hours(total_hours)} GPU-hours, {usd(total_usd)}." in text
-    assert "end it (Slurm: scancel JOBID) or release the allocation" in text
+    # the jobs of processes are Slurm jobs (processes.job_id): each line says how to end it
+    assert "  What to do: end the job if it no longer needs them: scancel 101" in text
+    assert "  What to do: end the job if it no longer needs them: scancel 102" in text
 
     _, message = mails["dave@example.org"]
     text, _ = parts(message)
@@ -538,3 +542,68 @@ def test_a_job_with_no_user_is_listed_to_its_teams_lead(tmp_path: Path) -> None:
     assert "(no user known)" in lead.users
     text = str(run)
     assert "ml-serving/llm-0" in text and "(no user known)" in text
+
+
+def test_an_8_gpu_slurm_job_and_a_pod_are_one_line_each_and_each_episode_is_recorded(
+    tmp_path: Path, inbox: tuple[Inbox, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """alice's Slurm job (its processes name it) idle on the 8 GPUs of node12 from 09:00 to
+    15:00, and a pod with no user idle 4 h: one line each, with the scheduler's command; the
+    sent log still holds each of the 9 episodes, so a rerun sends nothing."""
+    handler, port = inbox
+    d = fx.DAY
+    config = fx.write_config(tmp_path, extra=fx.smtp_section(port))
+    fx.write_refs(tmp_path)
+    job = [
+        row
+        for index in range(8)
+        for row in fx.samples(
+            f"GPU-j{index}", "node12", index, fx.H100, "alice", "4807074",
+            [(fx.at(d, 8), fx.at(d, 9), fx.BUSY), (fx.at(d, 9), fx.at(d, 15), fx.IDLE),
+             (fx.at(d, 15), fx.at(d, 16), fx.BUSY)],
+        )
+    ]  # fmt: skip
+    pod = fx.samples(
+        "GPU-e0", "node-e", 0, fx.H100, "nobody", "",
+        [(fx.at(d, 9), fx.at(d, 10), fx.BUSY), (fx.at(d, 10), fx.at(d, 14), fx.IDLE),
+         (fx.at(d, 14), fx.at(d, 15), fx.BUSY)],
+    )  # fmt: skip
+    for row in pod:
+        row["processes"] = []
+    fx.write_samples(tmp_path, "job-and-pod", [*job, *pod])
+    allocations = tmp_path / "raw" / "allocations"
+    allocations.mkdir(parents=True, exist_ok=True)
+    (allocations / "prometheus-prom-2026-11-16.csv").write_text(
+        "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+        f"ml-serving/llm-0,,nlp,node-e,0,{fx.at(d, 8).isoformat()},{fx.at(d, 16).isoformat()}\n",
+        encoding="utf-8",
+    )
+    ingest(config, compact=False)
+    build(config)
+
+    assert notify(config, "--day", D, "--send") == 0
+
+    mails = by_recipient(handler)
+    text, html = parts(mails["alice@example.org"][1])
+    listed = [line for line in text.splitlines() if line.startswith(("- ", "  What to do"))]
+    assert listed == [
+        f"- job 4807074 on node12 GPUs 0-7 ({fx.H100}): 8 GPUs idle 6 h, from {D} 09:00 to "
+        f"{D} 15:00: {hours(48)} GPU-hours in all, {usd(48 * 2.5)}; memory still allocated",
+        "  What to do: end the job if it no longer needs them: scancel 4807074",
+    ]
+    assert html.count("<td>job 4807074</td>") == 1 and "node12 GPUs 0-7" in html
+    text, html = parts(mails["nlp-lead@example.org"][1])
+    listed = [line for line in text.splitlines() if line.startswith(("- ", "  What to do"))]
+    assert listed == [
+        f"- pod ml-serving/llm-0 on node-e GPU 0 ({fx.H100}): 1 GPU idle 4 h, from {D} 10:00 "
+        f"to {D} 14:00: {hours(4)} GPU-hours, {usd(4 * 2.5)}",
+        "  What to do: delete the pod if it no longer needs them: "
+        "kubectl delete pod llm-0 -n ml-serving",
+    ]
+    assert "kubectl delete pod llm-0 -n ml-serving" in html and "scancel" not in text
+    assert "alice@example.org: user alice: 8 episodes" in capsys.readouterr().out
+    assert [user for _, _, user, _ in sent_log(config)] == [*["alice"] * 8, None]
+
+    assert notify(config, "--day", D, "--send") == 0  # every episode recorded: none again
+    assert len(handler.envelopes) == 2
+    assert "9 episodes already notified" in capsys.readouterr().out

@@ -137,9 +137,91 @@ def test_the_email_shows_the_teams_waste_by_user_and_job_and_escapes_names(tmp_p
     assert "alice" in vision_html and "carol" not in vision_html  # carol's was last week
     text = read_message(vision.path).get_body(("plain",)).get_content()  # type: ignore[union-attr]
     # dora's episode crossed into the week: its 4 h of 6 in the week, and 4/6 of its $60
-    assert "$40  4.0 GPU-hours  user dora, job 77 (1 episodes on 1 GPUs)" in text
-    assert "$40  8.0 GPU-hours  user alice, job 42 (1 episodes on 1 GPUs)" in text
+    assert "$40  4.0 GPU-hours  user dora, job 77 (1 episode on 1 GPU)" in text
+    assert "$40  8.0 GPU-hours  user alice, job 42 (1 episode on 1 GPU)" in text
+    # the costliest episodes: dora's costs $40 in the week, of the whole episode's $60
+    assert "  this week: $40 (whole episode: $60)  job 77, user dora: 1 GPU idle 6 h" in text
+    assert "  $40  job 42, user alice: 1 GPU idle 8 h, node-a GPU 0, from Wed 11 Nov" in text
     assert fx.EVIL_TEAM.replace("<", "&lt;") not in vision_html  # only its own rows
+
+
+# An 8-GPU Slurm job of vision's (imported by 'gpufleet import slurm': in slurm_jobs), idle
+# 6 h on Tuesday on all its GPUs, and a pod (an allocation 'gpufleet import prometheus'
+# wrote, no user label) idle 4 h from the week's last Sunday evening into the next week.
+TUESDAY = fx.MONDAY + dt.timedelta(days=1)
+SLURM_JOB = [
+    (f"gpu-s{index}", "node12", index, "NVIDIA H100", "vision", "erin", "4807074", "allocation",
+     dt.datetime.combine(TUESDAY, dt.time(2, index), tzinfo=dt.UTC),
+     dt.datetime.combine(TUESDAY, dt.time(8), tzinfo=dt.UTC), 6 * 3600.0 - 60 * index, 360,
+     True, True, 15.0)
+    for index in range(8)
+]  # fmt: skip
+SUNDAY_NIGHT = dt.datetime.combine(fx.MONDAY + dt.timedelta(days=6), dt.time(22), tzinfo=dt.UTC)
+POD = ("gpu-p0", "node-e", 0, "NVIDIA H100", "vision", None, "ml-serving/llm-0", "allocation",
+       SUNDAY_NIGHT, SUNDAY_NIGHT + dt.timedelta(hours=4), 4 * 3600.0, 240, True, False,
+       10.0)  # fmt: skip
+EPISODE_COLUMNS = (
+    'gpu_uuid, host, gpu_index, gpu_name, team, "user", job_id, attributed_by, start_ts, '
+    "end_ts, idle_seconds, samples, is_waste, held_memory, waste_usd"
+)
+
+
+def _add_job_and_pod(data_dir: Path) -> None:
+    with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
+        marks = ", ".join("?" * len(POD))
+        con.executemany(
+            f"insert into idle_episodes ({EPISODE_COLUMNS}) values ({marks})", [*SLURM_JOB, POD]
+        )
+        con.execute(
+            "update idle_episodes set episode_id = (hash(gpu_uuid, start_ts) >> 1)::bigint"
+            " where episode_id is null"
+        )
+        # each Slurm episode in one piece on Tuesday; the pod's 2 h on Sunday, 2 h after
+        pieces = [(row[0], row[8], TUESDAY, row[10]) for row in SLURM_JOB]
+        pieces += [
+            (POD[0], POD[8], SUNDAY_NIGHT.date(), 2 * 3600.0),
+            (POD[0], POD[8], SUNDAY_NIGHT.date() + dt.timedelta(days=1), 2 * 3600.0),
+        ]
+        con.executemany("insert into run_pieces values (?, ?, ?, ?)", pieces)
+        con.execute(
+            "create table slurm_jobs as select '4807074' as job_id, null::varchar as job_id_raw"
+        )
+
+
+def test_a_multi_gpu_slurm_job_and_a_pod_are_one_row_each_with_their_advice(
+    tmp_path: Path,
+) -> None:
+    config = load_config(config_path=_warehouse(tmp_path))
+    _add_job_and_pod(tmp_path)
+    vision = next(e for e in write_team_emails(config, fx.WEEK) if e.team == "vision")
+    message = read_message(vision.path)
+    text = message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    html = _html(message)
+    episodes = text.split("COSTLIEST WASTE EPISODES\n")[1].split("\n\n")[0].splitlines()
+    assert episodes[:2] == [
+        "  $120  job 4807074, user erin: 8 GPUs idle 6 h, node12 GPUs 0-7, "
+        "from Tue 10 Nov 02:00 to Tue 10 Nov 08:00",
+        "    What to do: end the job if it no longer needs them: scancel 4807074",
+    ]
+    (pod,) = [line for line in episodes if "pod ml-serving/llm-0" in line]
+    assert pod == (
+        "  this week: $5 (whole episode: $10)  pod ml-serving/llm-0, no user known: "
+        "1 GPU idle 4 h, node-e GPU 0, from Sun 15 Nov 22:00 to Mon 16 Nov 02:00"
+    )
+    assert episodes[episodes.index(pod) + 1] == (
+        "    What to do: delete the pod if it no longer needs them: "
+        "kubectl delete pod llm-0 -n ml-serving"
+    )
+    assert sum("4807074" in line for line in episodes) == 2  # its line and its advice
+    assert not re.search(r"\b1 (GPUs|episodes)\b", text)
+    assert "(8 episodes on 8 GPUs)" in text and "(1 episode on 1 GPU)" in text
+    # the HTML part: one row each, the job's GPUs summed up, the two costs apart
+    section = html.split('<section id="episodes">')[1].split("</section>")[0]
+    assert section.count("<td>job 4807074</td>") == 1
+    assert section.count("<td>pod ml-serving/llm-0</td>") == 1
+    assert "<td>node12 GPUs 0-7</td>" in section and "scancel 4807074" in section
+    assert "kubectl delete pod llm-0 -n ml-serving" in section
+    assert '<td class="num"><strong>$5</strong></td>\n      <td class="num">$10</td>' in section
 
 
 def test_send_mails_each_lead_and_copies_and_skips_teams_without_one(tmp_path: Path) -> None:
@@ -351,10 +433,10 @@ def test_the_users_beyond_the_top_ones_are_summed_in_one_row(
     text = read_message(vision.path).get_body(("plain",)).get_content()  # type: ignore[union-attr]
     # alice's $40 first (8 h), then dora's 4 h and $40 summed as the rest
     assert "$40  8.0 GPU-hours  user alice, job 42" in text
-    assert "$40  4.0 GPU-hours  1 more users and jobs" in text
+    assert "$40  4.0 GPU-hours  1 more user and job" in text
     assert "user dora" not in text.split("COSTLIEST")[0]
     html = _html(read_message(vision.path))
-    assert '<tr class="others">' in html and "1 more users and jobs" in html
+    assert '<tr class="others">' in html and "1 more user and job" in html
 
 
 def test_the_flow_run_fails_when_a_recipient_is_refused(

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from gpufleet.episode_groups import gpu_summary, overlapping, span
 from gpufleet.errors import GpufleetError
 from gpufleet.notices.sent_log import sent_episodes_sql
+from gpufleet.schedulers import Scheduler, advice, job_label, scheduler_of, slurm_jobs_sql
 
 _DAY_EPISODES_SQL = """
 with episodes as (
@@ -35,6 +37,10 @@ gpu_days as (
 
 sent as (
     {sent}
+),
+
+slurm_jobs as (
+    {slurm_jobs}
 ),
 
 gpu_last_samples as (
@@ -96,6 +102,11 @@ final as (
                 and sent.episode_id = day_episodes.episode_id
         ) as is_sent,
         day_episodes.cluster,
+        day_episodes.attributed_by,
+        exists (
+            select 1 from slurm_jobs
+            where day_episodes.job_id in (slurm_jobs.job_id, slurm_jobs.job_id_raw)
+        ) as is_slurm_job,
     from day_episodes
     where day_episodes.end_ts < day_episodes.day_end or day_episodes.is_open
 )
@@ -125,6 +136,8 @@ class WasteEpisode:
     is_open: bool  # its last sample is its GPU's latest: still idle when last heard of
     is_sent: bool  # notices_sent has it
     cluster: str | None = None  # the host's site (docs/sites.md); None: none
+    attributed_by: str | None = None  # 'allocation' or 'process' (idle_episodes)
+    is_slurm_job: bool = False  # slurm_jobs has its job
 
     @property
     def gpu_hours(self) -> float:
@@ -133,8 +146,11 @@ class WasteEpisode:
 
 @dataclass(frozen=True, kw_only=True)
 class NoticeLine:
-    """One line of a notice: a user's waste episodes of one job on one GPU in the day (one
-    episode, or several that a busy spell or a short gap split), with their sums."""
+    """One line of a notice: a user's waste episodes of one job in the day that overlap in
+    time, on however many GPUs and hosts, with the job's other episodes on those GPUs (a
+    busy spell or a short gap split them); without a job, the user's on one host so. The
+    sums are the episodes' (`idle_episodes`); each episode is still sent and recorded on
+    its own (`notices_sent`)."""
 
     episodes: tuple[WasteEpisode, ...]  # by start
 
@@ -143,20 +159,8 @@ class NoticeLine:
         return self.episodes[0]
 
     @property
-    def host(self) -> str:
-        return self._first.host
-
-    @property
     def cluster(self) -> str | None:
         return self._first.cluster
-
-    @property
-    def gpu_index(self) -> int:
-        return self._first.gpu_index
-
-    @property
-    def gpu_name(self) -> str | None:
-        return self._first.gpu_name
 
     @property
     def user(self) -> str | None:
@@ -165,6 +169,45 @@ class NoticeLine:
     @property
     def job_id(self) -> str | None:
         return self._first.job_id
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return scheduler_of(
+            self.job_id,
+            attributed_by=self._first.attributed_by,
+            is_slurm_job=any(episode.is_slurm_job for episode in self.episodes),
+        )
+
+    @property
+    def job(self) -> str:
+        """`job 4807074`, `pod ml-serving/llm-0`, `no job`."""
+        return job_label(self.job_id, self.scheduler)
+
+    @property
+    def advice(self) -> str:
+        """What frees the GPUs: `scancel 4807074`, `kubectl delete pod ...`, or a sentence."""
+        return advice(self.job_id, self.scheduler)
+
+    @property
+    def gpu_count(self) -> int:
+        return len({episode.gpu_uuid for episode in self.episodes})
+
+    def gpus(self, site: str = " at site {}") -> str:
+        """The GPUs as `node12 GPUs 0-7`, each host followed by `site` with the host's site
+        in it, when it has one (`node01 at site siteB GPU 0`)."""
+        return gpu_summary(
+            (
+                episode.host + (site.format(episode.cluster) if episode.cluster else ""),
+                episode.gpu_index,
+            )
+            for episode in self.episodes
+        )
+
+    @property
+    def gpu_names(self) -> str:
+        """The GPUs' models, each once (empty when none is known)."""
+        names = dict.fromkeys(episode.gpu_name for episode in self.episodes if episode.gpu_name)
+        return ", ".join(names)
 
     @property
     def episode_count(self) -> int:
@@ -179,9 +222,14 @@ class NoticeLine:
         return max(episode.end_ts for episode in self.episodes)
 
     @property
+    def idle_for(self) -> str:
+        """From its first episode's start to its last one's end: `6 h`."""
+        return span((self.end_ts - self.start_ts).total_seconds())
+
+    @property
     def is_open(self) -> bool:
-        """Its last episode is still idle at the GPU's last sample."""
-        return self.episodes[-1].is_open
+        """One of its episodes is still idle at its GPU's last sample."""
+        return any(episode.is_open for episode in self.episodes)
 
     @property
     def held_memory(self) -> bool:
@@ -196,16 +244,27 @@ class NoticeLine:
         return sum(episode.waste_usd for episode in self.episodes)
 
 
+def _line_key(episode: WasteEpisode) -> tuple[str | None, ...]:
+    """A job's episodes at its site, or a user's episodes without a job on one host."""
+    if episode.job_id is not None:
+        return ("job", episode.user, episode.cluster, episode.job_id)
+    return ("host", episode.user, episode.cluster, episode.host)
+
+
 def notice_lines(episodes: Iterable[WasteEpisode]) -> list[NoticeLine]:
-    """The episodes as a notice lists them: those of one user, GPU and job merged into one
-    line, each line where its first episode was."""
-    merged: dict[tuple[str | None, str, str | None], list[WasteEpisode]] = {}
-    for episode in episodes:
-        merged.setdefault((episode.user, episode.gpu_uuid, episode.job_id), []).append(episode)
-    return [
-        NoticeLine(episodes=tuple(sorted(group, key=lambda episode: episode.start_ts)))
-        for group in merged.values()
-    ]
+    """The episodes as a notice lists them (see NoticeLine), each line where its first
+    episode was."""
+    listed = list(episodes)
+    place = {id(episode): index for index, episode in enumerate(listed)}
+    groups = overlapping(
+        listed,
+        key=_line_key,
+        start=lambda episode: episode.start_ts,
+        end=lambda episode: episode.end_ts,
+        same=lambda episode: episode.gpu_uuid,
+    )
+    groups.sort(key=lambda group: min(place[id(episode)] for episode in group))
+    return [NoticeLine(episodes=tuple(group)) for group in groups]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,7 +310,7 @@ def day_episodes(
     configuration's [clusters.<site>] timezone), else in `timezone`."""
     if not _has_tables(con, "idle_episodes", "gpu_team_daily"):
         raise GpufleetError("the warehouse has no idle_episodes yet; run 'gpufleet build' first")
-    sql = _DAY_EPISODES_SQL.format(sent=sent_episodes_sql(con))
+    sql = _DAY_EPISODES_SQL.format(sent=sent_episodes_sql(con), slurm_jobs=slurm_jobs_sql(con))
     zone = zoneinfo.ZoneInfo(timezone)
     parameters = {"day": day, "timezone": timezone, "site_zones": json.dumps(dict(sites))}
     rows = con.execute(sql, parameters).fetchall()
@@ -273,6 +332,8 @@ def day_episodes(
             is_open=bool(row[13]),
             is_sent=bool(row[14]),
             cluster=row[15],
+            attributed_by=row[16],
+            is_slurm_job=bool(row[17]),
         )
         for row in rows
     ]

@@ -19,6 +19,7 @@ import jinja2
 
 from gpufleet.config import Config
 from gpufleet.console import printable
+from gpufleet.episode_groups import counted
 from gpufleet.notices.episodes import NoticeLine, notice_lines
 from gpufleet.notices.plan import NO_USER, USER, Notice
 
@@ -58,7 +59,7 @@ def _environment() -> jinja2.Environment:
         # of its own in the text part (or in the dry run's console preview).
         finalize=_escape_controls,
     )
-    env.filters.update(hours=hours, usd=usd, time=clock)
+    env.filters.update(hours=hours, usd=usd, time=clock, counted=counted)
     return env
 
 
@@ -75,7 +76,7 @@ def subject(notice: Notice) -> str:
 
 def _groups(notice: Notice) -> list[tuple[str, list[NoticeLine]]]:
     """The notice's lines by user (jobs with no known user last, as `NO_USER`): a job's
-    episodes on one GPU are one line."""
+    episodes that overlap in time, or are on one GPU, are one line (`notice_lines`)."""
     grouped: dict[str, list[NoticeLine]] = {}
     for line in notice_lines(notice.episodes):
         grouped.setdefault(line.user or NO_USER, []).append(line)
@@ -92,7 +93,8 @@ def build_notice(notice: Notice, config: Config) -> EmailMessage:
         "day": notice.day.isoformat(),
         "timezone": config.timezone,
         "threshold_pct": f"{config.idle.threshold_pct:g}",
-        "min_minutes": f"{config.idle.min_minutes:g}",
+        "min_minutes": f"{config.idle.min_minutes:g} minute"
+        + ("" if config.idle.min_minutes == 1 else "s"),
     }
     env = _environment()
     message = EmailMessage(policy=policy.SMTP)
