@@ -93,7 +93,9 @@ def parse_example(line: str) -> argparse.Namespace:
     while re.match(r"^[A-Z_]+=", words[0]):  # a variable set for the command
         words.pop(0)
     assert words[0] == "gpufleet"
-    return PARSER.parse_args(words[1:])
+    # what follows a redirection or a pipe is the shell's
+    end = next((k for k, word in enumerate(words) if word in {">", ">>", "|"}), None)
+    return PARSER.parse_args(words[1:end])
 
 
 def test_every_command_has_an_example() -> None:

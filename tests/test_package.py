@@ -55,11 +55,13 @@ def test_the_wheel_adds_exactly_one_top_level_name(wheel: zipfile.ZipFile) -> No
 
 
 @pytest.mark.slow
-def test_a_plain_install_pulls_only_nvidia_ml_py_and_pyarrow(wheel: zipfile.ZipFile) -> None:
+def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_and_shtab(
+    wheel: zipfile.ZipFile,
+) -> None:
     [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     message = Parser().parsestr(wheel.read(metadata).decode())
     required = message.get_all("Requires-Dist") or []
     plain = sorted(
         r.split(">")[0].split("=")[0].split("<")[0].strip() for r in required if "extra ==" not in r
     )
-    assert plain == ["nvidia-ml-py", "pyarrow"]
+    assert plain == ["nvidia-ml-py", "pyarrow", "shtab"]  # shtab: `gpufleet completion`

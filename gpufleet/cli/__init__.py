@@ -9,6 +9,7 @@ nvidia-ml-py and pyarrow, never the pipeline's packages.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -16,7 +17,8 @@ from collections.abc import Sequence
 from gpufleet import __version__
 from gpufleet.cli.close import add_close, add_reopen
 from gpufleet.cli.collect import add_collect
-from gpufleet.cli.common import Handler, add_global_options, command_parsers
+from gpufleet.cli.common import Handler, HelpFormatter, add_global_options, command_parsers
+from gpufleet.cli.completion import add_completion
 from gpufleet.cli.export import add_export
 from gpufleet.cli.imports import add_import
 from gpufleet.cli.job import add_job
@@ -37,6 +39,10 @@ PIPELINE_PACKAGES = frozenset(
 )
 
 
+# The exit status when the reader of stdout has gone (`gpufleet query ... | head`): a shell's
+# for a command killed by SIGPIPE (128 + 13).
+READER_GONE = 141
+
 # A write that failed for want of space outside the warehouse's (whose own error says more).
 DISK_FULL = "no space left on the device; free space on its file system and run the command again"
 
@@ -49,7 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
             "Collect NVML samples on GPU hosts, load them into a DuckDB warehouse, "
             "build per-team utilization and idle-waste models, and report weekly."
         ),
-        epilog="Data directory layout, tables and definitions: see README.md.",
+        epilog=(
+            "Data directory layout, tables and definitions: see README.md.\n"
+            "\n"
+            "examples:\n"
+            "  gpufleet demo\n"
+            "  gpufleet --data-dir /srv/gpufleet query 'show tables'\n"
+            "  gpufleet report --week 2026-W47"
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gpufleet {__version__}")
     add_global_options(parser)
@@ -71,11 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
         add_close,
         add_reopen,
         add_serve,
+        add_completion,
     ):
         add_command(commands)
-    # Every command, nested ones too, also takes the global options after its name.
+    # Every command, nested ones too, also takes the global options after its name, and lays
+    # out its help alike (its examples at the end as written).
     for _, command in command_parsers(parser):
         add_global_options(command.add_argument_group("global options"), default=argparse.SUPPRESS)
+        command.formatter_class = HelpFormatter
     return parser
 
 
@@ -100,11 +117,22 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status. A reader of stdout that stops early
+    (`gpufleet query ... | head`) ends the command quietly, with the status a shell gives a
+    command killed by SIGPIPE, as gpustat's `signal(SIGPIPE, SIG_DFL)` does; but a write to
+    a closed socket (SMTP, S3, the Prefect server) stays an error, not a silent death."""
     try:
-        config = load_config(config_path=args.config, data_dir=args.data_dir)
-        return run(args, config)
+        try:
+            args = build_parser().parse_args(argv)
+            config = load_config(config_path=args.config, data_dir=args.data_dir)
+            return run(args, config)
+        finally:
+            sys.stdout.flush()  # what is left in the buffer meets a closed pipe here
+    except BrokenPipeError:
+        return _reader_gone()
     except GpufleetError as exc:
+        if isinstance(exc.__cause__, BrokenPipeError):  # a writer that names its output
+            return _reader_gone()
         print(f"gpufleet: error: {printable(exc)}", file=sys.stderr)
         return 1
     except Exception as exc:
@@ -116,3 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpufleet: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> int:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is left in
+    its buffer meets no closed pipe (Python's "Note on SIGPIPE"); READER_GONE."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file (in-process)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return READER_GONE

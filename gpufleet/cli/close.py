@@ -21,6 +21,11 @@ def add_close(commands: argparse._SubParsersAction) -> None:
             "'build --full' leave them unchanged; a build that would change them says so in "
             "one line per month instead. Run 'gpufleet build' first."
         ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet close --month 2026-11\n"
+            "  gpufleet close --month 2026-11 --cluster site-a"
+        ),
     )
     parser.add_argument("--month", required=True, metavar="YYYY-MM", help="the month to close")
     parser.add_argument(
@@ -40,6 +45,7 @@ def add_reopen(commands: argparse._SubParsersAction) -> None:
             "Reopen a closed month: the next 'gpufleet build' recomputes it (and every later "
             "day) with the current samples, reference data and allocations."
         ),
+        epilog="example:\n  gpufleet reopen --month 2026-11",
     )
     parser.add_argument("--month", required=True, metavar="YYYY-MM", help="the month to reopen")
     parser.add_argument(

@@ -22,6 +22,12 @@ def add_collect(commands: argparse._SubParsersAction) -> None:
             "each finished file is then shipped to an S3 bucket and removed locally once the "
             "store has it."
         ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet collect --data-dir /var/lib/gpufleet --interval 10 --flush 600\n"
+            "  gpufleet collect --slurm-gpustat /run/gpustat --cluster site-a\n"
+            "  gpufleet collect --upload s3://gpufleet-raw/site-a"
+        ),
     )
     parser.add_argument(
         "--interval",

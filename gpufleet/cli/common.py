@@ -1,4 +1,5 @@
-"""What the command modules share: argparse types, the global options, progress lines."""
+"""What the command modules share: argparse types, the global options, the output options,
+the help's layout, progress lines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime as dt
 import re
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from gpufleet.config import Config
 from gpufleet.console import printable_lines
@@ -36,6 +38,46 @@ def add_global_options(container: argparse._ActionsContainer, *, default: object
     keeps the value given before it, and one given after it wins."""
     for flag, metavar, help_text in GLOBAL_OPTIONS:
         container.add_argument(flag, metavar=metavar, default=default, help=help_text)
+
+
+# The formats a command that writes rows may offer (`add_output_options`), as --help names them.
+OUTPUT_FORMATS = {"csv": "CSV", "parquet": "Parquet", "json": "JSON (an array of row objects)"}
+
+
+def add_output_options(parser: argparse.ArgumentParser, *formats: str) -> None:
+    """`--csv`/`--parquet`/`--json` (those of `formats`, one at most) into `format`, and
+    `-o/--output FILE`: the options of every command that writes rows, defined once (as
+    sqlite-utils' `output_options`). Without a format flag the file's suffix says which;
+    without a file the text formats go to stdout and Parquet is refused."""
+    flags = parser.add_mutually_exclusive_group()
+    for name in formats:
+        flags.add_argument(
+            f"--{name}",
+            dest="format",
+            action="store_const",
+            const=name,
+            help=f"write {OUTPUT_FORMATS[name]}",
+        )
+    text = " and ".join(name.upper() for name in formats if name != "parquet")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help=f"write to FILE (the format from {'/'.join(f'--{name}' for name in formats)}, "
+        f"else from its suffix); without it {text} go{'es' * (' ' not in text)} to stdout",
+    )
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """The layout of every command's --help: a text written in lines (a description laid out
+    by hand, the examples that end it) is kept as written, as RawDescriptionHelpFormatter
+    keeps it; a one-line paragraph is wrapped to the terminal's width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def command_parsers(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from gpufleet.cli.common import iso_month
+from gpufleet.cli.common import add_output_options, iso_month
 from gpufleet.config import Config
 
 
@@ -14,6 +13,7 @@ def add_export(commands: argparse._SubParsersAction) -> None:
         "export",
         help="export figures for other tools (export showback)",
         description="Export warehouse figures in other tools' formats.",
+        epilog="example:\n  gpufleet export showback --month 2026-11 -o showback-2026-11.csv",
     )
     exports = parser.add_subparsers(dest="export_command", metavar="EXPORT", required=True)
     add_export_showback(exports)
@@ -37,24 +37,11 @@ def add_export_showback(exports: argparse._SubParsersAction) -> None:
             "  gpufleet export showback --month 2026-11 --parquet -o showback.parquet\n"
             "  gpufleet export showback --month 2026-11 > showback.csv"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--month", type=iso_month, required=True, metavar="YYYY-MM", help="the month"
     )
-    formats = parser.add_mutually_exclusive_group()
-    for name, label in (("csv", "CSV"), ("parquet", "Parquet")):
-        formats.add_argument(
-            f"--{name}", dest="format", action="store_const", const=name, help=f"write {label}"
-        )
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="FILE",
-        help="write to FILE (the format from --csv/--parquet, else from its suffix); "
-        "without it CSV goes to stdout",
-    )
+    add_output_options(parser, "csv", "parquet")
     parser.set_defaults(handler=run_export_showback)
 
 

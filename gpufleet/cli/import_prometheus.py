@@ -44,7 +44,6 @@ def add_prometheus(imports: argparse._SubParsersAction) -> None:
             "  gpufleet import prometheus --url http://prometheus:9090 "
             "--since 2026-11-01T00:00:00+00:00 --until 2026-11-08T00:00:00+00:00"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--url",

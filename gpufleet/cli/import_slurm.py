@@ -33,7 +33,6 @@ def add_slurm(imports: argparse._SubParsersAction) -> None:
             "  gpufleet import slurm\n"
             "  gpufleet import slurm --sacct-json sacct.json --squeue-json squeue.json"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--since",

@@ -17,6 +17,11 @@ def add_import(commands: argparse._SubParsersAction) -> None:
             "Turn another system's records into sample files (raw/samples) and allocation "
             "rows (raw/allocations); 'gpufleet ingest' then loads them."
         ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet import prometheus --url http://prometheus:9090\n"
+            "  gpufleet import slurm"
+        ),
     )
     imports = parser.add_subparsers(dest="import_command", metavar="SOURCE", required=True)
     add_prometheus(imports)

@@ -34,7 +34,6 @@ def add_job(commands: argparse._SubParsersAction) -> None:
             "  gpufleet job --user alice --week 2026-W47\n"
             "  gpufleet job --user alice --since 2026-11-01 --until 2026-12-01"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "job_id", metavar="JOBID", nargs="?", help="the job id, as Slurm prints it (4242_7)"

@@ -14,6 +14,7 @@ def add_notify(commands: argparse._SubParsersAction) -> None:
         "notify",
         help="mail the people who held idle GPUs (notify idle)",
         description="Notices to the people who can stop idle-GPU waste.",
+        epilog="example:\n  gpufleet notify idle --dry-run",
     )
     notices = parser.add_subparsers(dest="notify_command", metavar="NOTICE", required=True)
     add_notify_idle(notices)
@@ -41,7 +42,6 @@ def add_notify_idle(notices: argparse._SubParsersAction) -> None:
             "  gpufleet notify idle --day 2026-11-16     # written as .eml files\n"
             "  gpufleet notify idle --send               # written, sent and recorded"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--day",

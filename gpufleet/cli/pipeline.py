@@ -44,6 +44,7 @@ def add_ingest(commands: argparse._SubParsersAction) -> None:
             "quarantined alone; its other lines load. Bad reference files fail with a "
             "message and change nothing."
         ),
+        epilog="example:\n  gpufleet ingest --data-dir /srv/gpufleet",
     )
     parser.set_defaults(handler=run_ingest)
 
@@ -79,6 +80,7 @@ def add_build(commands: argparse._SubParsersAction) -> None:
             "any build after the SQL, the configuration or the reference data changed, "
             "rebuilds everything."
         ),
+        epilog="examples:\n  gpufleet build\n  gpufleet build --full",
     )
     parser.add_argument(
         "--full",
@@ -112,6 +114,12 @@ def add_report(commands: argparse._SubParsersAction) -> None:
         description=(
             "Write <data-dir>/reports/<week>/index.html (self-contained, works offline) "
             "and report.eml beside it; --send emails it as configured in [smtp]/[report]."
+        ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet report\n"
+            "  gpufleet report --week 2026-W47 --send\n"
+            "  gpufleet report --per-team --cluster site-a"
         ),
     )
     parser.add_argument(
@@ -181,6 +189,10 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
             "Serve the deployments: ingest every 15 minutes (building after each ingest that "
             "loaded something), the weekly report with --send every Monday 07:00 and the "
             "idle notices with --send every day at 08:00, in the configured time zone."
+        ),
+        epilog=(
+            "example:\n"
+            "  PREFECT_API_URL=http://127.0.0.1:4200/api gpufleet serve --data-dir /srv/gpufleet"
         ),
     )
     parser.set_defaults(handler=run_serve)

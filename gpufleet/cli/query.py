@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from gpufleet.cli.common import add_output_options
 from gpufleet.config import Config
 
 
@@ -23,28 +23,12 @@ def add_query(commands: argparse._SubParsersAction) -> None:
             "examples:\n"
             "  gpufleet query \"select * from team_weekly where iso_week = '2026-W47'\"\n"
             "  gpufleet query 'from idle_episodes where is_waste' --csv -o waste.csv\n"
-            "  gpufleet query 'describe team_daily'"
+            "  gpufleet query 'describe team_daily'\n"
+            "  gpufleet query 'from samples_attributed' --csv | head"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sql", metavar="SQL", help="the statement ('-' reads it from stdin)")
-    formats = parser.add_mutually_exclusive_group()
-    for name in ("csv", "parquet", "json"):
-        formats.add_argument(
-            f"--{name}",
-            dest="format",
-            action="store_const",
-            const=name,
-            help=f"write {name.upper()} instead of a table",
-        )
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="FILE",
-        help="write to FILE (the format from --csv/--parquet/--json, else from its suffix); "
-        "without it CSV and JSON go to stdout",
-    )
+    add_output_options(parser, "csv", "parquet", "json")
     parser.set_defaults(handler=run_query)
 
 

@@ -19,6 +19,11 @@ def add_simulate(commands: argparse._SubParsersAction) -> None:
             "memory, team-owned hosts, spare GPUs, a throttling hot rack, a data gap and a "
             "driver reload."
         ),
+        epilog=(
+            "examples:\n"
+            "  gpufleet simulate --data-dir /tmp/fleet\n"
+            "  gpufleet simulate --gpus 16 --week 2026-W47 --slurm json"
+        ),
     )
     parser.add_argument(
         "--gpus", type=positive_int, default=128, help="number of GPUs (default: 128)"
@@ -91,6 +96,7 @@ def add_demo(commands: argparse._SubParsersAction) -> None:
         "demo",
         help="simulate a fleet week, import its Slurm jobs, ingest, build and report, and "
         "print where the report is",
+        epilog="examples:\n  gpufleet demo\n  gpufleet demo --gpus 32 --data-dir /tmp/demo",
     )
     parser.add_argument(
         "--gpus", type=positive_int, default=128, help="number of simulated GPUs (default: 128)"

@@ -20,6 +20,7 @@ def add_status(commands: argparse._SubParsersAction) -> None:
             "the input is stale (the raw location missing, empty or unreadable, a folder below "
             "it unreadable, no new file in time, or a stale host)."
         ),
+        epilog="examples:\n  gpufleet status\n  gpufleet status --json",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.set_defaults(handler=run_status)
