@@ -1,8 +1,10 @@
 """`gpufleet serve`: its deployments, schedules, and a served run of the weekly report.
 
-The end-to-end test uses the session's Prefect server (a real API server in a subprocess on
+One end-to-end test uses the session's Prefect server (a real API server in a subprocess on
 loopback, started by `prefect_test_harness`), runs `gpufleet serve` as a separate process
 against it, and triggers the report deployment through the API, as the schedule would.
+The other runs `gpufleet serve` with no server, as an operator's first try does: it starts
+its own, whose scheduler creates the runs that serve executes, and stops with it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from uuid import UUID
 
+import psutil
 import pytest
-from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
 from prefect.exceptions import ObjectNotFound
 
@@ -33,6 +44,7 @@ from tests import report_fixtures as fx
 from tests.report_fixtures import smtp_inbox
 
 REPO = Path(__file__).resolve().parents[1]
+STOP_WITHIN_S = 5.0
 REPORT_NAME = f"weekly-report/{REPORT_DEPLOYMENT}"
 INGEST_NAME = f"ingest-and-build/{INGEST_DEPLOYMENT}"
 
@@ -79,6 +91,20 @@ def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> Non
         "send": True,
     }
     assert notices.entrypoint == "gpufleet.flows.notify.idle_notices_flow"
+
+
+def test_serve_refuses_a_dask_scheduler_without_a_prefect_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpufleet.cli import main
+
+    config_path = fx.write_config(tmp_path, '[compute]\ndask = "tcp://dask-scheduler:8786"\n')
+    monkeypatch.setattr("gpufleet.flows.serve.prefect_server_configured", lambda: False)
+
+    assert main(["--config", str(config_path), "serve"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("gpufleet: error: [compute] dask = 'tcp://dask-scheduler:8786' ")
+    assert error.count("\n") == 1 and "set PREFECT_API_URL" in error
 
 
 def _wait_for_deployments(client, proc: subprocess.Popen[bytes], log: Path, timeout_s: float):
@@ -164,10 +190,12 @@ def test_serve_registers_the_schedules_and_runs_the_report(
         finally:
             os.killpg(proc.pid, signal.SIGINT)
             try:
-                proc.wait(timeout=60)
+                stopped = proc.wait(timeout=STOP_WITHIN_S) is not None
             except subprocess.TimeoutExpired:
+                stopped = False
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+        assert stopped, f"serve ignored SIGINT to its group:\n{log.read_text()}"
 
         page = tmp_path / "reports" / fx.WEEK / "index.html"
         assert page.is_file()
@@ -212,3 +240,182 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
 
     again = ingest_and_build(**arguments)
     assert again.endswith("build: skipped, nothing new was loaded")
+
+
+# --- serve with no Prefect server: its own, a scheduled run, and signals -------------------
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [
+        process
+        for process in processes
+        if process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    ]
+
+
+def _serve_without_server(
+    config_path: Path, home: Path, log: Path, *, sigint_ignored: bool = False
+) -> subprocess.Popen[bytes]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("PREFECT_") or key == "PREFECT_SERVER_ANALYTICS_ENABLED"
+    }
+    env.update(PREFECT_HOME=str(home), PREFECT_RUNNER_POLL_FREQUENCY="2")
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpufleet", "--config", str(config_path), "serve"],
+            cwd=config_path.parent,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # as a shell starts a background job (`gpufleet serve &` in a script)
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+            if sigint_ignored
+            else None,
+        )
+
+
+def _serving_at(proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
+    """The API URL serve's line names once it serves (its server up, the deployments in)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"gpufleet serve exited:\n{log.read_text()[-3000:]}"
+        for line in log.read_text().splitlines():
+            if line.startswith("gpufleet serve: ") and "temporary Prefect server at " in line:
+                return line.split(" at ", 1)[1].split(",", 1)[0]
+        time.sleep(0.5)
+    raise AssertionError(f"serve did not serve within {timeout_s} s:\n{log.read_text()}")
+
+
+def _stops_in_time(
+    proc: subprocess.Popen[bytes], log: Path, number: signal.Signals, *, to_group: bool
+) -> None:
+    """Send `number` to serve (or its process group); it and all below it end in 5 s."""
+    below = psutil.Process(proc.pid).children(recursive=True)
+    assert below, "serve started no server"
+    sent = time.monotonic()
+    (os.killpg if to_group else os.kill)(proc.pid, number)
+    try:
+        status = proc.wait(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(
+            f"{number.name} ignored for {STOP_WITHIN_S} s:\n{log.read_text()}"
+        ) from None
+    took = time.monotonic() - sent
+    assert status == 0, log.read_text()[-3000:]
+    assert not _alive(below), (_alive(below), log.read_text()[-3000:])
+    print(f"{number.name} to the {'group' if to_group else 'process'}: ended in {took:.1f} s")
+
+
+@pytest.mark.slow
+def test_serve_without_a_server_runs_its_schedules_and_stops_on_signals(tmp_path: Path) -> None:
+    import duckdb
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.actions import DeploymentScheduleCreate
+
+    from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet
+
+    data = tmp_path / "data"
+    config_path = fx.write_config(data)
+    config = load_config(config_path=config_path)
+    spec = SimulationSpec.from_cli(
+        config=config,
+        gpus=8,
+        gpus_per_host=8,
+        week=fx.WEEK,
+        start=None,
+        days=1,
+        interval_s=60.0,
+        flush_s=3600.0,
+        seed=3,
+    )
+    simulate_fleet(spec, data_dir=data)
+    home, log = tmp_path / "prefect-home", tmp_path / "serve.log"
+    home.mkdir()
+
+    proc = _serve_without_server(config_path, home, log)
+    below: list[psutil.Process] = []
+    try:
+        url = _serving_at(proc, log, timeout_s=240)
+        below = psutil.Process(proc.pid).children(recursive=True)
+        with SyncPrefectClient(api=url) as client:
+            deployments = {
+                name: client.read_deployment_by_name(name)
+                for name in (INGEST_NAME, REPORT_NAME, f"idle-notices/{NOTICES_DEPLOYMENT}")
+            }
+
+            def runs(deployment_id: UUID, *states: StateType) -> list[FlowRun]:
+                return client.read_flow_runs(
+                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+                    flow_run_filter=FlowRunFilter(
+                        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(states)))
+                    ),
+                )
+
+            # The server's scheduler puts every schedule's next runs in (Prefect's own
+            # temporary server has no scheduler: none would come).
+            deadline = time.monotonic() + 120
+            while not all(runs(d.id, StateType.SCHEDULED) for d in deployments.values()):
+                assert time.monotonic() < deadline, f"no scheduled runs:\n{log.read_text()}"
+                time.sleep(2)
+
+            # A schedule every minute besides the 15 minutes', so that one comes in the test.
+            ingest = deployments[INGEST_NAME]
+            client.create_deployment_schedules(
+                ingest.id,
+                [
+                    DeploymentScheduleCreate(
+                        schedule=IntervalSchedule(interval=dt.timedelta(minutes=1)), active=True
+                    )
+                ],
+            )
+            deadline = time.monotonic() + 300
+            while not (done := runs(ingest.id, StateType.COMPLETED)):
+                failed = runs(ingest.id, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED)
+                assert not failed, ([run.state for run in failed], log.read_text()[-4000:])
+                assert time.monotonic() < deadline, f"no completed run:\n{log.read_text()}"
+                time.sleep(2)
+            assert done[0].auto_scheduled, done[0]
+            with duckdb.connect(str(data / "warehouse.duckdb"), read_only=True) as con:
+                row = con.execute("select count(distinct gpu_uuid) from gpu_daily").fetchone()
+                assert row == (8,)  # the run loaded the samples and built the models
+
+            # Stopped while the next run is in progress: cancelled, its process ended too.
+            deadline = time.monotonic() + 180
+            while not runs(ingest.id, StateType.RUNNING):
+                assert time.monotonic() < deadline, f"no second run:\n{log.read_text()}"
+                time.sleep(0.5)
+        assert len(psutil.Process(proc.pid).children()) >= 2  # the server, the run
+        _stops_in_time(proc, log, signal.SIGTERM, to_group=False)
+
+        # Again on the same Prefect home (its database kept), stopped the other three ways.
+        for number, to_group, ignored in (
+            (signal.SIGINT, False, True),
+            (signal.SIGINT, True, False),
+            (signal.SIGTERM, True, False),
+        ):
+            log = tmp_path / f"serve-{number.name}-{'group' if to_group else 'process'}.log"
+            proc = _serve_without_server(config_path, home, log, sigint_ignored=ignored)
+            _serving_at(proc, log, timeout_s=240)
+            below = psutil.Process(proc.pid).children(recursive=True)
+            _stops_in_time(proc, log, number, to_group=to_group)
+
+        # Its server killed (by the OOM killer, say): serve stops too, in one line.
+        log = tmp_path / "serve-server-killed.log"
+        proc = _serve_without_server(config_path, home, log)
+        _serving_at(proc, log, timeout_s=240)
+        below = psutil.Process(proc.pid).children(recursive=True)
+        (server,) = [p for p in below if "server" in p.cmdline()]
+        server.kill()
+        assert proc.wait(timeout=15) == 1, log.read_text()
+        last = log.read_text().splitlines()[-1]
+        assert last.startswith("gpufleet: error: the temporary Prefect server ended"), last
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for process in _alive(below):
+            process.kill()
