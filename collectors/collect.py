@@ -89,12 +89,7 @@ class Collector:
         self._gpustat = (
             GpustatDir(slurm_gpustat, say=self._say) if slurm_gpustat is not None else None
         )
-        self._reader = GpuReader(
-            nvml=self._nvml,
-            procinfo=self._procinfo,
-            host=host,
-            mig_uuids=self._gpustat is not None,
-        )
+        self._reader = GpuReader(nvml=self._nvml, procinfo=self._procinfo, host=host)
         self._gpus: dict[str, GpuState] = {}
         self._started = False
         self._last_tick = 0.0
@@ -153,9 +148,15 @@ class Collector:
                     )
                 known.handle, known.lost = None, True
 
+    def _shutdown(self) -> None:
+        """Free what NVML handed out for the GPUs (GPM samples, event sets), nvmlShutdown."""
+        for gpu in self._gpus.values():
+            self._reader.release(gpu)
+        shutdown_nvml()
+
     def _reinit(self) -> bool:
         """nvmlShutdown, nvmlInit and fetch handles again by UUID (a lost GPU, a reload)."""
-        shutdown_nvml()
+        self._shutdown()
         try:
             init_nvml()
             self._nvml.forget_unsupported()
@@ -185,12 +186,12 @@ class Collector:
         self._last_tick = now
 
         gpus = list(self._gpus.values())
-        samples = [self._read(gpu, ts_us, interval_s) for gpu in gpus]
+        samples = [sample for gpu in gpus for sample in self._read(gpu, ts_us, interval_s)]
         for sample in samples:
             sample.cluster = self.cluster
         self._procinfo.sweep()
         if self._gpustat is not None:
-            self._attribute(gpus, samples, self._gpustat)
+            self._attribute(samples, self._gpustat)
 
         date_iso = dt.datetime.fromtimestamp(ts_s, tz=dt.UTC).date().isoformat()
         if self.spool.segment_date is not None and self.spool.segment_date != date_iso:
@@ -204,12 +205,13 @@ class Collector:
             self.uploader.upload(budget_s=self.interval_s / 2)  # the next tick comes first
         return samples
 
-    def _read(self, gpu: GpuState, ts_us: int, interval_s: float) -> GpuSample:
+    def _read(self, gpu: GpuState, ts_us: int, interval_s: float) -> list[GpuSample]:
+        """The GPU's rows this tick (its own, then its MIG devices'), or its `lost` row."""
         for attempt in range(2):
             if gpu.handle is None:
                 break
             try:
-                sample = self._reader.read(gpu, ts_us=ts_us, interval_s=interval_s)
+                rows = self._reader.read(gpu, ts_us=ts_us, interval_s=interval_s)
             except GpuLostError:
                 if not gpu.lost:  # newly lost: re-initialise at the next tick, then back off
                     self._say("warning", f"GPU {gpu.index} ({gpu.uuid}) is lost")
@@ -227,16 +229,20 @@ class Collector:
                 gpu.lost = False
                 if not any(g.lost for g in self._gpus.values()):
                     self._reinit_backoff_s = self.interval_s
-            return sample
-        return self._reader.lost_sample(gpu, ts_us=ts_us, interval_s=interval_s)
+            return rows
+        return [self._reader.lost_sample(gpu, ts_us=ts_us, interval_s=interval_s)]
 
-    @staticmethod
-    def _attribute(gpus: list[GpuState], samples: list[GpuSample], gpustat: GpustatDir) -> None:
+    def _attribute(self, samples: list[GpuSample], gpustat: GpustatDir) -> None:
         """Fill `alloc_job_id`/`alloc_user` from the gpustat files of this tick (a lost GPU
-        too: the scheduler's record says the job holds it)."""
+        too: the scheduler's record says the job holds it). A MIG device's row takes its own
+        file's job; a GPU's row that of its GPU index, or of its first MIG device with one."""
         gpustat.refresh()
-        for gpu, sample in zip(gpus, samples, strict=True):
-            holder = gpustat.holder(gpu.index, gpu.mig_uuids)
+        for sample in samples:
+            if sample.parent_gpu_uuid is not None:
+                holder = gpustat.holder_of(sample.gpu_uuid)
+            else:
+                gpu = self._gpus[sample.gpu_uuid]
+                holder = gpustat.holder(gpu.index, gpu.mig_uuids)
             if holder is not None:
                 sample.alloc_job_id, sample.alloc_user = holder.job_id, holder.user
 
@@ -326,7 +332,7 @@ class Collector:
                 "start uploads them",
             )
         if self._started:
-            shutdown_nvml()
+            self._shutdown()
             self._started = False
         return flushed
 

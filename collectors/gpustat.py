@@ -77,6 +77,10 @@ class GpustatDir:
                 return found
         return self._holders.get(str(index))
 
+    def holder_of(self, name: str) -> Holder | None:
+        """The job holding the device of the file `name` (a MIG device's UUID) this tick."""
+        return self._holders.get(name)
+
     def _directory_unreadable(self, exc: OSError) -> None:
         if isinstance(exc, FileNotFoundError):
             problem = "does not exist (yet)"

@@ -8,6 +8,7 @@ processes) are read by `GpuReader` in nvml.py.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,10 +27,13 @@ class Metric(NamedTuple):
     divide_by: float | None = None  # a unit change, e.g. 1000.0 for mW -> W
     attr: str | None = None  # the attribute of the answer that holds the value
     counter: bool = False  # a uint64 counter: an int, clamped to the int64 column
+    flag: bool = False  # an NVML enable state or 0/1 answer: a bool
 
     def convert(self, answer: Any) -> Any:
         """The field's value from NVML's answer."""
         value = answer if self.attr is None else getattr(answer, self.attr)
+        if self.flag:
+            return bool(value)
         if self.counter:
             return min(int(value), INT64_MAX)
         if self.divide_by is not None:
@@ -74,6 +78,25 @@ METRICS = (
         attr="violationTime",
         counter=True,
     ),
+    # Health (contract v1.2). ECC error counts since the driver was loaded; NotSupported on
+    # GPUs without ECC or with ECC off.
+    Metric(
+        "ecc_uncorrected_volatile",
+        ("nvmlDeviceGetTotalEccErrors",),
+        (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+        counter=True,
+    ),
+    Metric(
+        "ecc_corrected_volatile",
+        ("nvmlDeviceGetTotalEccErrors",),
+        (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
+        counter=True,
+    ),
+    # Pages waiting for retirement at the next driver reload: GPUs before Ampere (which remap
+    # rows instead and answer NotSupported).
+    Metric("retired_pages_pending", ("nvmlDeviceGetRetiredPagesPendingStatus",), flag=True),
+    # PCIe replays since the driver was loaded.
+    Metric("pcie_replay_count", ("nvmlDeviceGetPcieReplayCounter",), counter=True),
 )
 
 # The process lists merged into a row, each (cache key, pynvml functions newest first).
@@ -110,7 +133,7 @@ class GpuProcess:
 
 @dataclass(slots=True, kw_only=True)
 class GpuSample:
-    """One row of a sample file: the field names are the columns of `schema.SAMPLE_SCHEMA`."""
+    """One row of a sample file: the field names are the columns of `schema.COLLECTOR_SCHEMA`."""
 
     ts: int  # microseconds since the Unix epoch, UTC
     interval_s: float
@@ -141,13 +164,41 @@ class GpuSample:
     alloc_user: str | None = None
     # The site the collector was told it runs at (`--cluster`); None: not said.
     cluster: str | None = None
+    # Activity over the interval from NVML GPM (contract v1.2); None where GPM cannot say.
+    sm_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    dram_active_pct: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    pcie_tx_bytes_s: float | None = None
+    nvlink_rx_bytes_s: float | None = None
+    nvlink_tx_bytes_s: float | None = None
+    # Health of the physical GPU: the XIDs of the interval ([] none; None: no events).
+    xid_errors: list[int] | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    pcie_replay_count: int | None = None
+    # A MIG device's row: its GPU's UUID, its profile (`1g.10gb`) and its slices' share.
+    parent_gpu_uuid: str | None = None
+    mig_profile: str | None = None
+    mig_slice_fraction: float | None = None
 
     def to_record(self) -> dict[str, Any]:
-        """A plain dict for the spool (JSON) and for `pyarrow.Table.from_pylist`."""
-        record = {name: getattr(self, name) for name in _SAMPLE_FIELDS}
+        """A plain dict for the spool (JSON) and for `pyarrow.Table.from_pylist`, without
+        the null fields (a missing key reads as null), which keeps the spool small: most
+        rows have no MIG fields, and GPUs before Hopper no GPM activity."""
+        record = {
+            name: value
+            for name, value in zip(_SAMPLE_FIELDS, _sample_values(self), strict=True)
+            if value is not None
+        }
         if self.processes is not None:
             record["processes"] = [p.to_record() for p in self.processes]
         return record
 
 
 _SAMPLE_FIELDS = tuple(GpuSample.__dataclass_fields__)
+_sample_values = operator.attrgetter(*_SAMPLE_FIELDS)

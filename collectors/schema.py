@@ -50,6 +50,37 @@ SAMPLE_SCHEMA = pa.schema(
     ]
 )
 
+# Columns added in contract v1.2 (activity, health, MIG devices), all nullable, after the
+# v1.1 columns above. `SAMPLE_SCHEMA` stays the columns every reader of this release
+# loads; the collector writes `COLLECTOR_SCHEMA`, these included: readers that do not know
+# them yet ignore them, as the contract lets a newer writer's extra columns be, and a file
+# without them reads them as null.
+V1_2_FIELDS = (
+    # Means over the row's interval from NVML GPM (Hopper and newer), 0-100 and bytes/s.
+    pa.field("sm_active_pct", pa.float32()),
+    pa.field("sm_occupancy_pct", pa.float32()),
+    pa.field("tensor_active_pct", pa.float32()),
+    pa.field("dram_active_pct", pa.float32()),
+    pa.field("pcie_rx_bytes_s", pa.float64()),
+    pa.field("pcie_tx_bytes_s", pa.float64()),
+    pa.field("nvlink_rx_bytes_s", pa.float64()),
+    pa.field("nvlink_tx_bytes_s", pa.float64()),
+    # Health of the physical GPU (null on a MIG device's row).
+    pa.field("xid_errors", pa.list_(pa.int32())),
+    pa.field("ecc_uncorrected_volatile", pa.int64()),
+    pa.field("ecc_corrected_volatile", pa.int64()),
+    pa.field("remapped_rows_pending", pa.bool_()),
+    pa.field("remapped_rows_failure", pa.bool_()),
+    pa.field("retired_pages_pending", pa.bool_()),
+    pa.field("pcie_replay_count", pa.int64()),
+    # A MIG device's row: its physical GPU, its profile and its share of the GPU.
+    pa.field("parent_gpu_uuid", pa.string()),
+    pa.field("mig_profile", pa.string()),
+    pa.field("mig_slice_fraction", pa.float32()),
+)
+
+COLLECTOR_SCHEMA = pa.schema([*SAMPLE_SCHEMA, *V1_2_FIELDS])
+
 STATUS_OK = "ok"
 STATUS_LOST = "lost"
 STATUS_NO_PERMISSION = "no_permission"
@@ -68,6 +99,11 @@ def file_metadata() -> dict[bytes, bytes]:
 
 def schema_with_metadata() -> pa.Schema:
     return SAMPLE_SCHEMA.with_metadata(file_metadata())
+
+
+def collector_schema_with_metadata() -> pa.Schema:
+    """The schema of the collector's own files: `SAMPLE_SCHEMA` and the v1.2 columns."""
+    return COLLECTOR_SCHEMA.with_metadata(file_metadata())
 
 
 def partition_dir(samples_root: str, date_iso: str, host: str) -> str:

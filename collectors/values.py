@@ -1,9 +1,11 @@
-"""NVML's value union (c_nvmlValue_t): reading it from sample buffers and field values."""
+"""NVML's value union (c_nvmlValue_t): reading it from sample buffers and field values; and the
+values of a GPM metrics request."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -57,3 +59,28 @@ def sample_pairs(samples: Sequence[Any], value_type: int) -> Iterable[tuple[int,
 def clamp_pct(value: float) -> float:
     """A percentage NVML reported, kept within 0-100."""
     return min(max(float(value), 0.0), 100.0)
+
+
+# c_nvmlGpmMetric_t: metricId (uint), nvmlReturn (uint), value (double), then metricInfo (three
+# pointers), 40 bytes on 64-bit hosts.
+_GPM_METRIC = struct.Struct("=IId24x")
+_GPM_METRICS_OFFSET = pynvml.c_nvmlGpmMetricsGet_t.metrics.offset
+
+
+def gpm_values(request: Any, count: int) -> list[float | None]:
+    """The value of each of the first `count` metrics of a c_nvmlGpmMetricsGet_t that
+    nvmlGpmMetricsGet filled; None where its own return code is not success or the value is
+    not a finite number. Unpacked in one call where the layout is the expected one (each
+    field read through pynvml's structures costs about 1.5 us)."""
+    if ctypes.sizeof(pynvml.c_nvmlGpmMetric_t) == _GPM_METRIC.size:
+        raw = ctypes.string_at(
+            ctypes.addressof(request) + _GPM_METRICS_OFFSET, _GPM_METRIC.size * count
+        )
+        entries = [(code, value) for _, code, value in _GPM_METRIC.iter_unpack(raw)]
+    else:
+        metrics = request.metrics
+        entries = [(int(metrics[i].nvmlReturn), float(metrics[i].value)) for i in range(count)]
+    return [
+        value if code == pynvml.NVML_SUCCESS and math.isfinite(value) else None
+        for code, value in entries
+    ]

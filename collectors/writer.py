@@ -20,7 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpufleet.collectors.schema import host_folder, partition_dir, schema_with_metadata
+from gpufleet.collectors.schema import (
+    collector_schema_with_metadata,
+    host_folder,
+    partition_dir,
+)
 from gpufleet.errors import GpufleetError
 
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -52,7 +56,7 @@ def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
     """
     try:
         ordered = sorted(records, key=lambda r: (r["gpu_uuid"], r["ts"]))
-        return pa.Table.from_pylist(ordered, schema=schema_with_metadata())
+        return pa.Table.from_pylist(ordered, schema=collector_schema_with_metadata())
     except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
         raise InvalidSpoolError(f"records do not fit the sample schema: {exc}") from exc
 

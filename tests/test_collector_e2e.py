@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from gpufleet.collectors.schema import SAMPLE_SCHEMA
+from gpufleet.collectors.schema import COLLECTOR_SCHEMA, SAMPLE_SCHEMA
 from tests.fake_nvml import fleet_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,8 +71,8 @@ def read_all(data_dir: Path) -> list[dict]:
     for path in (f for f in files if f.is_file()):
         assert path.suffix == ".parquet"
         table = pq.read_table(path)
-        assert table.schema.names == SAMPLE_SCHEMA.names
-        assert [f.type for f in table.schema] == [f.type for f in SAMPLE_SCHEMA]
+        assert table.schema.names[: len(SAMPLE_SCHEMA)] == SAMPLE_SCHEMA.names
+        assert [f.type for f in table.schema] == [f.type for f in COLLECTOR_SCHEMA]
         assert table.schema.metadata[b"gpufleet.schema_version"] == b"1"
         file_rows = table.to_pylist()
         keys = [(r["gpu_uuid"], r["ts"]) for r in file_rows]

@@ -13,7 +13,7 @@ import pytest
 
 import gpufleet.collectors.writer
 from gpufleet.collectors.collect import Collector
-from gpufleet.collectors.schema import SAMPLE_SCHEMA
+from gpufleet.collectors.schema import COLLECTOR_SCHEMA, SAMPLE_SCHEMA, V1_2_FIELDS
 from gpufleet.collectors.spool import Spool, read_segment
 from gpufleet.collectors.writer import safe_host
 from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
@@ -64,8 +64,10 @@ def test_files_match_the_contract(monkeypatch, tmp_path):
     assert path.parent.parent.name == "date=2026-11-18"
     parquet = pq.ParquetFile(path)
     table = parquet.read()
-    assert table.schema.names == SAMPLE_SCHEMA.names
-    for field in SAMPLE_SCHEMA:
+    # the contract's columns first, in order, then those of v1.2
+    assert table.schema.names[: len(SAMPLE_SCHEMA)] == SAMPLE_SCHEMA.names
+    assert table.schema.names == COLLECTOR_SCHEMA.names
+    for field in COLLECTOR_SCHEMA:
         assert table.schema.field(field.name).type == field.type, field.name
     metadata = table.schema.metadata
     assert metadata[b"gpufleet.schema_version"] == b"1"
@@ -248,6 +250,10 @@ def test_spool_lines_round_trip_to_the_arrow_types(tmp_path):
     table = gpufleet.collectors.writer.records_to_table(read_segment(segment))
     row = table.to_pylist()[0]
     assert row["clock_event_mask"] == 2**63 + 0x40
+    # a record spooled by an older collector, without the v1.2 keys: those columns are null
+    assert {field.name: row[field.name] for field in V1_2_FIELDS} == dict.fromkeys(
+        field.name for field in V1_2_FIELDS
+    )
     assert row["ts"] == dt.datetime(2026, 11, 18, 11, 6, 40, 123456, tzinfo=dt.UTC)
     assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
 

@@ -17,7 +17,7 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.collectors.collect import Collector
 from gpufleet.collectors.gpustat import GpustatDir, Holder
-from tests.fake_nvml import FakeHandle, FakeNvml, ManualClock, fleet_scenario, install_fake
+from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
 
 WALL_START = 1_795_000_000.0  # 2026-11-18T11:06:40Z
 ME = os.getuid()
@@ -151,8 +151,7 @@ def test_a_file_that_turns_bad_and_good_again(monkeypatch, tmp_path, clocks):
 def test_without_the_option_nothing_is_read_and_both_columns_are_null(
     monkeypatch, tmp_path, clocks
 ):
-    fake = install_fake(monkeypatch, mig_scenario(), clock_us=clocks[0].us)
-    install_mig_uuids(monkeypatch, fake)
+    install_fake(monkeypatch, mig_scenario(), clock_us=clocks[0].us)
 
     def no_gpustat(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the gpustat directory is read without --slurm-gpustat")
@@ -160,11 +159,10 @@ def test_without_the_option_nothing_is_read_and_both_columns_are_null(
     monkeypatch.setattr(GpustatDir, "__init__", no_gpustat)
     collector = make_collector(tmp_path, clocks, None)
     collector.start()
-    uuid_reads = fake.count("nvmlDeviceGetUUID")
-    assert tick(collector, clocks) == [(None, None)] * 2
-    assert fake.count("nvmlDeviceGetUUID") == uuid_reads  # no MIG UUIDs asked for
+    # the MIG-enabled GPU, its two MIG devices, the whole GPU
+    assert tick(collector, clocks) == [(None, None)] * 4
     rows = written_rows(collector)
-    assert [(r["alloc_job_id"], r["alloc_user"]) for r in rows] == [(None, None)] * 2
+    assert [(r["alloc_job_id"], r["alloc_user"]) for r in rows] == [(None, None)] * 4
 
 
 def mig_uuid(slot: int) -> str:
@@ -186,41 +184,40 @@ def mig_scenario() -> dict[str, Any]:
     return scenario
 
 
-def install_mig_uuids(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
-    """The fake answers a MIG handle's UUID with its parent's: give each MIG device its own."""
-    parent_uuid = fake.functions()["nvmlDeviceGetUUID"]
-
-    def uuid(handle: FakeHandle) -> str:
-        if handle.mig_slot is None:
-            return str(parent_uuid(handle))
-        fake.calls[("nvmlDeviceGetUUID", fake.gpus[handle.gpu]["uuid"])] += 1
-        return str(fake.gpus[handle.gpu]["mig_devices"][handle.mig_slot]["uuid"])
-
-    monkeypatch.setattr("pynvml.nvmlDeviceGetUUID", uuid)
-
-
 def test_a_mig_gpu_gets_the_job_of_its_first_mig_device_with_a_file(monkeypatch, tmp_path, clocks):
-    fake = install_fake(monkeypatch, mig_scenario(), clock_us=clocks[0].us)
-    install_mig_uuids(monkeypatch, fake)
+    install_fake(monkeypatch, mig_scenario(), clock_us=clocks[0].us)
     gpustat = tmp_path / "gpustat"
     gpustat.mkdir()
     (gpustat / "1").write_text(f"30 {ME}\n")
     collector = make_collector(tmp_path, clocks, gpustat)
     collector.start()
-    assert tick(collector, clocks) == [(None, None), ("30", MY_NAME)]
+    # Rows: the MIG-enabled GPU, its MIG devices in slot order (0, 2), the whole GPU 1.
+    free = (None, None)
+    assert tick(collector, clocks) == [free, free, free, ("30", MY_NAME)]
 
     (gpustat / mig_uuid(2)).write_text(f"31 {ME}\n")  # a job on the second MIG device
-    assert tick(collector, clocks) == [("31", MY_NAME), ("30", MY_NAME)]
+    job_31 = ("31", MY_NAME)
+    assert tick(collector, clocks) == [job_31, free, job_31, ("30", MY_NAME)]
     (gpustat / mig_uuid(0)).write_text(f"32 {ME}\n")  # two jobs: the first device's wins
-    assert tick(collector, clocks) == [("32", MY_NAME), ("30", MY_NAME)]
+    job_32 = ("32", MY_NAME)
+    assert tick(collector, clocks) == [job_32, job_32, job_31, ("30", MY_NAME)]
     for name in (mig_uuid(0), mig_uuid(2)):
         (gpustat / name).unlink()
     (gpustat / "0").write_text(f"33 {ME}\n")  # a prolog that writes the GPU's index
-    assert tick(collector, clocks) == [("33", MY_NAME), ("30", MY_NAME)]
+    # the GPU's row takes it; a MIG device's row only ever its own file's job
+    assert tick(collector, clocks) == [("33", MY_NAME), free, free, ("30", MY_NAME)]
 
-    rows = written_rows(collector)
+    rows = [r for r in written_rows(collector) if r["parent_gpu_uuid"] is None]
     assert [r["mig_enabled"] for r in rows[:2]] == [True, False]
     assert [r["alloc_job_id"] for r in rows] == [None, "30", "31", "30", "32", "30", "33", "30"]
+    by_device = {
+        uuid: [r["alloc_job_id"] for r in written_rows(collector) if r["gpu_uuid"] == uuid]
+        for uuid in (mig_uuid(0), mig_uuid(2))
+    }
+    assert by_device == {
+        mig_uuid(0): [None, None, "32", None],
+        mig_uuid(2): [None, "31", "31", None],
+    }
     assert "Traceback" not in log(collector)
 
 

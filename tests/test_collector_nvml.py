@@ -34,7 +34,8 @@ def open_gpus(fake: FakeNvml) -> tuple[GpuReader, list[GpuState]]:
 
 
 def read(reader: GpuReader, gpu: GpuState) -> GpuSample:
-    return reader.read(gpu, ts_us=1_700_000_000_000_000, interval_s=10.0)
+    """The GPU's own row (the first; MIG devices' rows follow it)."""
+    return reader.read(gpu, ts_us=1_700_000_000_000_000, interval_s=10.0)[0]
 
 
 def test_reads_every_metric_in_contract_units(monkeypatch):

@@ -22,6 +22,7 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.collectors.collect import Collector
 from gpufleet.collectors.schema import (
+    COLLECTOR_SCHEMA,
     SAMPLE_SCHEMA,
     file_metadata,
     folder_host,
@@ -161,7 +162,7 @@ def test_the_collector_records_its_site_in_every_row_and_in_its_folder(
     files = sorted(collector.samples_root.rglob("*.parquet"))
     assert files and {f.parent.name for f in files} == {"host=node01@siteA"}
     table = pq.read_table(files[0])
-    assert table.schema == SAMPLE_SCHEMA.with_metadata(table.schema.metadata)
+    assert table.schema == COLLECTOR_SCHEMA.with_metadata(table.schema.metadata)
     assert set(table["cluster"].to_pylist()) == {"siteA"}
     with pytest.raises(ValueError, match="not a site name"):
         Collector(data_dir=tmp_path / "x", interval_s=10, flush_s=60, host="h", cluster="a/b")
