@@ -28,6 +28,7 @@ from gpufleet.config_sources import (
     check_s3,
     read_site_locations,
     read_sites,
+    read_slurm_clusters,
 )
 from gpufleet.config_toml import read_toml, series_overrides, where_in
 from gpufleet.errors import GpufleetError
@@ -99,6 +100,7 @@ class Config:
     sites: tuple[tuple[str, str], ...] = ()  # [clusters.<site>] timezone: (site, zone)
     # [clusters.<site>] raw_location: (site, s3://bucket/prefix), every file of it the site's
     site_locations: tuple[tuple[str, str], ...] = ()
+    slurm_clusters: tuple[tuple[str, str], ...] = ()  # [clusters.<site>] slurm_cluster
     idle: IdleConfig = field(default_factory=IdleConfig)
     series: SeriesConfig = field(default_factory=SeriesConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
@@ -394,6 +396,7 @@ def load_config(
         cluster=str(raw.get("cluster", "")),
         sites=_sites(path, text, raw.get("clusters"), read_sites),
         site_locations=_sites(path, text, raw.get("clusters"), read_site_locations),
+        slurm_clusters=_sites(path, text, raw.get("clusters"), read_slurm_clusters),
         raw_location=str(raw.get("raw_location", "")).rstrip("/"),
         s3=S3Config(**section("s3")),
         idle=IdleConfig(**idle),

@@ -162,7 +162,7 @@ def _overlap(url: str, outer: str) -> bool:
     )
 
 
-SITE_KEYS = ("timezone", "raw_location")  # the keys of a [clusters.<site>] table
+SITE_KEYS = ("timezone", "raw_location", "slurm_cluster")  # a [clusters.<site>] table's keys
 
 
 def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[str, str], ...]:
@@ -187,7 +187,7 @@ def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[
         for key in table:
             if key not in SITE_KEYS:
                 raise ValueError(f"{where(section, key)}: unknown key '{section}.{key}'")
-        if "timezone" not in table and "raw_location" in table:
+        if "timezone" not in table and ("raw_location" in table or "slurm_cluster" in table):
             continue
         zone = table.get("timezone")
         if (
@@ -227,6 +227,34 @@ def read_site_locations(
             raise ValueError(f"{where_key}: '{key}' must be an s3://bucket/prefix URL: {problem}")
         locations.append((name, url.rstrip("/")))
     return tuple(locations)
+
+
+def read_slurm_clusters(
+    tables: object, where: Callable[[str, str], str]
+) -> tuple[tuple[str, str], ...]:
+    """`[clusters.<site>] slurm_cluster`: (site, Slurm ClusterName) pairs in site order, the
+    Slurm cluster whose jobs `import slurm` records as the site's (docs/sites.md); ValueError
+    as `read_sites` (which checks the rest of the tables first)."""
+    if not isinstance(tables, dict):
+        return ()
+    pairs: list[tuple[str, str]] = []
+    for name, table in sorted(tables.items()):
+        if not isinstance(table, dict) or "slurm_cluster" not in table:
+            continue
+        key, value = f"clusters.{name}.slurm_cluster", table["slurm_cluster"]
+        if not isinstance(value, str) or not value.strip() or value != value.strip():
+            raise ValueError(
+                f"{where(f'clusters.{name}', 'slurm_cluster')}: '{key}' must be a Slurm "
+                f"ClusterName (slurm.conf), got {value!r}"
+            )
+        taken = [site for site, cluster in pairs if cluster == value]
+        if taken:
+            raise ValueError(
+                f"{where(f'clusters.{name}', 'slurm_cluster')}: '{key}' is {value!r}, which "
+                f"is already clusters.{taken[0]}'s: a Slurm cluster is one site"
+            )
+        pairs.append((name, value))
+    return tuple(pairs)
 
 
 def check_clusters(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:

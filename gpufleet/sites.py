@@ -15,7 +15,7 @@ _SITE_TABLES = ("team_daily", "gpu_daily", "job_efficiency")
 def known_sites(con: duckdb.DuckDBPyConnection, config: Config) -> list[str]:
     """The sites of the configuration ([clusters.<site>], `cluster`) and those the
     warehouse on `con` has rows of, sorted."""
-    names = {site for site, _ in (*config.sites, *config.site_locations)}
+    names = {site for site, _ in (*config.sites, *config.site_locations, *config.slurm_clusters)}
     if config.cluster:
         names.add(config.cluster)
     present = {

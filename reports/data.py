@@ -17,6 +17,7 @@ import polars.selectors as cs
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import jobs, queries
+from gpufleet.reports.allocated import alloc_only_week
 from gpufleet.reports.hosts import host_weeks
 from gpufleet.reports.records import FleetTotals, Kpi, WeekData
 from gpufleet.reports.sites import site_views, site_weeks
@@ -85,6 +86,7 @@ def load_week(
             weeks_with_data=queries.weeks_with_data(con),
             sites=site_weeks(con, week),
             cluster=cluster,
+            alloc_only=alloc_only_week(con, week, cluster),
         )
     except duckdb.Error as exc:
         raise GpufleetError(

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from gpufleet.reports.allocated import AllocOnly
+
 
 def _float(value: object) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
@@ -116,6 +118,7 @@ class WeekData:
     # each site's week (gpufleet.reports.sites.site_weeks); None or empty: one site only
     sites: pl.DataFrame | None = None
     cluster: str | None = None  # the one site the report is of (`report --cluster`); None: all
+    alloc_only: AllocOnly | None = None  # nodes allocated by Slurm without a collector
 
     @property
     def has_data(self) -> bool:

@@ -39,9 +39,20 @@ create or replace temp macro stable_ids(names, known) as table
 -- team_daily's and team_weekly's measures (the sums of gpu_team_daily's rows) per period,
 -- site and team: `gpu_team_rows` is gpu_team_daily with the period's columns only (`day`,
 -- or `iso_week` and `week_start`), and those with `cluster` and `team` are the keys of the
--- rows (a team at two sites has a row at each).
-create or replace temp macro team_measures(gpu_team_rows) as table
-    with team_sums as (
+-- rows (a team at two sites has a row at each); `alloc_only_rows` is alloc_only_daily with
+-- the same period's columns (a team with allocated-only hours alone has a row of zeros
+-- measured).
+create or replace temp macro team_measures(gpu_team_rows, alloc_only_rows) as table
+    with measured_and_allocated as (
+        select * from query_table(gpu_team_rows)
+        union all by name
+        select
+            columns(lambda c: c in ('day', 'iso_week', 'week_start', 'cluster', 'team')),
+            alloc_gpu_hours * 3600 as alloc_only_s,
+        from query_table(alloc_only_rows)
+    ),
+
+    team_sums as (
         select
             columns(lambda c: c in ('day', 'iso_week', 'week_start', 'cluster', 'team')),
             sum(observed_s) as observed_s,
@@ -52,22 +63,28 @@ create or replace temp macro team_measures(gpu_team_rows) as table
             sum(waste_usd) as waste_usd,
             sum(energy_j) as energy_j,
             count(distinct gpu_uuid) as gpus,
-        from query_table(gpu_team_rows)
+            sum(cost_usd) as cost_usd,
+            coalesce(sum(allocated_s), 0) as allocated_s,
+            coalesce(sum(alloc_only_s), 0) as alloc_only_s,
+        from measured_and_allocated
         group by all
     ),
 
     final as (
         select
             columns(lambda c: c in ('day', 'iso_week', 'week_start', 'cluster', 'team')),
-            observed_s / 3600 as gpu_hours,
-            busy_s / 3600 as busy_gpu_hours,
+            coalesce(observed_s, 0) / 3600 as gpu_hours,
+            coalesce(busy_s, 0) / 3600 as busy_gpu_hours,
             100 * busy_s / nullif(utilization_s, 0) as avg_util_pct,
-            idle_s / 3600 as idle_gpu_hours,
-            waste_s / 3600 as waste_gpu_hours,
-            waste_usd,
+            coalesce(idle_s, 0) / 3600 as idle_gpu_hours,
+            coalesce(waste_s, 0) / 3600 as waste_gpu_hours,
+            coalesce(waste_usd, 0) as waste_usd,
             energy_j / 3.6e6 as energy_kwh,
             gpus,
-            utilization_s / 3600 as measured_gpu_hours,
+            coalesce(utilization_s, 0) / 3600 as measured_gpu_hours,
+            coalesce(cost_usd, 0) as cost_usd,
+            (allocated_s + alloc_only_s) / 3600 as alloc_gpu_hours,
+            alloc_only_s / 3600 as alloc_only_gpu_hours,
         from team_sums
     )
 

@@ -24,7 +24,7 @@ from gpufleet.warehouse.build import BuildResult, build, build_models
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build.state import read_state
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
-from tests.test_models_fixtures import NEXT_LOAD, Fleet
+from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet
 
 START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
 SAMPLES_PER_GPU = 6 * 60 * 24 * 2  # two days at 10 s
@@ -145,13 +145,13 @@ def _references(con: duckdb.DuckDBPyConnection) -> None:
              'raw/allocations/a.csv');
         -- sacct's records: half the gpustat jobs with an account team; GPU 1's process
         -- job with one; GPU 2's requeued, its account changed for the second start
-        insert into slurm_jobs
+        insert into slurm_jobs {SLURM_JOB_COLUMNS}
         select
             alloc_job_id, null, 'c1', any_value(alloc_user), 'acct', 'gpu', 'COMPLETED',
             case when hash(alloc_job_id) % 2 = 0 then 'physics' end, 1, [any_value(host)],
             min(ts) - interval 1 minute, max(ts), 'raw/jobs/a.csv',
         from source where alloc_job_id is not null group by alloc_job_id;
-        insert into slurm_jobs values
+        insert into slurm_jobs {SLURM_JOB_COLUMNS} values
             ('j1', null, 'c1', 'bob', 'chem', 'gpu', 'RUNNING', 'chem', 1, ['node-a1'],
              timestamptz '{START.isoformat()}', null, 'raw/jobs/a.csv'),
             ('j2', null, 'c1', 'carol', 'chem', 'gpu', 'REQUEUED', 'chem', 1, ['node-b1'],

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_models_fixtures import H100, Fleet, at, proc
+from tests.test_models_fixtures import H100, SLURM_JOB_COLUMNS, Fleet, at, proc
 
 ATTRIBUTION = (
     'select attributed_by, team, "user", job_id from samples_attributed '
@@ -54,12 +54,17 @@ def slurm_job(
     state: str = "COMPLETED",
     gpus: int = 1,
     hosts: tuple[str, ...] = ("node1",),
+    seen_ts: dt.datetime | None = None,
+    cluster: str | None = "c1",
 ) -> None:
     fleet.con.execute(
-        "insert into slurm_jobs values "
-        "(?, ?, 'c1', ?, ?, 'gpu', ?, ?, ?, ?, ?, ?, 'raw/jobs/x.csv')",
-        [job_id, job_id_raw, user, account, state, team, gpus, list(hosts), start_ts, end_ts],
-    )
+        f"insert into slurm_jobs {SLURM_JOB_COLUMNS[:-1]}, seen_ts) values "
+        "(?, ?, ?, ?, ?, 'gpu', ?, ?, ?, ?, ?, ?, 'raw/jobs/x.csv', ?)",
+        [
+            job_id, job_id_raw, cluster, user, account, state, team, gpus, list(hosts),
+            start_ts, end_ts, seen_ts,
+        ],
+    )  # fmt: skip
 
 
 def attribution(fleet: Fleet, gpu_uuid: str, seconds: float) -> tuple:
@@ -179,7 +184,8 @@ def test_an_array_tasks_raw_id_in_a_sample_is_the_task_as_slurm_prints_it() -> N
     assert task["idle_gpu_hours"] == pytest.approx(20 / 3600)
     assert task["alloc_gpu_hours"] == pytest.approx(20 / 3600)  # its gpustat samples
     names = {row["job_id"] for row in fleet.rows("select job_id from job_efficiency")}
-    assert names == {"4242_7", "5000+1", "4242", "100_1", "200_3"}
+    # 4100_1 has no samples: a job by its Slurm record alone (GPUs allocated, none measured)
+    assert names == {"4242_7", "5000+1", "4242", "100_1", "200_3", "4100_1"}
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +340,7 @@ def test_jobs_add_up_to_team_daily(jobs: Fleet) -> None:
     by_jobs = jobs.rows(f"select team, {sums} from job_efficiency group by team order by team")
     by_days = jobs.rows(f"select team, {sums} from team_daily group by team order by team")
     by_jobs = [row for row in by_jobs if row["gpu_hours"]]  # E has no samples
+    by_days = [row for row in by_days if row["gpu_hours"]]  # E's allocated-only hours
     assert [row["team"] for row in by_jobs] == [row["team"] for row in by_days]
     for got, expected in zip(by_jobs, by_days, strict=True):
         for measure in measures:

@@ -181,6 +181,7 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "run_pieces",  # the episodes' and events' building block
         "gpu_hourly",  # the report's heatmaps
         "job_efficiency",  # a view of gpu_hourly, run_pieces and idle_episodes per job
+        "alloc_only_daily",  # allocated hours on hosts without samples
     }
     assert set(result.mart_rows) == marts
     # the view is counted as the table it names (warehouse/models.count_mart_rows): the same rows

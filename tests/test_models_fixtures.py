@@ -32,6 +32,11 @@ def proc(pid: int, user: str | None, used_mem_bytes: int, job_id: str | None = N
 
 # The load a row inserted by hand belongs to: a new one, as if ingested on its own.
 NEXT_LOAD = "(select coalesce(max(load_id), 0) + 1 from samples_stored)"
+# slurm_jobs' columns as the rows written here give them (seen_ts, added later, left null)
+SLURM_JOB_COLUMNS = (
+    '(job_id, job_id_raw, cluster, "user", account, partition, state, team, gpus, hosts, '
+    "start_ts, end_ts, source_file)"
+)
 
 
 class Fleet:

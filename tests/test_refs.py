@@ -488,11 +488,11 @@ def test_job_records_become_slurm_jobs(config: Config) -> None:
     assert ", 3 Slurm jobs" in str(result)
     assert rows(config, "select * from slurm_jobs order by source_file, job_id") == [
         ("77", None, None, None, None, None, None, "ops", None, None, utc(2026, 11, 16, 9),
-         None, "raw/jobs/site.csv"),
+         None, None, "raw/jobs/site.csv"),
         ("4242", None, "c1", "alice", "cv-lab", "gpu", "COMPLETED", "vision", 2, ["h1", "h2"],
-         utc(2026, 11, 16, 8), utc(2026, 11, 16, 9), "raw/jobs/slurm-c1-2026-11-16.csv"),
+         utc(2026, 11, 16, 8), utc(2026, 11, 16, 9), None, "raw/jobs/slurm-c1-2026-11-16.csv"),
         ("4243_1", "4250", "c1", "bob", "asr", "gpu", "RUNNING", None, 1, ["h1"],
-         utc(2026, 11, 16, 8) + dt.timedelta(minutes=30), None,
+         utc(2026, 11, 16, 8) + dt.timedelta(minutes=30), None, None,
          "raw/jobs/slurm-c1-2026-11-16.csv"),
     ]  # fmt: skip
     assert not ingest(config).references_changed

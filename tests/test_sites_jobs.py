@@ -205,13 +205,14 @@ def test_two_slurm_clusters_same_job_id_are_two_jobs(tmp_path: Path) -> None:
         ("east", "5", 0.0, "RUNNING"),
         ("west", "5", 0.0, "RUNNING"),
     ]
-    # each cluster's row sums only its own allocation rows
+    # each cluster's row sums only its own allocation rows, open and with no samples: up to
+    # the import that last saw the job running (its record's seen_ts)
     alloc = query(
         config,
         "select cluster, gpus, alloc_gpu_hours > 0 from job_efficiency"
         " where job_id = '5' order by all",
     )
-    assert alloc == [("east", 2, False), ("west", 2, False)]
+    assert alloc == [("east", 2, True), ("west", 2, True)]
     assert_incremental_equals_full(config)
 
 

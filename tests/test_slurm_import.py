@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from gpufleet.cli import main
-from gpufleet.config import Config
+from gpufleet.config import Config, load_config
 from gpufleet.config_sources import SlurmConfig
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.slurm import import_slurm
@@ -226,8 +226,13 @@ JOB_FILE = "raw/jobs/slurm-gpufleet-2026-11-27.csv"
 
 
 def rows(config: Config, name: str = DAY_FILE) -> list[dict[str, str]]:
+    """The file's rows; a job file's without seen_ts (the import's clock: see
+    test_a_running_jobs_record_says_when_an_import_last_saw_it)."""
     with open(config.data_dir / name, newline="") as handle:
-        return list(csv.DictReader(handle))
+        found = list(csv.DictReader(handle))
+    for item in found:
+        item.pop("seen_ts", None)
+    return found
 
 
 def record(job_id, user, state, gpus, hosts, start=13, end=None, team=None) -> dict[str, str]:
@@ -303,7 +308,12 @@ def test_import_from_saved_output_writes_a_row_per_gpu_of_each_running_job(
     assert rows(config, JOB_FILE) == EXPECTED_RECORDS
     assert (result.job_records, result.job_files) == (6, (config.data_dir / JOB_FILE,))
     assert "6 job records written, in 1 file(s)" in str(result)
-    assert warnings == []  # no sample files at all: nothing to compare node names with
+    # no sample files at all: every node's GPU-hours come from allocations alone
+    assert warnings == [
+        "import slurm: 2 node(s) have Slurm jobs but no gpufleet samples: gpu-node[01-02]: "
+        "their GPU-hours come from allocations alone"
+    ]
+    assert str(result).endswith("gpu-node[01-02]: their GPU-hours come from allocations alone")
     loaded = read_allocations(config.data_dir / DAY_FILE, DAY_FILE)  # as ingest reads it
     assert [(a.job_id, a.host, a.gpu_index, a.end_ts) for a in loaded][-1] == (
         "5",
@@ -405,12 +415,13 @@ def test_a_requeued_job_closes_its_earlier_run_and_opens_the_new_one(
 
 
 def test_a_job_file_without_raw_ids_is_read_and_gains_them(config: Config) -> None:
-    """A job file of a release before `job_id_raw`: read as it is, and written with the
-    column (the raw ids of the jobs seen filled in) on the next import that changes it."""
+    """A job file of a release before `job_id_raw` (and `seen_ts`): read as it is, and
+    written with the columns (the raw ids of the jobs seen filled in) on the next import
+    that changes it."""
     import_slurm(config, sacct_json=FIXTURES / "sacct-22.05.json")
     path = config.data_dir / JOB_FILE
     old = [
-        ",".join(line.split(",")[:1] + line.split(",")[2:])
+        ",".join(line.split(",")[:1] + line.split(",")[2:-1])
         for line in path.read_text().splitlines()
     ]
     assert old[0] == "job_id,cluster,user,account,partition,state,team,gpus,hosts,start_ts,end_ts"
@@ -474,9 +485,10 @@ def test_node_names_are_matched_to_collector_hosts(config: Config) -> None:
         "gpu-node01.cluster.example gpu-node02"
     )
     assert result.unknown_nodes == ("gpu-node02",)
-    assert len(warnings) == 1
-    assert warnings[0].startswith("import slurm: 1 Slurm node(s) match no collector host")
-    assert warnings[0].endswith(": gpu-node02")
+    assert warnings == [
+        "import slurm: 1 node(s) have Slurm jobs but no gpufleet samples: gpu-node02: "
+        "their GPU-hours come from allocations alone"
+    ]
 
 
 def test_a_failed_import_changes_nothing(config: Config, tmp_path: Path) -> None:
@@ -580,7 +592,7 @@ def test_a_job_whose_time_cannot_be_right_is_refused_and_the_rest_imported(
         warn=warnings.append,
     )
     assert result.refused == ("3",)
-    (line,) = warnings
+    (line,) = [w for w in warnings if "have Slurm jobs but no gpufleet samples" not in w]
     assert re.fullmatch(
         rf"import slurm: {re.escape(str(sacct))}: jobs\[2\]\.time\.{field}: {problem}.*: "
         r"job 3 not imported",
@@ -614,7 +626,7 @@ def test_a_running_job_whose_squeue_start_cannot_be_right_gets_no_gpus_from_it(
         now=at(30),
         warn=warnings.append,
     )
-    (line,) = warnings
+    (line,) = [w for w in warnings if "have Slurm jobs but no gpufleet samples" not in w]
     assert line.startswith(f"import slurm: {squeue}: jobs[")
     assert line.endswith(
         "].start_time: 1000000000000 (past year 9999) is more than a day after now (after "
@@ -729,3 +741,64 @@ def test_bad_slurm_configuration(tmp_path: Path, text: str, message: str) -> Non
     (tmp_path / "gpufleet.toml").write_text(text)
     with pytest.raises(GpufleetError, match=message):
         load_config(data_dir=tmp_path, environ={})
+
+
+def test_a_running_jobs_record_says_when_an_import_last_saw_it(config: Config) -> None:
+    """seen_ts: the import's clock for a job seen running, moved on by each import while it
+    runs; an ended job's stays as first written (its file is not rewritten for it)."""
+    kwargs = {"sacct_json": FIXTURES / "sacct-22.05.json", "warn": lambda line: None}
+    import_slurm(config, now=at(30), **kwargs)
+    path = config.data_dir / JOB_FILE
+    with open(path, newline="") as handle:
+        first = {r["job_id"]: r["seen_ts"] for r in csv.DictReader(handle)}
+    assert set(first.values()) == {at(30).isoformat()}
+    import_slurm(config, now=at(50), **kwargs)
+    with open(path, newline="") as handle:
+        later = {r["job_id"]: (r["state"], r["seen_ts"]) for r in csv.DictReader(handle)}
+    assert later["2"] == ("RUNNING", at(50).isoformat())
+    assert later["1"] == ("COMPLETED", at(30).isoformat())
+
+
+def test_a_slurm_cluster_is_recorded_as_the_site_that_names_it(tmp_path: Path) -> None:
+    """[clusters.<site>] slurm_cluster: the jobs of Slurm's ClusterName 'gpufleet' (the
+    fixtures') are the site 'hpc-east''s, in their rows, records and file names."""
+    toml = tmp_path / "gpufleet.toml"
+    toml.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[clusters.hpc-east]\nslurm_cluster = "gpufleet"\n'
+    )
+    config = load_config(config_path=toml)
+    assert config.slurm_clusters == (("hpc-east", "gpufleet"),)
+    import_slurm(
+        config,
+        sacct_json=FIXTURES / "sacct-22.05.json",
+        squeue_json=FIXTURES / "squeue-22.05.json",
+        warn=lambda line: None,
+    )
+    name = "slurm-hpc-east-2026-11-27.csv"
+    allocations = rows(config, f"raw/allocations/{name}")
+    records = rows(config, f"raw/jobs/{name}")
+    assert {r["cluster"] for r in (*allocations, *records)} == {"hpc-east"}
+    assert not (config.data_dir / DAY_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("tables", "problem"),
+    [
+        ('[clusters.a]\nslurm_cluster = ""\n', r"'clusters\.a\.slurm_cluster' must be a Slurm "),
+        ("[clusters.a]\nslurm_cluster = 3\n", r"'clusters\.a\.slurm_cluster' must be a Slurm "),
+        (
+            '[clusters.a]\nslurm_cluster = "x"\n[clusters.b]\nslurm_cluster = "x"\n',
+            r"'clusters\.b\.slurm_cluster' is 'x', which is already clusters\.a's",
+        ),
+    ],
+)
+def test_a_bad_slurm_cluster_is_one_line_naming_the_file(
+    tmp_path: Path, tables: str, problem: str
+) -> None:
+    toml = tmp_path / "gpufleet.toml"
+    toml.write_text(tables)
+    with pytest.raises(
+        GpufleetError, match=rf"^{re.escape(str(toml))}: line \d+: {problem}"
+    ) as info:
+        load_config(config_path=toml)
+    assert "\n" not in str(info.value)

@@ -19,7 +19,7 @@ import duckdb
 
 from gpufleet.warehouse.build import BuildResult, build_models
 from tests.test_incremental import MARTS, _mart
-from tests.test_models_fixtures import NEXT_LOAD, Fleet
+from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet
 
 START = dt.datetime(2026, 11, 16, 0, 0, tzinfo=dt.UTC)
 TICKS = 6 * 60 * 8  # eight hours at 10 s
@@ -62,7 +62,7 @@ def _at(hours: float) -> str:
 
 # The records the import writes once J1 and J2 have been seen (J2 has ended).
 FIRST_RECORDS = f"""
-insert into slurm_jobs values
+insert into slurm_jobs {SLURM_JOB_COLUMNS} values
     ('J1', null, 'c1', 'alice', 'cv', 'gpu', 'RUNNING', 'vision', 1, ['node-a'], {_at(1)}, null,
      'raw/jobs/slurm-c1-2026-11-16.csv'),
     ('J2', null, 'c1', 'bob', 'asr', 'gpu', 'COMPLETED', 'speech', 1, ['nb'], {_at(3)}, {_at(7)},
@@ -72,7 +72,7 @@ insert into slurm_jobs values
 LATER_RECORDS = f"""
 update slurm_jobs set team = 'perception' where job_id = 'J1';
 delete from slurm_jobs where job_id = 'J2';
-insert into slurm_jobs values
+insert into slurm_jobs {SLURM_JOB_COLUMNS} values
     ('J3', null, null, 'carol', null, null, null, 'infra', null, null, {_at(0)}, null,
      'raw/jobs/site.csv');
 """
@@ -185,7 +185,7 @@ update source set alloc_job_id = '777', alloc_user = 'bob'
 where gpu_uuid = 'GPU-2' and ts >= {_at(2)} and ts < {_at(4)};
 """
 TASK_RECORD = f"""
-insert into slurm_jobs values
+insert into slurm_jobs {SLURM_JOB_COLUMNS} values
     ('770_7', null, 'c1', 'bob', 'asr', 'gpu', 'RUNNING', 'speech', 1, ['nb'], {_at(2)}, null,
      'raw/jobs/slurm-c1-2026-11-16.csv');
 """
@@ -204,7 +204,7 @@ def test_a_records_raw_id_recomputes_the_samples_naming_it() -> None:
     _arrive(fleet.con, 0, TICKS * 10)
     assert build_models(fleet.con, fleet.config).mode == "full"
     assert _jobs(fleet)["777"] == "cv"  # not known as 770_7 yet: bob's users.csv team
-    assert "770_7" not in _jobs(fleet)
+    assert _jobs(fleet)["770_7"] == "speech"  # its record alone: a job with no samples yet
 
     # the record gains its raw id: the samples naming 777 (on node-b, not the record's
     # 'nb') are recomputed, and are the task's, with its account team

@@ -9,6 +9,7 @@ import csv
 import datetime as dt
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import duckdb
@@ -18,7 +19,7 @@ from gpufleet.cli import main
 from gpufleet.config import Config
 from gpufleet.integrations.slurm import import_slurm
 from tests.notify_fixtures import write_samples
-from tests.slurm_stack import SlurmStack
+from tests.slurm_stack import ACCOUNTS, CLUSTER, SlurmStack, _nodes_idle
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,8 @@ def check_job_records(slurm: SlurmStack, config: Config, jobs: dict[str, str]) -
     told = sacct_records(slurm)
     assert set(records) == set(jobs)
     for job_id, team in jobs.items():
-        assert records[job_id] == {**told[job_id], "team": team}, job_id
+        record = {name: value for name, value in records[job_id].items() if name != "seen_ts"}
+        assert record == {**told[job_id], "team": team}, job_id
 
 
 def gres_of(slurm: SlurmStack, job_id: str) -> set[tuple[str, int]]:
@@ -305,6 +307,22 @@ def check_samples(
     for task in tasks:
         write(task, records[task], teams[task], held[task], start[task], TICKS, 50.0, evidence=True)
         expected.jobs[task]["alloc_gpu_hours"] = TICKS * STEP_S / 3600
+    for job_id, record in records.items():
+        if job_id in expected.jobs or job_id not in teams:
+            continue
+        # a job that ended before squeue saw it and has no samples: its record alone
+        lived = _time(record["end_ts"]) - _time(record["start_ts"])
+        expected.jobs[job_id] = {
+            "team": teams[job_id],
+            "user": record["user"],
+            "account": record["account"],
+            "state": record["state"],
+            "gpus": int(record["gpus"]),
+            "gpu_hours": 0.0,
+            "busy_gpu_hours": 0.0,
+            "idle_gpu_hours": 0.0,
+            "alloc_gpu_hours": int(record["gpus"]) * lived.total_seconds() / 3600,
+        }
     write_samples(config.data_dir, "slurm-stack", expected.samples)
     data = ["--data-dir", str(config.data_dir)]
     assert main([*data, "ingest"]) == 0
@@ -327,3 +345,77 @@ def check_samples(
     for job_id, figures in expected.jobs.items():
         for name, value in figures.items():
             assert jobs[job_id][name] == pytest.approx(value), (job_id, name)
+
+
+# --- nodes without a collector ------------------------------------------------------------
+
+
+def test_jobs_on_nodes_without_collectors_are_allocated_gres_times_elapsed(
+    slurm: SlurmStack, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No gpufleet samples at all: a finished job and running jobs of 2 and 3 GPUs, their
+    site named by `[clusters.<site>] slurm_cluster`; import, ingest and build, and each
+    job's alloc_gpu_hours is its GPUs * its elapsed time (a running job's up to the import),
+    in job_efficiency and summed in team_daily, and the import names the unmeasured nodes."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    for user in ACCOUNTS:  # GPUs the other tests' jobs still hold
+        slurm.command("scancel", f"--user={user}")
+    slurm.wait("the nodes to be idle", lambda: _nodes_idle(slurm), timeout_s=60)
+    config = replace(config, slurm_clusters=(("east", CLUSTER),))
+    config.ref_dir.mkdir(parents=True)
+    (config.ref_dir / "accounts.csv").write_text("account,team\nspeech,audio\n")
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+
+    done = slurm.submit("gf-alice", "sleep 2", gpus=1, node="gpu-node01")
+    two = slurm.submit("gf-bob", "sleep 600", gpus=2, node="gpu-node01")
+    three = slurm.submit("gf-alice", "sleep 600", gpus=3, node="gpu-node02")
+
+    def settled() -> bool:
+        states = sacct_states(slurm)
+        return states.get(done, ("",))[0] == "COMPLETED" and all(
+            states.get(job, ("",))[0] == "RUNNING" for job in (two, three)
+        )
+
+    slurm.wait("the short job to end and the others to run", settled)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    warnings: list[str] = []
+    result = import_slurm(config, since=since, now=now, warn=warnings.append)
+    assert warnings == [
+        "import slurm: 2 node(s) have Slurm jobs but no gpufleet samples: gpu-node[01-02]: "
+        "their GPU-hours come from allocations alone"
+    ]
+    assert str(result).endswith("their GPU-hours come from allocations alone")
+    data = ["--data-dir", str(config.data_dir)]
+    assert main([*data, "ingest"]) == 0
+    assert main([*data, "build"]) == 0
+
+    told = sacct_records(slurm)
+    start = {job: _time(told[job]["start_ts"]) for job in (done, two, three)}
+    expected = {
+        done: 1 * (_time(told[done]["end_ts"]) - start[done]).total_seconds() / 3600,
+        two: 2 * (now - start[two]).total_seconds() / 3600,  # running: up to the import
+        three: 3 * (now - start[three]).total_seconds() / 3600,
+    }
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        found = con.execute(
+            'select job_id, cluster, team, "user", gpus, gpu_hours, alloc_gpu_hours'
+            " from job_efficiency"
+        ).fetchall()
+        allocated_by_teams = con.execute(
+            "select sum(alloc_only_gpu_hours), sum(alloc_gpu_hours) from team_daily"
+            " where cluster = 'east'"
+        ).fetchone()
+        hosts = {row[0] for row in con.execute("select host from alloc_only_daily").fetchall()}
+    # the other tests' jobs, cancelled just now, are in the window too: all of them here
+    jobs = {job_id: rest for job_id, *rest in found}
+    assert set(expected) <= set(jobs)
+    assert jobs[two][:5] == ["east", "audio", "gf-bob", 2, 0.0]
+    assert jobs[three][:5] == ["east", "vision", "gf-alice", 3, 0.0]
+    for job_id, hours in expected.items():
+        assert jobs[job_id][5] == pytest.approx(hours, abs=1 / 3600), job_id
+    # every job's allocated hours are team_daily's, once: none measured
+    every_job = sum(rest[5] for rest in jobs.values() if rest[0] == "east")
+    assert allocated_by_teams == (pytest.approx(every_job), pytest.approx(every_job))
+    assert hosts == {"gpu-node01", "gpu-node02"}
+    for user in ACCOUNTS:
+        slurm.command("scancel", f"--user={user}")

@@ -1,8 +1,9 @@
 -- Per local day, site (cluster), team, GPU and host: the sample sums every daily and weekly mart adds up
 -- (the day's hours of gpu_hourly added up), with the hours of samples in waste episodes
--- (each sample's hours on its own day). A table: an incremental build replaces only the
--- rows of the days it recomputes, then re-adds the daily and weekly marts of those days
--- from here.
+-- (each sample's hours on its own day), and what the GPU-hours cost at the GPU's price of
+-- the day (int_gpu_prices; of `(unallocated)`, the report's idle capacity). A table: an
+-- incremental build replaces only the rows of the days it recomputes, then re-adds the
+-- daily and weekly marts of those days from here.
 with hours as (
     select * from gpu_hourly
 ),
@@ -36,6 +37,7 @@ sample_sums as (
         sum(idle_s) as idle_s,
         sum(thermal_s) as thermal_s,
         sum(energy_j) as energy_j,
+        sum(allocated_s) as allocated_s,
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
     from hours
@@ -66,12 +68,24 @@ waste_sums as (
     group by all
 ),
 
+sample_costs as (
+    select
+        sample_sums.*,
+        sample_sums.observed_s / 3600 * coalesce(gpu_prices.usd_per_gpu_hour, 0.0) as cost_usd,
+    from sample_sums
+    left join gpu_prices
+        on gpu_prices.gpu_name is not distinct from sample_sums.gpu_name
+        and gpu_prices.cluster is not distinct from sample_sums.cluster
+        and (gpu_prices.valid_from is null or sample_sums.day >= gpu_prices.valid_from)
+        and (gpu_prices.valid_to is null or sample_sums.day < gpu_prices.valid_to)
+),
+
 final as (
     select
         sample_sums.*,
         coalesce(waste_sums.waste_s, 0.0) as waste_s,
         coalesce(waste_sums.waste_usd, 0.0) as waste_usd,
-    from sample_sums
+    from sample_costs as sample_sums
     left join waste_sums
         on waste_sums.day = sample_sums.day
         and waste_sums.team = sample_sums.team

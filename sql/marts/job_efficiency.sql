@@ -11,6 +11,10 @@
 -- site-b are two jobs, each with the allocation rows and Slurm record of its cluster (a
 -- row or record of no cluster, or of a cluster that no site of the id's samples is named
 -- after, belongs to each of them); an id whose samples have no site is one job, as before.
+-- A Slurm job with neither samples nor allocation rows (nodes without a collector, a job
+-- squeue never saw) is a job too: its record's GPUs over its time (docs/reference.md
+-- #allocated-gpu-hours). What is still running counts up to its last sample, else up to
+-- the import that last saw it running (its record's seen_ts).
 with hours as (
     select * from gpu_hourly
 ),
@@ -130,11 +134,28 @@ job_allocations as (
     where nullif(trim(job_id), '') is not null
 ),
 
+record_seen as (
+    -- when the import last saw each run of a job running
+    select
+        trim(job_id) as job_id,
+        nullif(trim(cluster), '') as cluster,
+        start_ts,
+        max(seen_ts) as seen_ts,
+    from slurm_job_rows
+    group by all
+),
+
 sited_allocations as (
     -- each row with the job at each site it covers that has samples (its cluster's, or
     -- every site's for a row of no cluster or samples of hosts of no site), else alone
     select
         job_allocations.*,
+        (
+            select max(record_seen.seen_ts) from record_seen
+            where record_seen.job_id = job_allocations.job_id
+                and record_seen.start_ts = job_allocations.start_ts
+                and record_seen.cluster is not distinct from job_allocations.cluster
+        ) as seen_ts,
         case
             when job_sites.job_id is not null then job_sites.cluster
             else job_allocations.cluster
@@ -152,7 +173,7 @@ sited_allocations as (
 ),
 
 allocation_sums as (
-    -- an open row counts up to the job's last sample (none: 0)
+    -- an open row counts up to the job's last sample, else its record's seen_ts (none: 0)
     select
         job_allocations.key_cluster as cluster,
         job_allocations.job_id,
@@ -162,7 +183,9 @@ allocation_sums as (
             greatest(
                 coalesce(
                     epoch(
-                        coalesce(job_allocations.end_ts, job_allocations.last_ts)
+                        coalesce(
+                            job_allocations.end_ts, job_allocations.last_ts, job_allocations.seen_ts
+                        )
                         - job_allocations.start_ts
                     ),
                     0
@@ -198,6 +221,8 @@ latest_slurm_jobs as (
                 'team': nullif(trim(team), ''),
                 'start_ts': start_ts,
                 'end_ts': end_ts,
+                'gpus': gpus,
+                'seen_ts': seen_ts,
             },
             start_ts
         ) as job,
@@ -205,11 +230,29 @@ latest_slurm_jobs as (
     group by all
 ),
 
-keys as (
+measured_or_placed as (
     select cluster, job_id, gpu_name, from sample_sums
     union all
     select cluster, job_id, null as gpu_name, from allocation_sums
     where not has_samples
+),
+
+keys as (
+    select * from measured_or_placed
+    union all
+    -- a Slurm job known by its record alone, at its cluster
+    select latest_slurm_jobs.cluster, latest_slurm_jobs.job_id, null as gpu_name,
+    from latest_slurm_jobs
+    where coalesce(latest_slurm_jobs.job.gpus, 0) > 0
+        and not exists (
+            select 1 from measured_or_placed
+            where measured_or_placed.job_id = latest_slurm_jobs.job_id
+                and (
+                    measured_or_placed.cluster is null
+                    or latest_slurm_jobs.cluster is null
+                    or measured_or_placed.cluster = latest_slurm_jobs.cluster
+                )
+        )
 ),
 
 key_jobs as (
@@ -270,10 +313,27 @@ final as (
             when allocation_sums.job_id is not null then allocation_sums.end_ts
             else sample_sums.last_ts
         end as end_ts,
-        coalesce(allocation_sums.gpus, sample_sums.gpus, 0) as gpus,
+        coalesce(allocation_sums.gpus, sample_sums.gpus, slurm_of_keys.job.gpus, 0) as gpus,
         case
             when allocation_sums.job_id is not null then allocation_sums.alloc_gpu_hours
             when sample_sums.allocated_s > 0 then sample_sums.allocated_s / 3600
+            -- sacct's gres/gpu count over the latest run, while open up to its last sample
+            -- at the site, else to the import that last saw it running
+            when slurm_of_keys.job.gpus > 0
+                then slurm_of_keys.job.gpus * greatest(
+                    coalesce(
+                        epoch(
+                            coalesce(
+                                slurm_of_keys.job.end_ts,
+                                job_sites.last_ts,
+                                slurm_of_keys.job.seen_ts
+                            )
+                            - slurm_of_keys.job.start_ts
+                        ),
+                        0
+                    ),
+                    0
+                ) / 3600
         end as alloc_gpu_hours,
         coalesce(sample_sums.observed_s, 0) / 3600 as gpu_hours,
         coalesce(sample_sums.busy_s, 0) / 3600 as busy_gpu_hours,
@@ -303,6 +363,9 @@ final as (
     left join slurm_of_keys
         on slurm_of_keys.cluster is not distinct from keys.cluster
         and slurm_of_keys.job_id = keys.job_id
+    left join job_sites
+        on job_sites.cluster is not distinct from keys.cluster
+        and job_sites.job_id = keys.job_id
     left join reference_users
         on reference_users."user"
         = coalesce(slurm_of_keys.job."user", allocation_sums."user")

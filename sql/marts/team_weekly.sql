@@ -5,8 +5,12 @@ with gpu_team_rows as (
     select * exclude (day) from gpu_team_daily
 ),
 
+alloc_only_rows as (
+    select * exclude (day, host, jobs) from alloc_only_daily
+),
+
 final as (
-    select * from team_measures(gpu_team_rows)
+    select * from team_measures(gpu_team_rows, alloc_only_rows)
 )
 
 select * from final

@@ -2,7 +2,8 @@
 -- The Slurm jobs `gpufleet import slurm` recorded (raw/jobs/*.csv), one row per job and
 -- start (a requeued job starts again under the same id); empty text becomes null (an empty
 -- team means: look the user up in users.csv). job_id is the id Slurm prints (4242_7 for an
--- array task), job_id_raw the job's own SLURM_JOB_ID (4250), which its samples may name.
+-- array task), job_id_raw the job's own SLURM_JOB_ID (4250), which its samples may name;
+-- seen_ts when the import last saw it running (null: not given).
 with source as (
     select * from slurm_jobs
 ),
@@ -21,6 +22,7 @@ final as (
         hosts,
         start_ts,
         end_ts,
+        seen_ts,
     from source
 )
 

@@ -73,6 +73,9 @@ class JobRecord(NamedTuple):
     hosts: tuple[str, ...]  # its nodes, as the collectors name them
     start_ts: dt.datetime
     end_ts: dt.datetime | None  # None: still running
+    # The import's clock when it last saw the job running (or first saw it ended): a running
+    # job's allocation counts up to it where no sample says more. None: not written.
+    seen_ts: dt.datetime | None = None
 
 
 # The files' headers: the records' fields, in order (`_render` writes them so).
@@ -80,8 +83,10 @@ COLUMNS: tuple[str, ...] = AllocationRow._fields
 JOB_COLUMNS: tuple[str, ...] = JobRecord._fields
 # The header of the allocation files of a release before `cluster`: read, and written anew.
 _COLUMNS_BEFORE_CLUSTER = tuple(name for name in COLUMNS if name != "cluster")
-# The header of the job files of a release before `job_id_raw`: read, and written anew.
-_JOB_COLUMNS_BEFORE_RAW = tuple(name for name in JOB_COLUMNS if name != "job_id_raw")
+# The headers of the job files of the releases before `seen_ts` and before `job_id_raw`:
+# read, and written anew.
+_JOB_COLUMNS_BEFORE_SEEN = tuple(name for name in JOB_COLUMNS if name != "seen_ts")
+_JOB_COLUMNS_BEFORE_RAW = tuple(name for name in _JOB_COLUMNS_BEFORE_SEEN if name != "job_id_raw")
 
 
 def day_file(folder: Path, cluster: str | None, start_ts: dt.datetime) -> Path:
@@ -194,7 +199,8 @@ def read_jobs(path: Path) -> list[JobRecord]:
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
-            if tuple(reader.fieldnames or ()) not in (JOB_COLUMNS, _JOB_COLUMNS_BEFORE_RAW):
+            header = tuple(reader.fieldnames or ())
+            if header not in (JOB_COLUMNS, _JOB_COLUMNS_BEFORE_SEEN, _JOB_COLUMNS_BEFORE_RAW):
                 raise ValueError(f"header {reader.fieldnames} is not {','.join(JOB_COLUMNS)}")
             return [
                 JobRecord(
@@ -210,6 +216,7 @@ def read_jobs(path: Path) -> list[JobRecord]:
                     tuple(row["hosts"].split()),
                     _time(row["start_ts"]),
                     _time(row["end_ts"]) if row["end_ts"] else None,
+                    _time(row["seen_ts"]) if row.get("seen_ts") else None,
                 )
                 for row in reader
             ]
@@ -223,8 +230,9 @@ def read_jobs(path: Path) -> list[JobRecord]:
 def merge_jobs(existing: list[JobRecord], seen: Iterable[JobRecord]) -> list[JobRecord]:
     """`existing` with the jobs `seen` now: a new (job id, start) is added, a known one
     takes the state and end seen (the rest stays as first written, as the allocation
-    rows' team does), unless it has ended and is seen running (older news). A record of
-    a release that did not write `job_id_raw` takes the one seen."""
+    rows' team does), unless it has ended and is seen running (older news); its `seen_ts`
+    moves on while it runs (an ended job's stays, so that its file is not rewritten). A
+    record of a release that did not write `job_id_raw` takes the one seen."""
     records = {(record.job_id, record.start_ts): record for record in existing}
     for record in seen:
         key = (record.job_id, record.start_ts)
@@ -235,7 +243,12 @@ def merge_jobs(existing: list[JobRecord], seen: Iterable[JobRecord]) -> list[Job
         if known.job_id_raw is None:
             known = records[key] = known._replace(job_id_raw=record.job_id_raw)
         if record.end_ts is not None or known.end_ts is None:
-            records[key] = known._replace(state=record.state, end_ts=record.end_ts)
+            running = record.end_ts is None or known.end_ts is None or known.seen_ts is None
+            records[key] = known._replace(
+                state=record.state,
+                end_ts=record.end_ts,
+                seen_ts=record.seen_ts if running else known.seen_ts,
+            )
     return sorted(records.values(), key=lambda r: (r.start_ts, _job_order(r.job_id), r.job_id))
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from gpufleet.collectors.schema import folder_host
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
@@ -46,13 +45,19 @@ from gpufleet.integrations.slurm.files import (
     render_jobs,
     write_watermark,
 )
+from gpufleet.integrations.slurm.nodes import (
+    HOSTS_LOOKBACK,
+    HostNames,
+    SiteNames,
+    collector_hosts,
+    compact_hostlist,
+)
 from gpufleet.integrations.slurm.payload import Refused, load_payload
 from gpufleet.integrations.slurm.sacct import SlurmJob, parse_sacct
 from gpufleet.integrations.slurm.squeue import HeldGpus, parse_squeue
 
 OVERLAP = dt.timedelta(hours=1)  # each window starts this long before the last one ended
 COMMAND_TIMEOUT_S = 300
-HOSTS_LOOKBACK = dt.timedelta(days=7)  # collector hosts: those with files in these days
 REFUSALS_SHOWN = 10  # refused jobs named one per line; the others counted in one
 
 
@@ -69,7 +74,7 @@ class SlurmImport:
     job_files: tuple[Path, ...] = ()  # job files written
     unplaced: tuple[str, ...] = ()  # GPU jobs with no indices: not seen running by squeue
     mig: tuple[str, ...] = ()  # jobs on MIG devices (no GPU indices)
-    unknown_nodes: tuple[str, ...] = ()  # nodes that match no collector host
+    unknown_nodes: tuple[str, ...] = ()  # nodes of jobs with no collector samples
     refused: tuple[str, ...] = ()  # jobs left out: a time out of range, an end before start
     source: str = ""  # "sacct <since> to <until>", or the saved file read
 
@@ -92,7 +97,17 @@ class SlurmImport:
                 f"  {len(self.refused):,} job(s) refused, not imported (a time out of range or "
                 f"an end before its start): {_some(self.refused)}"
             )
+        if self.unknown_nodes:
+            lines.append(f"  {unmeasured_line(self.unknown_nodes)}")
         return "\n".join(lines)
+
+
+def unmeasured_line(nodes: tuple[str, ...]) -> str:
+    """The line that names the nodes with jobs and no collector samples."""
+    return (
+        f"{len(nodes):,} node(s) have Slurm jobs but no gpufleet samples: "
+        f"{compact_hostlist(nodes)}: their GPU-hours come from allocations alone"
+    )
 
 
 def _some(names: tuple[str, ...], shown: int = 10) -> str:
@@ -143,42 +158,6 @@ def _utc(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def collector_hosts(config: Config, since: dt.date, until: dt.date) -> set[str]:
-    """The hosts with sample files on the UTC days `since` to `until` (raw/samples), by
-    name (a site's `host=<host>@<site>` folder names its host)."""
-    hosts: set[str] = set()
-    day = since
-    while day <= until:
-        folder = config.samples_dir / f"date={day.isoformat()}"
-        if folder.is_dir():
-            hosts.update(
-                folder_host(p.name[len("host=") :])[0] for p in folder.glob("host=*") if p.is_dir()
-            )
-        day += dt.timedelta(days=1)
-    return hosts
-
-
-class HostNames:
-    """A Slurm node's name as the collectors write it: the same name, else the one host
-    whose first label is the node's name (`gpu-node01` -> `gpu-node01.example.org`)."""
-
-    def __init__(self, hosts: set[str]) -> None:
-        self.hosts = hosts
-        self.short: dict[str, list[str]] = {}
-        for host in sorted(hosts):
-            self.short.setdefault(host.split(".")[0], []).append(host)
-        self.unknown: set[str] = set()
-
-    def __call__(self, node: str) -> str:
-        if not self.hosts or node in self.hosts:
-            return node
-        matches = self.short.get(node, [])
-        if len(matches) == 1:
-            return matches[0]
-        self.unknown.add(node)
-        return node
-
-
 def _held(job: SlurmJob, held: dict[str, HeldGpus]) -> HeldGpus | None:
     """What squeue says the job holds: a running job's GPUs, never given to an earlier
     run of a requeued job (same id, other start, already ended)."""
@@ -200,6 +179,7 @@ def _updates(
     teams: Teams,
     host_of: Callable[[str], str],
     since: dt.datetime | None,
+    now: dt.datetime,
 ) -> tuple[list[_Found], list[str]]:
     """Each started GPU job's update and record, and the jobs on MIG devices."""
     found: list[_Found] = []
@@ -236,6 +216,7 @@ def _updates(
             hosts=tuple(dict.fromkeys(host_of(node) for node in nodes)),
             start_ts=job.start_ts,
             end_ts=job.end_ts,
+            seen_ts=now,
         )
         update = JobUpdate(job.job_id, job.start_ts, job.end_ts, tuple(rows), job.cluster)
         found.append(_Found(job, update, record))
@@ -364,9 +345,12 @@ def import_slurm(
     output. `since` defaults to the last run's end less an hour, and on the first run to
     `now - first_window` (without it, the first run needs `since`)."""
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
+    first_import = read_watermark(config.data_dir / "imports" / RECORD_FILE) is None
     jobs, held, refused, start, described = _outputs(
         config, since, sacct_json, squeue_json, now, first_window
     )
+    site_of = SiteNames(config)  # a Slurm cluster's jobs as its site's
+    jobs = [job._replace(cluster=site_of(job.cluster)) for job in jobs]
     teams = Teams(
         read_accounts(config.ref_dir / ACCOUNTS_FILE),
         team_from=config.slurm.team_from,
@@ -376,18 +360,14 @@ def import_slurm(
     starts = [job.start_ts for job in jobs if job.start_ts is not None]
     first_day = max(min(starts, default=now), now - HOSTS_LOOKBACK).date()
     host_of = HostNames(collector_hosts(config, first_day, now.date()))
-    found, mig = _updates(jobs, held, teams, host_of, start)
+    found, mig = _updates(jobs, held, teams, host_of, start, now)
     plan = _plan(config, found)  # everything read and checked: from here on, writes
     for item in refused[:REFUSALS_SHOWN]:
         warn(f"import slurm: {item.line}")
     if len(refused) > REFUSALS_SHOWN:
         warn(f"import slurm: {len(refused) - REFUSALS_SHOWN:,} more job(s) refused likewise")
-    if host_of.unknown:
-        warn(
-            f"import slurm: {len(host_of.unknown)} Slurm node(s) match no collector host "
-            f"(no sample files under {config.samples_dir} name them; their rows are written "
-            f"but attribute nothing): {_some(tuple(sorted(host_of.unknown)))}"
-        )
+    if host_of.unknown and first_import:
+        warn(f"import slurm: {unmeasured_line(tuple(sorted(host_of.unknown)))}")
     for path, text in (*plan.contents.items(), *plan.job_contents.items()):
         write_text_atomically(path, text)
     if sacct_json is None:

@@ -155,10 +155,13 @@ create table if not exists slurm_jobs (
     hosts varchar[],               -- the job's nodes as collector host names
     start_ts timestamptz not null,
     end_ts timestamptz,            -- null: still running
+    seen_ts timestamptz,           -- when the import last saw it running; null: not given
     source_file varchar
 );
 -- a warehouse of a release before job_id_raw (its rows: null, as their files lack it)
 alter table slurm_jobs add column if not exists job_id_raw varchar;
+-- a warehouse of a release before seen_ts (its rows: null until their files are read again)
+alter table slurm_jobs add column if not exists seen_ts timestamptz;
 create table if not exists loaded_files (
     path varchar primary key,      -- relative to the data directory
     size_bytes bigint not null,

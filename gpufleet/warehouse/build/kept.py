@@ -43,7 +43,15 @@ create table if not exists build_state.recompute_from (day date not null);
 # The marts kept per local day, and those kept per run (by the local day of its start_ts at
 # its site, in the site's zone: a run that crosses into the next month belongs to the month
 # it began in). RUN_DAY needs the macros (sql/_macros.sql site_timezone) and variables.
-DAY_MARTS = ("gpu_hourly", "run_pieces", "gpu_team_daily", "team_daily", "gpu_daily", "host_daily")
+DAY_MARTS = (
+    "gpu_hourly",
+    "run_pieces",
+    "gpu_team_daily",
+    "alloc_only_daily",
+    "team_daily",
+    "gpu_daily",
+    "host_daily",
+)
 RUN_MARTS = {
     "idle_episodes": ("episode_id", "gpu_episode"),
     "thermal_events": ("event_id", "gpu_event"),

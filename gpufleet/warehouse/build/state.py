@@ -33,10 +33,11 @@ select job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster from all
 alter table build_state.allocations_built add column if not exists cluster varchar;
 create table if not exists build_state.slurm_jobs_built as
 select job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts,
-    job_id_raw
+    job_id_raw, seen_ts
 from slurm_jobs limit 0;
--- a build state of a release before job_id_raw (last, as JOB_COLUMNS lists it)
+-- a build state of a release before job_id_raw, then seen_ts (last, as SEEN_COLUMNS lists)
 alter table build_state.slurm_jobs_built add column if not exists job_id_raw varchar;
+alter table build_state.slurm_jobs_built add column if not exists seen_ts timestamptz;
 create table if not exists build_state.dated_references_built (
     kind varchar not null,           -- user, host or price
     "key" varchar not null,          -- the user, host glob or GPU glob
@@ -147,6 +148,10 @@ JOB_COLUMNS = (
     'job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts, '
     "job_id_raw"
 )
+# With when the import last saw each job running: a change of that alone attributes no
+# sample anew (JOB_CHANGES_SQL leaves it out), but moves the allocated hours of a running
+# job on hosts without samples (alloc_only_daily), so it asks for a build.
+SEEN_COLUMNS = f"{JOB_COLUMNS}, seen_ts"
 # The rows of slurm_jobs added, removed or changed since the marts were built (both
 # directions; which file holds a row does not matter).
 JOB_CHANGES_SQL = f"""
@@ -256,9 +261,10 @@ def record_incremental_build(con: duckdb.DuckDBPyConnection, *, top: int) -> Non
 def allocations_changed(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the allocations or the Slurm job records differ from those the marts were
     built with."""
+    seen_changes = JOB_CHANGES_SQL.replace(JOB_COLUMNS, SEEN_COLUMNS)
     row = con.execute(
         f"select (select count(*) from ({ALLOCATION_CHANGES_SQL}))"
-        f" + (select count(*) from ({JOB_CHANGES_SQL}))"
+        f" + (select count(*) from ({seen_changes}))"
     ).fetchone()
     return bool(row and row[0])
 
@@ -271,7 +277,10 @@ def record_allocations(con: duckdb.DuckDBPyConnection) -> None:
         f"insert into build_state.allocations_built select {ALLOCATION_COLUMNS} from allocations"
     )
     con.execute("delete from build_state.slurm_jobs_built")
-    con.execute(f"insert into build_state.slurm_jobs_built select {JOB_COLUMNS} from slurm_jobs")
+    con.execute(
+        f"insert into build_state.slurm_jobs_built ({SEEN_COLUMNS})"
+        f" select {SEEN_COLUMNS} from slurm_jobs"
+    )
     con.execute("delete from build_state.dated_references_built")
     con.execute(
         f"insert into build_state.dated_references_built ({DATED_REFERENCE_COLUMNS})"

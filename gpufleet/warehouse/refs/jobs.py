@@ -66,6 +66,7 @@ def read_jobs(
         job_id = _required(row, "job_id")
         start = _timestamp(row, "start_ts", required=True)
         end = _timestamp(row, "end_ts", required=False)
+        last_seen = _timestamp(row, "seen_ts", required=False)
         assert start is not None
         if end is not None and end < start:
             raise _RefError(row.line, "'end_ts' is before 'start_ts'")
@@ -89,6 +90,7 @@ def read_jobs(
             hosts=_hosts(row, "hosts"),
             start_ts=start,
             end_ts=end,
+            seen_ts=last_seen,
             source_file=source_file,
         )
 

@@ -41,6 +41,7 @@ JOBS_OPTIONAL = (
     "gpus",
     "hosts",
     "end_ts",
+    "seen_ts",
 )
 
 
@@ -102,6 +103,7 @@ class SlurmJobRecord(NamedTuple):
     hosts: tuple[str, ...] | None  # collector host names; None: not given
     start_ts: dt.datetime
     end_ts: dt.datetime | None  # None: still running
+    seen_ts: dt.datetime | None  # when the import last saw it running; None: not given
     source_file: str  # relative to the data directory
 
 

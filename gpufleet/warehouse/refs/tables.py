@@ -122,6 +122,7 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
             ("hosts", pa.list_(pa.string())),
             ("start_ts", _TS),
             ("end_ts", _TS),
+            ("seen_ts", _TS),
             ("source_file", pa.string()),
         ]
     ),

@@ -24,6 +24,9 @@ GPU_DAY_MART = "gpu_team_daily"
 GPU_HOUR_MART = "gpu_hourly"
 PER_DAY_MARTS = ("team_daily", "gpu_daily", "host_daily")
 PER_WEEK_MARTS = ("team_weekly",)
+# Recomputed whole by every build (small); the days whose rows changed are recomputed in the
+# daily and weekly marts, which add them up.
+ALLOC_ONLY_MART = "alloc_only_daily"
 
 
 def log_replaced(con: duckdb.DuckDBPyConnection, table: str, key: str, keys_sql: str) -> None:
@@ -205,6 +208,38 @@ def _create_gpu_day_sources(con: duckdb.DuckDBPyConnection, models: Mapping[str,
     )
 
 
+def replace_alloc_only_days(
+    con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]
+) -> None:
+    """alloc_only_daily: the rows of the days whose rows changed, and those days (and their
+    weeks) added to the days the daily and weekly marts recompute."""
+    con.execute(f"create or replace temp table _inc_alloc_only as\n{render(model, remap)}")
+    columns = ", ".join(f'"{row[0]}"' for row in con.execute(f"describe {model.name}").fetchall())
+    con.execute(
+        f"""
+        create or replace temp table _inc_alloc_only_days as
+        select distinct day from (
+            (select {columns} from _inc_alloc_only
+             except all select {columns} from {model.name})
+            union all
+            (select {columns} from {model.name}
+             except all select {columns} from _inc_alloc_only)
+        )
+        """
+    )
+    days = "day in (select day from _inc_alloc_only_days)"
+    con.execute(f"delete from {model.name} where {days}")
+    con.execute(f"insert into {model.name} by name select * from _inc_alloc_only where {days}")
+    log_replaced(con, model.name, "day", "select day from _inc_alloc_only_days")
+    con.execute("insert into _inc_days select day from _inc_alloc_only_days")
+    con.execute(
+        "create or replace temp table _inc_weeks as"
+        " select distinct iso_week(day) as iso_week from _inc_days"
+    )
+    con.execute("drop table temp._inc_alloc_only")
+    con.execute("drop table temp._inc_alloc_only_days")
+
+
 def replace_period_rows(
     con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str], *, per_week: bool
 ) -> None:
@@ -219,7 +254,12 @@ def replace_period_rows(
         """
     )
     con.execute(
-        f"insert into {model.name} by name\n"
-        f"{render(model, {**remap, 'gpu_team_daily': '_inc_gpu_team_daily'})}"
+        f"""
+        create or replace temp view _inc_alloc_only_daily as
+        select * from {ALLOC_ONLY_MART} where {key} in (select {key} from {periods})
+        """
     )
+    sources = {"gpu_team_daily": "_inc_gpu_team_daily", ALLOC_ONLY_MART: "_inc_alloc_only_daily"}
+    con.execute(f"insert into {model.name} by name\n{render(model, {**remap, **sources})}")
+    con.execute("drop view temp._inc_alloc_only_daily")
     log_replaced(con, model.name, key, f"select {key} from {periods}")

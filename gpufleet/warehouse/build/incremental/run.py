@@ -17,6 +17,7 @@ import duckdb
 from gpufleet.config import Config
 from gpufleet.warehouse.build.ids import record_new_ids
 from gpufleet.warehouse.build.incremental.marts import (
+    ALLOC_ONLY_MART,
     GPU_DAY_MART,
     GPU_HOUR_MART,
     PER_DAY_MARTS,
@@ -24,6 +25,7 @@ from gpufleet.warehouse.build.incremental.marts import (
     PER_WEEK_MARTS,
     PIECES_MART,
     RUN_MARTS,
+    replace_alloc_only_days,
     replace_gpu_days,
     replace_gpu_hours,
     replace_period_rows,
@@ -43,7 +45,7 @@ from gpufleet.warehouse.build.state import record_incremental_build
 
 # Every mart an incremental build knows how to replace; any other means a full build.
 INCREMENTAL_MARTS = frozenset(
-    {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART, GPU_HOUR_MART}
+    {PER_SAMPLE_MART, PIECES_MART, *RUN_MARTS, GPU_DAY_MART, GPU_HOUR_MART, ALLOC_ONLY_MART}
     | set(PER_DAY_MARTS)
     | set(PER_WEEK_MARTS)
 )
@@ -144,6 +146,8 @@ def _run_models(
             replace_gpu_days(con, model, models, remap)
         elif name == GPU_HOUR_MART:
             replace_gpu_hours(con, model, remap)
+        elif name == ALLOC_ONLY_MART:
+            replace_alloc_only_days(con, model, remap)
         else:
             replace_period_rows(con, model, remap, per_week=name in PER_WEEK_MARTS)
     return None
