@@ -54,6 +54,8 @@ class SeriesConfig:
 class ReportConfig:
     recipients: tuple[str, ...] = ()
     sender: str = "gpufleet@localhost"
+    # where <data_dir>/reports/ is served over http(s): the emails link the week's page there
+    page_url: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +169,11 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "min_minutes": ((int, float), "a number"),
     },
     "series": {"max_gap_factor": ((int, float), "a number")},
-    "report": {"recipients": ((list,), "a list of addresses"), "sender": ((str,), "a string")},
+    "report": {
+        "recipients": ((list,), "a list of addresses"),
+        "sender": ((str,), "a string"),
+        "page_url": ((str,), "an http(s) URL"),
+    },
     "notify": {
         "min_waste_gpu_hours": ((int, float), "a number"),
         "opt_out": ((list,), "a list of user names or addresses"),
@@ -305,6 +311,9 @@ def _check_values(config: Config, path: Path | None, text: str) -> None:
             raise fail(
                 "report", "recipients", f"'report.recipients' holds {recipient!r}, not an address"
             )
+    page_url = config.report.page_url
+    if page_url and not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", page_url):
+        raise fail("report", "page_url", f"'report.page_url' is not an http(s) URL: {page_url!r}")
 
 
 def _day(path: Path, text: str, section: str, key: str, value: dt.date | str) -> dt.date:

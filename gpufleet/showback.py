@@ -23,6 +23,9 @@ behind FOCUS's `x_` prefix for custom columns:
 - custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
   `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, and `x_gpus`:
   the distinct GPUs of that team and model in the month;
+- custom: `x_idle_capacity_usd`: on the rows of `(unallocated)` (GPUs no allocation,
+  process or hosts.csv row gave to a team), their `BilledCost`, else 0: the idle capacity,
+  OpenCost's idle bucket, a cost of its own that is no team's waste;
 - custom, the same in every row of a site: `x_coverage_start`, `x_coverage_end`: the part
   of the site's month the warehouse has samples for (the month's start, or the warehouse's
   first sample when that is later; the month's end, or its last sample when that is
@@ -61,7 +64,11 @@ CLOSED_SHOWBACK = "build_state.closed_showback"
 # FOCUS's date-time format: ISO 8601 in UTC with a Z.
 _FOCUS_DATETIME = "%Y-%m-%dT%H:%M:%SZ"
 # Money columns, written in cents in the CSV (exact in Parquet).
-CENTS_COLUMNS = ("BilledCost", "x_waste_usd")
+CENTS_COLUMNS = ("BilledCost", "x_waste_usd", "x_idle_capacity_usd")
+UNALLOCATED = "(unallocated)"  # the team of GPUs no rule attributes (docs/reference.md)
+# Columns added since the first closed months: their rows kept at close have them null, and
+# a month closed before one was added is written without it, as it was at close.
+ADDED_COLUMNS = {"x_idle_capacity_usd": "double"}
 
 SHOWBACK_SQL = r"""
 with gpu_team_days as (
@@ -220,6 +227,10 @@ final as (
         team_gpu_sums.idle_gpu_hours as x_idle_gpu_hours,
         team_gpu_sums.waste_gpu_hours as x_waste_gpu_hours,
         team_gpu_sums.waste_usd as x_waste_usd,
+        -- the idle capacity (OpenCost's idle bucket): what the GPUs no team held cost
+        case
+            when team_gpu_sums.team = $unallocated then gpu_prices.billed_usd else 0.0
+        end as x_idle_capacity_usd,
         team_gpu_sums.energy_kwh as x_energy_kwh,
         team_gpu_sums.gpus as x_gpus,
         team_gpu_sums.cluster as x_cluster,
@@ -256,7 +267,12 @@ def showback_params(month: str) -> dict[str, object]:
     local days (each site's in its zone: SHOWBACK_SQL needs the models' variables and
     macros, site_timezone)."""
     first, next_first = month_days(month)
-    return {"first_day": first, "next_first_day": next_first, "month": month}
+    return {
+        "first_day": first,
+        "next_first_day": next_first,
+        "month": month,
+        "unallocated": UNALLOCATED,
+    }
 
 
 def showback(config: Config, month: str) -> pl.DataFrame:
@@ -274,7 +290,7 @@ def showback(config: Config, month: str) -> pl.DataFrame:
             else None
         )
         if kept is not None and None in closed:
-            return kept.sort(_ORDER, nulls_last=_NULLS_LAST)
+            return _as_closed(kept).sort(_ORDER, nulls_last=_NULLS_LAST)
         set_variables(con, config)  # each site's zone (site_timezone)
         con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # glob_to_like
         computed = con.sql(SHOWBACK_SQL, params=params).pl()
@@ -282,7 +298,17 @@ def showback(config: Config, month: str) -> pl.DataFrame:
         return computed
     sites = [site for site in closed if site is not None]
     open_rows = computed.filter(~pl.col("x_cluster").is_in(sites).fill_null(False))
-    return pl.concat([open_rows, kept], how="vertical_relaxed").sort(_ORDER, nulls_last=_NULLS_LAST)
+    # rows kept before a column was added (x_idle_capacity_usd) have it null
+    return pl.concat([open_rows, kept], how="diagonal_relaxed").sort(_ORDER, nulls_last=_NULLS_LAST)
+
+
+def _as_closed(kept: pl.DataFrame) -> pl.DataFrame:
+    """A closed month's kept rows without the columns added after it was closed."""
+    return kept.drop(
+        column
+        for column in ADDED_COLUMNS
+        if column in kept.columns and kept.height and kept[column].is_null().all()
+    )
 
 
 # SHOWBACK_SQL's order: by team, site (nulls first), GPU model
@@ -334,7 +360,8 @@ def coverage_warning(frame: pl.DataFrame, month: str, timezone: str) -> str | No
 
 def for_spreadsheets(frame: pl.DataFrame) -> pl.DataFrame:
     """The rows as the CSV holds them: costs in cents, no text cell a formula."""
-    return defuse_formulas(frame.with_columns(pl.col(CENTS_COLUMNS).round(2)))
+    money = [column for column in CENTS_COLUMNS if column in frame.columns]  # kept rows: older
+    return defuse_formulas(frame.with_columns(pl.col(money).round(2)))
 
 
 def write_showback(frame: pl.DataFrame, fmt: str, output: Path | None) -> None:

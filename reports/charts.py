@@ -8,6 +8,7 @@ as they are in any browser's zone, so the charts show the configured zone's time
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,7 +239,8 @@ def waste_trend(trend: pl.DataFrame, title: str = "Idle waste per week") -> alt.
 
 def thermal_heatmap(hours: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
     """Throttled minutes by host and local hour over the week: one row per host (the most
-    throttled first), one cell per hour with throttling."""
+    throttled first), one cell per hour with throttling. The time axis ends at the week's
+    end, with a tick at each of its seven midnights (none at the next Monday's)."""
     hosts = hours.sort("host_rank")["host"].unique(maintain_order=True).to_list()
     throttled = int(hours.select(pl.col("hosts_throttled").max()).item() or 0)
     title: str | alt.TitleParams = "Throttled minutes by host and hour"
@@ -247,6 +249,10 @@ def thermal_heatmap(hours: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
             title, subtitle=f"the {len(hosts)} of {throttled} hosts that throttled most"
         )
     domain = [data.start.strftime(WALL_CLOCK), data.end.strftime(WALL_CLOCK)]
+    midnights = [
+        alt.DateTime(year=day.year, month=day.month, date=day.day)
+        for day in (data.start.date() + dt.timedelta(days=offset) for offset in range(7))
+    ]
     return (
         alt.Chart(
             inline(hours.select("host", "hour_start", "throttled_minutes", "gpus_throttled")),
@@ -257,8 +263,8 @@ def thermal_heatmap(hours: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
             x=alt.X(
                 "yearmonthdatehours(hour_start):T",
                 title=None,
-                scale=alt.Scale(domain=domain),
-                axis=alt.Axis(format=DAY_AXIS, tickCount="day", grid=True),
+                scale=alt.Scale(domain=domain, nice=False),
+                axis=alt.Axis(format=DAY_AXIS, values=midnights, grid=True),
             ),
             y=alt.Y("host:N", sort=hosts, title=None),
             color=alt.Color(
@@ -276,63 +282,6 @@ def thermal_heatmap(hours: pl.DataFrame, data: WeekData) -> alt.TopLevelMixin:
             ],
         )
         .properties(width=WIDTH - 200, height=alt.Step(16))
-    )
-
-
-THROTTLE_KINDS = ("SW thermal slowdown only", "with a HW slowdown")
-
-
-def throttled_split(gpus: pl.DataFrame) -> pl.DataFrame:
-    """Two rows per GPU: its throttled minutes in events with a HW slowdown, and in the
-    others."""
-    gpu = pl.format("{} / GPU {}", "host", "gpu_index").alias("gpu")
-    hw = pl.col("hw_throttled_minutes").fill_null(0.0)
-    parts = ((pl.col("throttled_minutes").fill_null(0.0) - hw).clip(lower_bound=0.0), hw)
-    return pl.concat(
-        gpus.select(
-            gpu,
-            "gpu_uuid",
-            "throttled_minutes",
-            "events",
-            "hw_events",
-            "max_temp_gpu_c",
-            "min_sm_clock_mhz",
-            kind=pl.lit(kind),
-            order=pl.lit(order),
-            minutes=part,
-        )
-        for order, (kind, part) in enumerate(zip(THROTTLE_KINDS, parts, strict=True))
-    )
-
-
-def throttled_gpus(gpus: pl.DataFrame) -> alt.TopLevelMixin:
-    """The GPUs that throttled longest, split into events with and without a HW slowdown."""
-    return (
-        alt.Chart(inline(throttled_split(gpus)), title="Most throttled GPUs")
-        .mark_bar()
-        .encode(
-            y=alt.Y("gpu:N", sort="-x", title=None),
-            x=alt.X("minutes:Q", title="throttled minutes", stack="zero"),
-            color=alt.Color(
-                "kind:N",
-                title=None,
-                scale=alt.Scale(domain=list(THROTTLE_KINDS), range=["#f58518", "#e45756"]),
-                legend=alt.Legend(orient="top"),
-            ),
-            order=alt.Order("order:Q"),
-            tooltip=[
-                alt.Tooltip("gpu:N", title="GPU"),
-                alt.Tooltip("gpu_uuid:N", title="UUID"),
-                alt.Tooltip("kind:N", title="events"),
-                alt.Tooltip("minutes:Q", title="minutes", format=",.1f"),
-                alt.Tooltip("throttled_minutes:Q", title="throttled minutes, all", format=",.1f"),
-                alt.Tooltip("events:Q", title="events, all"),
-                alt.Tooltip("hw_events:Q", title="HW slowdowns"),
-                alt.Tooltip("max_temp_gpu_c:Q", title="peak °C"),
-                alt.Tooltip("min_sm_clock_mhz:Q", title="min SM MHz"),
-            ],
-        )
-        .properties(width=WIDTH - 260, height=alt.Step(20))
     )
 
 
@@ -357,9 +306,5 @@ def build_charts(data: WeekData) -> list[NamedChart]:
                 "Throttled minutes by host and hour",
                 thermal_heatmap(data.thermal_hours, data),
             )
-        )
-    if not data.throttled_gpus.is_empty():
-        charts.append(
-            NamedChart("throttled-gpus", "Most throttled GPUs", throttled_gpus(data.throttled_gpus))
         )
     return charts

@@ -18,6 +18,8 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import jobs, queries
 from gpufleet.reports.allocated import alloc_only_week
+from gpufleet.reports.coverage import week_coverage
+from gpufleet.reports.host_groups import throttled_group
 from gpufleet.reports.hosts import host_weeks
 from gpufleet.reports.records import FleetTotals, Kpi, WeekData
 from gpufleet.reports.sites import site_views, site_weeks
@@ -64,6 +66,9 @@ def load_week(
             check_site(con, config, cluster)
         site_views(con, cluster)
         quarantined, quarantined_total = queries.quarantined(con)
+        host_days = local(queries.host_days(con, start, end), tz)
+        coverage = week_coverage(host_days, start, end)
+        previous_days = local(queries.host_days(con, before_start, before_end), tz)
         return WeekData(
             week=week,
             previous_week=before,
@@ -73,20 +78,23 @@ def load_week(
             generated_at=(now or dt.datetime.now(dt.UTC)).astimezone(zoneinfo.ZoneInfo(tz)),
             totals=queries.fleet_totals(con, week, start, end),
             previous=queries.fleet_totals(con, before, before_start, before_end),
-            teams=queries.teams(con, week),
+            teams=queries.teams(con, week, coverage.hours),
             heatmap=queries.heatmap(con, start, end),
             waste_trend=queries.waste_trend(con, week),
             waste_jobs=local(queries.waste_jobs(con, week, top=queries.TOP_WASTE_JOBS), tz),
             thermal_hours=queries.thermal_hours(con, start, end),
             throttled_gpus=queries.throttled_gpus(con, start, end),
             least_efficient_jobs=_local_or_none(jobs.least_efficient_jobs(con, start, end), tz),
-            hosts=host_weeks(local(queries.host_days(con, start, end), tz)),
+            hosts=host_weeks(host_days, coverage.hours),
             quarantined=local(quarantined, tz),
             quarantined_total=quarantined_total,
             weeks_with_data=queries.weeks_with_data(con),
             sites=site_weeks(con, week),
             cluster=cluster,
             alloc_only=alloc_only_week(con, week, cluster),
+            coverage=coverage,
+            previous_coverage=week_coverage(previous_days, before_start, before_end),
+            throttled_group=throttled_group(queries.throttled_hosts(con, start, end), host_days),
         )
     except duckdb.Error as exc:
         raise GpufleetError(

@@ -39,10 +39,20 @@ def host_label(host: pl.Expr, cluster: pl.Expr) -> pl.Expr:
     return pl.coalesce(pl.concat_str(host, pl.lit("@"), cluster), host)
 
 
-def host_weeks(days: pl.DataFrame) -> pl.DataFrame:
+def _week_coverage(hours_observed: float, gpus: int, covered_hours: float) -> float | None:
+    """A host's observed GPU-hours over its GPUs x the hours of the week with samples."""
+    if not gpus or covered_hours <= 0:
+        return None
+    return min(100.0, 100 * hours_observed / (gpus * covered_hours))
+
+
+def host_weeks(days: pl.DataFrame, covered_hours: float) -> pl.DataFrame:
     """One row per host of a site (`cluster`): its GPUs, days reporting, first and last
-    sample, its lowest daily coverage and its `problems`, `host` its label (`host_label`);
-    the hosts with problems first, the worst covered first."""
+    sample, its lowest daily coverage (`coverage_pct`, over each day's span from its first
+    sample to its last), its `week_coverage_pct` (its observed GPU-hours over its GPUs x the
+    `covered_hours` of the fleet's week: a host that reported for one hour of a full week
+    has 0.6%) and its `problems`, `host` its label (`host_label`); the hosts with problems
+    first, the worst covered over the week first."""
     days = days.with_columns(
         fleet_days=pl.col("day").n_unique(),
         fleet_first_ts=pl.col("first_ts").min(),
@@ -64,7 +74,12 @@ def host_weeks(days: pl.DataFrame) -> pl.DataFrame:
         has_late_start=pl.col("first_ts").min() - pl.col("fleet_first_ts").first() > SILENT_AFTER,
     )
     problems = [_problems(host) for host in hosts.iter_rows(named=True)]
+    week_coverage = [
+        _week_coverage(hours, gpus, covered_hours)
+        for hours, gpus in hosts.select("hours_observed", "gpus").iter_rows()
+    ]
     return hosts.with_columns(
         pl.Series("problems", problems, dtype=pl.List(pl.String)),
+        pl.Series("week_coverage_pct", week_coverage, dtype=pl.Float64),
         host=host_label(pl.col("host"), pl.col("cluster")),
-    ).sort(pl.col("problems").list.len() == 0, pl.col("coverage_pct").fill_null(0.0), "host")
+    ).sort(pl.col("problems").list.len() == 0, pl.col("week_coverage_pct").fill_null(0.0), "host")

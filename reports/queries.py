@@ -79,20 +79,37 @@ thermal as (
         coalesce(sum(duration_s), 0) / 60 as throttled_minutes
     from thermal_events
     where start_ts >= $start and start_ts < $end
+),
+-- The idle capacity: the GPU-hours no allocation, process or hosts.csv row accounts for (the
+-- team `(unallocated)`), at their GPUs' prices (OpenCost's idle bucket): no team's waste.
+capacity as (
+    select
+        coalesce(sum(gpu_hours), 0) as idle_capacity_gpu_hours,
+        coalesce(sum(cost_usd), 0) as idle_capacity_usd
+    from (
+        -- a warehouse built before cost_usd has none: 0 there
+        from team_weekly union all by name select null::double as cost_usd where false
+    )
+    where iso_week = $week and team = $unallocated
 )
-select * from teams, gpus, utilization, thermal
+select * from teams, gpus, utilization, thermal, capacity
 """
+
+UNALLOCATED = "(unallocated)"  # the team of GPUs no rule attributes (docs/reference.md)
 
 
 def fleet_totals(
     con: duckdb.DuckDBPyConnection, week: str, start: dt.datetime, end: dt.datetime
 ) -> FleetTotals:
-    sums = read(con, FLEET_SUMS, {"week": week, "start": start, "end": end, **_days(start, end)})
+    params = {"week": week, "start": start, "end": end, "unallocated": UNALLOCATED}
+    sums = read(con, FLEET_SUMS, {**params, **_days(start, end)})
     return FleetTotals.from_sums(sums.row(0, named=True), week_hours=_hours(start, end))
 
 
-def teams(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
-    """Each team's week from team_weekly, with last week's figures; the costliest first."""
+def teams(con: duckdb.DuckDBPyConnection, week: str, covered_hours: float) -> pl.DataFrame:
+    """Each team's week from team_weekly, with last week's figures; the costliest first.
+    `gpus` are the GPUs it used at any time, `avg_gpus` those it held on average: its
+    GPU-hours over the `covered_hours` of the week that have samples."""
     return read(
         con,
         """
@@ -105,6 +122,7 @@ def teams(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
         select
             this_week.team,
             this_week.gpus,
+            this_week.gpu_hours / $covered_hours as avg_gpus,
             this_week.gpu_hours,
             this_week.busy_gpu_hours,
             this_week.avg_util_pct,
@@ -120,7 +138,7 @@ def teams(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame:
         left join last_week on last_week.team = this_week.team
         order by this_week.waste_usd desc, this_week.waste_gpu_hours desc, this_week.team
         """,
-        {"week": week, "previous_week": previous_week(week)},
+        {"week": week, "previous_week": previous_week(week), "covered_hours": covered_hours},
     )
 
 
@@ -243,6 +261,28 @@ def throttled_gpus(
         limit $top
         """,
         {"start": start, "end": end, "top": TOP_GPUS},
+    )
+
+
+def throttled_hosts(
+    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime
+) -> pl.DataFrame:
+    """Every host (of its site, `cluster`) with thermal events in the week, and how many of
+    its GPUs throttled."""
+    return read(
+        con,
+        """
+        with events as (
+            -- a warehouse built before sites has no cluster column: null there
+            from thermal_events union all by name select null::varchar as cluster where false
+        )
+        select cluster, host, count(distinct gpu_uuid) as gpus_throttled
+        from events
+        where start_ts >= $start and start_ts < $end
+        group by cluster, host
+        order by host, cluster nulls first
+        """,
+        {"start": start, "end": end},
     )
 
 
@@ -391,7 +431,8 @@ def waste_jobs(
     for a job's waste episodes on all its GPUs; without a job, one for a user's (or, with no
     user either, a team's) episodes on one host. `waste_gpu_hours` and `waste_usd` are the
     week's part (see WEEK_WASTE); `start_ts` and `end_ts` span the whole episodes; `gpu_list`
-    holds each GPU's host and index."""
+    holds each GPU's host and index; `is_host_owned`: the team has those GPUs through a
+    hosts.csv row (attributed by `host`), with no user or job."""
     return read(
         con,
         WEEK_WASTE
@@ -409,7 +450,9 @@ def waste_jobs(
                 sum(week_waste_usd) as waste_usd,
                 min(start_ts) as start_ts,
                 max(end_ts) as end_ts,
-                bool_or(held_memory) as held_memory
+                bool_or(held_memory) as held_memory,
+                -- no user or job: a host that hosts.csv gives the team
+                bool_and(attributed_by = 'host') as is_host_owned
             from waste
             group by all
         )

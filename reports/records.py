@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from gpufleet.reports.allocated import AllocOnly
+from gpufleet.reports.coverage import WeekCoverage, elapsed_hours
+from gpufleet.reports.host_groups import HostGroup
 
 
 def _float(value: object) -> float:
@@ -38,6 +40,9 @@ class FleetTotals:
     thermal_events: int = 0
     throttled_minutes: float = 0.0
     coverage_pct: float | None = None  # observed GPU-hours / (GPUs seen x hours in the week)
+    # GPU-hours of `(unallocated)` GPUs and their cost: capacity no team held, no team's waste
+    idle_capacity_gpu_hours: float = 0.0
+    idle_capacity_usd: float = 0.0
 
     @classmethod
     def from_sums(cls, sums: Mapping[str, Any], *, week_hours: float) -> FleetTotals:
@@ -57,6 +62,8 @@ class FleetTotals:
             thermal_events=int(sums.get("thermal_events") or 0),
             throttled_minutes=_float(sums.get("throttled_minutes")),
             coverage_pct=_pct(_float(sums.get("observed_gpu_hours")), gpus_seen * week_hours),
+            idle_capacity_gpu_hours=_float(sums.get("idle_capacity_gpu_hours")),
+            idle_capacity_usd=_float(sums.get("idle_capacity_usd")),
         )
 
 
@@ -86,6 +93,8 @@ KPIS = (
     KpiSpec("idle_gpu_hours", "Idle GPU-hours", "hours", True),
     KpiSpec("waste_gpu_hours", "Waste GPU-hours", "hours", True),
     KpiSpec("waste_usd", "Idle waste", "usd", True),
+    KpiSpec("idle_capacity_gpu_hours", "Unallocated GPU-hours", "hours", True),
+    KpiSpec("idle_capacity_usd", "Idle capacity", "usd", True),
     KpiSpec("energy_kwh", "Energy", "kwh", None),
     KpiSpec("thermal_events", "Thermal events", "count", True),
     KpiSpec("throttled_minutes", "Throttled minutes", "minutes", True),
@@ -119,6 +128,9 @@ class WeekData:
     sites: pl.DataFrame | None = None
     cluster: str | None = None  # the one site the report is of (`report --cluster`); None: all
     alloc_only: AllocOnly | None = None  # nodes allocated by Slurm without a collector
+    coverage: WeekCoverage | None = None  # the part of the week with samples; None: all of it
+    previous_coverage: WeekCoverage | None = None
+    throttled_group: HostGroup | None = None  # the host or rack with most throttled GPUs
 
     @property
     def has_data(self) -> bool:
@@ -137,15 +149,46 @@ class WeekData:
         return self.previous.gpu_hours > 0 or self.previous.gpus_seen > 0
 
     @property
+    def is_partial(self) -> bool:
+        """This week has samples for only part of it."""
+        return self.coverage is not None and self.coverage.is_partial
+
+    @property
+    def previous_is_partial(self) -> bool:
+        return self.previous_coverage is not None and self.previous_coverage.is_partial
+
+    @property
+    def is_compared(self) -> bool:
+        """Whether changes against last week mean anything: both weeks have data, in full."""
+        return self.previous_has_data and not self.is_partial and not self.previous_is_partial
+
+    @property
+    def not_compared(self) -> str:
+        """Why no change against last week is shown ("" when changes are shown)."""
+        if self.is_compared:
+            return ""
+        if not self.previous_has_data:
+            return f"no data for {self.previous_week}"
+        return "not compared: partial week"
+
+    @property
+    def covered_hours(self) -> float:
+        """The hours of the week that have samples (all of them when it is complete)."""
+        if self.coverage is None:
+            return elapsed_hours(self.start, self.end)
+        return self.coverage.hours
+
+    @property
     def kpis(self) -> list[Kpi]:
-        """The headline numbers; last week's are None when that week has no data at all."""
+        """The headline numbers; last week's are None when that week has no data at all, or
+        when either week is partial (a change against part of a week says nothing)."""
         return [
             Kpi(
                 key=spec.key,
                 label=spec.label,
                 kind=spec.kind,
                 value=getattr(self.totals, spec.key),
-                previous=getattr(self.previous, spec.key) if self.previous_has_data else None,
+                previous=getattr(self.previous, spec.key) if self.is_compared else None,
                 lower_is_better=spec.lower_is_better,
             )
             for spec in KPIS

@@ -12,7 +12,7 @@ import functools
 import json
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jinja2
 import polars as pl
@@ -22,6 +22,15 @@ from markupsafe import Markup
 from gpufleet.reports.charts import NamedChart
 from gpufleet.reports.jobs import MIN_GPU_HOURS
 from gpufleet.reports.records import Kpi, WeekData
+
+
+class PageLink(NamedTuple):
+    """Where an email says the interactive page is: its URL (`report.page_url`), or, with
+    none configured, its path on the host that wrote it."""
+
+    url: str | None
+    path: str
+
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("gpufleet.reports", "templates"),
@@ -206,9 +215,46 @@ _ENV.globals.update(
 
 
 def subject(data: WeekData) -> str:
+    """The fleet email's subject: the week's idle waste, and its idle capacity (the GPUs no
+    team held) when it has any, as a cost line of its own."""
     if not data.has_data:
         return f"gpufleet weekly report {data.week}: no data"
-    return f"gpufleet weekly report {data.week}: {format_usd(data.totals.waste_usd)} idle waste"
+    text = f"gpufleet weekly report {data.week}: {format_usd(data.totals.waste_usd)} idle waste"
+    hours = data.totals.idle_capacity_gpu_hours
+    if hours > 0:
+        text += (
+            f", {format_usd(data.totals.idle_capacity_usd)} idle capacity "
+            f"({format_value(hours, 'hours')} unallocated GPU-hours)"
+        )
+    if data.is_partial:
+        text += " (partial week)"
+    return text
+
+
+def coverage_notes(data: WeekData) -> list[str]:
+    """The partial-week banner: what part of this week has samples, and why no change
+    against last week is shown (no lines when both weeks are complete)."""
+    notes: list[str] = []
+    coverage = data.coverage
+    if data.has_data and coverage is not None and coverage.is_partial:
+        when = "%a %d %b %H:%M"
+        text = (
+            f"Partial week: samples from {coverage.first_ts:{when}} to "
+            f"{coverage.last_ts:{when}} ({data.timezone}) only"
+        )
+        if coverage.gap_days:
+            text += ", none on " + ", ".join(day.strftime("%a %d %b") for day in coverage.gap_days)
+        notes.append(
+            f"{text}. The figures cover those {format_number(coverage.hours)} hours, and a "
+            f"team's GPUs held on average are over them; no change against "
+            f"{data.previous_week} is shown."
+        )
+    if data.has_data and data.previous_has_data and data.previous_is_partial:
+        notes.append(
+            f"{data.previous_week} has samples for part of that week only: no change against "
+            "it is shown."
+        )
+    return notes
 
 
 def _context(data: WeekData, charts: list[NamedChart]) -> dict[str, Any]:
@@ -218,6 +264,7 @@ def _context(data: WeekData, charts: list[NamedChart]) -> dict[str, Any]:
         "charts": {chart.key: chart for chart in charts},
         "title": f"GPU fleet report {data.week}",
         "subject": subject(data),
+        "coverage_notes": coverage_notes(data),
     }
 
 
@@ -243,8 +290,11 @@ def render_page(data: WeekData, charts: list[NamedChart]) -> str:
     )
 
 
-def render_email_html(data: WeekData, charts: list[NamedChart], cids: Mapping[str, str]) -> str:
-    """The email's HTML body: the same summary and tables, each chart an <img src="cid:...">."""
+def render_email_html(
+    data: WeekData, charts: list[NamedChart], cids: Mapping[str, str], page: PageLink
+) -> str:
+    """The email's HTML body: the same summary and tables, each chart an <img src="cid:...">,
+    and where the interactive page is."""
     titles = {chart.key: chart.title for chart in charts}
 
     def slot(key: str) -> Markup:
@@ -256,7 +306,7 @@ def render_email_html(data: WeekData, charts: list[NamedChart], cids: Mapping[st
 
     chart_slot: Callable[[str], Markup] = slot
     return _ENV.get_template("email.html").render(
-        **_context(data, charts), mode="email", chart_slot=chart_slot
+        **_context(data, charts), mode="email", chart_slot=chart_slot, page=page
     )
 
 
@@ -265,9 +315,15 @@ def render_template(name: str, **context: Any) -> str:
     return _ENV.get_template(name).render(**context)
 
 
-def render_email_text(data: WeekData) -> str:
+def render_email_text(data: WeekData, page: PageLink) -> str:
     """The plain-text alternative."""
-    return _ENV.get_template("email.txt").render(data=data, kpis=data.kpis, subject=subject(data))
+    return _ENV.get_template("email.txt").render(
+        data=data,
+        kpis=data.kpis,
+        subject=subject(data),
+        coverage_notes=coverage_notes(data),
+        page=page,
+    )
 
 
 def _md(text: object) -> str:
@@ -284,9 +340,10 @@ def summary_markdown(data: WeekData, page_path: str) -> str:
     if not data.has_data:
         lines.append(f"No data for week {data.week}.")
         return "\n".join(lines) + "\n"
+    lines += [*(f"**{_md(note)}**\n" for note in coverage_notes(data))]
     lines += ["| | this week | change |", "|---|---:|---:|"]
     for kpi in data.kpis:
-        text, _ = change(kpi.value, kpi.previous, kpi.kind)
+        text = data.not_compared or change(kpi.value, kpi.previous, kpi.kind)[0]
         lines.append(f"| {kpi.label} | {format_value(kpi.value, kpi.kind)} | {text} |")
     lines += [
         "",

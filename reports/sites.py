@@ -32,6 +32,7 @@ _MEASURES = """
     sum(energy_kwh) as energy_kwh,
     sum(gpus)::bigint as gpus,
     sum(measured_gpu_hours) as measured_gpu_hours,
+    sum(cost_usd) as cost_usd,
 """
 # marts filtered to the site asked for
 _FILTERED = (
@@ -50,6 +51,13 @@ def _own(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """The warehouse's own `table`, whatever temporary view shadows its name."""
     database = con.execute("select current_database()").fetchall()[0][0]
     return '"' + str(database).replace('"', '""') + f'".main.{table}'
+
+
+def _rows(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    """The warehouse's own team_daily or team_weekly, with a null `cost_usd` where it was
+    built before that column."""
+    own = _own(con, table)
+    return f"(from {own} union all by name select null::double as cost_usd where false)"
 
 
 def _with_cluster(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -73,7 +81,7 @@ def site_views(con: duckdb.DuckDBPyConnection, cluster: str | None) -> None:
             f"""
             create or replace temp view {table} as
             select {keys}, team, {_MEASURES}
-            from {_own(con, table)}
+            from {_rows(con, table)}
             where {_ONE_SITE}
             group by {keys}, team
             """
@@ -101,7 +109,7 @@ def site_weeks(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame | None
                 cluster,
                 any_value(week_start) as week_start,
                 {_MEASURES.replace("count(*) = 1", "false")}
-            from {_own(con, "team_weekly")}
+            from {_rows(con, "team_weekly")}
             where iso_week = $week and {_ONE_SITE}
             group by cluster
         ),

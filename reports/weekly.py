@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tempfile
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.reports.charts import build_charts
 from gpufleet.reports.data import WeekData, load_week
 from gpufleet.reports.mail import build_message
-from gpufleet.reports.render import render_page, subject, summary_markdown
+from gpufleet.reports.render import PageLink, render_page, subject, summary_markdown
 from gpufleet.weeks import week_bounds
 
 PAGE_NAME = "index.html"
@@ -79,6 +80,16 @@ def report_dir(config: Config, week: str) -> Path:
     return config.reports_dir / week
 
 
+def page_link(config: Config, page_path: Path) -> PageLink:
+    """Where the emails say the page is: under `report.page_url` (which serves
+    `<data_dir>/reports/`) when set, else its path here."""
+    url = None
+    if config.report.page_url:
+        relative = page_path.relative_to(config.reports_dir).as_posix()
+        url = config.report.page_url.rstrip("/") + "/" + urllib.parse.quote(relative)
+    return PageLink(url=url, path=str(page_path))
+
+
 def write_report(
     config: Config, week: str, *, now: dt.datetime | None = None, cluster: str | None = None
 ) -> ReportFiles:
@@ -89,11 +100,15 @@ def write_report(
     data: WeekData = load_week(config, week, now=now, cluster=cluster)
     charts = build_charts(data)
     page = render_page(data, charts)
-    message = build_message(
-        data, charts, page, sender=config.report.sender, recipients=config.report.recipients
-    )
     folder = report_dir(config, week) / ("sites/" + cluster if cluster else "")
     page_path, email_path = folder / PAGE_NAME, folder / EMAIL_NAME
+    message = build_message(
+        data,
+        charts,
+        page_link(config, page_path),
+        sender=config.report.sender,
+        recipients=config.report.recipients,
+    )
     write_atomically(page_path, page.encode("utf-8"))
     write_atomically(email_path, message.as_bytes())
     return ReportFiles(

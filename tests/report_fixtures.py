@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import datetime as dt
 import logging
+import random
 import shutil
 import socket
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+import polars as pl
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope, Session
 
@@ -48,6 +50,8 @@ THERMAL_EVENTS = 4
 THROTTLED_MINUTES = (600 + 300 + 120 + 60) / 60
 PREVIOUS_WASTE_USD = 1060.0
 PREVIOUS_GPU_HOURS = 360.0
+IDLE_CAPACITY_GPU_HOURS = 24.0  # the (unallocated) row: GPUs no team held
+IDLE_CAPACITY_USD = 60.0  # its 24 GPU-hours at $2.50
 
 UTC = dt.UTC
 
@@ -65,7 +69,7 @@ create table team_daily (
 create table team_weekly (
     iso_week varchar, week_start date, team varchar, gpu_hours double, busy_gpu_hours double,
     avg_util_pct double, idle_gpu_hours double, waste_gpu_hours double, waste_usd double,
-    energy_kwh double, gpus bigint
+    energy_kwh double, gpus bigint, cost_usd double
 );
 create table idle_episodes (
     gpu_uuid varchar, host varchar, gpu_index usmallint, gpu_name varchar, team varchar,
@@ -99,14 +103,15 @@ H100 = "NVIDIA H100 80GB HBM3"
 def _team_weekly() -> list[tuple[object, ...]]:
     w46, w45, w44 = MONDAY, MONDAY - dt.timedelta(weeks=1), MONDAY - dt.timedelta(weeks=2)
     return [
-        # iso_week, week_start, team, gpu_h, busy_h, util%, idle_h, waste_h, waste$, kWh, gpus
-        (WEEK, w46, EVIL_TEAM, 100.0, 20.0, 20.0, 60.0, 50.0, 1150.0, 30.0, 2),
-        (WEEK, w46, "vision", 300.0, 240.0, 80.0, 20.0, 10.0, 40.0, 120.0, 4),
-        (WEEK, w46, "nlp", 150.0, 90.0, 60.0, 30.0, 0.0, 0.0, 60.0, 2),
-        (WEEK, w46, "(unallocated)", 24.0, 0.0, 0.0, 24.0, 0.0, 0.0, 5.0, 1),
-        (PREVIOUS_WEEK, w45, EVIL_TEAM, 80.0, 16.0, 20.0, 40.0, 30.0, 1000.0, 25.0, 2),
-        (PREVIOUS_WEEK, w45, "vision", 280.0, 210.0, 75.0, 30.0, 15.0, 60.0, 110.0, 4),
-        ("2026-W44", w44, "vision", 250.0, 200.0, 80.0, 20.0, 8.0, 30.0, 100.0, 4),
+        # iso_week, week_start, team, gpu_h, busy_h, util%, idle_h, waste_h, waste$, kWh, gpus,
+        # cost$ (the GPU-hours at $2.50)
+        (WEEK, w46, EVIL_TEAM, 100.0, 20.0, 20.0, 60.0, 50.0, 1150.0, 30.0, 2, 250.0),
+        (WEEK, w46, "vision", 300.0, 240.0, 80.0, 20.0, 10.0, 40.0, 120.0, 4, 750.0),
+        (WEEK, w46, "nlp", 150.0, 90.0, 60.0, 30.0, 0.0, 0.0, 60.0, 2, 375.0),
+        (WEEK, w46, "(unallocated)", 24.0, 0.0, 0.0, 24.0, 0.0, 0.0, 5.0, 1, 60.0),
+        (PREVIOUS_WEEK, w45, EVIL_TEAM, 80.0, 16.0, 20.0, 40.0, 30.0, 1000.0, 25.0, 2, 200.0),
+        (PREVIOUS_WEEK, w45, "vision", 280.0, 210.0, 75.0, 30.0, 15.0, 60.0, 110.0, 4, 700.0),
+        ("2026-W44", w44, "vision", 250.0, 200.0, 80.0, 20.0, 8.0, 30.0, 100.0, 4, 625.0),
     ]
 
 
@@ -235,6 +240,9 @@ def _host_daily() -> list[tuple[object, ...]]:
         rows.append((day, EVIL_HOST, 1, 8640, 24.0, _ts(day, 0, 0), _ts(day, 23, 59)))
         if offset < 6:  # node-b goes silent on Sunday
             rows.append((day, "node-b", 1, 8640, 24.0, _ts(day, 0, 0), _ts(day, 23, 59)))
+    for offset in range(7):  # the week before, in full (compared with WEEK)
+        day = MONDAY - dt.timedelta(days=7 - offset)
+        rows.append((day, "node-a", 2, 17280, 48.0, _ts(day, 0, 0), _ts(day, 23, 59)))
     return rows
 
 
@@ -394,3 +402,80 @@ def smtp_inbox(
     finally:
         controller.stop()
         server_log.propagate = propagate
+
+
+# --- a warehouse the size of the demo's -------------------------------------------------------
+
+DEMO_TEAMS = ("research", "speech", "nlp", "vision", "platform", "(unallocated)", "(unmapped)")
+
+
+def make_demo_sized_warehouse(data_dir: Path) -> Path:
+    """The marts of a week of a fleet the size of `gpufleet demo`'s (128 GPUs on 16 hosts of
+    8, seven teams, a hot rack of four hosts throttling in most hours, 15 waste jobs, four
+    weeks of trend), with noisy figures as real ones are (seeded: the same every run), for
+    the size of what the report writes."""
+    rng = random.Random(47)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "warehouse.duckdb"
+    hosts = [f"gpu-r{rack:02d}n{n:02d}" for rack in range(1, 5) for n in range(1, 5)]
+    gpus = [(f"GPU-{h}-{i}", h, i) for h in hosts for i in range(8)]
+    team_of = {uuid: DEMO_TEAMS[k % 6] for k, (uuid, _, _) in enumerate(gpus)}
+    hourly, thermal, host_days, gpu_days = [], [], [], []
+    for offset in range(7):
+        day = MONDAY + dt.timedelta(days=offset)
+        for uuid, host, _ in gpus:
+            for hour in range(24):
+                util = rng.uniform(0, 100)
+                hot = host.startswith("gpu-r02") and rng.random() < 0.7
+                hourly.append((day, hour, uuid, team_of[uuid], host, 120, 3600.0, 3600.0,
+                               util * 36, 600.0 * hot))  # fmt: skip
+                if hot:
+                    start = _ts(day, hour, rng.randrange(50))
+                    end = start + dt.timedelta(minutes=10)
+                    temp, is_hw = rng.randrange(85, 95), rng.random() < 0.2
+                    thermal.append((uuid, host, int(uuid[-1]), team_of[uuid], start, end,
+                                    600.0, 20, temp, 900, 0x40, is_hw))  # fmt: skip
+            gpu_days.append((day, uuid, host, H100, 24.0, 50.0, 6.0, 0.0, 10.0))
+        for host in hosts:
+            host_days.append((day, host, 8, 23040, 192.0, _ts(day, 0), _ts(day, 23, 59)))
+    weekly = [
+        (week, MONDAY - dt.timedelta(weeks=back), team, 3000.0 + rng.uniform(0, 500),
+         1500.0, 50.0, 1000.0, 800.0, rng.uniform(500, 2500), 1000.0, 20, 7500.0)
+        for back, week in enumerate((WEEK, PREVIOUS_WEEK, "2026-W44", "2026-W43"))
+        for team in DEMO_TEAMS
+    ]  # fmt: skip
+    episodes = [
+        (uuid, host, index, H100, team_of[uuid], f"user{k}", f"48{k:05d}", "process",
+         _ts(MONDAY + dt.timedelta(days=k % 7), 1), _ts(MONDAY + dt.timedelta(days=k % 7), 9),
+         28800.0, 960, True, False, 20.0 + k)
+        for k, (uuid, host, index) in enumerate(gpus[:40])
+    ]  # fmt: skip
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(MART_DDL)
+        for table, rows in (
+            ("team_weekly", weekly),
+            ("gpu_hourly", hourly),
+            ("idle_episodes", episodes),
+            ("thermal_events", thermal),
+            ("gpu_daily", gpu_days),
+            ("host_daily", host_days),
+        ):
+            # through Arrow: executemany would take a minute for these rows
+            names = [column[0] for column in con.execute(f"from {table} limit 0").description]
+            con.register("new_rows", pl.DataFrame(rows, schema=names, orient="row"))
+            con.execute(f"insert into {table} select * from new_rows")
+            con.unregister("new_rows")
+        con.execute(
+            """
+            insert into team_daily
+            select day, team, sum(observed_s) / 3600, sum(busy_s) / 3600,
+                100 * sum(busy_s) / sum(utilization_s), 0, 0, 0, 0, count(distinct gpu_uuid),
+                sum(utilization_s) / 3600
+            from gpu_hourly group by day, team
+            """
+        )
+        add_run_pieces(con)
+    finally:
+        con.close()
+    return path

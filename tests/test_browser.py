@@ -31,7 +31,6 @@ CHARTS = [
     "busy-idle",
     "waste-trend",
     "thermal-heatmap",
-    "throttled-gpus",
 ]
 
 

@@ -17,6 +17,7 @@ import pytest
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
 from gpufleet.cli import main
+from gpufleet.config import load_config
 from gpufleet.reports.mail import read_message
 from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
@@ -40,16 +41,17 @@ class Authenticator:
         return AuthResult(success=(login, password) == ("reporter", PASSWORD), handled=False)
 
 
-def check_report_message(message: EmailMessage, page: bytes) -> None:
-    """The structure every report email must have."""
-    assert message.get_content_type() == "multipart/mixed"
+def check_report_message(message: EmailMessage, page: Path) -> None:
+    """The structure every report email must have: text and HTML with the charts inline,
+    and the page named, not attached (its chart libraries alone are over 1 MB)."""
+    assert message.get_content_type() == "multipart/alternative"
     text = message.get_body(preferencelist=("plain",))
     html = message.get_body(preferencelist=("html",))
     assert text is not None and html is not None
     assert "THE FLEET IN NUMBERS" in text.get_content()
     html_text = html.get_content()
     cids = re.findall(r'src="cid:([^"]+)"', html_text)
-    assert len(cids) == 6
+    assert len(cids) == 5
     images = {
         str(part["Content-ID"]).strip().strip("<>"): part
         for part in message.walk()
@@ -58,10 +60,8 @@ def check_report_message(message: EmailMessage, page: bytes) -> None:
     for cid in cids:
         assert cid in images, f"cid:{cid} has no image"
         assert images[cid].get_content()[:8] == b"\x89PNG\r\n\x1a\n"
-    attachments = [part for part in message.iter_attachments() if part.get_filename()]
-    assert [part.get_filename() for part in attachments] == ["index.html"]
-    assert attachments[0].get_content_type() == "text/html"
-    assert attachments[0].get_payload(decode=True) == page
+    assert not [part for part in message.iter_attachments() if part.get_filename()]
+    assert str(page) in text.get_content() and str(page) in html_text
 
 
 # --- the message ----------------------------------------------------------------------
@@ -71,9 +71,12 @@ def test_report_eml_has_html_with_inline_charts_text_and_the_page(tmp_path: Path
     config, _ = fx.fixture_config(tmp_path)
     files = write_report(config, fx.WEEK)
     message = read_message(files.email_path)
-    assert message["Subject"] == "gpufleet weekly report 2026-W46: $1,190 idle waste"
+    assert message["Subject"] == (
+        "gpufleet weekly report 2026-W46: $1,190 idle waste, "
+        "$60 idle capacity (24.0 unallocated GPU-hours)"
+    )
     assert message["From"] == "gpufleet@localhost"
-    check_report_message(message, files.page_path.read_bytes())
+    check_report_message(message, files.page_path)
     html = message.get_body(preferencelist=("html",))
     assert html is not None and "<script" not in html.get_content()
     related = [p for p in message.walk() if p.get_content_type() == "multipart/related"]
@@ -91,6 +94,45 @@ def test_names_are_escaped_in_the_email(tmp_path: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "&lt;/script&gt;&lt;b&gt;bob&lt;/b&gt;" in body
     assert fx.EVIL_TEAM in text.get_content()  # plain text shows the name as it is
+
+
+def test_the_council_email_of_a_demo_sized_fleet_is_under_1_mb(tmp_path: Path) -> None:
+    """128 GPUs, seven teams, a throttling rack: the charts as compressed PNGs and the page
+    linked, not attached (it was 1.3 MB attached beside 1.7 MB of PNGs)."""
+    fx.make_demo_sized_warehouse(tmp_path)
+    config = load_config(
+        config_path=fx.write_config(
+            tmp_path, '[report]\npage_url = "https://fleet.example.org/gpufleet/reports/"\n'
+        )
+    )
+    files = write_report(config, fx.WEEK)
+    size = files.email_path.stat().st_size
+    assert size <= 1_000_000, f"{size:,} bytes"
+    assert files.page_path.stat().st_size > 1_000_000  # so it cannot travel with the email
+    message = read_message(files.email_path)
+    images = [p for p in message.walk() if p.get_content_type() == "image/png"]
+    assert len(images) == 5
+    for image in images:
+        png = image.get_content()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        width = int.from_bytes(png[16:20], "big")  # IHDR: drawn at 1.5x, not 2x
+        assert width < 1.5 * 1000, width
+    html = message.get_body(preferencelist=("html",))
+    text = message.get_body(preferencelist=("plain",))
+    assert html is not None and text is not None
+    url = "https://fleet.example.org/gpufleet/reports/2026-W46/index.html"
+    assert f'<a href="{url}">' in html.get_content()
+    assert f"The interactive report: {url}" in text.get_content()
+
+
+def test_a_page_url_that_is_not_http_is_one_line(tmp_path: Path, capsys) -> None:
+    fx.make_warehouse(tmp_path)
+    path = fx.write_config(tmp_path, '[report]\npage_url = "file:///srv/reports"\n')
+    assert main(["--config", str(path), "report", "--week", fx.WEEK]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "'report.page_url' is not an http(s) URL: 'file:///srv/reports'" in err[0]
+    )
 
 
 # --- sending ----------------------------------------------------------------------------
@@ -121,8 +163,7 @@ def test_send_delivers_the_report_to_every_recipient(
     message = handler.message()
     assert "2026-W46" in message["Subject"]
     assert message["To"] == "ops@example.org, finance@example.org"
-    page = (tmp_path / "reports" / fx.WEEK / "index.html").read_bytes()
-    check_report_message(message, page)
+    check_report_message(message, tmp_path / "reports" / fx.WEEK / "index.html")
 
 
 def test_unreachable_server_is_one_clear_error_and_the_files_stay(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
 import re
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -18,11 +20,15 @@ from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import charts as report_charts
 from gpufleet.reports.data import load_week
+from gpufleet.reports.host_groups import HostGroup, throttled_group
+from gpufleet.reports.mail import read_message
 from gpufleet.reports.render import (
+    PageLink,
     change,
     format_duration,
     format_gpus,
     format_value,
+    render_email_text,
     script_json,
 )
 from gpufleet.reports.weekly import write_report
@@ -282,6 +288,8 @@ def test_page_shows_the_fleet_in_numbers_with_changes(report) -> None:
         "idle_gpu_hours",
         "waste_gpu_hours",
         "waste_usd",
+        "idle_capacity_gpu_hours",
+        "idle_capacity_usd",
         "energy_kwh",
         "thermal_events",
         "throttled_minutes",
@@ -316,7 +324,6 @@ def test_vega_is_inlined_once_and_every_chart_embedded(report) -> None:
         "busy-idle",
         "waste-trend",
         "thermal-heatmap",
-        "throttled-gpus",
     ]
     for key in specs:
         assert f'id="chart-{key}"' in page
@@ -401,7 +408,6 @@ def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
         "busy-idle",
         "waste-trend",
         "thermal-heatmap",
-        "throttled-gpus",
     ]
     for chart in built:
         spec = chart.spec()
@@ -470,14 +476,29 @@ def test_a_capped_thermal_heatmap_says_how_many_hosts_it_shows(tmp_path: Path) -
     assert uncapped["title"] == "Throttled minutes by host and hour"
 
 
-def test_throttled_gpus_are_ranked_by_throttled_minutes_not_temperature(tmp_path: Path) -> None:
-    spec = report_charts.throttled_gpus(_data(tmp_path).throttled_gpus).to_dict()
-    assert spec["encoding"]["x"]["field"] == "minutes"
-    assert spec["encoding"]["y"]["sort"] == "-x"
-    split = {(r["gpu"], r["kind"]): r["minutes"] for r in _values(spec)}
-    assert split[("node-a / GPU 0", "with a HW slowdown")] == pytest.approx(10.0)
-    assert split[("node-a / GPU 0", "SW thermal slowdown only")] == pytest.approx(5.0)
-    assert "max_temp_gpu_c" in _tooltips(spec)  # the peak temperature stays in the tooltip
+def test_the_thermal_chart_stops_at_the_weeks_end(tmp_path: Path) -> None:
+    """Its axis ticks the week's seven midnights, Mon 09 to Sun 15 Nov, and no next Monday."""
+    data = _data(tmp_path)
+    x = report_charts.thermal_heatmap(data.thermal_hours, data).to_dict()["encoding"]["x"]
+    assert x["scale"]["domain"][1] == "2026-11-16T00:00:00"
+    assert x["scale"]["nice"] is False
+    assert [(tick["month"], tick["date"]) for tick in x["axis"]["values"]] == [
+        (11, day) for day in range(9, 16)
+    ]
+
+
+def test_throttling_is_shown_once_as_a_table_not_again_as_a_chart(report) -> None:
+    """The most throttled GPUs were a bar chart and a table of the same ten GPUs: the table
+    stays (it has the UUIDs, HW slowdowns, temperatures and clocks), the chart goes."""
+    _, _, page = report
+    thermal = page[page.index('<section id="thermal">') :]
+    thermal = thermal[: thermal.index("</section>")]
+    assert 'data-chart="thermal-heatmap"' in thermal
+    assert thermal.count("data-chart=") == 1
+    assert thermal.count("Most throttled GPUs") == 1
+    rows = parse(thermal).table_cells
+    # gpu-v1 (node-a): 15 min throttled, 10 of them in events with a HW slowdown
+    assert rows[:5] == ["node-a", "0", "gpu-v1", "15.0", "10.0"]
 
 
 def test_team_heatmaps_fill_each_panel_and_draw_no_axes_in_empty_places(tmp_path: Path) -> None:
@@ -607,3 +628,198 @@ def test_report_flow_rejects_a_bad_week(tmp_path: Path, prefect_harness: None) -
     _, config_path = fx.fixture_config(tmp_path)
     with pytest.raises(GpufleetError, match="not an ISO week"):
         report_flow(data_dir=str(tmp_path), config_path=str(config_path), week="2026-W60")
+
+
+# --- a report a council acts on (#57 item 5) --------------------------------------------------
+
+
+def test_teams_show_the_gpus_used_and_the_gpus_held_on_average(tmp_path: Path) -> None:
+    """vision used 4 GPUs at some time of the week, but its 300 GPU-hours over the week's
+    168 hours are 1.8 GPUs held on average."""
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, fx.WEEK)
+    held = dict(data.teams.select("team", "avg_gpus").rows())
+    assert held["vision"] == pytest.approx(300 / 168)
+    assert held[fx.EVIL_TEAM] == pytest.approx(100 / 168)
+    page = write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8")
+    teams = page[page.index('<table class="teams">') :]
+    teams = teams[: teams.index("</table>")]
+    assert '<th class="num">GPUs used</th><th class="num">GPUs held on average</th>' in teams
+    cells = parse(teams).table_cells
+    assert cells[cells.index("vision") : cells.index("vision") + 4] == [
+        "vision",
+        "4",
+        "1.8",
+        "300.0",
+    ]
+
+
+def test_idle_capacity_is_a_cost_line_of_its_own_and_no_teams_waste(tmp_path: Path) -> None:
+    """The 24 GPU-hours of (unallocated) GPUs at $2.50 are $60 of idle capacity: a card, a
+    part of the subject, and not in the waste ($1,190 stays the teams' waste)."""
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, fx.WEEK)
+    assert data.totals.idle_capacity_gpu_hours == pytest.approx(fx.IDLE_CAPACITY_GPU_HOURS)
+    assert data.totals.idle_capacity_usd == pytest.approx(fx.IDLE_CAPACITY_USD)
+    assert data.totals.waste_usd == pytest.approx(fx.WASTE_USD)
+    files = write_report(config, fx.WEEK)
+    kpis = parse(files.page_path.read_text(encoding="utf-8")).kpis
+    assert kpis["idle_capacity_usd"][:2] == ["Idle capacity", "$60"]
+    assert kpis["idle_capacity_gpu_hours"][:2] == ["Unallocated GPU-hours", "24.0"]
+    assert kpis["waste_usd"][:2] == ["Idle waste", "$1,190"]
+    assert files.subject == (
+        "gpufleet weekly report 2026-W46: $1,190 idle waste, "
+        "$60 idle capacity (24.0 unallocated GPU-hours)"
+    )
+    unallocated = data.teams.filter(pl.col("team") == "(unallocated)").row(0, named=True)
+    assert unallocated["waste_usd"] == 0.0
+
+
+def _add_host_owned_waste(data_dir: Path) -> None:
+    """nlp's node-b GPU, which nlp has through hosts.csv, idle for 6 hours on Thursday."""
+    thu = fx.MONDAY + dt.timedelta(days=3)
+    with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
+        con.execute(
+            "insert into idle_episodes values ('gpu-n1', 'node-b', 1, ?, 'nlp', null, null, "
+            "'host', ?, ?, 21600.0, 720, true, false, 60.0, null)",
+            [fx.H100, fx._ts(thu, 0), fx._ts(thu, 6)],
+        )
+        fx.add_run_pieces(con)
+
+
+def test_waste_of_a_host_owned_through_hosts_csv_says_who_owns_it_and_why(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    _add_host_owned_waste(tmp_path)
+    jobs = load_week(config, fx.WEEK).waste_jobs
+    row = jobs.filter(pl.col("team") == "nlp").row(0, named=True)
+    assert (row["user"], row["job_id"], row["is_host_owned"]) == (None, None, True)
+    assert row["waste_usd"] == pytest.approx(60.0)
+    assert not jobs.filter(pl.col("team") != "nlp")["is_host_owned"].any()
+    files = write_report(config, fx.WEEK)
+    cells = parse(files.page_path.read_text(encoding="utf-8")).table_cells
+    assert "owned by team nlp through hosts.csv" in cells
+    text = read_message(files.email_path).get_body(preferencelist=("plain",))
+    assert text is not None
+    assert (
+        "$60  6.0 GPU-hours  team nlp, no user or job: owned by team nlp through hosts.csv, "
+        "1 GPU (node-b:1)"
+    ) in text.get_content()
+
+
+def _drop_host_days(data_dir: Path, *days: dt.date) -> None:
+    with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
+        con.execute("delete from host_daily where list_contains(?, day)", [list(days)])
+
+
+def test_a_partial_week_gets_a_banner_and_no_changes(tmp_path: Path) -> None:
+    """Samples from Tuesday on, none on Thursday: 144 - 24 = 120 hours covered; vision's 300
+    GPU-hours are 2.5 GPUs held over them; no "+59%" against a whole week."""
+    config, _ = fx.fixture_config(tmp_path)
+    _drop_host_days(tmp_path, fx.MONDAY, fx.MONDAY + dt.timedelta(days=3))
+    data = load_week(config, fx.WEEK)
+    assert data.is_partial and not data.is_compared
+    assert data.covered_hours == pytest.approx(120.0)
+    assert dict(data.teams.select("team", "avg_gpus").rows())["vision"] == pytest.approx(2.5)
+    assert all(kpi.previous is None for kpi in data.kpis)
+    files = write_report(config, fx.WEEK)
+    page = files.page_path.read_text(encoding="utf-8")
+    banner = (
+        "Partial week: samples from Tue 10 Nov 00:00 to Sun 15 Nov 23:59 (UTC) only, none on "
+        "Thu 12 Nov. The figures cover those 120.0 hours, and a team's GPUs held on average "
+        "are over them; no change against 2026-W45 is shown."
+    )
+    assert banner in " ".join(unescape(page).split())
+    kpis = parse(page).kpis
+    assert kpis["gpu_hours"][:3] == ["GPU-hours", "574", "not compared: partial week"]
+    assert "+59%" not in page and "+12%" not in page
+    teams = page[page.index('<table class="teams">') :]
+    cells = parse(teams[: teams.index("</table>")]).table_cells
+    row = cells[cells.index("vision") :][:11]
+    assert row[4] == row[6] == row[10] == "–"  # the three change columns
+    assert files.subject.endswith("(partial week)")
+    text = read_message(files.email_path).get_body(preferencelist=("plain",))
+    assert text is not None and banner in " ".join(text.get_content().split())
+
+
+def test_a_partial_previous_week_is_not_compared_either(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    saturday = fx.MONDAY - dt.timedelta(days=2)
+    _drop_host_days(tmp_path, saturday, saturday + dt.timedelta(days=1))
+    data = load_week(config, fx.WEEK)
+    assert not data.is_partial and data.previous_is_partial and not data.is_compared
+    page = write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8")
+    assert "2026-W45 has samples for part of that week only: no change against it is shown." in (
+        " ".join(page.split())
+    )
+    assert parse(page).kpis["waste_usd"][:3] == [
+        "Idle waste",
+        "$1,190",
+        "not compared: partial week",
+    ]
+
+
+def test_throttling_names_the_host_that_holds_most_throttled_gpus(report) -> None:
+    """gpu-v1 and gpu-v2 on node-a, gpu-x1 on node-<1>: 2 of the 3 throttled GPUs."""
+    _, files, page = report
+    assert "2 of 3 throttled GPUs are on host node-a" in " ".join(page.split())
+    text = read_message(files.email_path).get_body(preferencelist=("plain",))
+    assert text is not None and "2 of 3 throttled GPUs are on host node-a." in text.get_content()
+
+
+def _hosts(names: list[str]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"cluster": [None] * len(names), "host": names}, schema_overrides={"cluster": pl.String}
+    )
+
+
+def test_throttling_names_the_rack_of_hosts_named_alike() -> None:
+    fleet = _hosts([f"gpu-r{rack:02d}n{n:02d}" for rack in (1, 2, 3) for n in (1, 2, 3, 4)])
+    throttled = _hosts(["gpu-r02n01", "gpu-r02n02", "gpu-r02n03", "gpu-r02n04", "gpu-r03n01"])
+    throttled = throttled.with_columns(gpus_throttled=pl.Series([8, 8, 7, 8, 2]))
+    group = throttled_group(throttled, fleet)
+    assert group == HostGroup(
+        name="gpu-r02n*", hosts=4, gpus_throttled=31, all_gpus_throttled=33, is_host=False
+    )
+    # a name that all the fleet's hosts share says nothing: not named
+    nodes = _hosts(["node01", "node02", "node03"])
+    spread = nodes.with_columns(gpus_throttled=pl.Series([2, 2, 2]))
+    assert throttled_group(spread, nodes) is None
+    # no group holds more than half of them: none named
+    halves = _hosts(["gpu-r01n01", "gpu-r02n01"]).with_columns(gpus_throttled=pl.Series([3, 3]))
+    assert throttled_group(halves, fleet) is None
+
+
+def test_a_host_that_reported_for_one_hour_has_one_day_and_little_of_the_week(
+    tmp_path: Path,
+) -> None:
+    """node-c reported for one hour on Tuesday: 1 day with data, 1 of its 168 GPU-hours
+    (0.6%), not "lowest daily coverage 100%" (its one hour covers its own span in full)."""
+    config, _ = fx.fixture_config(tmp_path)
+    tue = fx.MONDAY + dt.timedelta(days=1)
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb")) as con:
+        con.execute(
+            "insert into host_daily values (?, 'node-c', 1, 120, 1.0, ?, ?)",
+            [tue, fx._ts(tue, 10), fx._ts(tue, 10, 59)],
+        )
+    data = load_week(config, fx.WEEK)
+    host = data.hosts.filter(pl.col("host") == "node-c").row(0, named=True)
+    assert host["days_reporting"] == 1
+    assert host["week_coverage_pct"] == pytest.approx(100 / 168)
+    page = write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8")
+    quality = page[page.index('<section id="data-quality">') :]
+    cells = parse(quality).table_cells
+    assert cells[cells.index("node-c") : cells.index("node-c") + 4] == ["node-c", "1", "1", "0.6%"]
+    assert "lowest daily coverage" not in quality and "coverage of the week" in quality
+
+
+def test_the_sites_block_of_the_text_email_has_column_headers(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    sites = pl.DataFrame(
+        {"cluster": ["sfo", "nyc"], "gpu_hours": [100.0, 50.0], "avg_util_pct": [50.0, 20.0],
+         "waste_gpu_hours": [10.0, 5.0], "waste_usd": [25.0, 12.5]}
+    )  # fmt: skip
+    data = dataclasses.replace(load_week(config, fx.WEEK), sites=sites)
+    text = render_email_text(data, PageLink(url=None, path="index.html"))
+    block = text[text.index("SITES") :].splitlines()
+    assert block[1].split() == ["site", "GPU-hours", "util", "waste", "hours", "waste"]
+    assert block[2].split() == ["sfo", "100.0", "50.0%", "10.0", "$25"]

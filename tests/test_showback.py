@@ -13,7 +13,7 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.showback import month_days, showback
+from gpufleet.showback import export_showback, month_days, showback
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from tests import notify_fixtures as fx
@@ -315,3 +315,75 @@ def test_a_month_the_warehouse_does_not_cover_is_flagged(
         main(["--config", toml, "export", "showback", "--month", MONTH, "-o", str(csv_path)]) == 0
     )
     assert capsys.readouterr().err == ""  # a complete month: no warning
+
+
+def test_the_idle_capacity_of_unallocated_gpus_is_a_cost_column_of_its_own(
+    tmp_path: Path, capsys
+) -> None:
+    """A GPU no allocation, process or hosts.csv row gives a team is `(unallocated)`: its 2
+    idle hours at $2.50 are $5.00 of idle capacity (OpenCost's idle bucket), in
+    x_idle_capacity_usd of its row and 0 on the others, never in a team's waste."""
+    idle_gpu = fx.samples("GPU-u1", "node-c", 0, fx.H100, "-", "-", [(at(4, 8), at(4, 10), 1.0)])
+    rows = [
+        *[{**row, "processes": []} for row in idle_gpu],
+        *fx.samples("GPU-h1", "node-a", 0, fx.H100, "alice", "1", [(at(4, 8), at(4, 9), 90.0)]),
+    ]
+    data_dir = tmp_path / "data"
+    fx.write_samples(data_dir, "fleet", rows)
+    (data_dir / "ref").mkdir()
+    (data_dir / "ref/users.csv").write_text("user,team\nalice,vision\n")
+    (data_dir / "ref/prices.csv").write_text(fx.PRICES_CSV)
+    path = data_dir / "gpufleet.toml"
+    path.write_text(f'timezone = "Europe/Berlin"\ndata_dir = "{data_dir}"\n')
+    config = load_config(config_path=path)
+    ingest(config, compact=False)
+    build(config)
+
+    frame = showback(config, MONTH)
+    by_team = {row["SubAccountName"]: row for row in frame.iter_rows(named=True)}
+    assert sorted(by_team) == ["(unallocated)", "vision"]
+    idle = by_team["(unallocated)"]
+    assert (idle["ConsumedQuantity"], idle["BilledCost"]) == pytest.approx((2.0, 5.0))
+    assert idle["x_idle_capacity_usd"] == pytest.approx(5.0)
+    assert (idle["x_waste_gpu_hours"], idle["x_waste_usd"]) == (0.0, 0.0)
+    assert by_team["vision"]["x_idle_capacity_usd"] == 0.0
+    assert by_team["vision"]["BilledCost"] == pytest.approx(2.5)
+    # the marts price the same hours: team_daily.cost_usd of (unallocated)
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        costs = dict(
+            con.execute("select team, sum(cost_usd) from team_daily group by team").fetchall()
+        )
+    assert costs == pytest.approx({"(unallocated)": 5.0, "vision": 2.5})
+    # in the CSV, in cents, after x_waste_usd
+    output = tmp_path / "showback.csv"
+    assert (
+        main(["--config", str(path), "export", "showback", "--month", MONTH, "-o", str(output)])
+        == 0
+    )
+    header = output.read_text().splitlines()[0].split(",")
+    assert header.index("x_idle_capacity_usd") == header.index("x_waste_usd") + 1
+    csv = pl.read_csv(output)
+    assert (
+        csv.filter(pl.col("SubAccountName") == "(unallocated)")["x_idle_capacity_usd"].item() == 5.0
+    )
+
+
+def test_a_month_closed_before_x_idle_capacity_usd_is_written_as_it_was(tmp_path: Path) -> None:
+    """Its kept rows have no x_idle_capacity_usd (closed by an older gpufleet): the export
+    writes them without it, byte for byte as at close, and the CSV's cents still round."""
+    from gpufleet.warehouse.close import close
+    from gpufleet.warehouse.publish import write_transaction
+    from tests.test_close import TODAY, _warehouse
+
+    config = _warehouse(tmp_path)
+    close(config, "2026-10", today=TODAY)
+    kept = showback(config, "2026-10")
+    assert "x_idle_capacity_usd" in kept.columns  # closed now: kept with the column
+    with write_transaction(config) as con:
+        con.execute("alter table build_state.closed_showback drop column x_idle_capacity_usd")
+    old = showback(config, "2026-10")
+    assert old.columns == [c for c in kept.columns if c != "x_idle_capacity_usd"]
+    assert old.equals(kept.drop("x_idle_capacity_usd"))
+    output = tmp_path / "october.csv"
+    export_showback(config, "2026-10", output=output)
+    assert "x_idle_capacity_usd" not in output.read_text().splitlines()[0]

@@ -20,8 +20,8 @@ import duckdb
 from gpufleet.collectors.sites import check_cluster
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.showback import ADDED_COLUMNS, SHOWBACK_SQL, month_days, showback_params
 from gpufleet.showback import CLOSED_SHOWBACK as SHOWBACK_TABLE
-from gpufleet.showback import SHOWBACK_SQL, month_days, showback_params
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.kept import CLOSED_ROW, ensure_kept_tables, forget_days, keep_days
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
@@ -185,6 +185,8 @@ def _keep_showback(con: duckdb.DuckDBPyConnection, month: str, cluster: str | No
     con.execute(
         f"create table if not exists {SHOWBACK_TABLE} as from ({SHOWBACK_SQL}) limit 0", params
     )
+    for column, data_type in ADDED_COLUMNS.items():  # a table made before they were added
+        con.execute(f"alter table {SHOWBACK_TABLE} add column if not exists {column} {data_type}")
     rows = "x_cluster = $cluster" if cluster is not None else f"not ({_CLOSED_SHOWBACK_ROW})"
     con.execute(
         f"insert into {SHOWBACK_TABLE} by name from ({SHOWBACK_SQL}) where {rows}",
