@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 
 if TYPE_CHECKING:
-    from gpufleet.collectors.nvml import Nvml
+    from gpufleet.collectors.safenvml import Nvml
 
 XID_EVENTS = pynvml.nvmlEventTypeXidCriticalError
 METRIC = "xid_errors"  # the key of the events in the wrapper's "unsupported" cache

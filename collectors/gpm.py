@@ -20,7 +20,7 @@ import pynvml
 from gpufleet.collectors.values import clamp_pct, gpm_values
 
 if TYPE_CHECKING:
-    from gpufleet.collectors.nvml import Nvml
+    from gpufleet.collectors.safenvml import Nvml
 
 MIB = 1024.0 * 1024.0
 

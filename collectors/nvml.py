@@ -1,19 +1,11 @@
-"""NVML access for the collector: one wrapper around every pynvml call, and the per-GPU reader.
+"""The collector's per-GPU reader: the GPUs NVML sees, and one `GpuSample` per GPU (and per
+MIG device) per tick.
 
-Every query goes through one `Nvml` wrapper (`call` for a pynvml function by name, `query`
-for any other call), which applies one policy to NVML's errors:
-
-- NotSupported / NoPermission: the value is null and the (GPU, metric) pair is never asked again;
-- FunctionNotFound / NVMLLibraryMismatchError: the next, older API of the query is used, and
-  the missing one is never called again;
-- NotFound: an empty result (an empty sample buffer, an empty MIG slot);
-- GpuIsLost / ResetRequired / Unknown: `GpuLostError`, so the GPU's row becomes `status='lost'`;
-- Uninitialized: `NvmlUninitializedError`, so the collector calls `nvmlInit` again.
-
-pynvml functions are looked up at call time, so tests can replace them. The plain readings
-are data (`METRICS` in metrics.py), which `GpuReader.read` loops over; it reads the rest
-(utilization, MIG, memory, memory temperature, processes, remapped rows) itself, GPM activity
-through gpm.py and XID events through events.py.
+Every query goes through the one `Nvml` wrapper of safenvml.py, which turns NVML's errors into
+nulls, older APIs, `GpuLostError` or `NvmlUninitializedError`. The plain readings are data
+(`METRICS` in metrics.py), which `GpuReader.read` loops over; it reads the rest (utilization,
+MIG, memory, memory temperature, processes, remapped rows) itself, GPM activity through gpm.py,
+XID events through events.py, MIG devices through mig.py and processes through processes.py.
 
 A MIG-enabled GPU gives one row for the GPU (power, energy, temperatures, clocks, health, and
 its memory and processes summed over its MIG devices, as before MIG rows existed) and one row
@@ -23,164 +15,52 @@ memory, processes and GPM activity).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pynvml
 
 from gpufleet.collectors import events
 from gpufleet.collectors.events import XidWatch
 from gpufleet.collectors.gpm import GPM_FIELDS, Gpm, GpmSeries, free_series
-from gpufleet.collectors.metrics import (
-    INT64_MAX,
-    METRICS,
-    PROCESS_LISTS,
-    GpuProcess,
-    GpuSample,
-    Metric,
-)
+from gpufleet.collectors.metrics import METRICS, GpuSample, Metric
+from gpufleet.collectors.mig import MigDevice, max_slices, mig_device, mig_handles, slice_fraction
+from gpufleet.collectors.processes import merged, owned, process_memory
 from gpufleet.collectors.procinfo import ProcessInfo
+from gpufleet.collectors.safenvml import (
+    LOST_ERRORS,
+    UNSUPPORTED_ERRORS,
+    GpuLostError,
+    Nvml,
+    NvmlUnavailableError,
+    NvmlUninitializedError,
+    init_nvml,
+    shutdown_nvml,
+)
 from gpufleet.collectors.schema import STATUS_LOST, STATUS_OK
 from gpufleet.collectors.values import clamp_pct, sample_pairs, value_member
-from gpufleet.errors import GpufleetError
 
-T = TypeVar("T")
-
-_UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission)
-_LOST = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired, pynvml.NVMLError_Unknown)
-_MISSING_API = (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError)
-_NO_DRIVER = (
-    pynvml.NVMLError_LibraryNotFound,
-    pynvml.NVMLError_DriverNotLoaded,
-    pynvml.NVMLError_LibRmVersionMismatch,
-)
+__all__ = [
+    "GPU_SAMPLES",
+    "MEMORY_SAMPLES",
+    "GpuLostError",
+    "GpuReader",
+    "GpuSample",
+    "GpuState",
+    "MigDevice",
+    "Nvml",
+    "NvmlUnavailableError",
+    "NvmlUninitializedError",
+    "init_nvml",
+    "list_gpus",
+    "sample_pairs",
+    "shutdown_nvml",
+]
 
 GPU_SAMPLES = pynvml.NVML_GPU_UTILIZATION_SAMPLES
 MEMORY_SAMPLES = pynvml.NVML_MEMORY_UTILIZATION_SAMPLES
-
-# The profile at the end of a MIG device's name: `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
-_MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
-# GPU instance profiles (NVML_GPU_INSTANCE_PROFILE_*), asked once per GPU for its largest
-# slice count: the denominator of a MIG device's `mig_slice_fraction`.
-_GPU_INSTANCE_PROFILES = range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
-
-
-_NEXT_API = object()  # `Nvml._failed`: this API is missing, try the next
-
-
-class GpuLostError(Exception):
-    """A GPU answered GpuIsLost, ResetRequired or Unknown: its row this tick is `lost`."""
-
-
-class NvmlUninitializedError(Exception):
-    """NVML answered Uninitialized (a driver reload): call `nvmlInit` again."""
-
-
-class NvmlUnavailableError(GpufleetError):
-    """NVML cannot be loaded or initialised on this host."""
-
-
-def init_nvml() -> None:
-    """`nvmlInit`, turning a missing library or driver into one clear `NvmlUnavailableError`."""
-    try:
-        pynvml.nvmlInit()
-    except _NO_DRIVER as exc:
-        raise NvmlUnavailableError(
-            f"cannot use NVML ({exc}): is the NVIDIA driver installed and loaded on this host?"
-        ) from exc
-    except pynvml.NVMLError as exc:
-        raise NvmlUnavailableError(f"cannot initialise NVML: {exc}") from exc
-
-
-def shutdown_nvml() -> None:
-    """`nvmlShutdown`, ignoring errors: it is only ever called on the way out or to re-init."""
-    with contextlib.suppress(pynvml.NVMLError):
-        pynvml.nvmlShutdown()
-
-
-class Nvml:
-    """The one wrapper around NVML queries; remembers what each GPU and the library lack."""
-
-    def __init__(self) -> None:
-        self._unsupported: set[tuple[str, str]] = set()
-        self._missing_apis: set[str] = set()
-
-    def is_unsupported(self, uuid: str, metric: str) -> bool:
-        return (uuid, metric) in self._unsupported
-
-    def mark_unsupported(self, uuid: str, metric: str) -> None:
-        self._unsupported.add((uuid, metric))
-
-    def forget_unsupported(self) -> None:
-        """Ask everything again (after a driver reload, support may have changed)."""
-        self._unsupported.clear()
-
-    def call(
-        self, uuid: str, metric: str, apis: Sequence[str], *args: Any, not_found: Any = None
-    ) -> Any:
-        """The first of `apis` (pynvml function names, newest first) that this library has,
-        called with `args`.
-
-        Returns None when the metric is unsupported for this GPU (and caches that), or
-        `not_found` when NVML answers NotFound. Other transient errors give None this time.
-        """
-        # The collector's hot path (some 30 calls per GPU per tick): no closure, no extra frame.
-        if (uuid, metric) in self._unsupported:
-            return None
-        for name in apis:
-            if name in self._missing_apis:
-                continue
-            try:
-                return getattr(pynvml, name)(*args)
-            except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
-                answer = self._failed(exc, uuid, metric, name, not_found)
-                if answer is not _NEXT_API:
-                    return answer
-        self._unsupported.add((uuid, metric))
-        return None
-
-    def query(
-        self,
-        uuid: str,
-        metric: str,
-        *apis: tuple[str, Callable[[], T]],
-        not_found: T | None = None,
-    ) -> T | None:
-        """Like `call`, for calls that are not one pynvml function by name: each `(name, call)`."""
-        if (uuid, metric) in self._unsupported:
-            return None
-        for name, invoke in apis:
-            if name in self._missing_apis:
-                continue
-            try:
-                return invoke()
-            except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
-                answer = self._failed(exc, uuid, metric, name, not_found)
-                if answer is not _NEXT_API:
-                    return answer
-        self._unsupported.add((uuid, metric))
-        return None
-
-    def _failed(self, exc: Exception, uuid: str, metric: str, name: str, not_found: Any) -> Any:
-        """The answer for a call of `name` that raised `exc`, by the policy above:
-        `_NEXT_API` to try the next, older API. Raises GpuLostError / NvmlUninitializedError."""
-        if isinstance(exc, _MISSING_API):
-            self._missing_apis.add(name)
-            return _NEXT_API
-        if isinstance(exc, _UNSUPPORTED):
-            self._unsupported.add((uuid, metric))
-            return None
-        if isinstance(exc, pynvml.NVMLError_NotFound):
-            return not_found
-        if isinstance(exc, _LOST):
-            raise GpuLostError(uuid) from exc
-        if isinstance(exc, pynvml.NVMLError_Uninitialized):
-            raise NvmlUninitializedError(uuid) from exc
-        return None
 
 
 @dataclass(slots=True)
@@ -204,15 +84,6 @@ class GpuState:
     max_slices: int | None = None  # the GPU's largest GPU instance profile; 0: unknown
 
 
-@dataclass(frozen=True, slots=True)
-class MigDevice:
-    """What stays true of a MIG device while it exists."""
-
-    gpu_instance_id: int | None
-    profile: str | None  # e.g. `1g.10gb`
-    slices: int | None  # its GPU instance's slice count
-
-
 def list_gpus() -> list[GpuState]:
     """The GPUs NVML sees now, by index. GPUs this process may not open are left out."""
     gpus: list[GpuState] = []
@@ -220,7 +91,7 @@ def list_gpus() -> list[GpuState]:
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             uuid = pynvml.nvmlDeviceGetUUID(handle)
-        except (*_UNSUPPORTED, *_LOST):
+        except (*UNSUPPORTED_ERRORS, *LOST_ERRORS):
             continue
         try:
             name: str | None = pynvml.nvmlDeviceGetName(handle)
@@ -311,15 +182,15 @@ class GpuReader:
         # and processes are read per MIG device, the rest from the parent GPU.
         if not mig_enabled:
             sample.gpu_util_pct, sample.mem_util_pct = self._utilization(gpu)
-        handles = self._mig_handles(gpu) if mig_enabled else [(u, h)]
+        handles = mig_handles(self._nvml, u, h) if mig_enabled else [(u, h)]
         memory = [self._memory_info(key, handle) for key, handle in handles]
-        processes = [self._process_memory(key, handle) for key, handle in handles]
+        processes = [process_memory(self._nvml, key, handle) for key, handle in handles]
         sample.mem_used_bytes, sample.mem_total_bytes = _summed_memory(memory)
         for metric in METRICS:
             setattr(sample, metric.field, self._metric(u, h, metric))
         sample.temp_mem_c = self._memory_temp(u, h)
         sample.remapped_rows_pending, sample.remapped_rows_failure = self._remapped_rows(u, h)
-        sample.processes = self._owned(_merged(processes))
+        sample.processes = owned(self._procinfo, merged(processes))
         _set_activity(sample, self._gpu_activity(gpu))
         rows = [sample]
         if mig_enabled:
@@ -375,14 +246,14 @@ class GpuReader:
             if not uuid:
                 continue  # this tick without its row: it has no name to be written under
             row = self._row(gpu, str(uuid), ts_us=ts_us, interval_s=interval_s)
-            device = gpu.mig_devices.get(row.gpu_uuid) or self._mig_device(row.gpu_uuid, mig)
+            device = gpu.mig_devices.get(row.gpu_uuid) or mig_device(self._nvml, row.gpu_uuid, mig)
             gpu.mig_devices[row.gpu_uuid] = device
             row.mig_enabled = True
             row.parent_gpu_uuid = gpu.uuid
             row.mig_profile = device.profile
             row.mig_slice_fraction = self._slice_fraction(gpu, device)
             row.mem_used_bytes, row.mem_total_bytes = _summed_memory([mig_memory])
-            row.processes = self._owned(_merged([mig_processes]))
+            row.processes = owned(self._procinfo, merged([mig_processes]))
             gi = device.gpu_instance_id
             if gpu.gpm_supported and gi is not None:
                 activity = self._gpm.sample(gpu.gpm, row.gpu_uuid, "nvmlGpmMigSampleGet", h, gi)
@@ -392,41 +263,11 @@ class GpuReader:
         self._forget_mig_devices(gpu, set(gpu.mig_uuids))
         return rows
 
-    def _mig_device(self, uuid: str, mig: Any) -> MigDevice:
-        gi = self._nvml.call(uuid, "mig_gpu_instance", ("nvmlDeviceGetGpuInstanceId",), mig)
-        name = self._nvml.call(uuid, "mig_name", ("nvmlDeviceGetName",), mig)
-        match = _MIG_PROFILE.search(str(name)) if name else None
-        attributes = self._nvml.call(uuid, "mig_attributes", ("nvmlDeviceGetAttributes",), mig)
-        slices = int(attributes.gpuInstanceSliceCount) if attributes is not None else None
-        return MigDevice(
-            gpu_instance_id=None if gi is None else int(gi),
-            profile=match.group(1) if match else None,
-            slices=slices or None,
-        )
-
     def _slice_fraction(self, gpu: GpuState, device: MigDevice) -> float | None:
-        """The MIG device's slices over the most a GPU instance of its GPU can have (1/7 for
-        a 1g profile of an H100)."""
+        """The MIG device's share of its GPU; the GPU's largest profile is asked once."""
         if gpu.max_slices is None:
-            gpu.max_slices = self._max_slices(gpu)
-        if not device.slices or not gpu.max_slices:
-            return None
-        return min(device.slices / gpu.max_slices, 1.0)
-
-    def _max_slices(self, gpu: GpuState) -> int:
-        """The largest slice count of the GPU's GPU instance profiles (7 on A100 and H100);
-        0 when NVML names none."""
-        largest = 0
-        for profile in _GPU_INSTANCE_PROFILES:
-            info = self._nvml.query(
-                gpu.uuid,
-                f"gpu_instance_profile.{profile}",
-                ("nvmlDeviceGetGpuInstanceProfileInfoV", _profile_info(gpu.handle, profile, 2)),
-                ("nvmlDeviceGetGpuInstanceProfileInfo", _profile_info(gpu.handle, profile, 1)),
-            )
-            if info is not None:
-                largest = max(largest, int(info.sliceCount))
-        return largest
+            gpu.max_slices = max_slices(self._nvml, gpu.uuid, gpu.handle)
+        return slice_fraction(device, gpu.max_slices)
 
     def _forget_mig_devices(self, gpu: GpuState, present: set[str]) -> None:
         """Drop what is kept for MIG devices that are gone (instances were reconfigured)."""
@@ -470,20 +311,6 @@ class GpuReader:
             values = [clamp_pct(value) for value in values]
         return math.fsum(values) / len(values)
 
-    def _mig_handles(self, gpu: GpuState) -> list[tuple[str, Any]]:
-        """(cache key, handle) of every MIG device of a MIG-enabled GPU, queried each tick
-        (the handles go stale when instances change)."""
-        u, h = gpu.uuid, gpu.handle
-        count = self._nvml.call(u, "mig_count", ("nvmlDeviceGetMaxMigDeviceCount",), h)
-        handles: list[tuple[str, Any]] = []
-        for slot in range(count or 0):
-            mig = self._nvml.call(
-                u, "mig_handle", ("nvmlDeviceGetMigDeviceHandleByIndex",), h, slot
-            )
-            if mig is not None:  # an empty slot answers NotFound: skip it and go on
-                handles.append((f"{u}/mig{slot}", mig))
-        return handles
-
     def _memory_info(self, key: str, h: Any) -> Any:
         """NVML's memory answer (v2's `used` leaves out the memory the driver reserves, v1's,
         on drivers without v2, includes it); None when unsupported."""
@@ -514,66 +341,6 @@ class GpuReader:
         celsius = int(getattr(entry.value, value_member(entry.valueType)))
         return celsius if 0 < celsius < 200 else None  # 0 is what boards without a sensor say
 
-    def _process_memory(self, key: str, h: Any) -> dict[int, int | None] | None:
-        """Compute, graphics and MPS processes of one handle: used memory by pid (the
-        largest seen; None: not available); None when no list is supported."""
-        memory_by_pid: dict[int, int | None] = {}
-        answered = False
-        for metric, apis in PROCESS_LISTS:
-            listed = self._nvml.call(key, metric, apis, h, not_found=[])
-            if listed is None:
-                continue
-            answered = True
-            for proc in listed:
-                _add_process(memory_by_pid, int(proc.pid), proc.usedGpuMemory)
-        return memory_by_pid if answered else None
-
-    def _owned(self, memory_by_pid: dict[int, int | None] | None) -> list[GpuProcess] | None:
-        """The processes with their owners. NVML gives host pids, so their owners are read
-        from the host's /proc."""
-        if memory_by_pid is None:
-            return None
-        processes = []
-        for pid in sorted(memory_by_pid):
-            owner = self._procinfo.owner(pid)
-            processes.append(
-                GpuProcess(
-                    pid=pid,
-                    user=owner.user,
-                    used_mem_bytes=memory_by_pid[pid],
-                    job_id=owner.job_id,
-                )
-            )
-        return processes
-
-
-def _add_process(memory_by_pid: dict[int, int | None], pid: int, used: int | None) -> None:
-    """Count a listed process once per pid, with the largest memory seen (None, NVML's
-    NVML_VALUE_NOT_AVAILABLE, only while no list gave a number)."""
-    previous = memory_by_pid.get(pid)
-    if used is None:
-        memory_by_pid.setdefault(pid, None)
-    else:
-        used = min(int(used), INT64_MAX)
-        memory_by_pid[pid] = used if previous is None else max(previous, used)
-
-
-def _merged(
-    answers: Sequence[dict[int, int | None] | None],
-) -> dict[int, int | None] | None:
-    """The processes of several handles (a GPU's MIG devices) as one; None if none answered."""
-    if len(answers) == 1:
-        return answers[0]
-    merged: dict[int, int | None] = {}
-    answered = False
-    for answer in answers:
-        if answer is None:
-            continue
-        answered = True
-        for pid, used in answer.items():
-            _add_process(merged, pid, used)
-    return merged if answered else None
-
 
 def _summed_memory(answers: Sequence[Any]) -> tuple[int | None, int | None]:
     """(used, total) bytes summed over NVML's memory answers; (None, None) when none."""
@@ -592,13 +359,3 @@ def _set_activity(sample: GpuSample, activity: Sequence[float | None] | None) ->
     if activity is not None:
         for name, value in zip(GPM_FIELDS, activity, strict=True):
             setattr(sample, name, value)
-
-
-def _profile_info(handle: Any, profile: int, version: int) -> Callable[[], Any]:
-    """nvmlDeviceGetGpuInstanceProfileInfo of a profile, the structure of `version` (2: the
-    ...InfoV function, new in 11.x drivers; 1: the older one)."""
-
-    def info() -> Any:
-        return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile, version=version)
-
-    return info
