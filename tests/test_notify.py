@@ -24,8 +24,9 @@ from gpufleet.errors import GpufleetError
 from gpufleet.notices.episodes import yesterday
 from gpufleet.notices.idle import DRY_RUN, notify_idle
 from gpufleet.notices.messages import clock, hours, usd
-from gpufleet.notices.sent_log import ensure_sent_log, sent_episodes_sql
+from gpufleet.notices.sent_log import sent_episodes_sql
 from gpufleet.reports.mail import read_message
+from gpufleet.warehouse.base.notices_sent import ensure_sent_log
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import lock_path, writer_lock

@@ -12,6 +12,8 @@ from __future__ import annotations
 import duckdb
 
 from gpufleet.warehouse.base.catalog import has_table
+from gpufleet.warehouse.base.notices_sent import TABLE as NOTICES_SENT
+from gpufleet.warehouse.base.notices_sent import ensure_sent_log
 
 PROCESS_STRUCT = 'struct(pid uinteger, "user" varchar, used_mem_bytes bigint, job_id varchar)'
 
@@ -214,14 +216,7 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     if has_table(con, "samples"):
         con.execute(_MIGRATE_SAMPLES_TABLE)
     con.execute(RAW_TABLES_DDL)
-    _ensure_sent_log(con)
-
-
-def _ensure_sent_log(con: duckdb.DuckDBPyConnection) -> None:
-    """`notices_sent` as well, empty until a notice is sent, so that a query of it works
-    from the first ingest on. Its DDL and comments are the notices' (imported here, when
-    called: that module imports this package)."""
-    from gpufleet.notices.sent_log import TABLE, ensure_sent_log
-
-    if not has_table(con, TABLE):
+    # notices_sent as well, empty until a notice is sent, so that a query of it works from
+    # the first ingest on.
+    if not has_table(con, NOTICES_SENT):
         ensure_sent_log(con)
