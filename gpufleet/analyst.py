@@ -6,44 +6,29 @@ result over as a polars DataFrame (DuckDB's `.pl()`, through Arrow) and closes t
 once, so a notebook never holds the warehouse open between calls and the scheduled
 writers never have to work around it.
 
-The query runs in a sandbox (`connect_sandboxed`), not just behind a statement filter: a
-DuckDB of its own attaches the warehouse read-only, the lake's files are read through
-Arrow, and DuckDB's file access is then switched off and its settings locked. No statement
-(`explain analyze copy ... to`, `pragma enable_profiling`, `read_text('/proc/self/environ')`,
-`attach`, `load`, `set enable_external_access = true`) can read or write a file, the
-lake's included; DuckDB only spills to a temporary directory of its own.
+The query runs in the sandbox of sandbox.py (`connect_sandboxed`): a DuckDB of its own
+that attaches the warehouse read-only, reads the lake through Arrow and can then read or
+write no file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import re
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import duckdb
 import polars as pl
-import pyarrow.dataset as pads
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.sandbox import check_read_only, connect_sandboxed, one_line
 from gpufleet.sites import check_site
-from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS
-from gpufleet.warehouse.lake.samples import STORED, evicted_paths
 from gpufleet.weeks import check_week, week_bounds, week_monday
 
-# Statements that only read: one of these, and only one, per query.
-READ_STATEMENTS = frozenset(
-    {
-        duckdb.StatementType.SELECT,
-        duckdb.StatementType.EXPLAIN,
-        duckdb.StatementType.PRAGMA,
-        duckdb.StatementType.CALL,
-    }
-)
+__all__ = ["ReadOnlyWarehouse", "check_read_only", "connect_sandboxed"]
 
 Parameters = Sequence[object] | Mapping[str, object] | None
 # DuckDB types that polars has none of, anywhere in a column's type (a list of intervals
@@ -51,105 +36,6 @@ Parameters = Sequence[object] | Mapping[str, object] | None
 _NOT_IN_POLARS = re.compile(r"\bINTERVAL\b|\bUNION\(")
 # A point in time for a filter: a date is local midnight, as is a time without a zone.
 Moment = dt.datetime | dt.date | str
-
-
-def check_read_only(query: str) -> None:
-    """A GpufleetError unless `query` is exactly one statement that only reads."""
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise GpufleetError(f"query: {_one_line(exc)}") from exc
-    if len(statements) != 1:
-        raise GpufleetError(f"query: expected one SQL statement, got {len(statements)}")
-    kind = statements[0].type
-    if kind not in READ_STATEMENTS:
-        raise GpufleetError(
-            f"query: only statements that read are allowed (select, describe, show, "
-            f"summarize, explain), not {kind.name.lower()}"
-        )
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
-# The name the sandbox attaches the warehouse as: a file's own stem, as when it is opened.
-WAREHOUSE_ALIAS = "warehouse"
-# The registered Arrow dataset of the lake's evicted files that the sandbox's `samples` reads.
-LAKE_DATASET = "_lake_samples"
-
-
-@contextlib.contextmanager
-def connect_sandboxed(config: Config) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection that reads the published warehouse and its lake, and no other file.
-
-    An in-memory DuckDB of its own (a file opened twice in one process shares one DuckDB
-    and its settings; this one shares nothing) attaches the warehouse read-only, and a
-    temporary view `samples` reads the lake's evicted files through Arrow rather than
-    DuckDB. Then DuckDB's external access is switched off and its configuration locked:
-    no statement reads or writes a file, the lake's included (a path DuckDB may read, it may
-    also write), or turns that back on. DuckDB spills only to a temporary directory of this
-    connection's own, removed on close.
-    """
-    warehouse = config.warehouse_path
-    if not warehouse.is_file():
-        raise GpufleetError(f"{warehouse}: no warehouse yet; run 'gpufleet ingest' first")
-    with (
-        tempfile.TemporaryDirectory(prefix="gpufleet-query-") as spill,
-        contextlib.closing(duckdb.connect(":memory:", config={"temp_directory": spill})) as con,
-    ):
-        try:
-            con.execute(
-                f"attach $path as {WAREHOUSE_ALIAS} (read_only)",
-                {"path": str(warehouse.absolute())},
-            )
-        except duckdb.Error as exc:
-            raise GpufleetError(
-                f"{warehouse}: cannot open the warehouse: {_one_line(exc)}"
-            ) from exc
-        con.execute(f"use {WAREHOUSE_ALIAS}")
-        _read_lake_through_arrow(con, config)
-        con.execute("set autoinstall_known_extensions = false")
-        con.execute("set python_enable_replacements = false")
-        con.execute("set enable_external_access = false")
-        con.execute("set lock_configuration = true")
-        yield con
-
-
-def _read_lake_through_arrow(con: duckdb.DuckDBPyConnection, config: Config) -> None:
-    """Temporary view `samples` (found before the warehouse's own): the warehouse's
-    `samples_stored` and the lake's evicted files, these read by Arrow, with the view's
-    columns and types. Without evicted files the warehouse's view reads no file at all.
-    With one missing, `samples` fails saying so, and the other tables still read."""
-    has_lake = con.execute(
-        "select 1 from duckdb_tables() where database_name = current_database()"
-        " and schema_name = 'build_state' and table_name = 'lake_files'"
-    ).fetchone()
-    if not has_lake:
-        return
-    stored = f"{WAREHOUSE_ALIAS}.main.{STORED}"
-    # The sample columns samples_stored has: a warehouse not opened for writing since an
-    # older release lacks the newer ones (the Arrow dataset reads NULL where a file does).
-    found = con.sql(f"select * from {stored} limit 0").columns
-    columns = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS if name in found)
-    try:
-        paths = evicted_paths(con, config)
-    except GpufleetError as exc:
-        message = "'" + str(exc).replace("'", "''") + "'"
-        con.execute(
-            f"create temp view samples as select {columns} from {stored} "
-            f"where error({message}) is null"
-        )
-        return
-    if not paths:
-        return
-    schema = con.sql(f"select {columns} from {stored} limit 0").to_arrow_table()
-    con.register(LAKE_DATASET, pads.dataset(paths, schema=schema.schema, format="parquet"))
-    con.execute(
-        f"create temp view samples as "
-        f"select {columns} from {stored} "
-        f"union all select {columns} from {LAKE_DATASET}"
-    )
 
 
 def _site_filter(cluster: object) -> str:
@@ -208,10 +94,10 @@ class ReadOnlyWarehouse:
                         )
                 return relation.pl()
             except duckdb.Error as exc:
-                raise GpufleetError(f"query: {_one_line(exc)}") from exc
+                raise GpufleetError(f"query: {one_line(exc)}") from exc
             except pl.exceptions.PolarsError as exc:  # a type polars has none of (interval)
                 raise GpufleetError(
-                    f"query: the result has a column polars cannot hold ({_one_line(exc)}); "
+                    f"query: the result has a column polars cannot hold ({one_line(exc)}); "
                     "select it as text (::varchar)"
                 ) from exc
 

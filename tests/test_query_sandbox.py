@@ -1,5 +1,5 @@
 """The analyst's connection reads the warehouse and its lake and no other file, whatever the
-statement: `gpufleet.analyst.connect_sandboxed`, tried here past the statement filter, then
+statement: `gpufleet.sandbox.connect_sandboxed`, tried here past the statement filter, then
 `gpufleet query` and `gpufleet.open(...).sql()` on top of it."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import duckdb
 import pytest
 
 import gpufleet
-from gpufleet.analyst import connect_sandboxed
 from gpufleet.cli import main
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.sandbox import connect_sandboxed
 from gpufleet.warehouse.base.raw_tables import (
     QUOTED_SAMPLE_COLUMNS,
     SAMPLE_COLUMNS,

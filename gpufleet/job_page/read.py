@@ -1,5 +1,5 @@
 """A job's page from the published warehouse, read-only, in one sandboxed connection
-(`gpufleet.analyst.connect_sandboxed`): the job's rows of `job_efficiency` (its figures),
+(`gpufleet.sandbox.connect_sandboxed`): the job's rows of `job_efficiency` (its figures),
 of `gpu_hourly` (each GPU's hours), of `run_pieces` with `idle_episodes` (its idle
 stretches) and of `samples_attributed` (each GPU's index)."""
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import duckdb
 
-from gpufleet.analyst import connect_sandboxed
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
 from gpufleet.job_page.records import GpuHour, IdleStretch, JobGpu, JobPage, max_present
+from gpufleet.sandbox import connect_sandboxed
 from gpufleet.sites import check_site
 
 
