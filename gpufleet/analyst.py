@@ -61,7 +61,7 @@ class ReadOnlyWarehouse:
         cls, data_dir: str | Path | None = None, *, config: str | Path | None = None
     ) -> ReadOnlyWarehouse:
         """The warehouse of `data_dir` (default as for the CLI: $GPUFLEET_DATA_DIR, ./data),
-        with the configuration of `config` (default: <data_dir>/gpufleet.toml if present)."""
+        with the configuration of `config` (default: `<data_dir>/gpufleet.toml` if present)."""
         loaded = load_config(
             config_path=None if config is None else str(config),
             data_dir=None if data_dir is None else str(data_dir),
