@@ -32,7 +32,7 @@ from gpufleet.warehouse.ingest.arrival import (
     newest_by_host,
     root_unreadable,
 )
-from gpufleet.warehouse.ingest.files import list_sample_files
+from gpufleet.warehouse.ingest.scan import list_sample_files
 from gpufleet.warehouse.publish.read_only import connect_read_only
 
 NO_CLUSTER = "-"  # the site column of a host whose folder names none

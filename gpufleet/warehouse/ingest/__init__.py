@@ -2,7 +2,7 @@
 the reference tables replaced, completed host-days compacted, bad files quarantined."""
 
 from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing, Unreadable
-from gpufleet.warehouse.ingest.files import find_sample_files, list_sample_files, plan_batches
+from gpufleet.warehouse.ingest.files import plan_batches
 from gpufleet.warehouse.ingest.load import load_batch, load_samples
 from gpufleet.warehouse.ingest.quarantine import (
     QuarantinedFile,
@@ -16,6 +16,7 @@ from gpufleet.warehouse.ingest.run import (
     load_warehouse,
     quarantine_after_publish,
 )
+from gpufleet.warehouse.ingest.scan import find_sample_files, list_sample_files
 
 __all__ = [
     "IngestResult",
