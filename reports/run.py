@@ -16,9 +16,9 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports.mail import read_message
 from gpufleet.reports.sent_log import FLEET, Outgoing, Sending, refused_line, send_once
-from gpufleet.reports.smtp import Refusal
 from gpufleet.reports.team import TeamEmail, send_team_emails, write_team_emails
 from gpufleet.reports.weekly import ReportFiles, write_report
+from gpufleet.smtp import Refusal
 from gpufleet.weeks import check_week, last_complete_week
 
 

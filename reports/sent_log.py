@@ -28,7 +28,7 @@ from typing import NamedTuple
 import duckdb
 
 from gpufleet.config import Config
-from gpufleet.reports.smtp import Refusal, deliver
+from gpufleet.smtp import Refusal, deliver
 from gpufleet.warehouse.base import TableDoc, document
 from gpufleet.warehouse.publish import (
     DEFAULT_LOCK_TIMEOUT_S,

@@ -33,9 +33,9 @@ from gpufleet.reports.records import KPIS, Kpi
 from gpufleet.reports.render import format_usd, render_template
 from gpufleet.reports.sent_log import TEAM, Outgoing, refused_line, send_once
 from gpufleet.reports.sites import site_views
-from gpufleet.reports.smtp import Refusal
 from gpufleet.reports.team_episodes import WasteGroup, costliest_groups, week_episodes
 from gpufleet.reports.weekly import report_dir, write_atomically
+from gpufleet.smtp import Refusal
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds
 

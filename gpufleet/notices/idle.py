@@ -37,7 +37,7 @@ from gpufleet.notices.episodes import day_episodes, read_contacts, yesterday
 from gpufleet.notices.messages import build_notice, hours, usd
 from gpufleet.notices.plan import USER, Notice, NoticePlan, plan_notices
 from gpufleet.notices.sent_log import REFUSED, SENT, SentEpisode, record_sent
-from gpufleet.reports.smtp import Refusal, deliver
+from gpufleet.smtp import Refusal, deliver
 from gpufleet.warehouse.base.notices_sent import ensure_sent_log
 from gpufleet.warehouse.publish import (
     DEFAULT_LOCK_TIMEOUT_S,

@@ -1,7 +1,8 @@
 """Handing an email to the configured SMTP server ([smtp]): the one place that talks SMTP.
 
-The weekly report (reports/mail.py) and the idle notices (gpufleet/notices) both send
-through `deliver`; it imports nothing of the report, so a notice does not load Altair.
+The weekly report and the team emails (`gpufleet.reports`) and the idle notices
+(`gpufleet.notices`) all send through `deliver`: it sits below both and imports neither, so
+a notice does not load Altair.
 """
 
 from __future__ import annotations
