@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_OK, schema_with_metadata
+from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_OK, V1_2_FIELDS, schema_with_metadata
 
 MIB = 1024 * 1024
 SCHEMA = schema_with_metadata()
@@ -236,6 +236,7 @@ def write_host(
             "alloc_job_id": pa.nulls(n * gpus, pa.string()),
             "alloc_user": pa.nulls(n * gpus, pa.string()),
             "cluster": pa.nulls(n * gpus, pa.string()),
+            **{field.name: pa.nulls(n * gpus, field.type) for field in V1_2_FIELDS},
         },
         schema=SCHEMA,
     )

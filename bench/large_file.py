@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_OK, schema_with_metadata
+from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_OK, V1_2_FIELDS, schema_with_metadata
 
 INTERVAL_S = 10
 DAY_SAMPLES = 86400 // INTERVAL_S
@@ -77,6 +77,7 @@ def large_table(rows: int, day: dt.date, *, host: str = "big") -> pa.Table:
         "alloc_job_id": pa.nulls(rows, pa.string()),
         "alloc_user": pa.nulls(rows, pa.string()),
         "cluster": pa.nulls(rows, pa.string()),
+        **{field.name: pa.nulls(rows, field.type) for field in V1_2_FIELDS},
     }
     return pa.table(columns, schema=schema_with_metadata())
 

@@ -18,7 +18,8 @@ PROCESS_TYPE = pa.struct(
 
 REQUIRED_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
 
-SAMPLE_SCHEMA = pa.schema(
+# The columns of contract v1.1 (the first release and alloc_job_id, alloc_user, cluster).
+V1_1_SCHEMA = pa.schema(
     [
         pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("interval_s", pa.float32(), nullable=False),
@@ -51,10 +52,9 @@ SAMPLE_SCHEMA = pa.schema(
 )
 
 # Columns added in contract v1.2 (activity, health, MIG devices), all nullable, after the
-# v1.1 columns above. `SAMPLE_SCHEMA` stays the columns every reader of this release
-# loads; the collector writes `COLLECTOR_SCHEMA`, these included: readers that do not know
-# them yet ignore them, as the contract lets a newer writer's extra columns be, and a file
-# without them reads them as null.
+# v1.1 columns above: a file without them (an older collector's, another writer's) reads
+# them as null, and a reader of an older release ignores them, as the contract lets a
+# newer writer's extra columns be.
 V1_2_FIELDS = (
     # Means over the row's interval from NVML GPM (Hopper and newer), 0-100 and bytes/s.
     pa.field("sm_active_pct", pa.float32()),
@@ -79,7 +79,11 @@ V1_2_FIELDS = (
     pa.field("mig_slice_fraction", pa.float32()),
 )
 
-COLLECTOR_SCHEMA = pa.schema([*SAMPLE_SCHEMA, *V1_2_FIELDS])
+# Every sample column, in contract order: what the collector writes, the warehouse loads
+# and the simulator and importers write.
+SAMPLE_SCHEMA = pa.schema([*V1_1_SCHEMA, *V1_2_FIELDS])
+# The collector's schema: the contract's (the name kept for the collector's modules).
+COLLECTOR_SCHEMA = SAMPLE_SCHEMA
 
 STATUS_OK = "ok"
 STATUS_LOST = "lost"
@@ -102,7 +106,7 @@ def schema_with_metadata() -> pa.Schema:
 
 
 def collector_schema_with_metadata() -> pa.Schema:
-    """The schema of the collector's own files: `SAMPLE_SCHEMA` and the v1.2 columns."""
+    """The schema of the collector's own files (`SAMPLE_SCHEMA`'s)."""
     return COLLECTOR_SCHEMA.with_metadata(file_metadata())
 
 

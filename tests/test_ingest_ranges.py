@@ -50,6 +50,20 @@ OUT_OF_RANGE = [
     ("sm_clock_mhz", -1, "-1"),
     ("thermal_violation_ns", -1, "-1"),
     ("power_violation_ns", -7, "-7"),
+    ("sm_active_pct", 100.5, "100.5"),
+    ("sm_occupancy_pct", -1.0, "-1.0"),
+    ("tensor_active_pct", NAN, "nan"),
+    ("dram_active_pct", 101.0, "101.0"),
+    ("pcie_rx_bytes_s", -1.0, "-1.0"),
+    ("pcie_tx_bytes_s", NAN, "nan"),
+    ("nvlink_rx_bytes_s", INF, "inf"),
+    ("nvlink_tx_bytes_s", -0.5, "-0.5"),
+    ("ecc_uncorrected_volatile", -1, "-1"),
+    ("ecc_corrected_volatile", -2, "-2"),
+    ("pcie_replay_count", -3, "-3"),
+    ("mig_slice_fraction", 0.0, "0.0"),
+    ("mig_slice_fraction", 1.5, "1.5"),
+    ("mig_slice_fraction", -0.25, "-0.25"),
 ]
 EDGES = [
     ("gpu_util_pct", 0.0),
@@ -62,6 +76,15 @@ EDGES = [
     ("temp_gpu_c", 200),
     ("mem_used_bytes", 0),
     ("gpu_util_pct", None),  # NULL stays allowed in a nullable column
+    ("sm_active_pct", 0.0),
+    ("tensor_active_pct", 100.0),
+    ("pcie_rx_bytes_s", 0.0),
+    ("nvlink_tx_bytes_s", 9e11),
+    ("ecc_uncorrected_volatile", 0),
+    ("mig_slice_fraction", 1.0),
+    ("mig_slice_fraction", 1 / 7),
+    ("xid_errors", []),
+    ("xid_errors", [79, 48]),
 ]
 
 
@@ -136,6 +159,11 @@ def test_the_staged_path_quarantines_the_same_values_with_the_same_reasons(
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10), sample(20)])  # repeats 10
     bad = [{**sample(30), "interval_s": NAN}, {**sample(40), "gpu_util_pct": 150.0}]
     write_samples(config.data_dir, f"{DAY1}/c.parquet", bad)
+    write_samples(config.data_dir, f"{DAY1}/e.parquet", [{**sample(60), "sm_active_pct": 101.0}])
+    write_samples(config.data_dir, f"{DAY1}/f.parquet", [{**sample(70), "pcie_tx_bytes_s": -1.0}])
+    write_samples(
+        config.data_dir, f"{DAY1}/g.parquet", [{**sample(80), "mig_slice_fraction": 0.0}]
+    )
     late = {**sample(50), "ts": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)}
     write_samples(config.data_dir, f"{DAY1}/d.parquet", [late])
     with pytest.warns(QuarantineWarning):
@@ -148,6 +176,9 @@ def test_the_staged_path_quarantines_the_same_values_with_the_same_reasons(
             "column ts: value 1970-01-01 00:00:00 UTC is out of range (2026-11-15 to "
             "2026-11-17: the day of its folder date=2026-11-16, 1 day either side)"
         ),
+        "e.parquet": "column sm_active_pct: value 101.0 is out of range (0 to 100)",
+        "f.parquet": "column pcie_tx_bytes_s: value -1.0 is out of range (>= 0)",
+        "g.parquet": "column mig_slice_fraction: value 0.0 is out of range (> 0 and <= 1)",
     }
     assert (result.samples_loaded, result.duplicates_skipped) == (3, 1)
 

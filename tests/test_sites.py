@@ -24,6 +24,7 @@ from gpufleet.collectors.collect import Collector
 from gpufleet.collectors.schema import (
     COLLECTOR_SCHEMA,
     SAMPLE_SCHEMA,
+    V1_1_SCHEMA,
     file_metadata,
     folder_host,
     host_folder,
@@ -134,7 +135,8 @@ def test_a_site_name_is_a_plain_path_component_and_a_folder_names_its_host_and_s
     assert host_folder("node01", None) == "node01"
     assert folder_host("node01@siteA") == ("node01", "siteA")
     assert folder_host("node01") == ("node01", None)
-    assert SAMPLE_SCHEMA.names[-1] == "cluster" and SAMPLE_COLUMNS[-1] == ("cluster", "varchar")
+    # the last column of contract v1.1, the v1.2 columns after it
+    assert V1_1_SCHEMA.names[-1] == "cluster" and SAMPLE_COLUMNS[_CLUSTER] == ("cluster", "varchar")
 
 
 def test_the_collector_records_its_site_in_every_row_and_in_its_folder(
@@ -401,7 +403,8 @@ def test_a_hosts_csv_site_change_makes_a_full_build(tmp_path: Path) -> None:
 
 # --- the release before the column ----------------------------------------------------
 
-_PREVIOUS = [name for name, _ in SAMPLE_COLUMNS[:-1]]
+_CLUSTER = len(V1_1_SCHEMA) - 1
+_PREVIOUS = [name for name, _ in SAMPLE_COLUMNS[:_CLUSTER]]
 
 
 def test_a_warehouse_of_the_previous_release_gains_the_column(tmp_path: Path) -> None:
@@ -410,7 +413,7 @@ def test_a_warehouse_of_the_previous_release_gains_the_column(tmp_path: Path) ->
     config = _setup(tmp_path)
     config.data_dir.mkdir(exist_ok=True)
     old_rows = _rows(DAY, "node01", "GPU-A0", None)
-    old_schema = pa.schema(list(SAMPLE_SCHEMA)[:-1]).with_metadata(file_metadata())
+    old_schema = pa.schema(list(SAMPLE_SCHEMA)[:_CLUSTER]).with_metadata(file_metadata())
     old = pa.Table.from_pylist(
         [{k: v for k, v in row.items() if k != "cluster"} for row in old_rows], schema=old_schema
     )
@@ -421,7 +424,8 @@ def test_a_warehouse_of_the_previous_release_gains_the_column(tmp_path: Path) ->
     with duckdb.connect(str(config.warehouse_path)) as con:
         ensure_raw_tables(con)
         con.execute("drop view samples")
-        con.execute("alter table samples_stored drop column cluster")
+        for name, _ in SAMPLE_COLUMNS[_CLUSTER:]:
+            con.execute(f'alter table samples_stored drop column "{name}"')
         listed = ", ".join(f'"{n}"' for n in _PREVIOUS)
         con.execute(
             f"create view samples as select {listed} from samples_stored union all "
@@ -440,7 +444,8 @@ def test_a_warehouse_of_the_previous_release_gains_the_column(tmp_path: Path) ->
     _write(config, _rows(NEXT, "node01", "GPU-A0", "siteA"), "siteA", "new")
     ingest(config, today=NEXT)
     stored = [row[0] for row in query(config, "describe samples_stored")]
-    assert stored[-1] == "cluster"
+    added = [name for name, _ in SAMPLE_COLUMNS[_CLUSTER:]]
+    assert stored[-len(added) :] == added  # after load_id
     assert build(config).mode == "full"
     columns = [row[0] for row in query(config, "select column_name from (describe samples)")]
     assert columns == [name for name, _ in SAMPLE_COLUMNS]

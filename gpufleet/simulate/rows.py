@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_LOST, STATUS_OK
+from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_LOST, STATUS_OK, V1_2_FIELDS
 from gpufleet.collectors.schema import schema_with_metadata as _schema_with_metadata
 from gpufleet.simulate.layout import GpuPlan, HostPlan
 from gpufleet.simulate.noise import (
@@ -143,6 +143,7 @@ def _columns(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, pa.Array]:
         "mig_enabled": level(False, np.bool_, pa.bool_()),
         "processes": _processes(scn, piece, ~lost, mask),
         **_holders(scn, rows),
+        **{field.name: pa.nulls(n, field.type) for field in V1_2_FIELDS},
     }
 
 

@@ -46,16 +46,34 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("alloc_job_id", "varchar"),
     ("alloc_user", "varchar"),
     ("cluster", "varchar"),
+    # contract v1.2: activity, health, MIG devices
+    ("sm_active_pct", "float"),
+    ("sm_occupancy_pct", "float"),
+    ("tensor_active_pct", "float"),
+    ("dram_active_pct", "float"),
+    ("pcie_rx_bytes_s", "double"),
+    ("pcie_tx_bytes_s", "double"),
+    ("nvlink_rx_bytes_s", "double"),
+    ("nvlink_tx_bytes_s", "double"),
+    ("xid_errors", "integer[]"),
+    ("ecc_uncorrected_volatile", "bigint"),
+    ("ecc_corrected_volatile", "bigint"),
+    ("remapped_rows_pending", "boolean"),
+    ("remapped_rows_failure", "boolean"),
+    ("retired_pages_pending", "boolean"),
+    ("pcie_replay_count", "bigint"),
+    ("parent_gpu_uuid", "varchar"),
+    ("mig_profile", "varchar"),
+    ("mig_slice_fraction", "float"),
 )
 
 REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
 # The columns sample files gained after the first release, appended in contract order: an
 # older file (or a compacted file of an older release) has none of them and reads as NULL
 # there, and a warehouse of an older release gets them when opened for writing.
-ADDED_SAMPLE_COLUMNS = ("alloc_job_id", "alloc_user", "cluster")
-# How many of the sample columns (the first ones) the files of a release before
-# ADDED_SAMPLE_COLUMNS hold.
-FIRST_RELEASE_COLUMNS = len(SAMPLE_COLUMNS) - len(ADDED_SAMPLE_COLUMNS)
+# How many of the sample columns (the first ones) the files of the first release hold.
+FIRST_RELEASE_COLUMNS = [name for name, _ in SAMPLE_COLUMNS].index("alloc_job_id")
+ADDED_SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_COLUMNS[FIRST_RELEASE_COLUMNS:])
 # The sample columns as a SELECT or INSERT list, in contract order.
 QUOTED_SAMPLE_COLUMNS = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)
 

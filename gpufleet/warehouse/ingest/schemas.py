@@ -40,7 +40,7 @@ def _accepts(name: str, target: str, source: str) -> bool:
         return True
     if target == "timestamptz":
         return source in _TZ_TIMESTAMP_TYPES
-    if target == "float":
+    if target in {"float", "double"}:
         return source in _FLOAT_TYPES or source in _INTEGER_TYPES or source.startswith("DECIMAL")
     if target in {"usmallint", "bigint", "smallint", "integer", "ubigint"}:
         return source in _INTEGER_TYPES
@@ -48,6 +48,8 @@ def _accepts(name: str, target: str, source: str) -> bool:
         return source == "VARCHAR"
     if target == "boolean":
         return source == "BOOLEAN"
+    if target == "integer[]":  # xid_errors: a list of integers of any width
+        return source.endswith("[]") and source.removesuffix("[]") in _INTEGER_TYPES
     if target.endswith("[]"):  # processes: a list of structs
         return source.startswith("STRUCT(") and source.endswith(")[]")
     raise AssertionError(f"no acceptance rule for contract type {target}")

@@ -41,7 +41,21 @@ from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.publish.log import current_generation
 
 # The columns no rule looks at (`cluster`: but in a site's folder, `base/folder_sites.py`).
-_UNCHECKED = frozenset({"gpu_name", "processes", "alloc_job_id", "alloc_user", "cluster"})
+_UNCHECKED = frozenset(
+    {
+        "gpu_name",
+        "processes",
+        "alloc_job_id",
+        "alloc_user",
+        "cluster",
+        "xid_errors",
+        "remapped_rows_pending",
+        "remapped_rows_failure",
+        "retired_pages_pending",
+        "parent_gpu_uuid",
+        "mig_profile",
+    }
+)
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError)
 _SLICE = "_ingest_slice"
 _INSERT_SQL = f"""

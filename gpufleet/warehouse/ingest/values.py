@@ -56,10 +56,23 @@ VALUE_RANGES: tuple[ValueRange, ...] = (
     ValueRange("mem_clock_mhz", 0),
     ValueRange("thermal_violation_ns", 0),
     ValueRange("power_violation_ns", 0),
+    ValueRange("sm_active_pct", 0.0, 100.0),
+    ValueRange("sm_occupancy_pct", 0.0, 100.0),
+    ValueRange("tensor_active_pct", 0.0, 100.0),
+    ValueRange("dram_active_pct", 0.0, 100.0),
+    ValueRange("pcie_rx_bytes_s", 0.0),
+    ValueRange("pcie_tx_bytes_s", 0.0),
+    ValueRange("nvlink_rx_bytes_s", 0.0),
+    ValueRange("nvlink_tx_bytes_s", 0.0),
+    ValueRange("ecc_uncorrected_volatile", 0),
+    ValueRange("ecc_corrected_volatile", 0),
+    ValueRange("pcie_replay_count", 0),
+    ValueRange("mig_slice_fraction", 0.0, 1.0, low_included=False),
 )
 _KINDS = dict(SAMPLE_COLUMNS)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_FLOAT_COLUMNS = frozenset(name for name, kind in SAMPLE_COLUMNS if kind == "float")
+_FLOAT32_COLUMNS = frozenset(name for name, kind in SAMPLE_COLUMNS if kind == "float")
+_FLOAT_COLUMNS = _FLOAT32_COLUMNS | {name for name, kind in SAMPLE_COLUMNS if kind == "double"}
 
 
 def _number(value: float) -> str:
@@ -168,10 +181,10 @@ def _micros(moment: dt.datetime) -> int:
 
 
 def _shown(column: str, value: object) -> str:
-    """A value as a reason shows it (a float as its float32 shortest form, as DuckDB does)."""
+    """A value as a reason shows it (a float32 column's as its shortest form, as DuckDB does)."""
     if isinstance(value, dt.datetime):
         return f"{value.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
-    if column in _FLOAT_COLUMNS and isinstance(value, float):
+    if column in _FLOAT32_COLUMNS and isinstance(value, float):
         return str(np.float32(value))
     return str(value)
 
@@ -196,8 +209,8 @@ def _out_of_range(rule: ValueRange) -> pl.Expr:
     if rule.high is not None:
         inside = inside & (column <= rule.high)
     outside = ~inside
-    if rule.column in _FLOAT_COLUMNS:
-        outside = outside | column.is_nan()
+    if rule.column in _FLOAT_COLUMNS:  # the infinities too where no bound is given
+        outside = outside | column.is_nan() | column.is_infinite()
     return outside.fill_null(False)
 
 
@@ -301,7 +314,7 @@ def range_problem_sql(column: str, value: str) -> str | None:
     if rule.high is not None:
         inside += f" and {value} <= {rule.high!r}"
     if column in _FLOAT_COLUMNS:
-        inside += f" and not isnan({value})"
+        inside += f" and not isnan({value}) and not isinf({value})"
     return (
         f"case when {value} is not null and not ({inside}) "
         f"then 'column {column}: value ' || {value}::varchar "
