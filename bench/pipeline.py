@@ -215,7 +215,8 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     from gpufleet.warehouse.ingest.strict import Oversized, StrictRead, read_strict
     from gpufleet.warehouse.ingest.values import time_limits
     from gpufleet.warehouse.lake import CompactAhead
-    from gpufleet.warehouse.lake.compact_ahead import WRITER_THREADS, write_compacted
+    from gpufleet.warehouse.lake.compact_ahead import WRITER_THREADS
+    from gpufleet.warehouse.lake.compacted_file import write_compacted
 
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)

@@ -43,7 +43,8 @@ from gpufleet.warehouse.ingest.batch import (
 from gpufleet.warehouse.ingest.strict import Oversized, read_strict
 from gpufleet.warehouse.ingest.uniform import repeats_a_key
 from gpufleet.warehouse.ingest.values import TimeLimits
-from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead, staging_directory
+from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
+from gpufleet.warehouse.lake.compacted_file import staging_directory
 from gpufleet.warehouse.lake.fanout import TASK_SOURCE_BYTES
 
 

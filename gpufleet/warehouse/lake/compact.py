@@ -24,8 +24,8 @@ from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.folder_sites import contract_columns_sql, pattern_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
-from gpufleet.warehouse.lake.compact_ahead import (
-    CompactAhead,
+from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+from gpufleet.warehouse.lake.compacted_file import (
     collector_versions,
     compacted_name,
     joined_versions,

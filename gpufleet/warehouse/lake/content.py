@@ -32,7 +32,7 @@ from gpufleet.warehouse.base.raw_tables import (
     literal_path,
 )
 from gpufleet.warehouse.base.sample_files import SampleFile
-from gpufleet.warehouse.lake.compact_ahead import write_compacted
+from gpufleet.warehouse.lake.compacted_file import write_compacted
 from gpufleet.warehouse.lake.replaced import replaced_files
 
 COMPACTED_PATH = re.compile(

@@ -27,7 +27,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import literal_path
-from gpufleet.warehouse.lake.compact_ahead import compacted_name, staging_directory
+from gpufleet.warehouse.lake.compacted_file import compacted_name, staging_directory
 
 SCRATCH_DIR_NAME = "scratch"  # under the data directory, as a fanned-out build's
 # Collector bytes one task reads at most (a task holds at least one host-day): a daily
