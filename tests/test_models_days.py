@@ -261,10 +261,11 @@ def test_models_run_after_the_models_they_read() -> None:
     # the series window runs once, materialized by samples_attributed_rows; runs build on
     # that, and samples_attributed is a view of it
     assert "int_samples_sequenced" in models["samples_attributed_rows"].depends_on
-    assert "samples_attributed_rows" in models["run_pieces"].depends_on
+    assert "samples_attributed_rows" in models["int_run_pieces"].depends_on
+    assert models["run_pieces"].depends_on == {"int_run_pieces"}
     assert models["samples_attributed"].depends_on == {"samples_attributed_rows"}
-    assert "run_pieces" in models["int_idle_episode_days"].depends_on
-    assert "run_pieces" in models["int_thermal_events"].depends_on
+    assert "int_run_pieces" in models["int_idle_episode_days"].depends_on
+    assert "int_run_pieces" in models["int_thermal_events"].depends_on
 
 
 def test_days_do_not_depend_on_the_session_time_zone() -> None:

@@ -3,7 +3,7 @@
 -- from which int_idle_episodes adds up the whole episode. An episode is one GPU's idle run,
 -- keyed by the time of its first sample; episode_id is the hash of the two.
 with all_pieces as (
-    select * from run_pieces
+    select * from int_run_pieces
 ),
 
 idle_pieces as (

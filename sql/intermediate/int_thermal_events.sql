@@ -3,7 +3,7 @@
 -- id comes from the GPU and the first sample's time, so a full and an incremental build
 -- agree on it.
 with all_pieces as (
-    select * from run_pieces
+    select * from int_run_pieces
 ),
 
 thermal_pieces as (

@@ -13,7 +13,6 @@ before anything is published; the scratch folder goes either way.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 import uuid
@@ -24,11 +23,11 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.sql_text import literal, without_comments
+from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build import models as models_module
 from gpufleet.warehouse.build.memory import fit_memory_limit
-from gpufleet.warehouse.build.models import BUILD_SETTINGS, Model, drop_other_kind
+from gpufleet.warehouse.build.models import BUILD_SETTINGS, Model, create_empty
 from gpufleet.warehouse.build.partition import Partition, PartitionResult
 from gpufleet.warehouse.lake.ranges import uuid_ranges
 from gpufleet.warehouse.lake.samples import STORED, evicted_files, samples_sql
@@ -38,7 +37,6 @@ SCRATCH_DIR_NAME = "scratch"
 # reads them (a view takes no parameters; DuckDB folds `getvariable` into the lake files'
 # filters, as it would a literal).
 _RANGE = "gpu_uuid between getvariable('fanout_first_uuid') and getvariable('fanout_last_uuid')"
-_NAME_RE = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?")
 _VIEWS = ("temp_view", "view")
 
 
@@ -98,10 +96,7 @@ class FanOut:
             started = time.perf_counter()
             for name in fanned:
                 fit_memory_limit(con)
-                drop_other_kind(con, models[name])
-                con.execute(
-                    f"create or replace table {name} as select * from ({models[name].sql}) limit 0"
-                )
+                create_empty(con, models[name])
                 paths = [str(p.output_path(name)) for p in partitions]
                 if paths:
                     con.execute(
@@ -152,9 +147,8 @@ def _catalog(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
 def _worker_inputs(
     con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str], built: set[str]
 ) -> _Inputs:
-    """The views and tables the SQL of the models `built` reads, through the views among the
-    models: every name in it (string literals too: table macros take names) that is a model
-    or a relation of the connection. `samples` is the workers' own."""
+    """The views and tables the models `built` read (their syntax trees': `Model.reads`),
+    through the views among the models. `samples` is the workers' own."""
     catalog = _catalog(con)
     views: set[str] = set()
     tables: set[str] = set()
@@ -162,17 +156,16 @@ def _worker_inputs(
     seen: set[str] = set()
     while pending:
         model = models[pending.pop()]
-        for token in set(_NAME_RE.findall(without_comments(model.sql).lower())):
-            for name in {token, token.partition(".")[0]}:
-                if name in seen or name in built or name in ("samples", STORED):
-                    continue
-                seen.add(name)
-                other = models.get(name)
-                if other is not None and other.materialized in _VIEWS:
-                    views.add(name)
-                    pending.append(name)
-                elif name in catalog:
-                    tables.add(name)
+        for name in model.reads:
+            if name in seen or name in built or name in ("samples", STORED):
+                continue
+            seen.add(name)
+            other = models.get(name)
+            if other is not None and other.materialized in _VIEWS:
+                views.add(name)
+                pending.append(name)
+            elif name in catalog:
+                tables.add(name)
     return _Inputs(views=[name for name in order if name in views], tables=sorted(tables))
 
 

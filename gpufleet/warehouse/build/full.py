@@ -22,9 +22,9 @@ from gpufleet.warehouse.build.models import (
     PERSISTENT,
     Model,
     apply_docs,
+    create_empty,
     create_model,
     drop_model,
-    drop_other_kind,
     load_docs,
     render,
 )
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # A full build of more samples than this builds the per-series models a slice of the
 # GPUs at a time (the window over 60 million samples does not fit in the build's memory).
 # At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
-# slices of 4 M and 63 s in slices of 16 M (where run_pieces spills: 25 s instead of 15).
+# slices of 4 M and 63 s in slices of 16 M (where the pieces spill: 25 s instead of 15).
 FULL_BUILD_CHUNK_SAMPLES = 8_000_000
 # The footer cache keeps each lake file's parsed footer in the process, about 250 KB a
 # file where DuckDB counts 65 (5,000 GPUs x 28 days: 17,500 files, 4.7 GB after a count
@@ -48,7 +48,7 @@ METADATA_CACHE_FILES = 1_000
 # model: (the relation sliced, the staging view that reads it when it is a raw table)
 CHUNKED_MODELS = {
     "samples_attributed_rows": ("samples", "stg_samples"),
-    "run_pieces": ("samples_attributed_rows", ""),
+    "int_run_pieces": ("samples_attributed_rows", ""),
 }
 
 
@@ -115,8 +115,7 @@ def _create_in_chunks(
     and a slice's window fits in the build's memory where the whole fleet's does not."""
     model = models[name]
     source, view = CHUNKED_MODELS[name]
-    drop_other_kind(con, model)
-    con.execute(f"create or replace table {name} as select * from ({model.sql}) limit 0")
+    create_empty(con, model)
     source_model = models.get(source)
     # Slices are ranges of gpu_uuid: both sources are stored sorted by it within each load
     # or build, so zone maps skip most row groups (a hash of the uuid would read them all).

@@ -12,7 +12,7 @@ import heapq
 import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +20,10 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
-from gpufleet.warehouse.base.sql_text import literal, without_comments
+from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.build.ids import ensure_id_tables
 from gpufleet.warehouse.build.memory import fit_memory_limit
+from gpufleet.warehouse.build.sql_tree import relations_read, rename_relations
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
@@ -32,13 +33,11 @@ MATERIALIZATIONS = ("temp_view", "temp_table", "table", "view")
 PERSISTENT = ("table", "view")  # the materializations that stay in the warehouse
 DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
 
+# The one mart an intermediate may read: the per-sample window (int_samples_sequenced),
+# stored once; a model reading the view instead would run the window again (minutes).
+STORED_WINDOW = "samples_attributed_rows"
+
 _MATERIALIZED_RE = re.compile(r"^\s*--\s*materialized:\s*(\w+)\s*$", re.MULTILINE)
-_STRING_RE = re.compile(r"'(?:[^']|'')*'")
-_RELATION_RE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
-_READ_RE = re.compile(r"(\b(?:from|join)\s+)([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
-_CTE_RE = re.compile(
-    r"\b([a-z_][a-z0-9_]*)\s+as\s*(?:(?:not\s+)?materialized\s*)?\(", re.IGNORECASE
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +49,8 @@ class Model:
     path: Path
     sql: str
     materialized: str
-    depends_on: frozenset[str]
+    reads: frozenset[str]  # every relation its SQL reads (sql_tree.py), CTEs not
+    depends_on: frozenset[str]  # the models among them
 
 
 def _layer_of(path: Path, sql_dir: Path) -> str:
@@ -58,21 +58,6 @@ def _layer_of(path: Path, sql_dir: Path) -> str:
     if layer not in LAYERS:
         raise ValueError(f"{path}: models live in sql/{{{','.join(LAYERS)}}}/, not sql/{layer}/")
     return layer
-
-
-def _code(sql: str) -> str:
-    """The query without comments and with empty string literals (names only remain)."""
-    return _STRING_RE.sub("''", without_comments(sql))
-
-
-def _cte_names(code: str) -> set[str]:
-    return {name.lower() for name in _CTE_RE.findall(code)}
-
-
-def _relations_read(sql: str) -> set[str]:
-    """Names after `from`/`join` in a query, minus its own CTE names."""
-    code = _code(sql)
-    return {name.lower() for name in _RELATION_RE.findall(code)} - _cte_names(code)
 
 
 def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
@@ -91,24 +76,38 @@ def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
         materialized = match.group(1) if match else DEFAULT_MATERIALIZATION[layer]
         if materialized not in MATERIALIZATIONS:
             raise ValueError(f"{path}: unknown materialization '{materialized}'")
-        depends_on = frozenset((_relations_read(sql) & texts.keys()) - {name})
+        reads = relations_read(sql, source=str(path))
         models[name] = Model(
             name=name,
             layer=layer,
             path=path,
             sql=sql,
             materialized=materialized,
-            depends_on=depends_on,
+            reads=reads,
+            depends_on=frozenset((reads & texts.keys()) - {name}),
         )
+    for model in models.values():  # staging reads raw tables; intermediates, no mart
+        for other in sorted(model.depends_on - {STORED_WINDOW}):
+            if LAYERS.index(models[other].layer) > LAYERS.index(model.layer):
+                kind = {"intermediate": "an intermediate", "marts": "a mart"}[models[other].layer]
+                raise ValueError(
+                    f"{model.path}: reads {other}, {kind}: a model reads models of its own "
+                    f"layer and those before ({', '.join(LAYERS)}) only"
+                )
     return models
 
 
-def build_order(models: Mapping[str, Model]) -> list[str]:
-    """A topological order of the models; among those ready, staging first, then by name."""
+def build_order(
+    models: Mapping[str, Model], *, after: Mapping[str, Iterable[str]] | None = None
+) -> list[str]:
+    """A topological order of the models; among those ready, staging first, then by name.
+    `after[name]`: models that `name` comes after besides those it reads."""
     waiting = {name: set(model.depends_on) for name, model in models.items()}
+    for name, others in (after or {}).items():
+        waiting[name] |= set(others)
     dependents: dict[str, list[str]] = {name: [] for name in models}
-    for name, model in models.items():
-        for dependency in model.depends_on:
+    for name, others in waiting.items():
+        for dependency in others:
             dependents[dependency].append(name)
     ready = [(LAYERS.index(m.layer), name) for name, m in models.items() if not waiting[name]]
     heapq.heapify(ready)
@@ -185,16 +184,11 @@ def set_variables(con: duckdb.DuckDBPyConnection, config: Config) -> None:
 
 
 def render(model: Model, remap: Mapping[str, str] | None = None) -> str:
-    """The model's select, reading `remap[name]` wherever it reads relation `name`."""
+    """The model's select, reading `remap[name]` wherever it reads relation `name` (a table
+    of its syntax tree, not a CTE, column or string of that name: sql_tree.py)."""
     if not remap:
         return model.sql
-    ctes = _cte_names(_code(model.sql))
-    remap = {name: other for name, other in remap.items() if name not in ctes}
-
-    def swap(match: re.Match[str]) -> str:
-        return match.group(1) + remap.get(match.group(2).lower(), match.group(2))
-
-    return _READ_RE.sub(swap, model.sql)
+    return rename_relations(model.sql, remap, source=str(model.path))
 
 
 _KIND = {"temp_view": "temp view", "temp_table": "temp table", "table": "table", "view": "view"}
@@ -208,6 +202,14 @@ def create_model(
     con.execute(
         f"create or replace {_KIND[model.materialized]} {model.name} as\n{render(model, remap)}"
     )
+
+
+def create_empty(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    """The model's table with no rows, for a build that inserts them a slice at a time."""
+    if model.materialized in PERSISTENT:
+        drop_other_kind(con, model)
+    kind = "temp table" if model.materialized.startswith("temp") else "table"
+    con.execute(f"create or replace {kind} {model.name} as select * from ({model.sql}) limit 0")
 
 
 def drop_other_kind(con: duckdb.DuckDBPyConnection, model: Model) -> None:

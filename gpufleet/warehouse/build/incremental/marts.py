@@ -19,6 +19,7 @@ from gpufleet.warehouse.publish.log import current_generation
 # How the incremental build replaces each mart's rows; any other mart means a full build.
 PER_SAMPLE_MART = "samples_attributed_rows"
 PIECES_MART = "run_pieces"
+PIECES_MODEL = "int_run_pieces"  # what run_pieces keeps, and the runs' intermediates read
 RUN_MARTS = ("idle_episodes", "thermal_events")
 GPU_DAY_MART = "gpu_team_daily"
 GPU_HOUR_MART = "gpu_hourly"
@@ -204,7 +205,7 @@ def _create_gpu_day_sources(con: duckdb.DuckDBPyConnection, models: Mapping[str,
     episode_days = models["int_idle_episode_days"]
     con.execute(
         "create or replace temp table _inc_gpu_day_episode_days as\n"
-        + render(episode_days, {PIECES_MART: "_inc_gpu_day_pieces"})
+        + render(episode_days, {PIECES_MODEL: "_inc_gpu_day_pieces"})
     )
 
 

@@ -24,6 +24,7 @@ from gpufleet.warehouse.build.incremental.marts import (
     PER_SAMPLE_MART,
     PER_WEEK_MARTS,
     PIECES_MART,
+    PIECES_MODEL,
     RUN_MARTS,
     replace_alloc_only_days,
     replace_gpu_days,
@@ -40,7 +41,7 @@ from gpufleet.warehouse.build.incremental.window import (
     window_is_a_suffix,
 )
 from gpufleet.warehouse.build.memory import fit_memory_limit
-from gpufleet.warehouse.build.models import Model, create_model, drop_model
+from gpufleet.warehouse.build.models import Model, build_order, create_model, drop_model
 from gpufleet.warehouse.build.state import record_incremental_build
 
 # Every mart an incremental build knows how to replace; any other means a full build.
@@ -50,7 +51,7 @@ INCREMENTAL_MARTS = frozenset(
     | set(PER_WEEK_MARTS)
 )
 # int_thermal_events reads the touched thermal runs' pieces, the rest the idle runs'.
-REMAP_OVERRIDES = {"int_thermal_events": {PIECES_MART: "_inc_thermal_pieces"}}
+REMAP_OVERRIDES = {"int_thermal_events": {PIECES_MODEL: "_inc_thermal_pieces"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +77,7 @@ def build_incrementally(
     """Bring the marts up to load `top` of samples_stored, and every GPU up to date from the
     local day `refs_since` on (dated reference rows changed); or why only a full build
     can."""
+    order = incremental_order(models, order)
     marts = {
         name
         for name in order
@@ -109,6 +111,18 @@ def build_incrementally(
     )
 
 
+def incremental_order(models: Mapping[str, Model], order: list[str]) -> list[str]:
+    """`order` with the models that read the pieces (int_run_pieces), but run_pieces, after
+    run_pieces: here they read the touched runs' pieces of every day from run_pieces once it
+    is replaced, where the pieces' model holds the window's only."""
+    readers = {
+        name: {PIECES_MART}
+        for name, model in models.items()
+        if PIECES_MODEL in model.depends_on and name != PIECES_MART
+    }
+    return build_order(models, after=readers) if readers else order
+
+
 def _run_models(
     con: duckdb.DuckDBPyConnection,
     models: Mapping[str, Model],
@@ -139,7 +153,7 @@ def _run_models(
             if not replace_pieces(con, model, remap):
                 return "the start of a run open before the new samples is unknown"
             # The runs' models read the pieces of the touched runs only.
-            remap = {**remap, PIECES_MART: "_inc_idle_pieces"}
+            remap = {**remap, PIECES_MODEL: "_inc_idle_pieces"}
         elif name in RUN_MARTS:
             replace_runs(con, model, remap)
         elif name == GPU_DAY_MART:

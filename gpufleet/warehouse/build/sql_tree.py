@@ -1,0 +1,95 @@
+"""The relations a model's SQL reads, from its syntax tree (sqlglot, DuckDB's dialect).
+
+A relation is read where a table stands (`from x`, `join x`, `x` in a subquery's `from`),
+or where a table macro takes it as an argument (`stable_ids(names, known)` reads `names`
+and `known` with `query_table`). A name that is a CTE visible at that place is no relation
+(a CTE is visible after its own definition in its `with`, and in the query the `with`
+belongs to). `rename_relations` swaps relation names in the text itself, at the places
+the tree gives, so that everything else (comments, layout, DuckDB syntax) stays as written.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+
+import sqlglot
+from sqlglot import exp
+
+DIALECT = "duckdb"
+
+
+def parse(sql: str, *, source: str = "query") -> exp.Expr:
+    """The syntax tree of one select; a ValueError naming `source` if it is no such."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    except sqlglot.errors.ParseError as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{source}: not a query DuckDB's dialect parses: {first}") from error
+    return tree
+
+
+def _visible_ctes(node: exp.Expr) -> set[str]:
+    """The CTE names visible where `node` stands (lowercase)."""
+    names: set[str] = set()
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.With):
+            ctes = list(parent.expressions)
+            before = next(n for n, cte in enumerate(ctes) if cte is child)
+            seen = ctes if parent.args.get("recursive") else ctes[:before]
+            names |= {cte.alias_or_name.lower() for cte in seen}
+        else:
+            for value in parent.args.values():
+                if isinstance(value, exp.With) and value is not child:
+                    names |= {cte.alias_or_name.lower() for cte in value.expressions}
+        child, parent = parent, parent.parent
+    return names
+
+
+def _relation_names(tree: exp.Expr) -> Iterator[tuple[str, exp.Identifier, bool]]:
+    """Each place a relation is read: its name as written ('schema.name' when qualified,
+    lowercase), the identifier of its last part, and whether it is a table without an alias
+    (columns may then name it: `run_pieces.day`)."""
+    for table in tree.find_all(exp.Table):
+        name = table.this
+        if isinstance(name, exp.Identifier):
+            parts = [part for part in (table.catalog, table.db) if part]
+            if not parts and name.this.lower() in _visible_ctes(table):
+                continue
+            yield ".".join([*parts, name.this]).lower(), name, not table.alias
+        elif isinstance(name, exp.Anonymous):  # a table macro: its arguments name relations
+            for argument in name.expressions:
+                if isinstance(argument, exp.Column) and not argument.table:
+                    identifier = argument.this
+                    if identifier.this.lower() not in _visible_ctes(table):
+                        yield identifier.this.lower(), identifier, False
+
+
+@functools.lru_cache(maxsize=256)
+def _relation_spans(sql: str, source: str) -> tuple[tuple[str, int, int, bool], ...]:
+    """Each relation read: its name, where the name starts and ends in `sql`, and whether
+    the table has no alias (a model is rendered once per slice of a build: parsed once)."""
+    return tuple(
+        (name, identifier.meta["start"], identifier.meta["end"] + 1, bare)
+        for name, identifier, bare in _relation_names(parse(sql, source=source))
+    )
+
+
+def relations_read(sql: str, *, source: str = "query") -> frozenset[str]:
+    """The relations `sql` reads, less its CTEs: names lowercase, 'schema.name' where the
+    query qualifies them."""
+    return frozenset(span[0] for span in _relation_spans(sql, source))
+
+
+def rename_relations(sql: str, renames: Mapping[str, str], *, source: str = "query") -> str:
+    """`sql` reading relation `renames[name]` wherever it reads relation `name` (an
+    unqualified name, any case); string literals, columns and CTEs of the same name stay.
+    A table without an alias keeps its old name as one (`from run_pieces` becomes `from
+    _inc_pieces as run_pieces`), for the columns that name it."""
+    wanted = {name.lower(): other for name, other in renames.items()}
+    spans = [span for span in _relation_spans(sql, source) if span[0] in wanted]
+    for name, start, end, bare in sorted(spans, key=lambda span: span[1], reverse=True):
+        other = f"{wanted[name]} as {sql[start:end]}" if bare else wanted[name]
+        sql = sql[:start] + other + sql[end:]
+    return sql
