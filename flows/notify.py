@@ -22,10 +22,12 @@ def check_day(day: str) -> dt.date:
 
 
 @task(name="idle-notices", cache_policy=NO_CACHE)
-def send_idle_notices(config: Config, day: dt.date | None, send: bool) -> NoticeRun:
+def send_idle_notices(
+    config: Config, day: dt.date | None, send: bool, zone: str | None = None
+) -> NoticeRun:
     """Write the day's notices, send them and record what the server accepted (no retries:
     a failure is reported at once, and a re-run sends only what was not sent)."""
-    return notify_idle(config, day=day, mode=SEND if send else WRITE)
+    return notify_idle(config, day=day, mode=SEND if send else WRITE, zone=zone)
 
 
 @flow(name="idle-notices", log_prints=False)
@@ -34,11 +36,13 @@ def idle_notices_flow(
     config_path: str | None = None,
     day: str | None = None,
     send: bool = True,
+    zone: str | None = None,
 ) -> str:
-    """The idle notices of `day` (default: yesterday in the configured time zone)."""
+    """The idle notices of `day` (default: the last day that has ended at every site); with
+    `zone`, of the sites in that time zone only (default: yesterday there)."""
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
-        run = send_idle_notices(config, check_day(day) if day else None, send)
+        run = send_idle_notices(config, check_day(day) if day else None, send, zone)
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]

@@ -4,9 +4,11 @@
   models (incrementally) when that ingest loaded something, both in one warehouse
   transaction, so the warehouse file is copied and published once per run;
 - `weekly-report/monday-0700`: the last complete week's report, emailed, every Monday at
-  07:00 in the configured time zone;
+  07:00 in the configured time zone, or, with sites in other zones, in the zone whose week
+  ends last (gpufleet/flows/schedules.py);
 - `idle-notices/daily-0800`: yesterday's idle notices, sent, every day at 08:00 in the
-  configured time zone;
+  configured time zone; with sites in other zones, one more per zone
+  (`daily-0800-America-Los_Angeles`), each at 08:00 there for the sites there;
 - `import-prometheus/every-15-minutes` (when `[prometheus] url` is set): what is new in
   Prometheus, three minutes before each ingest-and-build run;
 - `import-slurm/every-15-minutes` (when `[slurm] enabled = true`): Slurm's jobs as
@@ -44,7 +46,7 @@ import psutil
 from prefect.client.orchestration import get_client
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.runner import Runner
-from prefect.schedules import Cron, Interval
+from prefect.schedules import Interval
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from gpufleet.config import Config
@@ -54,12 +56,17 @@ from gpufleet.flows.import_slurm import slurm_deployment
 from gpufleet.flows.ingest_and_build import ingest_and_build
 from gpufleet.flows.notify import idle_notices_flow
 from gpufleet.flows.report import report_flow
+from gpufleet.flows.schedules import NOTICES_CRON as NOTICES_CRON  # the tests' and docs'
+from gpufleet.flows.schedules import REPORT_CRON as REPORT_CRON
+from gpufleet.flows.schedules import (
+    notice_zones,
+    notices_schedule,
+    report_schedule,
+)
 from gpufleet.flows.server import prefect_server_configured
 from gpufleet.flows.temporary_server import temporary_server
 
 INGEST_EVERY = dt.timedelta(minutes=15)
-REPORT_CRON = "0 7 * * 1"  # Monday 07:00
-NOTICES_CRON = "0 8 * * *"  # every day 08:00
 INGEST_DEPLOYMENT = "every-15-minutes"
 REPORT_DEPLOYMENT = "monday-0700"
 NOTICES_DEPLOYMENT = "daily-0800"
@@ -84,33 +91,49 @@ def build_deployments(config: Config) -> list[RunnerDeployment]:
         tags=["gpufleet"],
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
+    weekly = report_schedule(config)
     report = report_flow.to_deployment(
         name=REPORT_DEPLOYMENT,
-        schedule=Cron(REPORT_CRON, timezone=config.timezone),
+        schedule=weekly,
         parameters={**_location(config), "week": None, "send": True, "per_team": True},
         concurrency_limit=1,
         description=(
-            f"Email the last complete week's report every Monday at 07:00 ({config.timezone})."
+            f"Email the last complete week's report every Monday at 07:00 ({weekly.timezone})."
         ),
         tags=["gpufleet"],
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
-    notices = idle_notices_flow.to_deployment(
-        name=NOTICES_DEPLOYMENT,
-        schedule=Cron(NOTICES_CRON, timezone=config.timezone),
-        parameters={**_location(config), "day": None, "send": True},
-        concurrency_limit=1,
-        description=f"Email yesterday's idle-GPU notices every day at 08:00 ({config.timezone}).",
-        tags=["gpufleet"],
-        entrypoint_type=EntrypointType.MODULE_PATH,
-    )
-    built = [ingest, report, notices]
+    built = [ingest, report]
+    for zone in notice_zones(config):
+        where = f" for the sites in {zone}" if zone else ""
+        built.append(
+            idle_notices_flow.to_deployment(
+                name=_notices_name(config, zone),
+                schedule=notices_schedule(config, zone),
+                parameters={**_location(config), "day": None, "send": True}
+                | ({"zone": zone} if zone else {}),
+                concurrency_limit=1,
+                description=(
+                    f"Email yesterday's idle-GPU notices{where} every day at 08:00 "
+                    f"({zone or config.timezone})."
+                ),
+                tags=["gpufleet"],
+                entrypoint_type=EntrypointType.MODULE_PATH,
+            )
+        )
     if config.prometheus.url:
         built.append(prometheus_deployment(config, parameters=_location(config), before=ingest))
     if config.slurm.enabled:
         built.append(slurm_deployment(config, parameters=_location(config), before=ingest))
     assert all(isinstance(deployment, RunnerDeployment) for deployment in built)
     return cast(list[RunnerDeployment], built)
+
+
+def _notices_name(config: Config, zone: str | None) -> str:
+    """`daily-0800` for the configured zone's notices, `daily-0800-<zone>` for another's."""
+    if zone is None or zone == config.timezone:
+        return NOTICES_DEPLOYMENT
+    return f"{NOTICES_DEPLOYMENT}-{zone.replace('/', '-')}"
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -27,9 +27,9 @@ behind FOCUS's `x_` prefix for custom columns:
   process or hosts.csv row gave to a team), their `BilledCost`, else 0: the idle capacity,
   OpenCost's idle bucket, a cost of its own that is no team's waste;
 - custom, the same in every row of a site: `x_coverage_start`, `x_coverage_end`: the part
-  of the site's month the warehouse has samples for (the month's start, or the warehouse's
-  first sample when that is later; the month's end, or its last sample when that is
-  earlier), and `x_is_partial_month`: that part is not the whole month (the month is not
+  of the site's month the warehouse has samples for (the month's start, or the site's
+  first sample when that is later; the month's end, or the site's last sample when that
+  is earlier), and `x_is_partial_month`: that part is not the whole month (the month is not
   over, the latest samples are not ingested yet, or collection began during it). The
   export then also says so in one warning line on stderr.
 
@@ -51,8 +51,10 @@ import duckdb
 import polars as pl
 
 from gpufleet.config import Config
+from gpufleet.console import printable
 from gpufleet.csv_cells import defuse_formulas
 from gpufleet.errors import GpufleetError
+from gpufleet.site_zones import fleet_zones
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
 from gpufleet.warehouse.publish import connect_read_only
@@ -141,12 +143,14 @@ day_prices as (
     group by all
 ),
 
-fleet_samples as (
-    -- the warehouse's first and last sample, of any day: how much of the month it covers
+site_samples as (
+    -- each site's first and last sample, of any day: how much of its month it covers
     select
+        cluster,
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
     from gpu_team_daily
+    group by cluster
 ),
 
 site_months as (
@@ -161,10 +165,10 @@ site_months as (
 coverage as (
     select
         site_months.*,
-        greatest(fleet_samples.first_ts, period_start) as coverage_start,
-        least(fleet_samples.last_ts, period_end) as coverage_end,
+        greatest(site_samples.first_ts, period_start) as coverage_start,
+        least(site_samples.last_ts, period_end) as coverage_end,
     from site_months
-    cross join fleet_samples
+    inner join site_samples on site_samples.cluster is not distinct from site_months.cluster
 ),
 
 team_gpu_sums as (
@@ -338,23 +342,29 @@ def output_format(fmt: str | None, output: Path | None) -> str:
     return suffix
 
 
-def coverage_warning(frame: pl.DataFrame, month: str, timezone: str) -> str | None:
-    """One line when the warehouse covers only part of the month (None when all of it)."""
+def coverage_warning(frame: pl.DataFrame, month: str, config: Config) -> str | None:
+    """One line when the warehouse covers only part of the month at a site (None when all
+    of it everywhere): each such site's coverage, in its zone."""
     if frame.is_empty():
         return f"{month} has no samples in the warehouse: the export has no rows"
-    partial = frame.filter(pl.col("x_is_partial_month"))
+    partial = frame.filter(pl.col("x_is_partial_month")).unique(
+        "x_cluster", keep="first", maintain_order=True
+    )
     if partial.is_empty():
         return None
-    row = partial.row(0, named=True)
-    zone = zoneinfo.ZoneInfo(timezone)
-    parts = []
-    if row["x_coverage_start"] > row["ChargePeriodStart"]:
-        parts.append(f"from {row['x_coverage_start'].astimezone(zone):%Y-%m-%d %H:%M}")
-    if row["x_coverage_end"] < row["ChargePeriodEnd"]:
-        parts.append(f"up to {row['x_coverage_end'].astimezone(zone):%Y-%m-%d %H:%M}")
+    sites = []
+    for row in partial.iter_rows(named=True):
+        timezone = config.site_timezone(row["x_cluster"])
+        zone = zoneinfo.ZoneInfo(timezone)
+        parts = [f"at site {printable(row['x_cluster'])}"] if row["x_cluster"] else []
+        if row["x_coverage_start"] > row["ChargePeriodStart"]:
+            parts.append(f"from {row['x_coverage_start'].astimezone(zone):%Y-%m-%d %H:%M}")
+        if row["x_coverage_end"] < row["ChargePeriodEnd"]:
+            parts.append(f"up to {row['x_coverage_end'].astimezone(zone):%Y-%m-%d %H:%M}")
+        sites.append(f"{' '.join(parts)} ({timezone})")
     return (
-        f"{month} is not complete: the warehouse has samples {' '.join(parts)} ({timezone}) "
-        "only; its rows say x_is_partial_month = true"
+        f"{month} is not complete: the warehouse has samples {', '.join(sites)} only; its "
+        "rows say x_is_partial_month = true"
     )
 
 
@@ -389,14 +399,14 @@ def export_showback(
     chosen = output_format(fmt, output)
     frame = showback(config, month)
     write_showback(frame, chosen, output)
-    warning = coverage_warning(frame, month, config.timezone)
+    warning = coverage_warning(frame, month, config)
     if warning is not None:
         print(f"gpufleet: warning: {warning}", file=sys.stderr)
     if output is None:
         return ""
     teams = frame["SubAccountName"].n_unique()
     return (
-        f"showback {month} ({config.timezone}): {frame.height} rows, {teams} teams, "
+        f"showback {month} ({', '.join(fleet_zones(config))}): {frame.height} rows, {teams} teams, "
         f"{frame['ConsumedQuantity'].sum():,.2f} GPU-hours, "
         f"${frame['BilledCost'].sum():,.2f} -> {output}"
     )

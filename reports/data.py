@@ -55,8 +55,9 @@ def load_week(
     config: Config, week: str, *, now: dt.datetime | None = None, cluster: str | None = None
 ) -> WeekData:
     """Every row the report of `week` needs, read from the warehouse read-only: of every
-    site (each team's figures summed over its sites), or of `cluster` only."""
-    tz = config.timezone
+    site (each team's figures summed over its sites), or of `cluster` only, on that site's
+    clock (its week and times in its zone: docs/sites.md#a-time-zone-per-site)."""
+    tz = config.site_timezone(cluster)
     start, end = week_bounds(week, tz)
     before = previous_week(week)
     before_start, before_end = week_bounds(before, tz)

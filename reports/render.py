@@ -19,6 +19,7 @@ import polars as pl
 import vl_convert
 from markupsafe import Markup
 
+from gpufleet.console import printable
 from gpufleet.reports.charts import NamedChart
 from gpufleet.reports.jobs import MIN_GPU_HOURS
 from gpufleet.reports.records import Kpi, WeekData
@@ -214,12 +215,18 @@ _ENV.globals.update(
 )
 
 
+def report_name(data: WeekData) -> str:
+    """`gpufleet weekly report 2026-W47`, `... 2026-W47, site sfo` for one site's."""
+    site = f", site {printable(data.cluster)}" if data.cluster else ""
+    return f"gpufleet weekly report {data.week}{site}"
+
+
 def subject(data: WeekData) -> str:
     """The fleet email's subject: the week's idle waste, and its idle capacity (the GPUs no
     team held) when it has any, as a cost line of its own."""
     if not data.has_data:
-        return f"gpufleet weekly report {data.week}: no data"
-    text = f"gpufleet weekly report {data.week}: {format_usd(data.totals.waste_usd)} idle waste"
+        return f"{report_name(data)}: no data"
+    text = f"{report_name(data)}: {format_usd(data.totals.waste_usd)} idle waste"
     hours = data.totals.idle_capacity_gpu_hours
     if hours > 0:
         text += (
@@ -262,7 +269,8 @@ def _context(data: WeekData, charts: list[NamedChart]) -> dict[str, Any]:
         "data": data,
         "kpis": data.kpis,
         "charts": {chart.key: chart for chart in charts},
-        "title": f"GPU fleet report {data.week}",
+        "title": f"GPU fleet report {data.week}"
+        + (f": site {printable(data.cluster)}" if data.cluster else ""),
         "subject": subject(data),
         "coverage_notes": coverage_notes(data),
     }

@@ -18,6 +18,7 @@ from gpufleet.reports.mail import read_message
 from gpufleet.reports.sent_log import FLEET, Outgoing, Sending, refused_line, send_once
 from gpufleet.reports.team import TeamEmail, send_team_emails, write_team_emails
 from gpufleet.reports.weekly import ReportFiles, write_report
+from gpufleet.site_zones import last_complete_fleet_week
 from gpufleet.smtp import Refusal
 from gpufleet.weeks import check_week, last_complete_week
 
@@ -100,6 +101,12 @@ class ReportSteps:
     )
 
 
+def _last_complete_week(config: Config, cluster: str | None) -> str:
+    if cluster is not None:
+        return last_complete_week(config.site_timezone(cluster))
+    return last_complete_fleet_week(config)
+
+
 def run_report(
     config: Config,
     week: str | None = None,
@@ -114,7 +121,8 @@ def run_report(
     only what an earlier one did not (`reports_sent`); a refused recipient does not stop
     the other emails. With `cluster`, the report of that site only (its own folder, and
     sent as the fleet's is)."""
-    label = check_week(week) if week else last_complete_week(config.timezone)
+    # the last week over at the site, or at every site for the fleet's report
+    label = check_week(week) if week else _last_complete_week(config, cluster)
     files = (
         steps.write(config, label)
         if cluster is None

@@ -95,8 +95,8 @@ def write_report(
 ) -> ReportFiles:
     """Read the week from the warehouse and write the page and the email file; a week that
     has not begun is an error, and nothing is written. With `cluster`, the report of that
-    site only, in `reports/<week>/sites/<cluster>/`."""
-    check_week_began(week, config.timezone, now)
+    site only, in `reports/<week>/sites/<cluster>/`, its week in the site's zone."""
+    check_week_began(week, config.site_timezone(cluster), now)
     data: WeekData = load_week(config, week, now=now, cluster=cluster)
     charts = build_charts(data)
     page = render_page(data, charts)

@@ -11,6 +11,7 @@ siteA is in Tokyo (UTC+9), siteB in New York (UTC-5 in late November), the rest 
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,174 @@ def test_the_idle_notice_day_is_the_local_day_at_the_hosts_site(tmp_path: Path) 
             for day in (dt.date(2026, 11, 30), dt.date(2026, 12, 1))
         }
     assert found == {dt.date(2026, 11, 30): ["siteB"], dt.date(2026, 12, 1): ["siteA"]}
+
+
+# --- each site on its own clock where a person reads a time ------------------------------
+# ber in Berlin (UTC+1 in November), sfo in Los Angeles (UTC-8); the fleet's zone is Berlin.
+# alice's GPUs sat idle on 2026-11-28 at both: 10:00-12:30 in Berlin, 09:00-11:30 in Los
+# Angeles (18:00-20:30 in Berlin). sfo's first sample is on 11-27.
+
+BERLIN, LOS_ANGELES = "Europe/Berlin", "America/Los_Angeles"
+TWO_ZONES = {"timezone": BERLIN, "sites": (("ber", BERLIN), ("sfo", LOS_ANGELES))}
+SATURDAY = dt.date(2026, 11, 28)
+IDLE_FROM = {  # 2026-11-28 local at each site, in UTC
+    "ber": dt.datetime(2026, 11, 28, 9, 0, tzinfo=dt.UTC),
+    "sfo": dt.datetime(2026, 11, 28, 17, 0, tzinfo=dt.UTC),
+}
+FIRST_SAMPLE = {
+    "ber": dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC),
+    "sfo": dt.datetime(2026, 11, 27, 17, 0, tzinfo=dt.UTC),
+}
+
+
+def _two_zones(tmp_path: Path) -> Config:
+    """alice's idle GPUs at ber and sfo on SATURDAY (an hour busy, 150 minutes idle, then
+    busy again), and a first, busy sample at each site on FIRST_SAMPLE."""
+    config = _setup(tmp_path, **TWO_ZONES)
+    (config.ref_dir / "users.csv").write_text("user,team,email\nalice,ml,alice@example.com\n")
+    for site, start in IDLE_FROM.items():
+        rows = _at(start - dt.timedelta(hours=1), "node01", f"GPU-{site}", site, count=1500)
+        idle_until = start + dt.timedelta(minutes=150)
+        rows = [
+            {**row, "gpu_util_pct": 0.0} if start < row["ts"] <= idle_until else row for row in rows
+        ]
+        _write(config, [{**row, "processes": ALICE} for row in rows], site, "a")
+        first = _at(FIRST_SAMPLE[site], "node01", f"GPU-{site}", site, count=3)
+        _write(config, [{**row, "processes": ALICE} for row in first], site, "b")
+    ingest(config, today=dt.date(2026, 12, 1))
+    build(config)
+    return config
+
+
+def _local_clock(config: Config, site: str) -> tuple[str, str]:
+    """The start and end of the site's waste episode, as a notice shows them: in its zone."""
+    from gpufleet.notices.messages import clock
+
+    episodes = query(config, "select cluster, start_ts, end_ts from idle_episodes where is_waste")
+    ((start, end),) = [(start, end) for cluster, start, end in episodes if cluster == site]
+    zone = zoneinfo.ZoneInfo(config.site_timezone(site))
+    return clock(start.astimezone(zone)), clock(end.astimezone(zone))
+
+
+def test_an_idle_notice_shows_each_sites_times_in_its_zone_and_names_it(
+    tmp_path: Path,
+) -> None:
+    from gpufleet.notices.idle import DRY_RUN, notify_idle
+    from gpufleet.notices.messages import build_notice
+
+    config = _two_zones(tmp_path)
+    ber, sfo = _local_clock(config, "ber"), _local_clock(config, "sfo")
+    assert ber[0] == "2026-11-28 10:00" and sfo[0] == "2026-11-28 09:00"
+
+    run = notify_idle(config, day=SATURDAY, mode=DRY_RUN)
+    (text,) = run.previews
+    assert "Subject: gpufleet: your idle GPUs on 2026-11-28: 5.00 GPU-hours" in text
+    assert "on 2026-11-28 (each site's local day, its times in the zone each line names):" in text
+    assert f"from {ber[0]} to {ber[1]} Europe/Berlin: 2.50 GPU-hours" in text
+    assert f"from {sfo[0]} to {sfo[1]} America/Los_Angeles: 2.50 GPU-hours" in text
+    assert "idle notices for 2026-11-28 (Europe/Berlin, America/Los_Angeles): 1 notice" in str(run)
+    (notice,) = run.plan.notices
+    html = build_notice(notice, config).get_body(preferencelist=("html",))
+    assert html is not None
+    page = html.get_content()
+    assert "<th>Time zone</th>" in page
+    assert f"<td>{sfo[0]}</td>" in page and "<td>America/Los_Angeles</td>" in page
+
+    # the sites in one zone only (as serve runs them, each at 08:00 there): the zone once
+    run = notify_idle(config, day=SATURDAY, mode=DRY_RUN, zone=LOS_ANGELES)
+    (text,) = run.previews
+    assert "on 2026-11-28 (America/Los_Angeles):" in text
+    assert f"from {sfo[0]} to {sfo[1]}: 2.50 GPU-hours" in text
+    assert "Europe/Berlin" not in text and "at site ber" not in text
+    assert "idle notices for 2026-11-28 (America/Los_Angeles): 1 notice" in str(run)
+    run = notify_idle(config, day=SATURDAY, zone=LOS_ANGELES)
+    assert run.directory == config.notices_dir / "2026-11-28" / "America_Los_Angeles"
+
+
+def test_the_notices_default_day_is_over_at_every_site() -> None:
+    from gpufleet.site_zones import last_complete_day, latest_zone
+
+    # 08:00 on 11-29 in Berlin is 23:00 on 11-28 in Los Angeles: 11-28 is not over there
+    now = dt.datetime(2026, 11, 29, 7, 0, tzinfo=dt.UTC)
+    assert last_complete_day([BERLIN], now) == SATURDAY
+    assert last_complete_day([BERLIN, LOS_ANGELES], now) == SATURDAY - dt.timedelta(days=1)
+    assert last_complete_day([BERLIN, LOS_ANGELES], now + dt.timedelta(hours=1)) == SATURDAY
+    assert latest_zone([BERLIN, LOS_ANGELES, "Asia/Tokyo"], now) == LOS_ANGELES
+
+
+def test_serve_schedules_the_report_where_the_week_ends_last_and_notices_in_each_zone(
+    tmp_path: Path,
+) -> None:
+    from gpufleet.flows.serve import build_deployments
+
+    config = _setup(tmp_path, **TWO_ZONES)
+    _, report, *notices = build_deployments(config)
+    (weekly,) = report.schedules or []
+    # Monday 07:00 in Los Angeles (16:00 in Berlin): Sunday is over at both sites
+    assert (weekly.schedule.cron, weekly.schedule.timezone) == ("0 7 * * 1", LOS_ANGELES)
+    assert [
+        (n.name, n.parameters.get("zone"), s.schedule.cron, s.schedule.timezone)
+        for n in notices
+        for s in n.schedules or []
+    ] == [
+        ("daily-0800", BERLIN, "0 8 * * *", BERLIN),
+        ("daily-0800-America-Los_Angeles", LOS_ANGELES, "0 8 * * *", LOS_ANGELES),
+    ]
+    # one zone: one notices run for every site, the report at 07:00 in it
+    config = _setup(tmp_path / "one", timezone=BERLIN, sites=(("ber", BERLIN),))
+    _, report, *notices = build_deployments(config)
+    assert [s.schedule.timezone for d in (report, *notices) for s in d.schedules or []] == [
+        BERLIN,
+        BERLIN,
+    ]
+    assert [(n.name, "zone" in n.parameters) for n in notices] == [("daily-0800", False)]
+
+
+def test_showback_coverage_is_each_sites_first_and_last_sample(tmp_path: Path) -> None:
+    config = _two_zones(tmp_path)
+    rows = {row["x_cluster"]: row for row in showback(config, "2026-11").iter_rows(named=True)}
+    last = dict(query(config, "select cluster, max(ts) from samples group by 1"))
+    assert {
+        site: (row["x_coverage_start"], row["x_coverage_end"], row["x_is_partial_month"])
+        for site, row in rows.items()
+    } == {
+        "ber": (FIRST_SAMPLE["ber"], last["ber"], True),
+        "sfo": (FIRST_SAMPLE["sfo"], last["sfo"], True),
+    }
+    assert FIRST_SAMPLE["sfo"] == dt.datetime(2026, 11, 27, 17, 0, tzinfo=dt.UTC)
+
+
+def test_a_site_report_is_headed_and_timed_in_the_sites_zone_and_its_subject_names_it(
+    tmp_path: Path,
+) -> None:
+    from gpufleet.reports.mail import read_message
+    from gpufleet.reports.weekly import write_report
+
+    config = _two_zones(tmp_path)
+    # Monday 30 Nov, 09:00 in Berlin: 00:00 in Los Angeles
+    now = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.UTC)
+    files = write_report(config, "2026-W48", now=now, cluster="sfo")
+    assert files.subject.startswith("gpufleet weekly report 2026-W48, site sfo: $")
+    page = files.page_path.read_text()
+    assert "<h1>GPU fleet report 2026-W48: site sfo</h1>" in page
+    assert "Mon 23 Nov 2026 – Sun 29 Nov 2026, America/Los_Angeles." in page
+    assert "Generated 2026-11-30 00:00 PST." in page
+    message = read_message(files.email_path)
+    assert str(message["Subject"]).strip() == files.subject
+    text = message.get_body(preferencelist=("plain",))
+    assert text is not None
+    assert "(Mon 23 Nov - Sun 29 Nov 2026, America/Los_Angeles)" in text.get_content()
+    # the fleet's report: the configured zone's, its subject no site's
+    files = write_report(config, "2026-W48", now=now)
+    assert files.subject.startswith("gpufleet weekly report 2026-W48: $")
+    assert "Sun 29 Nov 2026, Europe/Berlin." in files.page_path.read_text()
+
+
+def test_the_fleets_last_complete_week_is_over_at_every_site() -> None:
+    from gpufleet.site_zones import last_complete_fleet_week
+
+    # Monday 30 Nov, 07:00 in Berlin: still Sunday 29 Nov in Los Angeles
+    now = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)
+    assert last_complete_fleet_week(Config(timezone=BERLIN), now) == "2026-W48"
+    assert last_complete_fleet_week(Config(**TWO_ZONES), now) == "2026-W47"
+    assert last_complete_fleet_week(Config(**TWO_ZONES), now + dt.timedelta(hours=2)) == "2026-W48"

@@ -8,7 +8,7 @@ falls in D, the contract's day of a sample) or is still open: its last sample is
 latest sample in the warehouse and it began before D ended. So a GPU idle since yesterday
 afternoon and still idle at the last collector flush is in yesterday's notices, and an
 episode is never in two days' unless it was still open on the first (and then
-`notices_sent` keeps it out of the second).
+`notices_sent` keeps it out of the second). Its times are in that zone too, named with them.
 """
 
 from __future__ import annotations
@@ -107,8 +107,10 @@ final as (
             select 1 from slurm_jobs
             where day_episodes.job_id in (slurm_jobs.job_id, slurm_jobs.job_id_raw)
         ) as is_slurm_job,
+        day_episodes.zone,
     from day_episodes
-    where day_episodes.end_ts < day_episodes.day_end or day_episodes.is_open
+    where (day_episodes.end_ts < day_episodes.day_end or day_episodes.is_open)
+        and ($only_zone is null or day_episodes.zone = $only_zone)
 )
 
 select * from final
@@ -118,7 +120,7 @@ order by "user" nulls last, start_ts, host, gpu_index, gpu_uuid
 
 @dataclass(frozen=True, kw_only=True)
 class WasteEpisode:
-    """One waste episode of `idle_episodes` (times in the configured zone)."""
+    """One waste episode of `idle_episodes`, its times in `timezone`: its host's site's."""
 
     episode_id: int
     gpu_uuid: str
@@ -138,6 +140,7 @@ class WasteEpisode:
     cluster: str | None = None  # the host's site (docs/sites.md); None: none
     attributed_by: str | None = None  # 'allocation' or 'process' (idle_episodes)
     is_slurm_job: bool = False  # slurm_jobs has its job
+    timezone: str = "UTC"  # its site's ([clusters.<site>] timezone), else the configured one
 
     @property
     def gpu_hours(self) -> float:
@@ -161,6 +164,11 @@ class NoticeLine:
     @property
     def cluster(self) -> str | None:
         return self._first.cluster
+
+    @property
+    def timezone(self) -> str:
+        """The zone of its times: its site's (a line is one site's)."""
+        return self._first.timezone
 
     @property
     def user(self) -> str | None:
@@ -304,15 +312,22 @@ def day_episodes(
     day: dt.date,
     timezone: str,
     sites: Iterable[tuple[str, str]] = (),
+    *,
+    only_zone: str | None = None,
 ) -> list[WasteEpisode]:
     """The day's waste episodes with a user, sent or not, by user and start: `day` is the
     local date at each host's site, in its zone of `sites` ((site, zone) pairs: the
-    configuration's [clusters.<site>] timezone), else in `timezone`."""
+    configuration's [clusters.<site>] timezone), else in `timezone`; each episode's times
+    in that zone. With `only_zone`, the episodes of the sites in that zone only."""
     if not _has_tables(con, "idle_episodes", "gpu_team_daily"):
         raise GpufleetError("the warehouse has no idle_episodes yet; run 'gpufleet build' first")
     sql = _DAY_EPISODES_SQL.format(sent=sent_episodes_sql(con), slurm_jobs=slurm_jobs_sql(con))
-    zone = zoneinfo.ZoneInfo(timezone)
-    parameters = {"day": day, "timezone": timezone, "site_zones": json.dumps(dict(sites))}
+    parameters = {
+        "day": day,
+        "timezone": timezone,
+        "site_zones": json.dumps(dict(sites)),
+        "only_zone": only_zone,
+    }
     rows = con.execute(sql, parameters).fetchall()
     return [
         WasteEpisode(
@@ -324,8 +339,8 @@ def day_episodes(
             team=row[5],
             user=row[6],
             job_id=row[7],
-            start_ts=row[8].astimezone(zone),
-            end_ts=row[9].astimezone(zone),
+            start_ts=row[8].astimezone(zoneinfo.ZoneInfo(row[18])),
+            end_ts=row[9].astimezone(zoneinfo.ZoneInfo(row[18])),
             idle_seconds=float(row[10]),
             waste_usd=float(row[11]),
             held_memory=bool(row[12]),
@@ -334,6 +349,7 @@ def day_episodes(
             cluster=row[15],
             attributed_by=row[16],
             is_slurm_job=bool(row[17]),
+            timezone=row[18],
         )
         for row in rows
     ]

@@ -2,7 +2,9 @@
 
 - dry run: each message as text (recipients, subject, the text part) for the CLI to print;
   nothing is written, sent or recorded;
-- write (the default): the messages as .eml files under `<data_dir>/notices/<day>/`;
+- write (the default): the messages as .eml files under `<data_dir>/notices/<day>/`
+  (`<day>/<zone>/` for a run of the sites in one zone, `zone`, as `serve` runs them where
+  the sites are in several: docs/sites.md);
 - send: write them, send each through [smtp], then record the accepted messages'
   episodes in `notices_sent` in one short warehouse transaction. A lock of its own
   (`.notify.lock`) lets one sending run at a time, so two runs never send the same episode,
@@ -37,6 +39,7 @@ from gpufleet.notices.episodes import day_episodes, read_contacts, yesterday
 from gpufleet.notices.messages import build_notice, hours, usd
 from gpufleet.notices.plan import USER, Notice, NoticePlan, plan_notices
 from gpufleet.notices.sent_log import REFUSED, SENT, SentEpisode, record_sent
+from gpufleet.site_zones import fleet_zones, last_complete_day
 from gpufleet.smtp import Refusal, deliver
 from gpufleet.warehouse.base.notices_sent import ensure_sent_log
 from gpufleet.warehouse.publish import (
@@ -78,7 +81,7 @@ class NoticeRun:
 
     plan: NoticePlan
     mode: str
-    timezone: str
+    timezone: str  # the zones of its local day: the configured one and each site's
     directory: Path | None = None  # where the .eml files went
     files: tuple[Path, ...] = ()
     sent: tuple[Notice, ...] = ()
@@ -156,8 +159,10 @@ def _left_out(plan: NoticePlan) -> list[str]:
     return lines
 
 
-def _plan(con: duckdb.DuckDBPyConnection, config: Config, day: dt.date) -> NoticePlan:
-    episodes = day_episodes(con, day, config.timezone, config.sites)
+def _plan(
+    con: duckdb.DuckDBPyConnection, config: Config, day: dt.date, zone: str | None
+) -> NoticePlan:
+    episodes = day_episodes(con, day, config.timezone, config.sites, only_zone=zone)
     return plan_notices(day, episodes, read_contacts(con), config.notify)
 
 
@@ -266,22 +271,31 @@ def _record(config: Config, rows: Sequence[SentEpisode]) -> None:
         record_sent(con, rows)
 
 
-def notify_idle(config: Config, *, day: dt.date | None = None, mode: str = WRITE) -> NoticeRun:
-    """The idle notices of `day` (default: yesterday in the configured zone)."""
+def notify_idle(
+    config: Config, *, day: dt.date | None = None, mode: str = WRITE, zone: str | None = None
+) -> NoticeRun:
+    """The idle notices of `day`, the local day at each host's site (default: the last day
+    that has ended at every site); with `zone`, of the sites in that zone only (the
+    configured zone's: those with no zone of their own too), `day` by default yesterday
+    there."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    day = day or yesterday(config.timezone)
+    zones = (zone,) if zone else fleet_zones(config)
+    day = day or (yesterday(zone) if zone else last_complete_day(zones))
     directory = config.notices_dir / day.isoformat()
+    if zone:
+        directory /= _UNSAFE_RE.sub("_", zone)
+    timezone = ", ".join(zones)
     with connect_read_only(config) as con:
-        plan = _plan(con, config, day)
+        plan = _plan(con, config, day, zone)
     if mode == DRY_RUN:
         previews = tuple(preview(notice, build_notice(notice, config)) for notice in plan.notices)
-        return NoticeRun(plan=plan, mode=mode, timezone=config.timezone, previews=previews)
+        return NoticeRun(plan=plan, mode=mode, timezone=timezone, previews=previews)
     if mode == WRITE or not plan.notices:
         messages = [build_notice(notice, config) for notice in plan.notices]
         files = _write(directory, plan.notices, messages) if messages else []
         return NoticeRun(
-            plan=plan, mode=mode, timezone=config.timezone, directory=directory, files=tuple(files)
+            plan=plan, mode=mode, timezone=timezone, directory=directory, files=tuple(files)
         )
     # One sending run at a time (its own lock, not the warehouse's: ingest and build go on
     # while the SMTP server answers); each run records what it sent before the next plans.
@@ -291,7 +305,7 @@ def notify_idle(config: Config, *, day: dt.date | None = None, mode: str = WRITE
         holder="another 'gpufleet notify idle --send' is sending",
     ):
         with connect_read_only(config) as con:
-            plan = _plan(con, config, day)  # what earlier runs recorded is left out
+            plan = _plan(con, config, day, zone)  # what earlier runs recorded is left out
         messages = [build_notice(notice, config) for notice in plan.notices]
         files = _write(directory, plan.notices, messages)
         done = _send_all(config, plan.notices, messages)
@@ -307,7 +321,7 @@ def notify_idle(config: Config, *, day: dt.date | None = None, mode: str = WRITE
     return NoticeRun(
         plan=plan,
         mode=mode,
-        timezone=config.timezone,
+        timezone=timezone,
         directory=directory,
         files=tuple(files),
         sent=tuple(done.sent),

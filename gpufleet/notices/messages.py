@@ -24,6 +24,8 @@ from gpufleet.notices.episodes import NoticeLine, notice_lines
 from gpufleet.notices.plan import NO_USER, USER, Notice
 
 TEMPLATE = "idle_notice"
+# the heading's zone where a notice's lines are in several (each line names its own)
+LOCAL_AT_EACH_SITE = "each site's local day, its times in the zone each line names"
 
 
 def hours(value: float) -> str:
@@ -91,7 +93,9 @@ def build_notice(notice: Notice, config: Config) -> EmailMessage:
         "notice": notice,
         "groups": _groups(notice),
         "day": notice.day.isoformat(),
-        "timezone": config.timezone,
+        # one zone: named once, in the heading; several (sites in other zones): each line's
+        "timezone": notice.timezones[0] if len(notice.timezones) == 1 else LOCAL_AT_EACH_SITE,
+        "zone_per_line": len(notice.timezones) > 1,
         "threshold_pct": f"{config.idle.threshold_pct:g}",
         "min_minutes": f"{config.idle.min_minutes:g} minute"
         + ("" if config.idle.min_minutes == 1 else "s"),

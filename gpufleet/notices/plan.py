@@ -54,6 +54,11 @@ class Notice:
         return tuple(dict.fromkeys(episode.user or NO_USER for episode in self.episodes))
 
     @property
+    def timezones(self) -> tuple[str, ...]:
+        """The zones of its episodes' times (each its site's), in the order they come."""
+        return tuple(dict.fromkeys(episode.timezone for episode in self.episodes))
+
+    @property
     def recipients(self) -> tuple[str, ...]:
         return (self.to, *self.cc)
 
