@@ -41,8 +41,9 @@ lint: $(STAMP) docs
 ## make docs: the user docs (docs/, mkdocs.yml) as a site in site/; strict, so a broken link
 ## or anchor, or a page missing from the nav, fails (never --quiet: it hides the warnings
 ## that strict mode counts, and the build passes)
+# (NO_MKDOCS_2_WARNING: the Material theme's banner about its successor, on every build.)
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \

@@ -9,7 +9,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # PyYAML, a dependency of mkdocs
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -119,3 +124,93 @@ def test_no_file_cites_documents_outside_the_repository() -> None:
             if CITATIONS.search(line):
                 citing.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not citing, "cite docs/reference.md (or say the fact) instead:\n" + "\n".join(citing)
+
+
+# The site (mkdocs.yml, docs/): a navigation in five groups that holds every page once, and
+# a build that needs no network, whose pages fetch nothing from another host either.
+MKDOCS_YML = ROOT / "mkdocs.yml"
+DOCS = ROOT / "docs"
+NAV_GROUPS = ["Get started", "Deploy", "Use", "Reference", "Internals"]
+# Plugins that build from the repository alone: material's search indexes the pages here,
+# mkdocstrings reads the source. Others (material's privacy, social or optimize plugins,
+# mkdocstrings' inventories) download at build time.
+OFFLINE_PLUGINS = {"search", "autorefs", "mkdocstrings"}
+# A script, stylesheet, font or image a page loads from another host (links to read on
+# are fine): the site must work where the pipeline host has no internet access.
+REMOTE_ASSET = re.compile(
+    r"<(?:script|img|iframe)\b[^>]*\bsrc=\"(?:https?:)?//"
+    r"|<link\b[^>]*\bhref=\"(?:https?:)?//"
+    r"|@import\s+url\([\"']?(?:https?:)?//"
+    r"|fonts\.googleapis\.com|fonts\.gstatic\.com"
+)
+
+
+def mkdocs_config() -> dict[str, Any]:
+    config = yaml.safe_load(MKDOCS_YML.read_text(encoding="utf-8"))
+    assert isinstance(config, dict)
+    return config
+
+
+def test_the_nav_has_five_groups_that_hold_every_page_once() -> None:
+    nav = mkdocs_config()["nav"]
+    assert [next(iter(group)) for group in nav] == NAV_GROUPS
+    pages: list[str] = []
+    for group in nav:
+        [entries] = group.values()
+        for entry in entries:
+            [page] = entry.values()
+            assert isinstance(page, str), f"{entry}: one level of pages in a group"
+            pages.append(page)
+    repeated = sorted({page for page in pages if pages.count(page) > 1})
+    assert not repeated, f"in the nav more than once: {repeated}"
+    on_disk = sorted(path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md"))
+    assert sorted(pages) == on_disk
+
+
+def test_the_site_is_built_without_downloads() -> None:
+    config = mkdocs_config()
+    assert config["theme"]["name"] == "material"
+    assert config["theme"]["font"] is False, "font: false, or the pages load Google Fonts"
+    names = [next(iter(p)) if isinstance(p, dict) else p for p in config.get("plugins", [])]
+    assert set(names) <= OFFLINE_PLUGINS, f"may download: {set(names) - OFFLINE_PLUGINS}"
+    python = config["plugins"][names.index("mkdocstrings")]["mkdocstrings"]["handlers"]["python"]
+    assert "inventories" not in python and "import" not in python
+
+
+def offline(command: list[str]) -> list[str]:
+    """`command` in a network namespace of its own (no network at all) where this machine
+    allows one, else as it is."""
+    try:
+        subprocess.run(["unshare", "--net", "true"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return command
+    return ["unshare", "--net", *command]
+
+
+@pytest.mark.slow
+def test_the_site_builds_offline_with_the_api_and_no_remote_assets(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    result = subprocess.run(
+        offline([str(mkdocs), "build", "--strict", "--site-dir", str(site)]),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = [
+        f"{path.relative_to(site)}: {match.group(0)}"
+        for path in site.rglob("*")
+        if path.suffix in {".html", ".css", ".js"}
+        for match in REMOTE_ASSET.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert not remote, "the pages load from other hosts:\n" + "\n".join(remote[:20])
+    # Every public method of the analyst API is on the generated page.
+    from gpufleet.analyst import ReadOnlyWarehouse
+
+    api = (site / "api" / "index.html").read_text(encoding="utf-8")
+    assert 'id="gpufleet.open"' in api
+    methods = [name for name in vars(ReadOnlyWarehouse) if not name.startswith("_")]
+    missing = [m for m in methods if f'id="gpufleet.analyst.ReadOnlyWarehouse.{m}"' not in api]
+    assert not missing, f"docs/api.md lacks {missing}"
