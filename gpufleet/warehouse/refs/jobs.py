@@ -1,14 +1,14 @@
 """Reading and validating the Slurm job records (raw/jobs/*.csv, written by `gpufleet import
 slurm` or a site's own export): each (job_id, start_ts) once, with the cells the importer
 writes; only `job_id` and `start_ts` are required. A bad line is set aside, as an
-allocation file's (`read.py`)."""
+allocation file's (`csv_rows.py`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
 
-from gpufleet.warehouse.refs.read import (
+from gpufleet.warehouse.refs.csv_rows import (
     _read_lines,
     _RefError,
     _required,

@@ -13,7 +13,6 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.refs.jobs import read_jobs
 from gpufleet.warehouse.refs.read import (
-    _visible,
     read_allocations,
     read_hosts,
     read_prices,
@@ -29,6 +28,10 @@ from gpufleet.warehouse.refs.records import (
     References,
     SetAside,
 )
+
+
+def _visible(path: Path) -> bool:
+    return not path.name.startswith((".", "_"))
 
 
 class _Listed(NamedTuple):
