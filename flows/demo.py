@@ -15,17 +15,12 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config, load_config
-from gpufleet.demo import (
-    HISTORY_WEEKS,
-    demo_spec,
-    import_demo_jobs,
-    simulate_demo,
-    write_demo_notices,
-)
 from gpufleet.flows.build import build_flow
 from gpufleet.flows.ingest import ingest_flow
 from gpufleet.flows.report import report_flow
+from gpufleet.reports.notices_preview import write_notices_preview
 from gpufleet.reports.run import ReportResult
+from gpufleet.simulate.demo import HISTORY_WEEKS, demo_spec, import_demo_jobs, simulate_demo
 from gpufleet.weeks import last_complete_week, week_monday
 
 
@@ -44,7 +39,7 @@ def import_slurm_task(config: Config, at: dt.datetime) -> str:
 @task(name="preview-idle-notices", cache_policy=NO_CACHE)
 def preview_notices_task(config: Config, week: str, day: dt.date) -> Path:
     """Write a dry run of the day's idle notices beside the week's report."""
-    return write_demo_notices(config, week, day)
+    return write_notices_preview(config, week, day)
 
 
 @flow(name="demo", log_prints=True)
