@@ -194,6 +194,8 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "uuid_label": ((str,), "a label name"),
         "gpu_label": ((str,), "a label name"),
         "model_label": ((str,), "a label name"),
+        "mig_instance_label": ((str,), "a label name"),
+        "mig_profile_label": ((str,), "a label name"),
         "cluster": ((str,), "a site name"),
         "series": ((dict,), "a table of column = series name(s)"),
     },

@@ -42,6 +42,21 @@ DEFAULT_PROMETHEUS_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("thermal_violation_ns", ("DCGM_FI_DEV_THERMAL_VIOLATION",)),
     ("power_violation_ns", ("DCGM_FI_DEV_POWER_VIOLATION",)),
+    ("sm_active_pct", ("DCGM_FI_PROF_SM_ACTIVE",)),
+    ("sm_occupancy_pct", ("DCGM_FI_PROF_SM_OCCUPANCY",)),
+    ("tensor_active_pct", ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",)),
+    ("dram_active_pct", ("DCGM_FI_PROF_DRAM_ACTIVE",)),
+    ("pcie_rx_bytes_s", ("DCGM_FI_PROF_PCIE_RX_BYTES",)),
+    ("pcie_tx_bytes_s", ("DCGM_FI_PROF_PCIE_TX_BYTES",)),
+    ("nvlink_rx_bytes_s", ("DCGM_FI_PROF_NVLINK_RX_BYTES",)),
+    ("nvlink_tx_bytes_s", ("DCGM_FI_PROF_NVLINK_TX_BYTES",)),
+    ("xid_errors", ("DCGM_FI_DEV_XID_ERRORS",)),
+    ("ecc_uncorrected_volatile", ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",)),
+    ("ecc_corrected_volatile", ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",)),
+    ("remapped_rows_pending", ("DCGM_FI_DEV_ROW_REMAP_PENDING",)),
+    ("remapped_rows_failure", ("DCGM_FI_DEV_ROW_REMAP_FAILURE",)),
+    ("retired_pages_pending", ("DCGM_FI_DEV_RETIRED_PENDING",)),
+    ("pcie_replay_count", ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",)),
 )
 
 # An s3://bucket/prefix URL (its bucket a valid S3 bucket name).
@@ -63,6 +78,8 @@ class PrometheusConfig:
     uuid_label: str = "UUID"
     gpu_label: str = "gpu"
     model_label: str = "modelName"
+    mig_instance_label: str = "GPU_I_ID"  # on a MIG device's series: its GPU instance
+    mig_profile_label: str = "GPU_I_PROFILE"  # and its profile, e.g. 1g.10gb
     cluster: str = ""  # the site of its samples (`cluster` column); empty: the top-level cluster
     series: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_PROMETHEUS_SERIES
 
@@ -302,7 +319,14 @@ def check_prometheus(config: Config, fail: Callable[[str | None, str, str], Exce
         raise fail("prometheus", "timeout_seconds", "'prometheus.timeout_seconds' must be > 0")
     labels = [
         ("prometheus", key, getattr(prometheus, key))
-        for key in ("host_label", "uuid_label", "gpu_label", "model_label")
+        for key in (
+            "host_label",
+            "uuid_label",
+            "gpu_label",
+            "model_label",
+            "mig_instance_label",
+            "mig_profile_label",
+        )
     ] + [
         ("kubernetes", key, getattr(kubernetes, key))
         for key in ("team_from", "namespace_label", "pod_label", "user_label")

@@ -3,8 +3,11 @@
 - `FleetHistory`: hours of scrapes of a small Kubernetes GPU fleet, every value known to the
   test: two hosts of two GPUs, pods that come and go (their `namespace`/`pod`/`container`
   labels on the GPU while they hold it, as dcgm-exporter writes them in Kubernetes mode), an
-  idle pod, an idle GPU without a pod, an exporter outage, a thermal slowdown; and, far
-  before it, a stretch of series without `UUID` and one without `Hostname`.
+  idle pod, an idle GPU without a pod, an exporter outage, a thermal slowdown; gpu-a's
+  exporter also has the profiling and health series (XIDs, ECC counts, remapped rows),
+  gpu-b's not; and, far before it, a stretch of series without `UUID`, one without
+  `Hostname`, and one of a MIG-enabled GPU (`MIG_MIN`: two MIG devices, as dcgm-exporter's
+  default `-d f` exports them, every series with `GPU_I_ID` and `GPU_I_PROFILE`).
 - The history is backfilled with `promtool tsdb create-blocks-from openmetrics` before
   Prometheus starts, with the `job` and `instance` labels of the live scrape.
 - `StandInExporter`: a small http.server serving the exporter's text format, live, with the
@@ -61,6 +64,28 @@ METRIC_NAMES = (
     "DCGM_FI_DEV_THERMAL_VIOLATION",
     "DCGM_FI_DEV_POWER_VIOLATION",
 )
+# gpu-a's too: DCGM's profiling ratios (0-1) and rates (bytes/s), and its health series.
+PROFILING_NAMES = (
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+)
+XID = "DCGM_FI_DEV_XID_ERRORS"
+HEALTH_NAMES = (
+    XID,
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+)
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # the MIG devices' utilization
+ALL_NAMES = (*METRIC_NAMES, *PROFILING_NAMES, *HEALTH_NAMES, ENGINE_ACTIVE)
 
 
 @dataclass(frozen=True)
@@ -99,6 +124,17 @@ OUTAGE_MIN = (120, 135)  # gpu-b's exporter does not answer: no scrapes, a gap
 THERMAL_MIN = (60, 66)  # gpu-b:0 slows down (HW thermal, 0x40)
 # gpu-b:0 (server-7) idles at 3 % for 20 minutes: idle, but too short to be waste.
 SHORT_IDLE_MIN = (40, 60)
+# XID codes (dcgm-exporter's gauge of the last one seen) from a minute (exclusive) on:
+# gpu-a:0 shows 79, then 13 from a scrape in the middle of a step; gpu-a:1 two codes in
+# one step. gpu-a:1's row remapping is pending, and an uncorrected ECC error counted, later.
+XID_FROM_MIN = {0: ((70.0, 79), (90.4, 13)), 1: ((50.0, 31), (50.6, 43))}
+REMAP_PENDING_MIN = 121.0
+# The MIG-enabled GPU's stretch (minutes after the history's start, far before it), and its
+# MIG devices: (GPU_I_ID, GPU_I_PROFILE, engine activity 0-1, FB_USED MiB, FB_FREE MiB).
+MIG_MIN = (-14 * 60, -14 * 60 + 20)
+MIG_GPU_HOST = "gpu-m"
+MIG_DEVICES = (("2", "3g.40gb", 0.6, 30_000.0, 10_000.0), ("9", "1g.10gb", 0.1, 2_000.0, 7_000.0))
+MIG_POWER_W = 350.0
 
 
 @dataclass(frozen=True)
@@ -107,9 +143,12 @@ class Scrape:
     gpu: Gpu
     pod: Pod | None
     values: dict[str, float]
+    mig: tuple[str, str] | None = None  # a MIG device's GPU_I_ID and GPU_I_PROFILE
 
 
-def labels_of(gpu: Gpu, pod: Pod | None, instance: str) -> dict[str, str]:
+def labels_of(
+    gpu: Gpu, pod: Pod | None, instance: str, mig: tuple[str, str] | None = None
+) -> dict[str, str]:
     """The labels dcgm-exporter (Kubernetes mode) and the scrape put on a GPU's series."""
     labels = {
         "gpu": str(gpu.index),
@@ -117,11 +156,45 @@ def labels_of(gpu: Gpu, pod: Pod | None, instance: str) -> dict[str, str]:
         "pci_bus_id": f"00000000:{0x18 + gpu.index:02X}:00.0",
         "device": f"nvidia{gpu.index}",
         "modelName": MODEL,
-        "Hostname": gpu.host,
     }
+    if mig is not None:
+        labels |= {"GPU_I_PROFILE": mig[1], "GPU_I_ID": mig[0]}
+    labels["Hostname"] = gpu.host
     if pod is not None:
         labels |= {"namespace": pod.namespace, "pod": pod.name, "container": "main"}
     return labels | {"job": JOB, "instance": instance}
+
+
+def xid_at(gpu: Gpu, minute: float) -> float:
+    """gpu-a's XID gauge at a minute of the history (0: none since the driver loaded)."""
+    code = 0
+    for since, value in XID_FROM_MIN.get(gpu.index, ()) if gpu.host == "gpu-a" else ():
+        if minute > since:
+            code = value
+    return float(code)
+
+
+def health_and_activity(gpu: Gpu, util: float, minute: float, tick: int) -> dict[str, float]:
+    """The profiling and health series of a gpu-a GPU at a scrape."""
+    ratio = util / 100
+    return {
+        "DCGM_FI_PROF_SM_ACTIVE": ratio * 0.9,
+        "DCGM_FI_PROF_SM_OCCUPANCY": ratio * 0.4 + 0.01 * (tick % 2),
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio * 0.3,
+        "DCGM_FI_PROF_DRAM_ACTIVE": ratio * 0.2 + 0.05,
+        "DCGM_FI_PROF_PCIE_TX_BYTES": 1.0e9 * (1 + tick % 3),
+        "DCGM_FI_PROF_PCIE_RX_BYTES": 2.5e8 * (1 + tick % 2),
+        "DCGM_FI_PROF_NVLINK_TX_BYTES": 4.0e10 * ratio,
+        "DCGM_FI_PROF_NVLINK_RX_BYTES": 3.0e10 * ratio + 1.0e6,
+        XID: xid_at(gpu, minute),
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": float(int(minute) // 10 + gpu.index),
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1.0 if gpu.index == 1 and minute > 120 else 0.0,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
+        "DCGM_FI_DEV_ROW_REMAP_PENDING": (
+            1.0 if gpu.index == 1 and minute > REMAP_PENDING_MIN else 0.0
+        ),
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": float(tick // 40),
+    }
 
 
 def _util(gpu: Gpu, pod: Pod | None, minute: float, tick: int) -> float:
@@ -171,12 +244,14 @@ class FleetHistory:
                 violation[gpu][0] += SCRAPE_S * 1e6 if thermal else 0.0
                 violation[gpu][1] += SCRAPE_S * 1e6 if util > 80 else 0.0
                 used_mib = 20_000.0 + 100 * (tick % 3) if pod else 0.0
+                extra = health_and_activity(gpu, util, minute, tick) if gpu.host == "gpu-a" else {}
                 self.scrapes.append(
                     Scrape(
                         t,
                         gpu,
                         pod,
-                        {
+                        extra
+                        | {
                             GPU_UTIL: util,
                             "DCGM_FI_DEV_MEM_COPY_UTIL": util / 4,
                             "DCGM_FI_DEV_FB_USED": used_mib,
@@ -194,7 +269,32 @@ class FleetHistory:
                         },
                     )
                 )
+        self.scrapes.extend(self.mig_scrapes())
         return self
+
+    @property
+    def mig_gpu(self) -> Gpu:
+        return Gpu(MIG_GPU_HOST, 0)
+
+    def mig_scrapes(self) -> list[Scrape]:
+        """The MIG-enabled GPU's stretch: each MIG device's series, the GPU's own values
+        (power, temperature, XID) on both as DCGM gives them for a GPU instance."""
+        scrapes = []
+        a, b = (self.start + m * 60 for m in MIG_MIN)
+        for tick, t in enumerate(range(a, b, SCRAPE_S)):
+            for gi, profile, engine, used, free in MIG_DEVICES:
+                busy = engine + (-0.05, 0.05)[tick % 2]
+                values = {
+                    ENGINE_ACTIVE: busy,
+                    "DCGM_FI_PROF_SM_ACTIVE": busy * 0.8,
+                    "DCGM_FI_DEV_FB_USED": used + tick,
+                    "DCGM_FI_DEV_FB_FREE": free - tick,
+                    "DCGM_FI_DEV_POWER_USAGE": MIG_POWER_W + tick % 4,
+                    "DCGM_FI_DEV_GPU_TEMP": 50.0 + tick % 2,
+                    XID: 0.0,
+                }
+                scrapes.append(Scrape(t, self.mig_gpu, None, values, (gi, profile)))
+        return scrapes
 
     def bad_stretches(self) -> dict[str, tuple[int, int]]:
         """Spans (far before the history, in blocks of their own) where a GPU's series
@@ -207,12 +307,18 @@ class FleetHistory:
     def openmetrics(self) -> str:
         """The history as OpenMetrics text for `promtool tsdb create-blocks-from`."""
         lines: list[str] = []
-        for name in METRIC_NAMES:
+        for name in ALL_NAMES:
             lines.append(f"# TYPE {name} gauge")
             by_series: dict[str, list[str]] = {}
             for scrape in self.scrapes:
-                key = _label_text(labels_of(scrape.gpu, scrape.pod, self.instance))
-                by_series.setdefault(key, []).append(f"{scrape.values[name]:g} {scrape.t}")
+                if name not in scrape.values:
+                    continue
+                value = scrape.values[name]
+                labels = labels_of(scrape.gpu, scrape.pod, self.instance, scrape.mig)
+                if name == XID:  # dcgm-exporter names the code in labels too (3.3.5 on)
+                    labels |= {"err_code": str(int(value)), "err_msg": f"XID {int(value)}"}
+                key = _label_text(labels)
+                by_series.setdefault(key, []).append(f"{value!r} {scrape.t}")
             if name == GPU_UTIL:
                 for missing, (a, b) in self.bad_stretches().items():
                     labels = labels_of(GPUS[3], None, self.instance)

@@ -79,7 +79,9 @@ def series(draw: st.DrawFn) -> Any:
     """One series of a matrix answer: mostly dcgm-exporter's labels and [time, "value"]
     points, now and then something else."""
     labels = {"Hostname": "node-1", "UUID": "GPU-a", "gpu": "0", "modelName": "H100"}
-    labels |= draw(st.dictionaries(st.sampled_from([*labels, "namespace", "pod"]), LABELS))
+    # and now and then a MIG device's labels, or the code of an XID query's answer
+    keys = [*labels, "namespace", "pod", "GPU_I_ID", "GPU_I_PROFILE", "gpufleet_xid"]
+    labels |= draw(st.dictionaries(st.sampled_from(keys), LABELS))
     for name in draw(st.lists(st.sampled_from(list(labels)), max_size=2, unique=True)):
         del labels[name]
     points = draw(st.lists(st.one_of(st.tuples(TIMES, VALUES).map(list), st.just([1])), max_size=5))

@@ -31,13 +31,21 @@ from gpufleet.config_sources import KubernetesConfig, PrometheusConfig
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus import PrometheusApi, import_prometheus
 from tests.prometheus_stack import (
+    ALL_NAMES,
+    ENGINE_ACTIVE,
     GPU_UTIL,
     GPUS,
     MIB,
+    MIG_DEVICES,
+    MIG_MIN,
+    MIG_POWER_W,
+    MODEL,
+    XID,
     FleetHistory,
     Gpu,
     Pod,
     PrometheusStack,
+    Scrape,
     free_port,
     prometheus_stack,
 )
@@ -88,6 +96,62 @@ def data_dir_with_config(root: Path, **prometheus: object) -> Path:
 
 
 # What the warehouse must hold, from the fixture's scrapes and the contract's definitions.
+
+
+V1_2_NULLS: dict[str, object] = {
+    "sm_active_pct": None,
+    "sm_occupancy_pct": None,
+    "tensor_active_pct": None,
+    "dram_active_pct": None,
+    "pcie_rx_bytes_s": None,
+    "pcie_tx_bytes_s": None,
+    "nvlink_rx_bytes_s": None,
+    "nvlink_tx_bytes_s": None,
+    "xid_errors": None,
+    "ecc_uncorrected_volatile": None,
+    "ecc_corrected_volatile": None,
+    "remapped_rows_pending": None,
+    "remapped_rows_failure": None,
+    "retired_pages_pending": None,
+    "pcie_replay_count": None,
+    "parent_gpu_uuid": None,
+    "mig_profile": None,
+    "mig_slice_fraction": None,
+    "mig_enabled": None,
+}
+
+
+def how_well(gpu: Gpu, in_step: list[Scrape], before: list[Scrape]) -> dict[str, object]:
+    """A row's columns of contract v1.2 from its step's scrapes (and, for the XIDs, the
+    five minutes before the step): gpu-a's exporter has their series, gpu-b's none (null,
+    never 0). A MIG column is null on a GPU's row."""
+    if gpu.host != "gpu-a":
+        return V1_2_NULLS
+
+    def mean(name: str, scale: float = 1.0) -> object:
+        return pytest.approx(sum(s.values[name] for s in in_step) / len(in_step) * scale)
+
+    last = in_step[-1].values
+    # A code the step shows that no series of the GPU showed at the end of the step before
+    # (every code is a series of its own: dcgm-exporter's err_code label).
+    shown_before = {s.values[XID] for s in before}
+    new = sorted({int(s.values[XID]) for s in in_step} - shown_before - {0})
+    return V1_2_NULLS | {
+        "sm_active_pct": mean("DCGM_FI_PROF_SM_ACTIVE", 100),
+        "sm_occupancy_pct": mean("DCGM_FI_PROF_SM_OCCUPANCY", 100),
+        "tensor_active_pct": mean("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 100),
+        "dram_active_pct": mean("DCGM_FI_PROF_DRAM_ACTIVE", 100),
+        "pcie_rx_bytes_s": mean("DCGM_FI_PROF_PCIE_RX_BYTES"),
+        "pcie_tx_bytes_s": mean("DCGM_FI_PROF_PCIE_TX_BYTES"),
+        "nvlink_rx_bytes_s": mean("DCGM_FI_PROF_NVLINK_RX_BYTES"),
+        "nvlink_tx_bytes_s": mean("DCGM_FI_PROF_NVLINK_TX_BYTES"),
+        "xid_errors": new,
+        "ecc_uncorrected_volatile": last["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"],
+        "ecc_corrected_volatile": last["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"],
+        "remapped_rows_pending": last["DCGM_FI_DEV_ROW_REMAP_PENDING"] != 0,
+        "remapped_rows_failure": False,
+        "pcie_replay_count": last["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"],
+    }
 
 
 @dataclass(frozen=True)
@@ -222,12 +286,36 @@ def test_import_ingest_build_matches_the_fixtures_series(
         assert sample["thermal_violation_ns"] == round(last["DCGM_FI_DEV_THERMAL_VIOLATION"]) * 1000
         assert sample["power_limit_w"] == 700.0
         assert sample["processes"] is None and sample["sm_clock_max_mhz"] is None
+        step_before = [
+            scrapes[(gpu.uuid, t)]
+            for t in range(ts - 60 - 285, ts - 59, 15)
+            if (gpu.uuid, t) in scrapes
+        ]
+        assert sample == sample | how_well(gpu, in_step, step_before), (gpu, ts)
+
+    # The XIDs, each in the step of the scrape that first showed it: gpu-a:0's 79, then its
+    # 13 (a scrape of the step still showed 79), gpu-a:1's two codes of one step.
+    xids = sorted(
+        (s["gpu_uuid"], int(s["ts"].timestamp()), s["xid_errors"])
+        for s in samples
+        if s["xid_errors"]
+    )
+    start = history.start
+    assert xids == sorted(
+        [
+            (GPUS[0].uuid, start + 71 * 60, [79]),
+            (GPUS[0].uuid, start + 91 * 60, [13]),
+            (GPUS[1].uuid, start + 51 * 60, [31, 43]),
+        ]
+    )
+    pending = [s for s in samples if s["remapped_rows_pending"]]
+    assert min(int(s["ts"].timestamp()) for s in pending) == start + 122 * 60
+    assert {s["gpu_uuid"] for s in pending} == {GPUS[1].uuid}
 
     # Pods as allocation rows: one per pod and GPU, its window pieces joined; the outage
     # (no scrapes at all) splits server-7's.
     allocations = (data / "raw" / "allocations").glob("prometheus-*.csv")
     lines = sorted(line for f in allocations for line in f.read_text().splitlines()[1:])
-    start = history.start
     runs = [
         ("ml-infer/server-7,,ml-infer,gpu-b,0", start - 60, start + 120 * 60),
         ("ml-infer/server-7,,ml-infer,gpu-b,0", start + 135 * 60, history.end - 60),
@@ -374,9 +462,11 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     queries: list[str] = []
     query_range = PrometheusApi.query_range
 
+    per_window = 2 * (len(ALL_NAMES) + 1)  # 2 hosts: a query per series name, and the pods'
+
     def then_stop(api: PrometheusApi, query: str, **kwargs: float) -> list:
         queries.append(query)
-        if len(queries) == 40:  # a window is 2 hosts x 15 queries
+        if len(queries) == per_window + 10:
             server.stop()
         return query_range(api, query, **kwargs)
 
@@ -399,7 +489,7 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     # shut down) its HTTP error, its answer cut off, or no answer in time (a loaded machine).
     how = rf"(cannot reach|HTTP \d+ from|cannot read the answer of) {server.url}.*"
     failed = re.fullmatch(rf"query '(.+)': ({how}|{server.url} timed out after .*)", message)
-    assert failed and failed.group(1) in queries[30:]  # a query of the second window
+    assert failed and failed.group(1) in queries[per_window:]  # of the second window
     assert len(windows) == 1
     first_end = (history.start // 3600 + 1) * 3600
     stamps = f"-{utc(history.start):%Y%m%dT%H%M%SZ}-{utc(first_end):%Y%m%dT%H%M%SZ}.parquet"
@@ -409,6 +499,69 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     assert not [f for f in files if f.name.startswith(".")]
     state = json.loads((config.data_dir / "imports" / "prometheus.json").read_text())
     assert state == {server.url: [[history.start, first_end]]}
+
+
+def test_a_mig_enabled_gpu_is_a_row_per_mig_device_and_one_of_its_own(
+    stack: PrometheusStack, tmp_path: Path
+) -> None:
+    """dcgm-exporter's default `-d f` exports a MIG-enabled GPU's series once per MIG device
+    (GPU instance), with `GPU_I_ID` and `GPU_I_PROFILE` and the GPU's UUID. Each MIG device
+    is a row of its own (an id from its GPU's UUID and GPU instance, its GPU, profile and
+    share, its utilization, memory and SM activity); the GPU's own row holds power,
+    temperature and health, its MIG columns null; the series it lacks leave columns null."""
+    history = stack.history
+    a, b = (history.start + m * 60 for m in MIG_MIN)
+    config = load_config(data_dir=data_dir_with_config(tmp_path), environ={})
+    import_prometheus(config, url=stack.url, since=utc(a), until=utc(b + STEP_S))
+    gpu = history.mig_gpu
+    by_step: dict[tuple[str | None, int], list[Scrape]] = {}
+    for scrape in history.mig_scrapes():
+        ts = math.ceil(scrape.t / STEP_S) * STEP_S
+        by_step.setdefault((scrape.mig and scrape.mig[0], ts), []).append(scrape)
+    samples = sample_table(config.data_dir)
+    steps = sorted({ts for _, ts in by_step})
+    assert len(steps) == 21  # the stretch's first scrape is at a minute's end: a step alone
+    assert sorted((s["gpu_uuid"], int(s["ts"].timestamp())) for s in samples) == sorted(
+        [(f"MIG-{gpu.uuid}/{gi}", ts) for gi, *_ in MIG_DEVICES for ts in steps]
+        + [(gpu.uuid, ts) for ts in steps]
+    )
+    common = {"host": gpu.host, "gpu_index": 0, "gpu_name": MODEL, "status": "ok"}
+    for sample in samples:
+        ts = int(sample["ts"].timestamp())
+        assert sample == sample | common | {"mig_enabled": True, "processes": None}
+        if sample["gpu_uuid"] == gpu.uuid:  # the GPU's own row: each MIG device's series
+            scrapes = by_step[("2", ts)] + by_step[("9", ts)]
+            power = sum(s.values["DCGM_FI_DEV_POWER_USAGE"] for s in scrapes) / len(scrapes)
+            assert sample == sample | V1_2_NULLS | {
+                "power_w": pytest.approx(power),
+                "temp_gpu_c": round(
+                    sum(s.values["DCGM_FI_DEV_GPU_TEMP"] for s in scrapes) / len(scrapes)
+                ),
+                "xid_errors": [],
+                "mig_enabled": True,
+                "gpu_util_pct": None,
+                "mem_used_bytes": None,
+                "mem_total_bytes": None,
+            }
+            assert MIG_POWER_W <= sample["power_w"] <= MIG_POWER_W + 3
+            continue
+        gi, profile, *_ = next(d for d in MIG_DEVICES if sample["gpu_uuid"].endswith(f"/{d[0]}"))
+        scrapes = by_step[(gi, ts)]
+        engine = sum(s.values[ENGINE_ACTIVE] for s in scrapes) / len(scrapes)
+        used = sum(s.values["DCGM_FI_DEV_FB_USED"] for s in scrapes) / len(scrapes)
+        free = sum(s.values["DCGM_FI_DEV_FB_FREE"] for s in scrapes) / len(scrapes)
+        assert sample == sample | V1_2_NULLS | {
+            "parent_gpu_uuid": gpu.uuid,
+            "mig_profile": profile,
+            "mig_slice_fraction": pytest.approx(int(profile[0]) / 7),
+            "mig_enabled": True,
+            "gpu_util_pct": pytest.approx(engine * 100, rel=1e-6),
+            "sm_active_pct": pytest.approx(engine * 80, rel=1e-6),
+            "mem_used_bytes": round(used * MIB),
+            "mem_total_bytes": round(used * MIB) + round(free * MIB),
+            "power_w": None,
+            "temp_gpu_c": None,
+        }, sample
 
 
 @pytest.mark.parametrize("label", ["UUID", "Hostname"])
@@ -494,7 +647,9 @@ def test_a_value_that_is_not_a_number_fails_naming_the_query(tmp_path: Path) -> 
         server.shutdown()
         server.server_close()
     message = str(failure.value)
-    assert message.startswith("query 'sum by (Hostname, UUID, gpu, modelName) (sum_over_time(")
+    assert message.startswith(
+        "query 'sum by (Hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE) (sum_over_time("
+    )
     assert message.endswith("a value that is not a number: '12,5'")
     assert not (config.data_dir / "raw").exists()
 
@@ -567,6 +722,9 @@ def test_team_from_a_label_and_user_label(stack: PrometheusStack, tmp_path: Path
     import_prometheus(
         config, url=stack.url, since=utc(history.start), until=utc(history.start + 3600)
     )
-    lines = sorted((data / "raw" / "allocations").glob("*.csv"))[0].read_text().splitlines()
-    assert lines[0] == "job_id,user,team,host,gpu_index,start_ts,end_ts,cluster"
-    assert {line.split(",")[2] for line in lines[1:]} == {"vision", "ml-infer"}
+    # (one file a UTC day: the hour may cross midnight)
+    files = [p.read_text().splitlines() for p in (data / "raw" / "allocations").glob("*.csv")]
+    assert {lines[0] for lines in files} == {
+        "job_id,user,team,host,gpu_index,start_ts,end_ts,cluster"
+    }
+    assert {line.split(",")[2] for lines in files for line in lines[1:]} == {"vision", "ml-infer"}

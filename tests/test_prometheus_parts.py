@@ -7,6 +7,7 @@ import datetime as dt
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from gpufleet.integrations.prometheus.pods import (
     read_namespaces,
 )
 from gpufleet.integrations.prometheus.queries import METRICS, step_query
+from gpufleet.integrations.prometheus.samples import HostSteps, gpu_of
 
 
 def config_from(tmp_path: Path, text: str):
@@ -62,6 +64,7 @@ def test_prometheus_and_kubernetes_settings_are_read(tmp_path: Path) -> None:
         ),
         ("[prometheus]\nwindow_minutes = 100000\n", "more than 11000 steps"),
         ('[prometheus]\nuuid_label = "my-uuid"\n', "'prometheus.uuid_label' is not a label"),
+        ('[prometheus]\nmig_instance_label = "GPU I"\n', "'prometheus.mig_instance_label' is"),
         ("[prometheus]\nport = 1\n", "line 2: unknown key 'prometheus.port'"),
         ('[prometheus.series]\ngpu_util = "x"\n', "line 2: unknown key 'prometheus.series."),
         ("[prometheus.series]\npower_w = []\n", "line 2: 'prometheus.series.power_w' must be"),
@@ -92,6 +95,77 @@ def test_a_mean_is_over_every_series_of_a_gpu_in_the_step_and_one_ms_short() -> 
     assert step_query(counter, "E", host="h", prometheus=settings) == (
         'max by (Hostname, UUID, gpu, modelName) (last_over_time(E{Hostname="h"}[29999ms]))'
     )
+
+
+def test_a_mig_devices_own_columns_are_grouped_by_its_labels_and_xids_are_new_codes() -> None:
+    """Memory, utilization and SM activity are a MIG device's own (grouped by GPU_I_ID and
+    GPU_I_PROFILE too); power and health are its GPU's. An XID query gives, per step, each
+    code its scrapes show unless the GPU showed it at the end of the step before, and a
+    series without a code whenever the step has a scrape."""
+    settings = PrometheusConfig(step_seconds=30, mig_instance_label="gi")
+    used = next(m for m in METRICS if m.column == "mem_used_bytes")
+    xid = next(m for m in METRICS if m.column == "xid_errors")
+    by = "by (Hostname, UUID, gpu, modelName, gi, GPU_I_PROFILE)"
+    assert step_query(used, "U", host="h", prometheus=settings) == (
+        f'sum {by} (sum_over_time(U{{Hostname="h"}}[29999ms])) / '
+        f'sum {by} (count_over_time(U{{Hostname="h"}}[29999ms]))'
+    )
+    gpu = "by (Hostname, UUID, gpu, modelName)"
+    assert step_query(xid, "X", host="h", prometheus=settings) == (
+        f'(count_values {gpu} ("gpufleet_xid", last_over_time(X{{Hostname="h"}}[29999ms])) '
+        f'unless count_values {gpu} ("gpufleet_xid", X{{Hostname="h"}} offset 30s)) '
+        f'or count {gpu} (last_over_time(X{{Hostname="h"}}[29999ms]))'
+    )
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "fraction"),
+    [
+        ("1g.10gb", "NVIDIA H100 80GB HBM3", 1 / 7),
+        ("3g.40gb", "NVIDIA A100-SXM4-80GB", 3 / 7),
+        ("7g.80gb", "NVIDIA H100 80GB HBM3", 1.0),
+        ("1g.12gb+me", "NVIDIA H100 NVL", 1 / 7),
+        ("2g.12gb", "NVIDIA A30", 2 / 4),
+        ("unknown", "NVIDIA H100 80GB HBM3", None),
+        (None, "NVIDIA H100 80GB HBM3", None),
+    ],
+)
+def test_a_mig_devices_row_is_named_after_its_gpu_and_instance(
+    profile: str | None, model: str, fraction: float | None
+) -> None:
+    series: dict[str, Any] = {
+        "metric": {"Hostname": "h", "UUID": "GPU-1", "gpu": "2", "modelName": model}
+        | {"GPU_I_ID": "09"}
+        | ({"GPU_I_PROFILE": profile} if profile else {}),
+        "values": [],
+    }
+    gpu = gpu_of(series, prometheus=PrometheusConfig(), query="q")
+    assert (gpu.uuid, gpu.parent, gpu.index, gpu.profile) == ("MIG-GPU-1/9", "GPU-1", 2, profile)
+    assert gpu.slice_fraction == (None if fraction is None else pytest.approx(fraction))
+    series["metric"] = {k: v for k, v in series["metric"].items() if k != "GPU_I_ID"}
+    whole = gpu_of(series, prometheus=PrometheusConfig(), query="q")
+    assert (whole.uuid, whole.parent, whole.slice_fraction) == ("GPU-1", None, None)
+
+
+@pytest.mark.parametrize(
+    ("labels", "problem"),
+    [
+        ({"GPU_I_ID": "a"}, "GPU GPU-1 has 'GPU_I_ID'='a', not a GPU instance id"),
+        ({"gpufleet_xid": "7.5"}, "gpufleet_xid='7.5', not an XID code"),
+        ({"gpufleet_xid": "-1"}, "gpufleet_xid='-1', not an XID code"),
+    ],
+)
+def test_a_bad_mig_or_xid_label_fails_naming_the_query(labels: dict, problem: str) -> None:
+    xid = next(m for m in METRICS if m.column == "xid_errors")
+    series = {"metric": {"Hostname": "h", "UUID": "GPU-1", "gpu": "0"} | labels}
+    steps = HostSteps(60, 1_800_000_000, 5)
+    with pytest.raises(GpufleetError, match="^" + re.escape(f"query 'q': {problem}")):
+        steps.add(
+            xid,
+            [series | {"values": [[1_800_000_060, "1"]]}],
+            query="q",
+            prometheus=PrometheusConfig(),
+        )
 
 
 def test_namespaces_csv_teams_by_date(tmp_path: Path) -> None:

@@ -4,8 +4,17 @@ A row of the contract covers `(ts - step, ts]`. Prometheus evaluates a range que
 `start, start + step, ...`; the range selector `[step - 1ms]` at `ts` holds the samples in
 `(ts - step, ts]` (Prometheus 2 includes both ends of a range, so one millisecond less keeps
 a scrape that lands on a step boundary in one step only). Gauges are the mean of those
-scrapes, cumulative counters and the clock-event bitmask their last value, as the collector
-reads them. A step without a scrape has no point: no row, a gap stays a gap.
+scrapes, cumulative counters, flags and the clock-event bitmask their last value, as the
+collector reads them. A step without a scrape has no point: no row, a gap stays a gap.
+
+`DCGM_FI_DEV_XID_ERRORS` is a gauge of the last XID code seen; a step's XIDs are the codes
+its scrapes show that the GPU's series did not show at the end of the step before (`NEW`).
+
+A series with the MIG labels (`GPU_I_ID`, `GPU_I_PROFILE`) describes a MIG device. The
+columns of a MIG device's own row (utilization, memory, SM, tensor and DRAM activity) are
+grouped by those labels too; the others (power, temperatures, clocks, PCIe and NVLink
+traffic, health) are the physical GPU's, grouped without them into its own row, as the
+collector writes a MIG-enabled GPU.
 
 When a pod starts or ends, dcgm-exporter's series for a GPU changes its labels (namespace,
 pod); the sums and counts of all of a GPU's series in a step are added up before dividing,
@@ -21,24 +30,30 @@ from gpufleet.config_sources import KubernetesConfig, PrometheusConfig
 
 MEAN = "mean"
 LAST = "last"
+NEW = "new"
+XID_LABEL = "gpufleet_xid"  # the label of a code in the answer of a NEW query
 _MIB = 1024 * 1024
 _US_TO_NS = 1000
+_RATIO_TO_PCT = 100.0
 
 
 class Metric(NamedTuple):
     column: str  # the key in [prometheus.series]: a contract column or a value that makes one
-    reduce: str  # MEAN over the step's scrapes, or the LAST one (counters, bitmasks)
+    reduce: str  # MEAN over the step's scrapes, the LAST one (counters, flags), NEW codes
     scale: float = 1.0  # the exporter's unit to the contract's: MiB -> bytes, us -> ns
     whole: bool = False  # an integer column: the value is rounded
+    per_device: bool = False  # a MIG device has its own: grouped by the MIG labels too
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("gpu_util_pct", MEAN),
-    Metric("engine_active_ratio", MEAN),  # 0-1; gpu_util_pct where a GPU has no GPU_UTIL (MIG)
+    Metric("gpu_util_pct", MEAN, per_device=True),
+    # 0-1; gpu_util_pct where a GPU has no GPU_UTIL (MIG)
+    Metric("engine_active_ratio", MEAN, per_device=True),
     Metric("mem_util_pct", MEAN),
-    Metric("mem_used_bytes", MEAN, _MIB, whole=True),
-    Metric("mem_free_bytes", MEAN, _MIB, whole=True),  # with used (and reserved): the total
-    Metric("mem_reserved_bytes", MEAN, _MIB, whole=True),
+    Metric("mem_used_bytes", MEAN, _MIB, whole=True, per_device=True),
+    # with used (and reserved): the total
+    Metric("mem_free_bytes", MEAN, _MIB, whole=True, per_device=True),
+    Metric("mem_reserved_bytes", MEAN, _MIB, whole=True, per_device=True),
     Metric("power_w", MEAN),
     Metric("power_limit_w", MEAN),
     Metric("energy_mj", LAST, whole=True),
@@ -49,6 +64,22 @@ METRICS: tuple[Metric, ...] = (
     Metric("clock_event_mask", LAST, whole=True),
     Metric("thermal_violation_ns", LAST, _US_TO_NS, whole=True),  # DCGM counts microseconds
     Metric("power_violation_ns", LAST, _US_TO_NS, whole=True),
+    # Contract v1.2: DCGM's profiling ratios (0-1) as percentages, its rates in bytes/s.
+    Metric("sm_active_pct", MEAN, _RATIO_TO_PCT, per_device=True),
+    Metric("sm_occupancy_pct", MEAN, _RATIO_TO_PCT, per_device=True),
+    Metric("tensor_active_pct", MEAN, _RATIO_TO_PCT, per_device=True),
+    Metric("dram_active_pct", MEAN, _RATIO_TO_PCT, per_device=True),
+    Metric("pcie_rx_bytes_s", MEAN),
+    Metric("pcie_tx_bytes_s", MEAN),
+    Metric("nvlink_rx_bytes_s", MEAN),
+    Metric("nvlink_tx_bytes_s", MEAN),
+    Metric("xid_errors", NEW),
+    Metric("ecc_uncorrected_volatile", LAST, whole=True),
+    Metric("ecc_corrected_volatile", LAST, whole=True),
+    Metric("remapped_rows_pending", LAST),  # a flag: not 0 is true
+    Metric("remapped_rows_failure", LAST),
+    Metric("retired_pages_pending", LAST),  # pages pending retirement: more than 0 is true
+    Metric("pcie_replay_count", LAST, whole=True),
 )
 
 # The series whose presence says that a pod holds a GPU in a step.
@@ -74,13 +105,30 @@ def _gpu_labels(prometheus: PrometheusConfig) -> list[str]:
     return [p.host_label, p.uuid_label, p.gpu_label, p.model_label]
 
 
+def _row_labels(metric: Metric, prometheus: PrometheusConfig) -> list[str]:
+    """The labels that make a row of `metric`: the GPU's, and a MIG device's for its own."""
+    labels = _gpu_labels(prometheus)
+    if metric.per_device:
+        labels += [prometheus.mig_instance_label, prometheus.mig_profile_label]
+    return labels
+
+
 def step_query(metric: Metric, name: str, *, host: str, prometheus: PrometheusConfig) -> str:
-    """The PromQL of `metric` (series `name`) on `host`, per GPU and step."""
+    """The PromQL of `metric` (series `name`) on `host`, per GPU (or MIG device) and step."""
     selector = f"{name}{{{prometheus.host_label}={promql_string(host)}}}"
     over = selector + _range(prometheus.step_seconds)
-    by = f"by ({', '.join(_gpu_labels(prometheus))})"
+    labels = ", ".join(dict.fromkeys(_row_labels(metric, prometheus)))
+    by = f"by ({labels})"
     if metric.reduce == MEAN:
         return f"sum {by} (sum_over_time({over})) / sum {by} (count_over_time({over}))"
+    if metric.reduce == NEW:
+        # Per GPU and step, a series for each code the step's scrapes show (labelled
+        # XID_LABEL) unless one of the GPU's series showed it at the end of the step before
+        # (the last scrape up to five minutes before, Prometheus' lookback), and a series
+        # without XID_LABEL whenever the step has a scrape: the step's list, maybe empty.
+        codes = f'count_values {by} ("{XID_LABEL}", last_over_time({over}))'
+        before = f'count_values {by} ("{XID_LABEL}", {selector} offset {prometheus.step_seconds}s)'
+        return f"({codes} unless {before}) or count {by} (last_over_time({over}))"
     return f"max {by} (last_over_time({over}))"
 
 
