@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.build.data_tests import check_marts
 from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.full import build_all_models
 from gpufleet.warehouse.build.ids import forget_ids
@@ -150,6 +151,8 @@ def build_models(
         build_all_models(con, models, order, sql_dir, fan_out=fan_out, lake=lake)
         record_full_build(con, top=top, digest=digest)
     kept = restore_kept(con, models, full=mode == "full") if mode != "up to date" else []
+    if mode != "up to date":  # a failure is raised before anything is published
+        check_marts(con, sql_dir)
     # Every row of samples_stored is in the marts now: compacted host-days may leave it.
     evicted = evict_built_days(con, config)
     expired = expire_samples(con, config)
