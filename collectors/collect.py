@@ -26,7 +26,6 @@ from gpufleet.collectors.nvml import (
     shutdown_nvml,
 )
 from gpufleet.collectors.procinfo import ProcessInfo
-from gpufleet.collectors.sites import check_cluster
 from gpufleet.collectors.spool import Spool, read_segment
 from gpufleet.collectors.stopflag import StopFlag
 from gpufleet.collectors.writer import (
@@ -37,6 +36,7 @@ from gpufleet.collectors.writer import (
     write_sample_files,
 )
 from gpufleet.errors import GpufleetError
+from gpufleet.site_names import check_cluster
 
 if TYPE_CHECKING:
     from gpufleet.collectors.upload import Uploader

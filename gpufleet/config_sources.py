@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpufleet.collectors.sites import check_cluster
+from gpufleet.site_names import check_cluster
 from gpufleet.storage.s3 import S3Location
 
 if TYPE_CHECKING:

@@ -30,12 +30,12 @@ from gpufleet.collectors.schema import (
     host_folder,
     schema_with_metadata,
 )
-from gpufleet.collectors.sites import check_cluster
 from gpufleet.collectors.writer import write_sample_files
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus.run import _Window, _write_window
 from gpufleet.integrations.slurm.run import collector_hosts
+from gpufleet.site_names import check_cluster
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, ensure_raw_tables
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest

@@ -92,7 +92,7 @@ def s3_url(text: str) -> str:
 
 def cluster_name(text: str) -> str:
     """A `--cluster` argument, checked."""
-    from gpufleet.collectors.sites import check_cluster
+    from gpufleet.site_names import check_cluster
 
     try:
         return check_cluster(text)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import duckdb
 
-from gpufleet.collectors.sites import check_cluster
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.showback import ADDED_COLUMNS, SHOWBACK_SQL, month_days, showback_params
 from gpufleet.showback import CLOSED_SHOWBACK as SHOWBACK_TABLE
+from gpufleet.site_names import check_cluster
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.kept import CLOSED_ROW, ensure_kept_tables, forget_days, keep_days
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables

@@ -1,12 +1,14 @@
-"""Site (cluster) names, checked without importing pyarrow: the configuration and the
-command line check them before `gpufleet collect` chooses Arrow's memory pool."""
+"""Site (cluster) names, checked with the standard library alone, below every layer: the
+collector, the configuration, the command line (before `gpufleet collect` chooses Arrow's
+memory pool) and `close` check them."""
 
 from __future__ import annotations
 
 import re
 
 # A site (the `cluster` column) as the collector and the importers accept it: it becomes
-# part of a folder name (`host_folder` in schema.py), so letters, digits, `.`, `_` and `-`.
+# part of a folder name (`host_folder` in collectors/schema.py), so letters, digits, `.`,
+# `_` and `-`.
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
