@@ -15,7 +15,7 @@ from prefect.tasks import Task
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
-from gpufleet.storage.mirror import mirror_raw_location
+from gpufleet.integrations.mirror import mirror_raw_location
 from gpufleet.warehouse.ingest import (
     IngestResult,
     QuarantinedFile,

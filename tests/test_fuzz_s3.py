@@ -20,7 +20,7 @@ from hypothesis import given, reject
 from hypothesis import strategies as st
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
-from gpufleet.storage.mirror import local_path
+from gpufleet.integrations.mirror import local_path
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from tests.fuzzing import CELLS, assert_kept, examples, run_cli, scratch, tree, written_outside
 from tests.s3_stack import BUCKET, S3Store

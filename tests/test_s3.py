@@ -24,7 +24,7 @@ from gpufleet.collectors.upload import Uploader
 from gpufleet.config import Config, load_config
 from gpufleet.config_sources import S3Config
 from gpufleet.errors import GpufleetError
-from gpufleet.storage import mirror
+from gpufleet.integrations import mirror
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.ingest.quarantine import QUARANTINE_CHANGED

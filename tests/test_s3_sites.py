@@ -20,7 +20,7 @@ from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config, load_config
 from gpufleet.config_sources import S3Config
 from gpufleet.errors import GpufleetError
-from gpufleet.storage import mirror
+from gpufleet.integrations import mirror
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest, load, strict

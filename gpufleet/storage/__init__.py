@@ -1,8 +1,8 @@
-"""Object storage: an `s3://bucket/prefix` location, the S3 filesystem that reaches it, and
-the ingest's copy of its raw files into the local `<data_dir>/raw` (`mirror.py`).
+"""Object storage: an `s3://bucket/prefix` location and the S3 filesystem that reaches it.
 
-`s3.py` needs pyarrow alone (the collector's `--upload` uses it); `mirror.py` is the
-pipeline's."""
+It needs pyarrow alone and imports nothing else of gpufleet, so that the collector's
+`--upload` uses it on a GPU host; the ingest's copy of a bucket's raw files into the local
+`<data_dir>/raw` is an integration's (`gpufleet.integrations.mirror`)."""
 
 from gpufleet.storage.s3 import S3_SCHEME, S3Location, describe_error, s3_filesystem
 

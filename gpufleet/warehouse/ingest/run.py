@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpufleet.config import Config
-from gpufleet.storage.mirror import mirror_raw_location
+from gpufleet.integrations.mirror import mirror_raw_location
 from gpufleet.warehouse.base.sample_files import SampleFile, Unreadable
 from gpufleet.warehouse.build.models import apply_table_docs
 from gpufleet.warehouse.ingest.arrival import check_input
