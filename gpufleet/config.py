@@ -15,11 +15,13 @@ from typing import Any
 from gpufleet.config_checks import check_values, read_day
 from gpufleet.config_compute import ComputeConfig
 from gpufleet.config_sources import (
+    GridConfig,
     KubernetesConfig,
     PrometheusConfig,
     RetentionConfig,
     S3Config,
     SlurmConfig,
+    read_grid_config,
     read_site_locations,
     read_sites,
     read_slurm_clusters,
@@ -108,6 +110,7 @@ class Config:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    grid: GridConfig = field(default_factory=GridConfig)  # grid_gco2_per_kwh: gpufleet.carbon
     source: Path | None = None  # the TOML file this came from, if any
 
     def site_timezone(self, site: str | None) -> str:
@@ -156,6 +159,7 @@ _SCHEMA: dict[str | None, dict[str, tuple[tuple[type, ...], str]]] = {
         "timezone": ((str,), "an IANA time zone name"),
         "raw_location": ((str,), "an s3://bucket/prefix URL"),
         "cluster": ((str,), "a site name"),
+        "grid_gco2_per_kwh": ((int, float), "a number of grams of CO2 per kWh"),
     },
     "s3": {"endpoint_url": ((str,), "an http(s) URL"), "region": ((str,), "a region name")},
     "idle": {
@@ -329,6 +333,9 @@ def load_config(
         ingest=IngestConfig(**ingest),
         retention=RetentionConfig(**section("retention")),
         compute=ComputeConfig(**section("compute")),
+        grid=read_grid_config(
+            raw, lambda s, k: where_in(path, text, s or None, k) if path else "configuration"
+        ),
         source=path,
     )
     check_values(config, path, text)

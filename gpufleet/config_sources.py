@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import inf
 from typing import TYPE_CHECKING
 
+from gpufleet.errors import GpufleetError
 from gpufleet.site_names import check_cluster
 from gpufleet.storage.s3 import S3Location
 
@@ -179,7 +181,8 @@ def _overlap(url: str, outer: str) -> bool:
     )
 
 
-SITE_KEYS = ("timezone", "raw_location", "slurm_cluster")  # a [clusters.<site>] table's keys
+# a [clusters.<site>] table's keys
+SITE_KEYS = ("timezone", "raw_location", "slurm_cluster", "grid_gco2_per_kwh")
 
 
 def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[str, str], ...]:
@@ -204,7 +207,7 @@ def read_sites(tables: object, where: Callable[[str, str], str]) -> tuple[tuple[
         for key in table:
             if key not in SITE_KEYS:
                 raise ValueError(f"{where(section, key)}: unknown key '{section}.{key}'")
-        if "timezone" not in table and ("raw_location" in table or "slurm_cluster" in table):
+        if "timezone" not in table and any(key in table for key in SITE_KEYS[1:]):
             continue
         zone = table.get("timezone")
         if (
@@ -272,6 +275,39 @@ def read_slurm_clusters(
             )
         pairs.append((name, value))
     return tuple(pairs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridConfig:
+    """Grams of CO2 per kWh where ref/grid.csv has no dated row (gpufleet.carbon)."""
+
+    gco2_per_kwh: float | None = None  # top-level grid_gco2_per_kwh: every site's; None: unknown
+    sites: tuple[tuple[str, float], ...] = ()  # [clusters.<site>] grid_gco2_per_kwh
+
+
+def read_grid_config(raw: dict[str, object], where: Callable[[str, str], str]) -> GridConfig:
+    """The top-level `grid_gco2_per_kwh` and each `[clusters.<site>] grid_gco2_per_kwh` (a
+    number >= 0); GpufleetError, with `where(section, key)` in front, on anything else."""
+    tables = raw.get("clusters")
+    named = [("", raw["grid_gco2_per_kwh"])] if "grid_gco2_per_kwh" in raw else []
+    named += [
+        (site, table["grid_gco2_per_kwh"])
+        for site, table in sorted(tables.items() if isinstance(tables, dict) else ())
+        if isinstance(table, dict) and "grid_gco2_per_kwh" in table
+    ]
+    grams: dict[str, float] = {}
+    for site, value in named:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < inf:
+            section = f"clusters.{site}" if site else ""
+            dotted = f"{section}.grid_gco2_per_kwh" if site else "grid_gco2_per_kwh"
+            raise GpufleetError(
+                f"{where(section, 'grid_gco2_per_kwh')}: '{dotted}' must be a number of grams "
+                f"of CO2 per kWh >= 0, got {value!r}"
+            )
+        grams[site] = float(value)
+    return GridConfig(
+        gco2_per_kwh=grams.pop("", None), sites=tuple((site, g) for site, g in grams.items())
+    )
 
 
 def check_clusters(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:

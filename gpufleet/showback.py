@@ -21,8 +21,8 @@ behind FOCUS's `x_` prefix for custom columns:
 - `BilledCost`: each day's GPU-hours at that day's price (ConsumedQuantity * ListUnitPrice
   when the price held all month); `BillingCurrency`: `USD`;
 - custom: `x_month` (`YYYY-MM`), `x_gpu_name`, and `x_busy_gpu_hours`, `x_idle_gpu_hours`,
-  `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, and `x_gpus`:
-  the distinct GPUs of that team and model in the month;
+  `x_waste_gpu_hours`, `x_waste_usd`, `x_energy_kwh` as in `team_daily`, `x_gpus`: the
+  distinct GPUs of that team and model in the month, `x_co2_kg` (`gpufleet.carbon`);
 - custom: `x_idle_capacity_usd`: on the rows of `(unallocated)` (GPUs no allocation,
   process or hosts.csv row gave to a team), their `BilledCost`, else 0: the idle capacity,
   OpenCost's idle bucket, a cost of its own that is no team's waste;
@@ -47,13 +47,14 @@ import sys
 import zoneinfo
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from gpufleet.carbon import use_grid
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.csv_cells import defuse_formulas
 from gpufleet.errors import GpufleetError
+from gpufleet.kept_showback import as_closed, as_known, closed_sites, kept_rows
 from gpufleet.site_zones import fleet_zones
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.models import MACROS_FILE_NAME, SQL_DIR, set_variables
@@ -61,16 +62,11 @@ from gpufleet.warehouse.publish import connect_read_only
 
 FORMATS = ("csv", "parquet")
 _MONTH_RE = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits only
-# A closed month's rows as they were at close (gpufleet/warehouse/close.py).
-CLOSED_SHOWBACK = "build_state.closed_showback"
 # FOCUS's date-time format: ISO 8601 in UTC with a Z.
 _FOCUS_DATETIME = "%Y-%m-%dT%H:%M:%SZ"
 # Money columns, written in cents in the CSV (exact in Parquet).
 CENTS_COLUMNS = ("BilledCost", "x_waste_usd", "x_idle_capacity_usd")
 UNALLOCATED = "(unallocated)"  # the team of GPUs no rule attributes (docs/reference.md)
-# Columns added since the first closed months: their rows kept at close have them null, and
-# a month closed before one was added is written without it, as it was at close.
-ADDED_COLUMNS = {"x_idle_capacity_usd": "double"}
 
 SHOWBACK_SQL = r"""
 with gpu_team_days as (
@@ -143,6 +139,12 @@ day_prices as (
     group by all
 ),
 
+day_grid as (
+    -- each site's grid intensity on each day (gpufleet.carbon)
+    select cluster, day, grid_gco2_per_kwh(cluster, day) as gco2_per_kwh,
+    from (select distinct cluster, day, from gpu_team_days)
+),
+
 site_samples as (
     -- each site's first and last sample, of any day: how much of its month it covers
     select
@@ -182,6 +184,7 @@ team_gpu_sums as (
         sum(waste_s) / 3600 as waste_gpu_hours,
         sum(waste_usd) as waste_usd,
         sum(energy_j) / 3.6e6 as energy_kwh,
+        co2_kg(energy_j, day_grid.gco2_per_kwh) as co2_kg,
         count(distinct gpu_uuid) as gpus,
         min(day_prices.usd_per_gpu_hour) as min_price,
         max(day_prices.usd_per_gpu_hour) as max_price,
@@ -191,6 +194,9 @@ team_gpu_sums as (
         on day_prices.gpu_name is not distinct from gpu_team_days.gpu_name
         and day_prices.cluster is not distinct from gpu_team_days.cluster
         and day_prices.day = gpu_team_days.day
+    inner join day_grid
+        on day_grid.cluster is not distinct from gpu_team_days.cluster
+        and day_grid.day = gpu_team_days.day
     group by gpu_team_days.cluster, team, gpu_team_days.gpu_name
 ),
 
@@ -236,6 +242,7 @@ final as (
             when team_gpu_sums.team = $unallocated then gpu_prices.billed_usd else 0.0
         end as x_idle_capacity_usd,
         team_gpu_sums.energy_kwh as x_energy_kwh,
+        team_gpu_sums.co2_kg as x_co2_kg,
         team_gpu_sums.gpus as x_gpus,
         team_gpu_sums.cluster as x_cluster,
         team_gpu_sums.cluster as RegionName,
@@ -287,45 +294,26 @@ def showback(config: Config, month: str) -> pl.DataFrame:
             raise GpufleetError("the warehouse has no gpu_team_daily yet; run 'gpufleet build'")
         con.execute("set timezone = 'UTC'")
         # `gpufleet close`: the rows of a closed month (or site) as they were at close
-        closed = _closed_sites(con, month)
-        kept = (
-            con.sql(f"from {CLOSED_SHOWBACK} where x_month = ?", params=[month]).pl()
-            if closed
-            else None
-        )
+        closed = closed_sites(con, month)
+        kept = kept_rows(con, month) if closed else None
         if kept is not None and None in closed:
-            return _as_closed(kept).sort(_ORDER, nulls_last=_NULLS_LAST)
+            return as_closed(kept).sort(_ORDER, nulls_last=_NULLS_LAST)
         set_variables(con, config)  # each site's zone (site_timezone)
         con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))  # glob_to_like
+        use_grid(con, config)  # grid_gco2_per_kwh, co2_kg
         computed = con.sql(SHOWBACK_SQL, params=params).pl()
     if kept is None:
         return computed
     sites = [site for site in closed if site is not None]
     open_rows = computed.filter(~pl.col("x_cluster").is_in(sites).fill_null(False))
     # rows kept before a column was added (x_idle_capacity_usd) have it null
-    return pl.concat([open_rows, kept], how="diagonal_relaxed").sort(_ORDER, nulls_last=_NULLS_LAST)
-
-
-def _as_closed(kept: pl.DataFrame) -> pl.DataFrame:
-    """A closed month's kept rows without the columns added after it was closed."""
-    return kept.drop(
-        column
-        for column in ADDED_COLUMNS
-        if column in kept.columns and kept.height and kept[column].is_null().all()
-    )
+    rows = pl.concat([open_rows, as_known(kept)], how="diagonal_relaxed")
+    return rows.sort(_ORDER, nulls_last=_NULLS_LAST)
 
 
 # SHOWBACK_SQL's order: by team, site (nulls first), GPU model
 _ORDER = ["SubAccountName", "x_cluster", "x_gpu_name"]
 _NULLS_LAST = [True, False, True]
-
-
-def _closed_sites(con: duckdb.DuckDBPyConnection, month: str) -> list[str | None]:
-    """The sites `month` is closed for by `gpufleet close` (None: every site)."""
-    if not has_table(con, "closed_periods") or not has_table(con, CLOSED_SHOWBACK):
-        return []
-    rows = con.execute("select cluster from closed_periods where month = ?", [month]).fetchall()
-    return [cluster for (cluster,) in rows]
 
 
 def output_format(fmt: str | None, output: Path | None) -> str:

@@ -18,6 +18,7 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import jobs, queries
 from gpufleet.reports.allocated import alloc_only_week
+from gpufleet.reports.carbon import team_co2, with_co2
 from gpufleet.reports.coverage import week_coverage
 from gpufleet.reports.host_groups import throttled_group
 from gpufleet.reports.hosts import host_weeks
@@ -79,7 +80,7 @@ def load_week(
             generated_at=(now or dt.datetime.now(dt.UTC)).astimezone(zoneinfo.ZoneInfo(tz)),
             totals=queries.fleet_totals(con, week, start, end),
             previous=queries.fleet_totals(con, before, before_start, before_end),
-            teams=queries.teams(con, week, coverage.hours),
+            teams=with_co2(queries.teams(con, week, coverage.hours), team_co2(con, config, week)),
             heatmap=queries.heatmap(con, start, end),
             waste_trend=queries.waste_trend(con, week),
             waste_jobs=local(queries.waste_jobs(con, week, top=queries.TOP_WASTE_JOBS), tz),

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 import duckdb
 
+from gpufleet.carbon import use_grid
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.showback import ADDED_COLUMNS, SHOWBACK_SQL, month_days, showback_params
-from gpufleet.showback import CLOSED_SHOWBACK as SHOWBACK_TABLE
+from gpufleet.kept_showback import ADDED_COLUMNS
+from gpufleet.kept_showback import CLOSED_SHOWBACK as SHOWBACK_TABLE
+from gpufleet.showback import SHOWBACK_SQL, month_days, showback_params
 from gpufleet.site_names import check_cluster
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.build.kept import CLOSED_ROW, ensure_kept_tables, forget_days, keep_days
@@ -166,6 +168,7 @@ def close_month(
         )
     set_variables(con, config)
     con.execute((SQL_DIR / MACROS_FILE_NAME).read_text(encoding="utf-8"))
+    use_grid(con, config)  # the showback's x_co2_kg
     params = {"first": first, "next": next_first}
     if cluster is None:  # the sites closed before keep what they kept
         rows = keep_days(con, f"{_MONTH_DAYS} and not {CLOSED_ROW}", params)
