@@ -36,6 +36,29 @@ create or replace temp macro stable_ids(names, known) as table
 
     select * from final;
 
+-- The names of the build's integer ids (gpufleet/warehouse/build/ids.py) beside the other
+-- columns of `rows`, which has series_id, host_id, team_id, user_id and job_key: the GPU's
+-- gpu_uuid and gpu_name, the host and its cluster, the team, the user and the job_id (null
+-- where the id is). The id tables are the small side of the joins, on the right as written
+-- (models.BUILD_SETTINGS). The samples_attributed view spells the joins out: a view
+-- outlives the build's macros.
+create or replace temp macro id_names(rows) as table
+    select
+        series.gpu_uuid,
+        series.gpu_name,
+        hosts.host,
+        hosts.cluster,
+        teams.team,
+        users."user",
+        jobs.job_id,
+        rows.* exclude (series_id, host_id, team_id, user_id, job_key),
+    from query_table(rows) as rows
+    inner join build_state.series as series on series.series_id = rows.series_id
+    inner join build_state.hosts as hosts on hosts.host_id = rows.host_id
+    left join build_state.teams as teams on teams.team_id = rows.team_id
+    left join build_state.users as users on users.user_id = rows.user_id
+    left join build_state.jobs as jobs on jobs.job_key = rows.job_key;
+
 -- team_daily's and team_weekly's measures (the sums of gpu_team_daily's rows) per period,
 -- site and team: `gpu_team_rows` is gpu_team_daily with the period's columns only (`day`,
 -- or `iso_week` and `week_start`), and those with `cluster` and `team` are the keys of the

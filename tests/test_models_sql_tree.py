@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from gpufleet.warehouse.build.models import discover_models
-from gpufleet.warehouse.build.sql_tree import relations_read, rename_relations
+from gpufleet.warehouse.build.sql_tree import macro_reads, relations_read, rename_relations
 
 # Every model and the models it reads, by hand from sql/ (a new model, or a model reading
 # another, is added here on purpose).
@@ -100,6 +100,23 @@ def test_the_relations_a_model_reads_beside_the_models() -> None:
     assert models["stg_samples"].reads == {"samples"}
     assert models["int_teams"].reads >= {"build_state.teams", "stg_hosts"}
     assert "teams" not in models["int_teams"].reads  # its CTE, passed to stable_ids
+    # what the id_names macro reads is read by the models that call it (a fanned-out
+    # build gives those tables to its workers)
+    names = {f"build_state.{t}" for t in ("series", "hosts", "teams", "users", "jobs")}
+    assert models["int_run_pieces"].reads == {"samples_attributed_rows", *names}
+    assert models["gpu_hourly"].reads == {"samples_attributed_rows", *names}
+
+
+def test_a_table_macro_reads_what_its_body_reads_but_its_arguments() -> None:
+    sql = """
+        create or replace temp macro plain(x) as x + 1;
+        create or replace temp macro named(rows) as table
+            with steps as (select * from query_table(rows))
+            select * from steps inner join build_state.series using (series_id);
+    """
+    assert macro_reads(sql) == {"named": {"build_state.series"}}
+    query = "with mine as (select 1 as series_id) select * from named(mine)"
+    assert relations_read(query, macros=macro_reads(sql)) == {"build_state.series"}
 
 
 # A CTE, a string literal, a column and an alias named like the relation renamed.

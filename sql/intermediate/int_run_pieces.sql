@@ -19,26 +19,6 @@ with samples as (
     select * from samples_attributed_rows
 ),
 
-series as (
-    select * from build_state.series
-),
-
-hosts as (
-    select * from build_state.hosts
-),
-
-teams as (
-    select * from build_state.teams
-),
-
-users as (
-    select * from build_state.users
-),
-
-jobs as (
-    select * from build_state.jobs
-),
-
 run_samples as (
     select
         series_id,
@@ -121,36 +101,45 @@ pieces as (
     group by idle_run_start_ts, thermal_run_start_ts, series_id, day, hour, host_id, job_key
 ),
 
+pieces_with_ids as (
+    -- as id_names (sql/_macros.sql) takes them
+    select
+        * exclude (first_team_id, first_user_id, first_job_key),
+        first_team_id as team_id,
+        first_user_id as user_id,
+        first_job_key as job_key,
+    from pieces
+),
+
+named_pieces as (
+    select * from id_names(pieces_with_ids)
+),
+
 final as (
     select
-        series.gpu_uuid,
-        series.gpu_name,
-        pieces.idle_run_start_ts,
-        pieces.thermal_run_start_ts,
-        pieces.day,
-        pieces.hour,
-        hosts.host,
-        hosts.cluster,
-        pieces.first_gpu_index,
-        teams.team as first_team,
-        attribution_name(pieces.first_attribution_code) as first_attributed_by,
-        users."user" as first_user,
-        jobs.job_id as first_job_id,
-        pieces.first_ts,
-        pieces.first_interval_s,
-        pieces.last_ts,
-        pieces.seconds,
-        pieces.samples,
-        pieces.has_process,
-        pieces.max_temp_gpu_c,
-        pieces.min_sm_clock_mhz,
-        pieces.reasons_mask,
-    from pieces
-    inner join series on series.series_id = pieces.series_id
-    inner join hosts on hosts.host_id = pieces.host_id
-    left join teams on teams.team_id = pieces.first_team_id
-    left join users on users.user_id = pieces.first_user_id
-    left join jobs on jobs.job_key = pieces.first_job_key
+        gpu_uuid,
+        gpu_name,
+        idle_run_start_ts,
+        thermal_run_start_ts,
+        day,
+        hour,
+        host,
+        cluster,
+        first_gpu_index,
+        team as first_team,
+        attribution_name(first_attribution_code) as first_attributed_by,
+        "user" as first_user,
+        job_id as first_job_id,
+        first_ts,
+        first_interval_s,
+        last_ts,
+        seconds,
+        samples,
+        has_process,
+        max_temp_gpu_c,
+        min_sm_clock_mhz,
+        reasons_mask,
+    from named_pieces
 )
 
 select * from final

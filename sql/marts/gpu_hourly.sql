@@ -8,26 +8,6 @@ with samples as (
     select * from samples_attributed_rows
 ),
 
-series as (
-    select * from build_state.series
-),
-
-hosts as (
-    select * from build_state.hosts
-),
-
-teams as (
-    select * from build_state.teams
-),
-
-users as (
-    select * from build_state.users
-),
-
-jobs as (
-    select * from build_state.jobs
-),
-
 hours as (
     select
         day,
@@ -57,26 +37,25 @@ hours as (
     group by day, hour, series_id, team_id, host_id, job_key, user_id
 ),
 
+named_hours as (
+    select * from id_names(hours)
+),
+
 final as (
     select
-        hours.day,
-        hours.hour,
-        iso_week(hours.day) as iso_week,
-        week_start(hours.day) as week_start,
-        series.gpu_uuid,
-        teams.team,
-        hosts.host,
-        hosts.cluster,
-        series.gpu_name,
-        jobs.job_id,
-        users."user",
-        hours.* exclude (day, hour, series_id, team_id, host_id, job_key, user_id),
-    from hours
-    inner join series on series.series_id = hours.series_id
-    inner join teams on teams.team_id = hours.team_id
-    inner join hosts on hosts.host_id = hours.host_id
-    left join jobs on jobs.job_key = hours.job_key
-    left join users on users.user_id = hours.user_id
+        day,
+        hour,
+        iso_week(day) as iso_week,
+        week_start(day) as week_start,
+        gpu_uuid,
+        team,
+        host,
+        cluster,
+        gpu_name,
+        job_id,
+        "user",
+        * exclude (day, hour, gpu_uuid, team, host, cluster, gpu_name, job_id, "user"),
+    from named_hours
 )
 
 select * from final

@@ -1,6 +1,8 @@
 -- materialized: view
 -- Every sample with its attribution, energy, local day and week, and whether it starts an
 -- idle episode or a thermal event: samples_attributed_rows with its ids as names.
+-- The id tables are joined here, not through the id_names macro (sql/_macros.sql): a
+-- view outlives the build's macros.
 with stored as (
     select * from samples_attributed_rows
 ),

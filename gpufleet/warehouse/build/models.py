@@ -23,7 +23,7 @@ from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.build.ids import ensure_id_tables
 from gpufleet.warehouse.build.memory import fit_memory_limit
-from gpufleet.warehouse.build.sql_tree import relations_read, rename_relations
+from gpufleet.warehouse.build.sql_tree import macro_reads, relations_read, rename_relations
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 DOCS_FILE_NAME = "_docs.toml"
@@ -49,7 +49,7 @@ class Model:
     path: Path
     sql: str
     materialized: str
-    reads: frozenset[str]  # every relation its SQL reads (sql_tree.py), CTEs not
+    reads: frozenset[str]  # every relation its SQL and its table macros read (sql_tree.py)
     depends_on: frozenset[str]  # the models among them
 
 
@@ -69,6 +69,12 @@ def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
         if name in texts:
             raise ValueError(f"{path}: model '{name}' is also defined in {texts[name][0]}")
         texts[name] = (path, path.read_text(encoding="utf-8").strip().rstrip(";").strip())
+    macros_path = sql_dir / MACROS_FILE_NAME
+    macros = (
+        macro_reads(macros_path.read_text(encoding="utf-8"), source=str(macros_path))
+        if macros_path.exists()
+        else {}
+    )
     models: dict[str, Model] = {}
     for name, (path, sql) in texts.items():
         layer = _layer_of(path, sql_dir)
@@ -76,7 +82,7 @@ def discover_models(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
         materialized = match.group(1) if match else DEFAULT_MATERIALIZATION[layer]
         if materialized not in MATERIALIZATIONS:
             raise ValueError(f"{path}: unknown materialization '{materialized}'")
-        reads = relations_read(sql, source=str(path))
+        reads = relations_read(sql, source=str(path), macros=macros)
         models[name] = Model(
             name=name,
             layer=layer,

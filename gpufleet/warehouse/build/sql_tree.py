@@ -76,10 +76,46 @@ def _relation_spans(sql: str, source: str) -> tuple[tuple[str, int, int, bool], 
     )
 
 
-def relations_read(sql: str, *, source: str = "query") -> frozenset[str]:
+@functools.lru_cache(maxsize=256)
+def _table_macros_called(sql: str, source: str) -> frozenset[str]:
+    tree = parse(sql, source=source)
+    return frozenset(
+        table.this.name.lower()
+        for table in tree.find_all(exp.Table)
+        if isinstance(table.this, exp.Anonymous)
+    )
+
+
+def relations_read(
+    sql: str, *, source: str = "query", macros: Mapping[str, frozenset[str]] | None = None
+) -> frozenset[str]:
     """The relations `sql` reads, less its CTEs: names lowercase, 'schema.name' where the
-    query qualifies them."""
-    return frozenset(span[0] for span in _relation_spans(sql, source))
+    query qualifies them; with `macros` (macro_reads), those the table macros it calls read
+    themselves."""
+    own = frozenset(span[0] for span in _relation_spans(sql, source))
+    called = _table_macros_called(sql, source) if macros else frozenset()
+    return own.union(*(macros[name] for name in called if macros and name in macros))
+
+
+def macro_reads(sql: str, *, source: str = "macros") -> dict[str, frozenset[str]]:
+    """Per table macro the file `sql` creates (`create macro m(rows) as table select ...`),
+    the relations its body reads besides those its arguments name."""
+    try:
+        statements = sqlglot.parse(sql, dialect=DIALECT)
+    except sqlglot.errors.ParseError as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{source}: not SQL DuckDB's dialect parses: {first}") from error
+    reads: dict[str, frozenset[str]] = {}
+    for statement in statements:
+        if not isinstance(statement, exp.Create) or statement.kind != "MACRO":
+            continue
+        signature, body = statement.this, statement.expression
+        if not isinstance(signature, exp.UserDefinedFunction) or not isinstance(body, exp.Query):
+            continue  # a scalar macro reads no relation
+        parameters = {parameter.name.lower() for parameter in signature.expressions}
+        names = {name for name, _, _ in _relation_names(body)} - parameters
+        reads[signature.this.name.lower()] = frozenset(names)
+    return reads
 
 
 def rename_relations(sql: str, renames: Mapping[str, str], *, source: str = "query") -> str:
