@@ -89,6 +89,8 @@ create or replace temp macro team_measures(gpu_team_rows, alloc_only_rows) as ta
             sum(cost_usd) as cost_usd,
             coalesce(sum(allocated_s), 0) as allocated_s,
             coalesce(sum(alloc_only_s), 0) as alloc_only_s,
+            coalesce(sum(activity_s), 0) as activity_s,
+            coalesce(sum(sm_active_s), 0) as sm_active_s,
         from measured_and_allocated
         group by all
     ),
@@ -108,6 +110,8 @@ create or replace temp macro team_measures(gpu_team_rows, alloc_only_rows) as ta
             coalesce(cost_usd, 0) as cost_usd,
             (allocated_s + alloc_only_s) / 3600 as alloc_gpu_hours,
             alloc_only_s / 3600 as alloc_only_gpu_hours,
+            activity_s / 3600 as activity_gpu_hours,
+            sm_active_s / 3600 as sm_active_gpu_hours,
         from team_sums
     )
 
@@ -152,6 +156,29 @@ create or replace temp macro sample_flag(flags, name) as
         when 'starts_idle_episode' then 8
         when 'starts_thermal_event' then 16
     end != 0;
+
+-- How much a cumulative counter (ECC errors, PCIe replays since the driver was loaded) grew
+-- from the sample before to this one (docs/reference.md#drain): the difference, or the
+-- whole count after a reset (lower than before: the driver was reloaded); 0 for the first
+-- known value, null when unknown.
+create or replace temp macro counter_growth(value, previous) as
+    case
+        when value is null then null
+        when previous is null then 0
+        when value >= previous then value - previous
+        else value
+    end;
+
+-- A sample's health flags as bits of one byte, as samples_attributed_rows keeps them
+-- (`flags`' reasons): 1 remapped_rows_pending, 2 remapped_rows_failure, 4
+-- retired_pages_pending; an unknown flag is not set.
+create or replace temp macro health_flags(
+    remapped_rows_pending, remapped_rows_failure, retired_pages_pending
+) as (
+    coalesce(remapped_rows_pending, false)::integer
+    + 2 * coalesce(remapped_rows_failure, false)::integer
+    + 4 * coalesce(retired_pages_pending, false)::integer
+)::utinyint;
 
 -- A thermal slowdown bit (0x20 software, 0x40 hardware) in NVML's clocks-event mask
 -- (docs/reference.md#thermal-event); false when the mask is unknown.

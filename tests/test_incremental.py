@@ -41,9 +41,11 @@ MARTS = (
     "gpu_daily",
     "host_daily",
     "job_efficiency",  # a view of the marts: what they hold per job must agree too
+    "gpu_health_daily",  # views of gpu_hourly's health
+    "gpus_to_drain",
 )
 
-# Six GPUs on four hosts (GPU 4, which joins late, alone on node-c0: a host, and so a host
+# Seven GPUs on four hosts (GPU 6 a MIG device of GPU 5; GPU 4, which joins late, alone on node-c0: a host, and so a host
 # id, that first appears in an incremental build, sorting before the hosts built before
 # it; its job, its process owner 'aaron' and its 'no_permission' samples are new there
 # too); the patterns change in blocks of hours so that idle episodes, thermal events and
@@ -52,7 +54,7 @@ SOURCE_SQL = f"""
 create table source as
 with ticks as (
     select g, k, timestamptz '{START.isoformat()}' + to_seconds(10 * k) as ts
-    from range(6) as gs(g), range({SAMPLES_PER_GPU}) as ks(k)
+    from range(7) as gs(g), range({SAMPLES_PER_GPU}) as ks(k)
 ),
 shaped as (
     select
@@ -69,8 +71,8 @@ shaped as (
 select
     ts,
     10.0::float as interval_s,
-    'node-' || ['a1', 'a1', 'b1', 'b1', 'c0', 'c1'][(g + 1)::bigint] as host,
-    (g % 2)::usmallint as gpu_index,
+    'node-' || ['a1', 'a1', 'b1', 'b1', 'c0', 'c1', 'c1'][(g + 1)::bigint] as host,
+    case when g = 6 then 1 else g % 2 end::usmallint as gpu_index,
     'GPU-' || g as gpu_uuid,
     case when g < 4 then 'NVIDIA H100 80GB HBM3' else 'NVIDIA A100-SXM4-80GB' end as gpu_name,
     case
@@ -108,6 +110,27 @@ select
         as alloc_user,
     (hash(g, k // 90) % 80)::bigint * 1000000000 as mem_used_bytes,
     80000000000::bigint as mem_total_bytes,
+    -- GPM activity on GPUs 0-2; XIDs, ECC counts (GPU 2's reset halfway), replays and a
+    -- pending row remap on GPU 0 late (the drain rule)
+    case when g < 3 then (hash(g, k, 4) % 101)::float end as sm_active_pct,
+    case when g < 3 then (hash(g, k, 5) % 50)::float end as tensor_active_pct,
+    case when g < 3 then (hash(g, k, 6) % 70)::float end as dram_active_pct,
+    case
+        when k % 1777 = 0 and g in (1, 4) then [79]
+        when k % 2003 = 0 then [13, 48]
+        else []
+    end::integer[] as xid_errors,
+    case when g = 3 then null
+        when g = 2 and k > {SAMPLES_PER_GPU // 2} then (k - {SAMPLES_PER_GPU // 2}) // 2500
+        else k // 2500 + g
+    end::bigint as ecc_uncorrected_volatile,
+    (k // 700)::bigint as ecc_corrected_volatile,
+    (k // 1300 * g)::bigint as pcie_replay_count,
+    g = 0 and k > {2 * SAMPLES_PER_GPU // 3} as remapped_rows_pending,
+    -- GPU 6 is a MIG device of GPU 5 (half of it, at its host and index): GPU 5's own
+    -- rows count no hours at the ticks GPU 6 has a row
+    case when g = 6 then 'GPU-5' end as parent_gpu_uuid,
+    case when g = 6 then 0.5 end::float as mig_slice_fraction,
 from shaped
 where not in_gap
     -- GPU 4 joins late
@@ -345,7 +368,7 @@ def test_samples_attributed_is_stored_in_series_and_time_order(
     97,083 samples were stored in 75,000-93,000 stretches."""
     _, full, _ = built
     runs, series = _stored_runs(full.con)
-    assert series == 6
+    assert series == 7
     assert runs <= 4 * series  # a stretch can split where the build's two threads meet
 
 

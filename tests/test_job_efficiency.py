@@ -266,7 +266,9 @@ def test_job_efficiency_columns_in_order(jobs: Fleet) -> None:
         "job_id", "gpu_name", "cluster", "user", "team", "account", "partition", "state",
         "start_ts", "end_ts", "gpus", "alloc_gpu_hours", "gpu_hours", "busy_gpu_hours",
         "avg_util_pct", "idle_gpu_hours", "waste_gpu_hours", "waste_usd",
-        "max_mem_used_bytes", "mem_total_bytes", "energy_kwh",
+        "max_mem_used_bytes", "mem_total_bytes", "energy_kwh", "activity_gpu_hours",
+        "sm_active_gpu_hours", "avg_sm_active_pct", "avg_tensor_active_pct",
+        "avg_dram_active_pct",
     ]  # fmt: skip
     kinds = jobs.rows(
         "select table_type from information_schema.tables where table_name = 'job_efficiency'"

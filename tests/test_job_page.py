@@ -346,13 +346,11 @@ def test_sm_activity_is_shown_where_the_marts_carry_it(data_dir: Path) -> None:
     with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
         con.execute(
             """
-            alter table gpu_hourly add column activity_s double;
-            alter table gpu_hourly add column sm_active_s double;
             update gpu_hourly set activity_s = observed_s, sm_active_s = observed_s / 4;
             create table job_efficiency_rows as select * from job_efficiency;
             drop view job_efficiency;
             create view job_efficiency as
-                select *, 25.0 as avg_sm_active_pct from job_efficiency_rows;
+                select * replace (25.0 as avg_sm_active_pct) from job_efficiency_rows;
             """
         )
     page = load_job_page(load_config(data_dir=data_dir, environ={}), "4807074")

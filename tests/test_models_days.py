@@ -182,6 +182,8 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
         "gpu_hourly",  # the report's heatmaps
         "job_efficiency",  # a view of gpu_hourly, run_pieces and idle_episodes per job
         "alloc_only_daily",  # allocated hours on hosts without samples
+        "gpu_health_daily",  # a view of gpu_hourly's health per GPU and day
+        "gpus_to_drain",  # a view of gpu_health_daily's latest days
     }
     assert set(result.mart_rows) == marts
     # the view is counted as the table it names (warehouse/models.count_mart_rows): the same rows

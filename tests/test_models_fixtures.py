@@ -79,6 +79,7 @@ class Fleet:
         sm_clock_mhz: int | None = None,
         clock_event_mask: int | None = 0,
         processes: list[dict] | None = None,
+        **columns: Any,  # any other sample column (sm_active_pct, xid_errors, ...)
     ) -> None:
         row: dict[str, Any] = {
             "ts": ts,
@@ -95,6 +96,7 @@ class Fleet:
             "sm_clock_mhz": sm_clock_mhz,
             "clock_event_mask": clock_event_mask,
             "processes": processes if processes is not None else [],
+            **columns,
         }
         types = dict(SAMPLE_COLUMNS)
         names = ", ".join(f'"{name}"' for name in row)

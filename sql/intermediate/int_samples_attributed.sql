@@ -76,8 +76,10 @@ with_allocation as (
         allocation_segments.team_id as allocation_team_id,
         allocation_segments.team_from_users as allocation_team_from_users,
     from with_host
+    -- (a MIG GPU's own row: its devices are allocated, stg_samples.gpu_share)
     left join allocation_segments
-        on allocation_segments.host_id = with_host.host_id
+        on not with_host.is_mig_parent
+        and allocation_segments.host_id = with_host.host_id
         and allocation_segments.gpu_index = with_host.gpu_index
         and allocation_segments.hour = with_host.ts_us // 3600000000
         and with_host.ts_us > allocation_segments.start_us
@@ -216,7 +218,10 @@ final as (
         attributed.user_id,
         attributed.job_key,
         attributed.attribution_code,
-        attributed.gpu_util_pct < getvariable('idle_threshold_pct') as is_idle,
+        -- a MIG device's sample is never idle: idle episodes and waste are whole GPUs'
+        -- (docs/reference.md#mig-gpu-hours); its utilization is null from the collector
+        case when attributed.gpu_share = 1 then attributed.gpu_util_pct end
+            < getvariable('idle_threshold_pct') as is_idle,
         attributed.process_count > 0 as has_process,
         thermal_slowdown(attributed.clock_event_mask) as is_thermal,
         attributed.clock_event_mask,
@@ -226,6 +231,17 @@ final as (
         attributed.energy_mj,
         attributed.mem_used_bytes,
         attributed.mem_total_bytes,
+        attributed.gpu_share,
+        attributed.sm_active_pct,
+        attributed.tensor_active_pct,
+        attributed.dram_active_pct,
+        attributed.xid_errors,
+        attributed.ecc_uncorrected_volatile,
+        attributed.ecc_corrected_volatile,
+        attributed.pcie_replay_count,
+        attributed.remapped_rows_pending,
+        attributed.remapped_rows_failure,
+        attributed.retired_pages_pending,
     from attributed
     inner join series_ids on series_ids.gpu_uuid = attributed.gpu_uuid
     inner join statuses on statuses.status = attributed.status

@@ -26,6 +26,9 @@ with_previous as (
         lag(team_id) over series as previous_team_id,
         lag(attribution_code) over series as previous_attribution_code,
         lag(is_thermal) over series as previous_is_thermal,
+        lag(ecc_uncorrected_volatile) over series as previous_ecc_uncorrected,
+        lag(ecc_corrected_volatile) over series as previous_ecc_corrected,
+        lag(pcie_replay_count) over series as previous_pcie_replay_count,
     from samples
     window series as (partition by series_id order by ts)
 ),
@@ -100,6 +103,27 @@ final as (
         with_run_starts.sm_clock_mhz,
         with_run_starts.mem_used_bytes,
         with_run_starts.mem_total_bytes,
+        with_run_starts.gpu_share,
+        with_run_starts.sm_active_pct,
+        with_run_starts.tensor_active_pct,
+        with_run_starts.dram_active_pct,
+        -- health (docs/reference.md#drain): a sample's XIDs, how much each counter grew
+        -- since the sample before (counter_growth), and its flags
+        with_run_starts.xid_errors,
+        counter_growth(
+            with_run_starts.ecc_uncorrected_volatile, with_run_starts.previous_ecc_uncorrected
+        ) as ecc_uncorrected_new,
+        counter_growth(
+            with_run_starts.ecc_corrected_volatile, with_run_starts.previous_ecc_corrected
+        ) as ecc_corrected_new,
+        counter_growth(
+            with_run_starts.pcie_replay_count, with_run_starts.previous_pcie_replay_count
+        ) as pcie_replays_new,
+        health_flags(
+            with_run_starts.remapped_rows_pending,
+            with_run_starts.remapped_rows_failure,
+            with_run_starts.retired_pages_pending
+        ) as health_flags,
     from with_run_starts
     -- the local day and hour in the zone of the sample's site (int_local_days)
     inner join local_days

@@ -18,6 +18,8 @@ gpu_sums as (
         sum(waste_s) as waste_s,
         sum(thermal_s) as thermal_s,
         sum(energy_j) as energy_j,
+        sum(activity_s) as activity_s,
+        sum(sm_active_s) as sm_active_s,
     from gpu_team_rows
     group by day, gpu_uuid
 ),
@@ -36,6 +38,8 @@ final as (
         energy_j / 3.6e6 as energy_kwh,
         samples,
         waste_s / 3600 as waste_hours,
+        activity_s / 3600 as activity_gpu_hours,
+        sm_active_s / 3600 as sm_active_gpu_hours,
     from gpu_sums
 )
 

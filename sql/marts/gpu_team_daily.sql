@@ -38,6 +38,8 @@ sample_sums as (
         sum(thermal_s) as thermal_s,
         sum(energy_j) as energy_j,
         sum(allocated_s) as allocated_s,
+        sum(activity_s) as activity_s,
+        sum(sm_active_s) as sm_active_s,
         min(first_ts) as first_ts,
         max(last_ts) as last_ts,
     from hours

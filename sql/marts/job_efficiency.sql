@@ -82,6 +82,10 @@ sample_sums as (
         sum(idle_s) as idle_s,
         sum(energy_j) as energy_j,
         sum(allocated_s) as allocated_s,
+        sum(activity_s) as activity_s,
+        sum(sm_active_s) as sm_active_s,
+        sum(tensor_active_s) as tensor_active_s,
+        sum(dram_active_s) as dram_active_s,
         max(max_mem_used_bytes) as max_mem_used_bytes,
         max(mem_total_bytes) as mem_total_bytes,
         count(distinct gpu_uuid) as gpus,
@@ -344,6 +348,13 @@ final as (
         sample_sums.max_mem_used_bytes,
         sample_sums.mem_total_bytes,
         sample_sums.energy_j / 3.6e6 as energy_kwh,
+        coalesce(sample_sums.activity_s, 0) / 3600 as activity_gpu_hours,
+        coalesce(sample_sums.sm_active_s, 0) / 3600 as sm_active_gpu_hours,
+        100 * sample_sums.sm_active_s / nullif(sample_sums.activity_s, 0) as avg_sm_active_pct,
+        100 * sample_sums.tensor_active_s / nullif(sample_sums.activity_s, 0)
+            as avg_tensor_active_pct,
+        100 * sample_sums.dram_active_s / nullif(sample_sums.activity_s, 0)
+            as avg_dram_active_pct,
     from keys
     left join sample_sums
         on sample_sums.cluster is not distinct from keys.cluster

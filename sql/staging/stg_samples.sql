@@ -5,8 +5,40 @@
 -- Slurm job that holds the GPU by the scheduler's own record (alloc_job_id, alloc_user;
 -- empty text is no job), and the site its writer recorded or its host=<host>@<site> folder
 -- named (cluster; empty text: none).
+-- A MIG-enabled GPU writes its own row and one per MIG device at the same ts
+-- (docs/reference.md#mig-gpu-hours): `gpu_share` is the part of a GPU-hour a row counts, its
+-- slice (mig_slice_fraction; unknown: an equal part of its GPU's devices at that ts) for a MIG
+-- device, 0 for the GPU's own row when it has MIG devices (its processes and job are its
+-- devices': it is attributed by its host alone), 1 otherwise.
 with source as (
     select * from samples
+),
+
+mig_devices as (
+    -- the MIG devices of each GPU at each tick
+    select
+        parent_gpu_uuid,
+        ts,
+        count(*) as devices,
+    from source
+    where parent_gpu_uuid is not null
+    group by all
+),
+
+with_devices as (
+    select
+        source.*,
+        source.parent_gpu_uuid is null and mig_devices.devices is not null as is_mig_parent,
+        case
+            when source.parent_gpu_uuid is not null
+                then coalesce(source.mig_slice_fraction::double, 1.0 / mig_devices.devices)
+            when mig_devices.devices is not null then 0.0
+            else 1.0
+        end::float as gpu_share,
+    from source
+    left join mig_devices
+        on mig_devices.parent_gpu_uuid = coalesce(source.parent_gpu_uuid, source.gpu_uuid)
+        and mig_devices.ts = source.ts
 ),
 
 renamed as (
@@ -25,14 +57,26 @@ renamed as (
         temp_gpu_c,
         sm_clock_mhz,
         clock_event_mask,
-        processes,
-        coalesce(len(processes), 0) as process_count,
-        nullif(alloc_job_id, '') as alloc_job_id,
-        nullif(alloc_user, '') as alloc_user,
+        case when not is_mig_parent then processes end as processes,
+        case when not is_mig_parent then coalesce(len(processes), 0) else 0 end as process_count,
+        case when not is_mig_parent then nullif(alloc_job_id, '') end as alloc_job_id,
+        case when not is_mig_parent then nullif(alloc_user, '') end as alloc_user,
         nullif(cluster, '') as cluster,
         mem_used_bytes,
         mem_total_bytes,
-    from source
+        gpu_share,
+        is_mig_parent,
+        sm_active_pct,
+        tensor_active_pct,
+        dram_active_pct,
+        xid_errors,
+        ecc_uncorrected_volatile,
+        ecc_corrected_volatile,
+        pcie_replay_count,
+        remapped_rows_pending,
+        remapped_rows_failure,
+        retired_pages_pending,
+    from with_devices
 ),
 
 final as (
@@ -58,6 +102,18 @@ final as (
         cluster,
         mem_used_bytes,
         mem_total_bytes,
+        gpu_share,
+        is_mig_parent,
+        sm_active_pct,
+        tensor_active_pct,
+        dram_active_pct,
+        xid_errors,
+        ecc_uncorrected_volatile,
+        ecc_corrected_volatile,
+        pcie_replay_count,
+        remapped_rows_pending,
+        remapped_rows_failure,
+        retired_pages_pending,
     from renamed
 )
 
