@@ -45,11 +45,12 @@ MARTS = (
     "gpus_to_drain",
 )
 
-# Seven GPUs on four hosts (GPU 6 a MIG device of GPU 5; GPU 4, which joins late, alone on node-c0: a host, and so a host
-# id, that first appears in an incremental build, sorting before the hosts built before
-# it; its job, its process owner 'aaron' and its 'no_permission' samples are new there
-# too); the patterns change in blocks of hours so that idle episodes, thermal events and
-# team changes cross local midnight (Kolkata: UTC+05:30) and chunks.
+# Seven GPUs on four hosts (GPU 6 a MIG device of GPU 5; GPU 4, which joins late, alone
+# on node-c0: a host, and so a host id, that first appears in an incremental build,
+# sorting before the hosts built before it; its job, its process owner 'aaron' and its
+# 'no_permission' samples are new there too); the patterns change in blocks of hours so
+# that idle episodes, thermal events and team changes cross local midnight (Kolkata:
+# UTC+05:30) and chunks.
 SOURCE_SQL = f"""
 create table source as
 with ticks as (
