@@ -1,4 +1,4 @@
-"""A closed month's showback rows as `gpufleet close` kept them (gpufleet/warehouse/close.py),
+"""A closed month's showback rows as `gpufleet close` kept them (gpufleet/close.py),
 which `export showback` writes again instead of computing them.
 
 A column added to showback after the first months were closed is added to the kept table by

@@ -21,10 +21,10 @@ import polars as pl
 import pytest
 
 from gpufleet.cli import main
+from gpufleet.close import close, close_month, reopen_month
 from gpufleet.errors import GpufleetError
 from gpufleet.showback import showback
 from gpufleet.warehouse.build import build_models
-from gpufleet.warehouse.close import close, close_month, reopen_month
 from gpufleet.warehouse.publish import write_transaction
 from tests.test_incremental import SOURCE_SQL, _fleet, _mart, _references
 from tests.test_models_fixtures import NEXT_LOAD, Fleet

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpufleet.close import close, reopen
 from gpufleet.config import Config, load_config
 from gpufleet.config_sources import GridConfig
 from gpufleet.errors import GpufleetError
@@ -23,7 +24,6 @@ from gpufleet.reports.data import load_week
 from gpufleet.reports.render import PageLink, render_email_text, render_page
 from gpufleet.showback import showback
 from gpufleet.warehouse.build import build
-from gpufleet.warehouse.close import close, reopen
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import write_transaction
 from gpufleet.warehouse.refs.grid import read_grid

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gpufleet.close import close_month
 from gpufleet.config import Config, RetentionConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.status import read_status
@@ -21,7 +22,6 @@ from gpufleet.warehouse.base import deletes
 from gpufleet.warehouse.build import build, build_models
 from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.retention import after_publish, expire_reports, expire_samples
-from gpufleet.warehouse.close import close_month
 from gpufleet.warehouse.cycle import ingest_then_build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only, write_transaction

@@ -371,7 +371,7 @@ def test_the_idle_capacity_of_unallocated_gpus_is_a_cost_column_of_its_own(
 def test_a_month_closed_before_x_idle_capacity_usd_is_written_as_it_was(tmp_path: Path) -> None:
     """Its kept rows have no x_idle_capacity_usd (closed by an older gpufleet): the export
     writes them without it, byte for byte as at close, and the CSV's cents still round."""
-    from gpufleet.warehouse.close import close
+    from gpufleet.close import close
     from gpufleet.warehouse.publish import write_transaction
     from tests.test_close import TODAY, _warehouse
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from gpufleet.close import close
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.showback import showback
 from gpufleet.warehouse.build import build
-from gpufleet.warehouse.close import close
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only
 from tests.test_ingest import query

@@ -58,14 +58,14 @@ def add_reopen(commands: argparse._SubParsersAction) -> None:
 
 
 def run_close(args: argparse.Namespace, config: Config) -> int:
-    from gpufleet.warehouse.close import close
+    from gpufleet.close import close
 
     print(close(config, args.month, cluster=args.cluster))
     return 0
 
 
 def run_reopen(args: argparse.Namespace, config: Config) -> int:
-    from gpufleet.warehouse.close import reopen
+    from gpufleet.close import reopen
 
     print(reopen(config, args.month, cluster=args.cluster))
     return 0

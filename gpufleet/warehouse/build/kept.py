@@ -6,7 +6,7 @@ copied into `build_state.kept_*` when they become kept (`keep_days`). Builds com
 ever, full or incremental; at the end (`restore_kept`), each kept day a build changed gets
 its kept rows back, `team_weekly` is summed again for the weeks of those days, and what the
 build computed differently in a closed month is returned as one line per month: reported,
-not applied. Reopening a month (`gpufleet/warehouse/close.py`) forgets its kept rows and has
+not applied. Reopening a month (`gpufleet/close.py`) forgets its kept rows and has
 the next build recompute it (`reopened_since`). docs/operations.md#closing-a-month.
 """
 

@@ -4,9 +4,11 @@ Closing a month copies its marts' rows (the local days of the month; a run by th
 start_ts falls on) into `build_state.kept_*` and its showback rows into
 `build_state.closed_showback`, and lists it in `closed_periods`, in one published
 transaction. Builds then give those days their kept rows back and report, not apply, what
-they computed differently there (`build/kept.py`); `export showback` writes the kept rows.
+they computed differently there (`gpufleet/warehouse/build/kept.py`); `export showback`
+writes the kept rows.
 Reopening forgets them and has the next build recompute the month.
-docs/operations.md#closing-a-month.
+It sits above the engine, beside the showback it keeps: the warehouse honours kept rows
+and imports neither. docs/operations.md#closing-a-month.
 """
 
 from __future__ import annotations
