@@ -16,7 +16,7 @@ import polars.selectors as cs
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.reports import jobs, queries
+from gpufleet.reports import health, jobs, queries
 from gpufleet.reports.allocated import alloc_only_week
 from gpufleet.reports.carbon import team_co2, with_co2
 from gpufleet.reports.coverage import week_coverage
@@ -97,6 +97,9 @@ def load_week(
             coverage=coverage,
             previous_coverage=week_coverage(previous_days, before_start, before_end),
             throttled_group=throttled_group(queries.throttled_hosts(con, start, end), host_days),
+            to_drain=health.gpus_to_drain(con),
+            how_well=health.how_well(con, week),
+            busy_low_sm_jobs=_local_or_none(health.busy_low_sm_jobs(con, start, end), tz),
         )
     except duckdb.Error as exc:
         raise GpufleetError(

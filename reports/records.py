@@ -131,6 +131,10 @@ class WeekData:
     coverage: WeekCoverage | None = None  # the part of the week with samples; None: all of it
     previous_coverage: WeekCoverage | None = None
     throttled_group: HostGroup | None = None  # the host or rack with most throttled GPUs
+    # gpufleet.reports.health; None: a warehouse built before activity and health
+    to_drain: pl.DataFrame | None = None  # the GPUs to drain, as of each one's latest day
+    how_well: pl.DataFrame | None = None  # per team: utilization, SM and tensor activity
+    busy_low_sm_jobs: pl.DataFrame | None = None  # jobs busy with their SMs mostly idle
 
     @property
     def has_data(self) -> bool:

@@ -20,6 +20,7 @@ import vl_convert
 from markupsafe import Markup
 
 from gpufleet.console import printable
+from gpufleet.reports import health
 from gpufleet.reports.charts import NamedChart
 from gpufleet.reports.jobs import MIN_GPU_HOURS
 from gpufleet.reports.records import Kpi, WeekData
@@ -211,7 +212,11 @@ _ENV.filters.update(
     shell_word=shlex.quote,  # a name in a command line to copy: one word, run as none
 )
 _ENV.globals.update(
-    change=change, kpi_tone=kpi_tone, jobs_min_gpu_hours=_gpu_hours_text(MIN_GPU_HOURS)
+    change=change,
+    kpi_tone=kpi_tone,
+    jobs_min_gpu_hours=_gpu_hours_text(MIN_GPU_HOURS),
+    high_util=format_value(health.HIGH_UTIL_PCT, "pct"),
+    low_sm_active=format_value(health.LOW_SM_ACTIVE_PCT, "pct"),
 )
 
 

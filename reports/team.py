@@ -25,7 +25,7 @@ import polars as pl
 from gpufleet.config import Config
 from gpufleet.episode_groups import counted
 from gpufleet.errors import GpufleetError
-from gpufleet.reports import queries
+from gpufleet.reports import health, queries
 from gpufleet.reports.charts import NamedChart, utilization_heatmap, waste_trend
 from gpufleet.reports.data import MART_TABLES, local
 from gpufleet.reports.mail import add_chart_images, read_message
@@ -67,6 +67,8 @@ class TeamWeek:
     trend: pl.DataFrame  # its team_weekly rows of the 8 weeks up to this one
     lead_email: str | None = None
     cc: tuple[str, ...] = field(default_factory=tuple)
+    # its row of health.how_well (utilization, SM and tensor activity); None: not measured
+    activity: Mapping[str, Any] | None = None
 
     @property
     def last_day(self) -> dt.date:
@@ -171,7 +173,8 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
         site_views(con, None)  # a team's figures over all its sites
         weeks = queries.team_weeks(con, week)
         episodes = local(week_episodes(con, week), tz)
-        by_user = queries.waste_by_user_and_job(con, week)
+        by_user = health.with_job_activity(queries.waste_by_user_and_job(con, week), con)
+        how_well = health.how_well(con, week)
         heatmap = queries.heatmap(con, start, end)
         trend = queries.waste_trend(con, week)
         contacts = {row["team"]: row for row in queries.team_contacts(con).iter_rows(named=True)}
@@ -204,9 +207,16 @@ def load_team_weeks(config: Config, week: str, *, now: dt.datetime | None = None
                 trend=trend.filter(mine),
                 lead_email=contact.get("lead_email"),
                 cc=tuple(contact.get("cc") or ()),
+                activity=_activity(how_well, team),
             )
         )
     return teams
+
+
+def _activity(how_well: pl.DataFrame | None, team: str) -> Mapping[str, Any] | None:
+    """The team's row of `how_well`, when its SM activity was measured at all."""
+    rows = [] if how_well is None else how_well.filter(pl.col("team") == team).rows(named=True)
+    return rows[0] if rows and rows[0]["sm_active_pct"] is not None else None
 
 
 def team_charts(team: TeamWeek) -> list[NamedChart]:
