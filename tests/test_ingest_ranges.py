@@ -161,9 +161,7 @@ def test_the_staged_path_quarantines_the_same_values_with_the_same_reasons(
     write_samples(config.data_dir, f"{DAY1}/c.parquet", bad)
     write_samples(config.data_dir, f"{DAY1}/e.parquet", [{**sample(60), "sm_active_pct": 101.0}])
     write_samples(config.data_dir, f"{DAY1}/f.parquet", [{**sample(70), "pcie_tx_bytes_s": -1.0}])
-    write_samples(
-        config.data_dir, f"{DAY1}/g.parquet", [{**sample(80), "mig_slice_fraction": 0.0}]
-    )
+    write_samples(config.data_dir, f"{DAY1}/g.parquet", [{**sample(80), "mig_slice_fraction": 0.0}])
     late = {**sample(50), "ts": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)}
     write_samples(config.data_dir, f"{DAY1}/d.parquet", [late])
     with pytest.warns(QuarantineWarning):
