@@ -37,6 +37,7 @@ lint: $(STAMP) docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 ## make docs: the user docs (docs/, mkdocs.yml) as a site in site/; strict, so a broken link
 ## or anchor, or a page missing from the nav, fails (never --quiet: it hides the warnings

@@ -1,6 +1,7 @@
-"""One room per stage: the engine, the simulator and the reports run without Prefect;
-flows/ is the thin Prefect layer over them; the warehouse's stages import each other in one
-direction; no module is long."""
+"""One room per stage: the layers import each other in one direction, as the import-linter
+contracts in pyproject.toml say (`make lint` checks them too); the engine, the simulator and
+the reports run without Prefect; flows/ is the thin Prefect layer over them; no module is
+long."""
 
 from __future__ import annotations
 
@@ -46,11 +47,6 @@ def _engine_modules() -> dict[str, Path]:
         for name, path in _package_modules().items()
         if name != FLOWS_PACKAGE and not name.startswith(FLOWS_PACKAGE + ".")
     }
-
-
-def test_no_module_outside_flows_imports_prefect() -> None:
-    for name, path in _engine_modules().items():
-        assert "prefect" not in imported_top_levels(path), name
 
 
 def test_the_engine_the_simulator_and_the_reports_import_without_prefect() -> None:
@@ -119,76 +115,16 @@ def test_no_module_is_over_400_lines() -> None:
     assert not too_long, f"over {MAX_LINES} lines: {too_long}"
 
 
-def _stage(module: str) -> str | None:
-    """The warehouse stage `module` is part of: its package below gpufleet.warehouse (ingest,
-    lake, build, publish, refs, base) or, at the top, the module itself (cycle)."""
-    parts = module.split(".")
-    return parts[2] if parts[:2] == ["gpufleet", "warehouse"] and len(parts) > 2 else None
-
-
-def _imported_modules(module: str, path: Path) -> set[str]:
-    """The modules `path` imports, lazily or not; `from package import name` counts as both
-    the package and `package.name` (which may be a module)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                above = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*above, base] if base else above)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """A cycle of `graph` (as the nodes along it, the first repeated at the end), or None."""
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> list[str] | None:
-        if node in path:
-            return [*path[path.index(node) :], node]
-        if node in done:
-            return None
-        for target in sorted(graph.get(node, ())):
-            found = visit(target, [*path, node])
-            if found:
-                return found
-        done.add(node)
-        return None
-
-    for node in sorted(graph):
-        found = visit(node, [])
-        if found:
-            return found
-    return None
-
-
-def test_the_warehouse_stages_import_each_other_without_cycles() -> None:
-    graph: dict[str, set[str]] = {}
-    for module, path in _package_modules().items():
-        stage = _stage(module)
-        if stage is None:
-            continue
-        for imported in _imported_modules(module, path):
-            other = _stage(imported)
-            if other is not None and other != stage:
-                graph.setdefault(stage, set()).add(other)
-    assert {"lake", "build", "publish", "refs", "base"} <= graph["ingest"]
-    assert "base" not in graph, f"base is below every stage, yet imports {graph.get('base')}"
-    cycle = _cycle(graph)
-    assert cycle is None, "the warehouse's stages import each other in a cycle: " + " -> ".join(
-        cycle or []
+def test_the_import_contracts_hold() -> None:
+    """The layers of pyproject.toml's [tool.importlinter] contracts (docs/development.md):
+    the collectors import only themselves and the standard-library modules below them, the
+    engine nothing above it, the integrations no engine, the flows no command, only the flows
+    Prefect, and no top-level module or warehouse stage imports another in a cycle."""
+    completed = subprocess.run(
+        [Path(sys.executable).with_name("lint-imports"), "--no-cache", "--no-logo"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-
-
-def test_a_cycle_between_stages_is_found() -> None:
-    assert _cycle({"ingest": {"lake"}, "lake": {"publish"}, "publish": set()}) is None
-    assert _cycle({"ingest": {"lake"}, "lake": {"build"}, "build": {"lake"}}) == [
-        "build",
-        "lake",
-        "build",
-    ]
+    assert completed.returncode == 0, completed.stdout + completed.stderr
