@@ -123,7 +123,7 @@ def test_a_table_macro_reads_what_its_body_reads_but_its_arguments() -> None:
 QUERY = """
 -- run_pieces in a comment stays
 with recent as (
-    select 'run_pieces' as label, run_pieces.day, run_pieces.run_pieces,
+    select 'from run_pieces' as label, run_pieces.day, run_pieces.run_pieces,
     from run_pieces
     inner join build_state.run_pieces as old on true
 ),
@@ -152,7 +152,7 @@ def test_a_rename_changes_table_nodes_only() -> None:
     # without an alias, the old name becomes one (for `run_pieces.day`)
     assert "from _inc_pieces as run_pieces\n" in renamed
     assert "select pieces.day, from _inc_pieces as pieces" in renamed
-    assert "select 'run_pieces' as label, run_pieces.day, run_pieces.run_pieces," in renamed
+    assert "select 'from run_pieces' as label, run_pieces.day, run_pieces.run_pieces," in renamed
     assert "build_state.run_pieces as old" in renamed  # a qualified name is another relation
     assert "-- run_pieces in a comment stays" in renamed
     assert "select * from RUN_PIECES limit 0" in renamed  # the CTE (names ignore case)
@@ -168,7 +168,7 @@ def test_a_renamed_query_reads_the_other_relation() -> None:
     con.execute("create table _inc_pieces (day int, run_pieces int)")
     con.execute("insert into _inc_pieces values (7, 8)")
     rows = con.execute(rename_relations(QUERY, {"run_pieces": "_inc_pieces"})).fetchall()
-    assert rows == [("run_pieces", 7, 8)]
+    assert rows == [("from run_pieces", 7, 8)]
     assert con.execute(QUERY).fetchall() == []
 
 
