@@ -3,6 +3,7 @@ stale hosts, read-only (never the writers' lock); exit status 1 when stale."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import time
@@ -18,7 +19,7 @@ from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import lock_path, writer_lock
 from tests.refused_reads import run_gpufleet
-from tests.test_ingest import DAY1, DAY2, sample, write_samples
+from tests.test_ingest import DAY1, DAY2, T0, sample, write_samples
 
 HOUR_S = 3600
 H2 = DAY1.replace("host=h1", "host=h2")
@@ -175,3 +176,54 @@ def test_status_answers_while_a_writer_holds_the_lock(
         code, status = _status(config, capsys)
     assert code == 0 and status["files_loaded"] == 1
     assert time.monotonic() - started < 30  # never waited for the lock
+
+
+def test_the_last_sample_is_the_newest_samples_time_not_the_files(
+    config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files written days after their samples (a backfill, a copy): `last sample` is the
+    samples' time, loaded (loaded_files' max_ts) or not yet (the file's own statistics)."""
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(600)])
+    ingest(config)
+    code, status = _status(config, capsys)
+    [h1] = status["hosts"]
+    assert h1["last_sample_ts"] == (T0 + dt.timedelta(seconds=600)).isoformat()
+    assert h1["last_file_ts"] > h1["last_sample_ts"]
+    write_samples(config.data_dir, f"{DAY2}/b.parquet", [sample(86_400 + 30)])
+    code, status = _status(config, capsys)
+    [h1] = status["hosts"]
+    assert h1["last_sample_ts"] == (T0 + dt.timedelta(seconds=86_430)).isoformat()
+    assert main(["--data-dir", str(config.data_dir), "status"]) == code
+    text = capsys.readouterr().out
+    assert "last sample                last file arrived" in text
+    assert f"  {(T0 + dt.timedelta(seconds=86_430)).isoformat()}  " in text
+
+
+def test_slurm_nodes_with_allocations_but_no_samples_are_listed(
+    config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(s) for s in range(0, 600, 10)])
+    allocations = config.allocations_dir / "slurm.csv"
+    allocations.parent.mkdir(parents=True)
+    start, end = T0.isoformat(), (T0 + dt.timedelta(hours=3)).isoformat()
+    allocations.write_text(
+        "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
+        f"7,alice,vision,gpu09,0,{start},{end}\n"
+        f"7,alice,vision,gpu09,1,{start},{end}\n"
+        f"8,alice,vision,h1,0,{start},{end}\n"
+    )
+    ingest(config)
+    build(config)
+    _, status = _status(config, capsys)
+    assert status["allocated_only"] == [
+        {
+            "host": "gpu09",
+            "cluster": None,
+            "last_day": T0.date().isoformat(),
+            "alloc_gpu_hours": 6.0,
+        }
+    ]
+    main(["--data-dir", str(config.data_dir), "status"])
+    text = capsys.readouterr().out
+    assert "Slurm nodes with allocations but no samples (last 7 days): 1" in text
+    assert "  gpu09: 6.0 GPU-hours allocated, not measured, last on 2026-11-16" in text
