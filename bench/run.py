@@ -67,6 +67,9 @@ def write_results(
         "",
         *(f"- {note}" for note in notes),
         "",
+        "The measurements behind design choices in the code, moved from its comments:"
+        " [notes.md](notes.md) (kept by hand; not rewritten here).",
+        "",
     ]
     RESULTS.write_text("\n".join(lines))
     if not quiet:

@@ -115,7 +115,7 @@ class Gpm:
 
     def _metrics(self, key: str, older: Any, newer: Any) -> list[float | None] | None:
         request = self._request
-        # ctypes' own setattr: pynvml's structures add a Python-level one (about 1 us each)
+        # ctypes' own setattr: pynvml's structures add a Python-level one, a call each
         ctypes.Structure.__setattr__(request, "sample1", older)
         ctypes.Structure.__setattr__(request, "sample2", newer)
         if self._nvml.call(key, "gpm_metrics", ("nvmlGpmMetricsGet",), request) is None:

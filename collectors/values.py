@@ -32,8 +32,8 @@ def sample_pairs(samples: Sequence[Any], value_type: int) -> Iterable[tuple[int,
     """(timestamp_us, value) of NVML samples.
 
     pynvml returns the samples as views into one ctypes array, and its structures read every
-    field through a Python-level `__getattribute__` (about 0.5 us each): 60 samples x 2 kinds
-    x 8 GPUs per tick add up. So, when the views are contiguous, the whole buffer is
+    field through a Python-level `__getattribute__`, a call each: 60 samples x 2 kinds x 8
+    GPUs per tick add up. So, when the views are contiguous, the whole buffer is
     unpacked in one `struct.iter_unpack`; otherwise each sample is read field by field.
     """
     if not samples:
@@ -70,8 +70,8 @@ _GPM_METRICS_OFFSET = pynvml.c_nvmlGpmMetricsGet_t.metrics.offset
 def gpm_values(request: Any, count: int) -> list[float | None]:
     """The value of each of the first `count` metrics of a c_nvmlGpmMetricsGet_t that
     nvmlGpmMetricsGet filled; None where its own return code is not success or the value is
-    not a finite number. Unpacked in one call where the layout is the expected one (each
-    field read through pynvml's structures costs about 1.5 us)."""
+    not a finite number. Unpacked in one call where the layout is the expected one (reading
+    each field through pynvml's structures costs a Python call per field)."""
     if ctypes.sizeof(pynvml.c_nvmlGpmMetric_t) == _GPM_METRIC.size:
         raw = ctypes.string_at(
             ctypes.addressof(request) + _GPM_METRICS_OFFSET, _GPM_METRIC.size * count

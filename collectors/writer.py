@@ -52,7 +52,7 @@ def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
     """The contract table of spooled records, sorted by (gpu_uuid, ts).
 
     Sorted in Python: a few thousand rows sort in a millisecond, and pyarrow's compute
-    kernels would add about 10 MB to the collector's resident memory.
+    kernels would add to the collector's resident memory.
     """
     try:
         ordered = sorted(records, key=lambda r: (r["gpu_uuid"], r["ts"]))

@@ -19,11 +19,11 @@ _WORKING_DIRECTORY_FILES = (".env", "prefect.toml")
 def prefect_server_configured() -> bool:
     """PREFECT_API_URL in the environment or in Prefect's settings. Without one, `ingest`,
     `build` and `report` call the engine the flows call, as the deployments' flows would,
-    minus the run's record: a flow would start Prefect's temporary server, 15-18 s of a
-    20 s `gpufleet build` with nothing to build (0.1 s of work) on a 2-core machine.
+    minus the run's record: a flow would start Prefect's temporary server, most of the
+    time of a `gpufleet build` with nothing to build.
 
     Prefect's settings are asked only where something could set the URL: importing them
-    takes about 2 s, as long as the rest of such a build."""
+    takes as long as the rest of such a build."""
     if os.environ.get("PREFECT_API_URL"):
         return True
     if "prefect.settings" not in sys.modules and not _settings_beyond_defaults():

@@ -16,10 +16,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # polars' allocator (its own jemalloc, which reads this variable once, when polars loads)
-# hands the pages a batch freed back to the system within moments, and the next batch of an
-# ingest faults them in again: on a day of the 1,000-GPU fleet that was a third of the
-# read's CPU time, spent in the kernel. Kept for 30 s, they are reused. A value already set
-# wins.
+# by default hands the pages a batch freed back to the system within moments, and the next
+# batch of an ingest faults them in again, spending the read's CPU time in the kernel. Kept
+# for 30 s, they are reused. A value already set wins.
 os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:30000,muzzy_decay_ms:30000")
 
 

@@ -25,7 +25,7 @@ PNG_SCALE = 1.5  # sharp enough on a high-density screen, a quarter of the pixel
 def chart_png(chart: NamedChart) -> bytes:
     """A static PNG of the chart (mail clients run no JavaScript); no network access.
     vl-convert writes its PNGs barely compressed: Pillow writes them again with zlib's best
-    compression (4 to 6 times smaller), so a week's charts take a few hundred kB of mail."""
+    compression (several times smaller), so a week's charts take a few hundred kB of mail."""
     drawn = vl_convert.vegalite_to_png(chart.spec(), scale=PNG_SCALE, allowed_base_urls=[])
     compressed = io.BytesIO()
     with Image.open(io.BytesIO(drawn)) as image:

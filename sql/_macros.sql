@@ -134,8 +134,8 @@ create or replace temp macro iso_week(day) as strftime(day, '%G-W%V');
 create or replace temp macro week_start(day) as day - (isodow(day) - 1)::integer;
 
 -- samples_attributed_rows keeps a sample's yes/no facts as bits of one `flags` byte: the
--- build's write costs about the same per column whatever its type (measured: five boolean
--- columns cost as much as the per-sample floats), and these are read together.
+-- build's write costs about the same per column whatever its type (a boolean column as
+-- much as a float), and these are read together.
 -- Bits: 1 idle, 2 has a process, 4 contiguous, 8 starts an idle episode, 16 starts a
 -- thermal event. (Thermal is not stored: it is `thermal_slowdown(clock_event_mask)`.)
 create or replace temp macro sample_flags(

@@ -102,7 +102,7 @@ def cluster_name(text: str) -> str:
 
 def run_collect(args: argparse.Namespace, config: Config) -> int:
     # Arrow's C++ buffers (the Parquet writer's among them) from malloc, not mimalloc, whose
-    # arenas stay resident between flushes (6 MB of a collector's 80): read once, when
+    # arenas stay resident between flushes, a share of a collector's memory: read once, when
     # pyarrow is first imported, which is below. An ARROW_DEFAULT_MEMORY_POOL set wins.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from gpufleet.collectors.service import run_collector

@@ -206,7 +206,7 @@ def run_serve(args: argparse.Namespace, config: Config) -> int:
 
     status = serve(config)
     # What serve started has stopped: leave without the interpreter's teardown of Prefect's
-    # modules, 1.5-2 s on a busy 2-core host, which would make the 5 s stop late.
+    # modules, which takes seconds on a busy host and would make the 5 s stop late.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)

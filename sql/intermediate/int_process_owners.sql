@@ -2,15 +2,14 @@
 -- jobs of the processes on a GPU, and the job holding it by the scheduler's record with its
 -- user (alloc_job_id, alloc_user).
 -- `not materialized`: read twice below, DuckDB would otherwise materialize every column of
--- every sample first (28 of a full build's 190 CPU seconds at 1,000 GPUs x 7 days, against
--- 14 for the two reads)
+-- every sample first, which costs more than reading the two sets of columns twice
 with samples as not materialized (
     select * from stg_samples
 ),
 
 processes as (
     -- no filter on the list's length: an empty or null list unnests to no row, and the
-    -- filter cost 0.6 s of 5 (a week of the second bench fleet)
+    -- filter would cost a pass over every list
     select unnest(processes) as process,
     from samples
 ),
@@ -23,10 +22,8 @@ process_owners as (
 ),
 
 holders as (
-    -- A second scan of the samples, of these two columns only: 0.4-0.6 s of CPU more than
-    -- the processes alone for the demo's 10 million samples (8 million with a job).
-    -- Appending the pair to each sample's process list, to unnest both in one pass, cost
-    -- 3 s more; grouping the samples by the pair and the list first, 0.5 s more.
+    -- A second scan of the samples, of these two columns only: cheaper than unnesting the
+    -- pair with the process list in one pass, or grouping the samples by both first.
     select distinct
         alloc_user as "user",
         alloc_job_id as job_id,

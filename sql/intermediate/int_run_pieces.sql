@@ -2,8 +2,8 @@
 -- and thermal samples keyed by the run they belong to, summed into pieces. A run is the
 -- samples from one that starts it (see samples_attributed_rows) up to the next start of
 -- the same kind, so its key is the time of the latest start at or before the sample: one
--- as-of join of the series' samples with its starts of both kinds (a running max over a
--- window of the samples took 3 times as long; an as-of join per kind, 1.4-1.6 times).
+-- as-of join of the series' samples with its starts of both kinds (cheaper than a running
+-- max over a window of the samples, or an as-of join per kind).
 -- Only idle and thermal samples need a key, so only they are joined.
 -- A piece is the samples of one idle run and one thermal run (either may be null) in one
 -- local hour and host, of one job (so first_job_id is the job of all its samples, and

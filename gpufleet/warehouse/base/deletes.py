@@ -3,13 +3,11 @@
 DuckDB (2.0.1) keeps the deletes of each row group a statement deletes from in a block of
 its buffer manager (256 KB at least), pinned until the deletes are checkpointed. A delete
 that takes a few rows of every series (the oldest day, each series' newest hour) from a
-table in series order touches every row group: at 5,000 GPUs x 28 days (1.2 billion rows,
-about 10,000 row groups) the expiry of one day ran out of a 1.2 GB cap, and over 121
-million rows the same delete pinned 273 MB. Statements over a range of the key, each
-followed by a checkpoint, each touch only that range's row groups (and the few appended
-later): what a delete pins is bounded by BATCH_ROWS rows' worth, whatever the table's size
-(measured over the 121 million rows under a 65 MB cap: 15 statements and checkpoints, 0.5
-s; without the checkpoints, out of memory at the eighth).
+table in series order touches every row group, and so pins a block per row group: at
+thousands of GPUs over weeks, more than the build's cap. Statements over a range of the
+key, each followed by a checkpoint, each touch only that range's row groups (and the few
+appended later): what a delete pins is bounded by BATCH_ROWS rows' worth, whatever the
+table's size. Without the checkpoints the blocks of every statement stay pinned.
 """
 
 from __future__ import annotations

@@ -35,15 +35,13 @@ if TYPE_CHECKING:
     from gpufleet.warehouse.build.fanout import FanOut
 
 # A full build of more samples than this builds the per-series models a slice of the
-# GPUs at a time (the window over 60 million samples does not fit in the build's memory).
-# At 1,000 GPUs x 7 days, samples_attributed took 58 s in slices of 8 M samples, 62 s in
-# slices of 4 M and 63 s in slices of 16 M (where the pieces spill: 25 s instead of 15).
+# GPUs at a time: the window over a week of 1,000 GPUs does not fit in the build's memory.
+# Smaller slices cost more per sample; larger ones make int_run_pieces spill to disk.
 FULL_BUILD_CHUNK_SAMPLES = 8_000_000
-# The footer cache keeps each lake file's parsed footer in the process, about 250 KB a
-# file where DuckDB counts 65 (5,000 GPUs x 28 days: 17,500 files, 4.7 GB after a count
-# over them, 288 MB without the cache; in a full build the cap fell to its 512 MB floor for
-# the whole build, and the delete of the expired day at its end ran out of memory). Above
-# this many files it is off.
+# The footer cache keeps each lake file's parsed footer in the process, several times what
+# DuckDB counts against its memory limit; over thousands of files it takes the memory the
+# build's cap assumes is free (the cap falls to its floor, and a large delete runs out of
+# memory). Above this many files it is off.
 METADATA_CACHE_FILES = 1_000
 # model: (the relation sliced, the staging view that reads it when it is a raw table)
 CHUNKED_MODELS = {
@@ -72,8 +70,8 @@ def build_all_models(
     if undocumented:
         raise ValueError(f"{sql_dir / 'marts' / DOCS_FILE_NAME}: no [{undocumented[0]}]")
     # The models open each lake file a dozen times (the id models, then every slice), and
-    # no file changes during a full build: its footer is parsed once (about 3 s of 50 at
-    # 1,000 GPUs x 7 days), by the count below. Off again after, as a cycle swaps files
+    # no file changes during a full build: its footer is parsed once, by the count below,
+    # not at every open. Off again after, as a cycle swaps files
     # under the same paths. Only for a small lake: see METADATA_CACHE_FILES.
     if lake is None or len(lake) <= METADATA_CACHE_FILES:
         con.execute("set parquet_metadata_cache = true")

@@ -47,8 +47,7 @@ def ensure_id_tables(con: duckdb.DuckDBPyConnection) -> None:
 
 def forget_ids(con: duckdb.DuckDBPyConnection) -> None:
     """Before a full build: every id is assigned afresh. The tables are made anew: deleting
-    the rows one by one from their primary-key indexes took 2.1-2.4 s for the 44,000 job ids
-    of a week of the second bench fleet."""
+    the rows one by one from their primary-key indexes costs seconds a build."""
     for table, _, _ in STABLE_IDS.values():
         con.execute(f"drop table if exists {table}")
     ensure_id_tables(con)

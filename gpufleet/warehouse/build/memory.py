@@ -2,13 +2,13 @@
 
 A 15-minute cycle ingests, then builds, in one process. After a cycle that loads many hours
 at once (a deployment that stopped for a day), polars' allocator still holds the pages the
-ingest's batches freed (it keeps them 30 s: `gpufleet/__init__.py`), and a build that let
-DuckDB take its whole cap on top of them peaked at 2.6 GB at 1,000 GPUs. So a build sets
+ingest's batches freed (it keeps them 30 s: `gpufleet/__init__.py`), and DuckDB's whole
+cap on top of them would take the process past its budget. So a build sets
 DuckDB's cap at its start: `BUILD_MEMORY_LIMIT`, or less when the rest of the process
 holds more than the budget leaves, and again before each step while it is less (so that
 it rises once polars' allocator has given its pages back) or while the process holds more
 than `MEASURE_ABOVE`. It never goes below `MIN_BUILD_MEMORY`: a tighter cap only makes
-DuckDB spill to disk sooner. That cycle peaked at 1.90 GB so.
+DuckDB spill to disk sooner.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ import duckdb
 MIB = 1024 * 1024
 PROCESS_MEMORY_BUDGET = 1900 * MIB  # the whole process, DuckDB included
 # DuckDB's cap when the rest of the process holds little: '1536MB' as DuckDB reads it
-# (10^6 bytes a MB), the cap builds had before this module
+# (10^6 bytes a MB)
 BUILD_MEMORY_LIMIT = 1536 * 1000 * 1000
 MIN_BUILD_MEMORY = 512 * MIB
-# A process this large between two steps is measured even at the full cap (DuckDB's own
-# freed pages handed back first): measured only at its start, a full build at 1,000 GPUs
-# x 4 weeks peaked at 2.64 GB, and at 2.12 GB so. The builds of a week stay below it
-# between steps (1.36 GB at most in a full build of the second fleet), so they are not
+# A process this large between two steps is measured again even at the full cap (DuckDB's
+# own freed pages handed back first): a full build of several weeks grows between steps
+# past what its start left room for. A build of a week stays below it, and is not
 # measured again.
 MEASURE_ABOVE = 1536 * MIB
 _CAP_VARIABLE = "gpufleet_build_memory_limit"  # the cap fit_memory_limit set last, in bytes
@@ -63,8 +62,8 @@ def fit_memory_limit(con: duckdb.DuckDBPyConnection, *, measure: bool = False) -
     The process is measured at a build's start (`measure`), and after that while the cap
     is below `BUILD_MEMORY_LIMIT` or the process holds more than `MEASURE_ABOVE`: the rest
     of the process does not grow while it builds (only DuckDB's own freed pages do), and
-    measuring before every step made full builds of the second fleet slower (78.6 / 97.6 s
-    against 73.7 / 85.2 s, alternated pairs on a noisy machine)."""
+    measuring costs each step time (handing DuckDB's freed pages back, which the step then
+    faults in again), so it is done only where the cap may change."""
     row = con.execute(f"select getvariable('{_CAP_VARIABLE}')").fetchone()
     current = int(row[0]) if row and row[0] is not None else None
     if not measure and current is not None and current >= BUILD_MEMORY_LIMIT:
@@ -72,8 +71,8 @@ def fit_memory_limit(con: duckdb.DuckDBPyConnection, *, measure: bool = False) -
         if resident is None or resident <= MEASURE_ABOVE:
             return current
     # Setting the cap (here, to what it is) makes DuckDB hand the pages its allocator has
-    # freed back to the system: measured without that, a full build's slices counted up
-    # to 550 MB of them as the rest of the process. The next step faults them in again.
+    # freed back to the system, so that they do not count as the rest of the process. The
+    # next step faults them in again.
     con.execute(f"set memory_limit = '{current or BUILD_MEMORY_LIMIT}B'")
     limit = build_memory_limit(resident_bytes(), duckdb_bytes(con))
     con.execute(f"set memory_limit = '{limit}B'")

@@ -248,10 +248,10 @@ def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
 BUILD_SETTINGS = (
     # A CTAS need not keep row order; that saves memory on the large per-sample models.
     "set preserve_insertion_order = false",
-    # DuckDB estimates a window's output at a few rows, so it built its hash tables on the
-    # 60 M samples and probed them with the small name tables (series, hosts, teams): the
-    # joins cost 3 times the window and scrambled the rows, which samples_attributed then
-    # had to sort. The models put the small side of every join on the right, as written.
+    # DuckDB estimates a window's output at a few rows, so it would build its hash tables on
+    # the samples and probe them with the small name tables (series, hosts, teams): joins
+    # costlier than the window, and rows scrambled that samples_attributed would then sort.
+    # The models put the small side of every join on the right, as written.
     "set disabled_optimizers = 'build_side_probe_side'",
 )
 
@@ -264,8 +264,8 @@ def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = S
     con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
     for setting in BUILD_SETTINGS:  # a fanned-out build's workers run them too
         con.execute(setting)
-    # DuckDB would take up to 80 % of the machine's memory (8 GB for 15 million samples);
-    # capped, it spills to disk instead, for about 15 % more time and a third of the memory.
+    # DuckDB would take up to 80 % of the machine's memory; capped, it spills to disk
+    # instead, for a little more time and far less memory.
     # Below 1.5 GB when the rest of the process holds much: gpufleet/warehouse/build/memory.py.
     fit_memory_limit(con, measure=True)
 
@@ -275,7 +275,7 @@ def count_mart_rows(
 ) -> dict[str, int]:
     """Each mart's rows. A view over one table (samples_attributed names the ids of
     samples_attributed_rows, row for row) counts as that table: counting the view would
-    run its joins over every sample, 4 s a build at 1,000 GPUs x 4 weeks."""
+    run its joins over every sample."""
     counts: dict[str, int] = {}
     for name in order:
         model = models[name]

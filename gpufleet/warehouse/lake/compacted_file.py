@@ -19,11 +19,11 @@ from gpufleet.warehouse.lake.replaced import replaced_metadata
 
 COMPACTED_PREFIX = "compacted-"
 # Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary
-# (the process lists' fields are plain: their dictionaries cost the writer 5 % and saved
+# (the process lists' fields are plain: dictionaries cost the writer time and save them
 # nothing).
 # Times and cumulative counters grow by small steps (delta encoding stores the steps), and
 # measured floats differ in their low bytes (byte stream split lets zstd find the repeated
-# high ones; lz4 too): on a simulated host-day 26.5 -> 9.7 bytes/sample, the same values.
+# high ones; lz4 too): the same values in far fewer bytes.
 COMPACTED_ENCODINGS = {
     **dict.fromkeys(
         ("ts", "energy_mj", "thermal_violation_ns", "power_violation_ns"), "DELTA_BINARY_PACKED"
@@ -35,12 +35,11 @@ COMPACTED_ENCODINGS = {
     ),
 }
 # The columns whose min and max each row group keeps: those the lake's readers filter on (the
-# GPU of a full build's slice, the time of an incremental one). Keeping every column's cost
-# the writer a tenth of its time and pruned nothing: a row group is one GPU-day.
+# GPU of a full build's slice, the time of an incremental one). Every column's would cost
+# the writer time and prune nothing: a row group is one GPU-day.
 COMPACTED_STATISTICS = ("ts", "gpu_uuid", "host", "gpu_index", "status")
-# lz4, not zstd: with the encodings above the file is only about 6 % larger (11.8 instead of
-# 11.1 bytes a sample on a host-day of the second bench fleet), its writing a fifth cheaper,
-# and DuckDB reads it as fast.
+# lz4, not zstd: with the encodings above the file is only a little larger, its writing
+# cheaper, and DuckDB reads it as fast.
 COMPACTED_COMPRESSION = "lz4"
 
 

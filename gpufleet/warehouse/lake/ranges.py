@@ -3,10 +3,10 @@
 A full build computes the per-series models a range of GPUs (gpu_uuid) at a time
 (`build/full.py`; a Dask partition: `build/fanout.py`). A compacted file holds one host's
 UTC day sorted by gpu_uuid, so the gpu_uuid statistics of its row groups say which GPUs it
-may hold. A slice that named every file of the lake opened every footer and weighed every
-row group, however few it read: that cost grows with slices x files, the square of the
-retained samples (about 0.3 ms per file a slice, measured at 250 GPUs x 28 days). A slice
-now names only the files whose row groups' ranges meet its own.
+may hold. A slice that named every file of the lake would open every footer and weigh
+every row group, however few it read: a cost that grows with slices x files, the square of
+the retained samples. So a slice names only the files whose row groups' ranges meet its
+own.
 """
 
 from __future__ import annotations

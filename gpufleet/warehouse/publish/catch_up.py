@@ -153,8 +153,8 @@ def _catch_up_table(
 def _copy_rows(con: duckdb.DuckDBPyConnection, name: str, columns: list[str]) -> None:
     """Give the table the published one's rows (as a multiset), writing only what differs:
     most tables change by a few rows a publish, or none (`loaded_files`, the allocations,
-    the publish log grow with the history; copied whole, they cost a cycle about 1 s at
-    1,000 GPUs x 4 weeks on the bench's slowest machine). Every copy of a row the
+    the publish log grow with the history; copied whole, they would cost every cycle time
+    that grows with the history too). Every copy of a row the
     published table has fewer of is deleted, then the published rows missing are added."""
     same = " and ".join(
         f'rows."{column}" is not distinct from gone."{column}"'

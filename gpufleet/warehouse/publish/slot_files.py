@@ -143,12 +143,11 @@ def link_over(source: Path, target: Path) -> None:
     os.replace(link, target)
 
 
-# What a write may need beside the published warehouse, measured (`gpufleet build` on a
-# tmpfs): a copy of the warehouse (unless the other slot is caught up in place), a compacted
-# copy of the result (when most of it is free blocks), DuckDB's write-ahead log (checkpointed
-# at 16 MB) and temporary files, and what the write adds. A first build of a 5 MB warehouse
-# needed 19 MB (3.8 times its size: its marts' log and blocks), later builds and ingests 1.1
-# to 1.5 times; a 10,000-GPU cycle on a 17.6 GB warehouse more than the 36 GB it had.
+# What a write may need beside the published warehouse: a copy of the warehouse (unless the
+# other slot is caught up in place), a compacted copy of the result (when most of it is free
+# blocks), DuckDB's write-ahead log (checkpointed at 16 MB) and temporary files, and what
+# the write adds: up to about three times the warehouse's size and some megabytes more (a
+# small warehouse's first build writes its marts' log and blocks), usually less.
 _ROOM_PER_WAREHOUSE_BYTE = 3
 _ROOM_BEYOND_BYTES = 32_000_000
 

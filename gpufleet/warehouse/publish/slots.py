@@ -51,9 +51,9 @@ __all__ = [
 LOCK_FILE_NAME = ".warehouse.lock"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 # A writer's connection is capped from the moment it opens, through the catch-up and the
-# ingest (a build sets its own cap: `build/memory.py`): uncapped, DuckDB takes
-# up to 80 % of the machine, and catching a slot up with hours of samples loaded at once
-# peaked at 2.5 GB at 1,000 GPUs.
+# ingest (a build sets its own cap: `build/memory.py`): uncapped, DuckDB takes up to 80 %
+# of the machine, more than a pipeline host's budget when it catches a slot up with hours
+# of samples loaded at once.
 WRITER_MEMORY_LIMIT = "1536MB"
 
 # A file with more free blocks than blocks in use, and this many bytes free, is written
