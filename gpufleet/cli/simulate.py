@@ -22,7 +22,8 @@ def add_simulate(commands: argparse._SubParsersAction) -> None:
         epilog=(
             "examples:\n"
             "  gpufleet simulate --data-dir /tmp/fleet\n"
-            "  gpufleet simulate --gpus 16 --week 2026-W47 --slurm json"
+            "  gpufleet simulate --gpus 16 --week 2026-W47 --slurm json\n"
+            "  gpufleet simulate --gpus 32 --mig"
         ),
     )
     parser.add_argument(
@@ -70,6 +71,12 @@ def add_simulate(commands: argparse._SubParsersAction) -> None:
         "the span) to slurm/sacct.json and slurm/squeue.json, for 'gpufleet import slurm "
         "--sacct-json ... --squeue-json ...' (default: csv)",
     )
+    parser.add_argument(
+        "--mig",
+        action="store_true",
+        help="split some spare H100 GPUs into MIG devices (3g.40gb + 4g.40gb, or seven "
+        "1g.10gb), each running a user's process",
+    )
     parser.set_defaults(handler=run_simulate)
 
 
@@ -86,6 +93,7 @@ def run_simulate(args: argparse.Namespace, config: Config) -> int:
         interval_s=args.interval,
         flush_s=args.flush,
         seed=args.seed,
+        mig=args.mig,
     )
     print(simulate_fleet(spec, data_dir=config.data_dir, progress=progress, slurm=args.slurm))
     return 0

@@ -1,8 +1,9 @@
 """What a job's processes do to its GPUs: each GPU's change points while they run.
 
-Training holds 84-97 % utilization (throttled in bursts on the hot rack), a notebook holds
-memory at 0 % with short bursts of use, the inference service follows the local day, and
-dev and rogue processes run at a steady moderate level.
+Training holds 84-97 % utilization (throttled in bursts on the hot rack; one job in five
+runs tiny kernels in a loop: high utilization, low SM activity), a notebook holds memory at
+0 % with short bursts of use, the inference service follows the local day, and dev and
+rogue processes run at a steady moderate level.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -55,7 +57,20 @@ def _training(rng: np.random.Generator, job: Job, base_pid: int) -> dict[int, Po
         if hot:
             points = _throttle_runs(rng, points, t1, model)
         out[gpu.ordinal] = points
-    return out
+    return _with_sm_activity(rng, out)
+
+
+def _with_sm_activity(rng: np.random.Generator, out: dict[int, Points]) -> dict[int, Points]:
+    """A training job's SM and tensor activity: most keep 65-85 % of their utilization's
+    time on the SMs; one in five is tiny kernels in a loop (busy GPUs, idle SMs)."""
+    if rng.random() < 0.2:
+        sm, tensor = float(rng.uniform(0.12, 0.25)), float(rng.uniform(0.02, 0.1))
+    else:
+        sm, tensor = float(rng.uniform(0.65, 0.85)), float(rng.uniform(0.45, 0.7))
+    return {
+        ordinal: [(t, replace(s, sm_ratio=sm, tensor_ratio=tensor)) for t, s in points]
+        for ordinal, points in out.items()
+    }
 
 
 def _throttle_runs(rng: np.random.Generator, points: Points, end_s: int, model: GpuModel) -> Points:

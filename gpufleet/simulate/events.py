@@ -1,9 +1,12 @@
-"""The one-off events of the span: a hot rack, a silent collector and a driver reload.
+"""The one-off events of the span: a hot rack, a silent collector, a driver reload and
+failing memory.
 
 The hot rack's hosts run hotter and throttle (see `activity`); one training host's collector
 writes nothing for up to 90 minutes; on one host a GPU falls off the bus (status 'lost')
 until its driver is reloaded, which restarts its energy and violation counters at ~0, and
-no job runs there around the reload (a maintenance window).
+no job runs there around the reload (a maintenance window); the GPU's last sample before it
+fell off reports XID 79. On the span's last day one training GPU's uncorrected ECC count
+grows and another has rows pending remapping to the end: both are to be drained.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpufleet.simulate.layout import GpuPlan, HostPlan
-from gpufleet.simulate.span import Span
+from gpufleet.simulate.span import DAY_S, Span
 from gpufleet.simulate.states import Points, State, overlay
 
 
@@ -30,6 +33,10 @@ class Events:
     lost_start_s: int
     hot_rack: int
     hot_hosts: tuple[str, ...]
+    ecc_gpu_uuid: str | None = None  # its uncorrected ECC count rises by one at each time
+    ecc_times_s: tuple[int, ...] = ()
+    remap_gpu_uuid: str | None = None  # remapped_rows_pending from remap_start_s on
+    remap_start_s: int = 0
 
     def silent(self, host: str, ts_us: np.ndarray) -> np.ndarray:
         """Which of the host's sample timestamps fall in its collector's silence."""
@@ -50,6 +57,8 @@ def plan_events(hosts: list[HostPlan], gpus: list[GpuPlan], span: Span) -> Event
     reload_s = span.start_s + (int(length * 0.6) // 60) * 60 + 13
     lost_gpu = next(g for g in gpus if g.host.index == reload_host.index and g.index == 0)
     hot_hosts = [h for h in hosts if h.hot]
+    failing = [g for g in gpus if g.role == "train" and g.uuid != lost_gpu.uuid]
+    last_day = min(DAY_S, length)
     return Events(
         gap_host=gap_host.name,
         gap_start_s=gap_start,
@@ -60,6 +69,10 @@ def plan_events(hosts: list[HostPlan], gpus: list[GpuPlan], span: Span) -> Event
         lost_start_s=reload_s - min(20 * 60, max(length // 40, 60)),
         hot_rack=hot_hosts[0].rack,
         hot_hosts=tuple(h.name for h in hot_hosts),
+        ecc_gpu_uuid=failing[0].uuid if failing else None,
+        ecc_times_s=tuple(span.end_s - int(last_day * f) // 60 * 60 + 29 for f in (0.8, 0.35)),
+        remap_gpu_uuid=failing[-1].uuid if len(failing) > 1 else None,
+        remap_start_s=span.end_s - int(last_day * 0.5) // 60 * 60 + 41,
     )
 
 

@@ -16,10 +16,15 @@ The story it tells, scaled with the fleet size:
   not in users.csv), an inference service with a daily cycle,
 - a hot rack that throttles (clock-event bits 0x20/0x40 in runs, high temperatures,
   lowered SM clocks), a host whose collector is silent for 90 minutes, and a driver
-  reload (energy counters back to ~0) after a GPU fell off the bus.
+  reload (energy counters back to ~0) after a GPU fell off the bus (XID 79),
+- SM, tensor and DRAM activity and PCIe/NVLink rates on the H100s (NVML GPM; null on the
+  A100 and L40S hosts), with training jobs that run tiny kernels in a loop (busy GPUs,
+  idle SMs); health counters, with a GPU whose uncorrected ECC count grows and one with
+  rows pending remapping on the last day (GPUs to drain),
+- with `mig`, some spare H100s split into MIG devices, each running a user's process.
 
 The package's modules, in the order the story is drawn: `spec`, `models`, `teams`,
-`layout`, `events`, `jobs`, `activity`, `states`, `timelines`, `scenario`; then `noise` and
+`layout`, `events`, `jobs`, `activity`, `mig`, `states`, `timelines`, `scenario`; then `noise` and
 `rows` make a window's samples, `samples`, `reference` and `slurm` write the files.
 """
 
@@ -98,6 +103,7 @@ def scenario_for(spec: SimulationSpec) -> Scenario:
         span_start_s=spec.start_s,
         span_end_s=spec.end_s,
         timezone=spec.timezone,
+        mig=spec.mig,
     )
 
 

@@ -26,6 +26,7 @@ class GpuModel:
     has_hbm_temp: bool
     idle_mem_used_bytes: int  # what NVML reports as used with no process
     gres_type: str  # the GRES type Slurm's gres.conf gives it (`gpu:<type>:<count>`)
+    has_gpm: bool = False  # NVML GPM (Hopper and newer): SM, tensor and DRAM activity
 
 
 H100 = GpuModel(
@@ -42,6 +43,7 @@ H100 = GpuModel(
     has_hbm_temp=True,
     idle_mem_used_bytes=603 * MIB,
     gres_type="h100",
+    has_gpm=True,
 )
 A100 = GpuModel(
     name="NVIDIA A100-SXM4-80GB",

@@ -10,6 +10,7 @@ import numpy as np
 
 # The noise streams, one per metric that wobbles from tick to tick.
 NOISE_UTIL, NOISE_MEM_UTIL, NOISE_TEMP, NOISE_CLOCK, NOISE_POWER, NOISE_TEMP_MEM = range(1, 7)
+NOISE_SM, NOISE_TENSOR, NOISE_DRAM, NOISE_PCIE, NOISE_NVLINK = range(7, 12)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -3,7 +3,7 @@
 Every value is a function of (GPU, tick) and the GPU's timeline piece at that tick, so a
 window computes the same rows whether it is generated alone or as part of a longer one.
 The rows are ordered as the host's collector writes them: by flush window, then GPU (in
-uuid order), then tick.
+uuid order, a MIG device's `MIG-...` after the GPUs), then tick.
 """
 
 from __future__ import annotations
@@ -14,15 +14,21 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from gpufleet.collectors.schema import PROCESS_TYPE, STATUS_LOST, STATUS_OK, V1_2_FIELDS
+from gpufleet.collectors.schema import PROCESS_TYPE, SAMPLE_SCHEMA, STATUS_LOST, STATUS_OK
 from gpufleet.collectors.schema import schema_with_metadata as _schema_with_metadata
 from gpufleet.simulate.layout import GpuPlan, HostPlan
+from gpufleet.simulate.mig import MigDevice
 from gpufleet.simulate.noise import (
     NOISE_CLOCK,
+    NOISE_DRAM,
     NOISE_MEM_UTIL,
+    NOISE_NVLINK,
+    NOISE_PCIE,
     NOISE_POWER,
+    NOISE_SM,
     NOISE_TEMP,
     NOISE_TEMP_MEM,
+    NOISE_TENSOR,
     NOISE_UTIL,
     unit_noise,
 )
@@ -62,7 +68,11 @@ def host_window(
     if rows is None:
         return None
     table = pa.table(_columns(scn, host, rows), schema=SCHEMA)
-    return HostWindow(table=table, files=_flush_files(rows.window, start_us, end_us, flush_us))
+    window = rows.window
+    devices = [(j, d) for j, g in enumerate(rows.gpus) for d in scn.mig.get(g.ordinal, ())]
+    if devices:
+        table, window = _with_mig_rows(scn, host, rows, devices, table)
+    return HostWindow(table=table, files=_flush_files(window, start_us, end_us, flush_us))
 
 
 def _rows(scn: Scenario, host: HostPlan, start_us: int, end_us: int, flush_us: int) -> _Rows | None:
@@ -104,12 +114,17 @@ def _columns(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, pa.Array]:
     lost = tl.lost[piece]
     mask = lost if lost.any() else None
     n = len(piece)
+    mig_gpu = np.array([g.ordinal in scn.mig for g in rows.gpus], dtype=np.bool_)[rows.gpu]
+    no_util = lost | mig_gpu  # a MIG GPU's own row has no utilization nor activity
 
     def const(value: object, kind: pa.DataType) -> pa.Array:
         return pa.repeat(pa.scalar(value, type=kind), n)
 
     def metric(name: str, kind: pa.DataType) -> pa.Array:
         return pa.array(values[name], type=kind, mask=mask)
+
+    def util(name: str) -> pa.Array:
+        return pa.array(values[name], type=pa.float32(), mask=no_util if no_util.any() else None)
 
     def level(value: object, dtype: npt.DTypeLike, kind: pa.DataType) -> pa.Array:
         return pa.array(np.full(n, value, dtype), type=kind, mask=mask)
@@ -123,8 +138,8 @@ def _columns(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, pa.Array]:
         "gpu_uuid": uuids.take(pa.array(rows.gpu)),
         "gpu_name": const(model.name, pa.string()),
         "status": _STATUS.take(pa.array(lost.astype(np.int8))),
-        "gpu_util_pct": metric("gpu_util_pct", pa.float32()),
-        "mem_util_pct": metric("mem_util_pct", pa.float32()),
+        "gpu_util_pct": util("gpu_util_pct"),
+        "mem_util_pct": util("mem_util_pct"),
         "mem_used_bytes": pa.array(tl.mem_used_bytes[piece], type=pa.int64(), mask=mask),
         "mem_total_bytes": level(model.mem_total_bytes, np.int64, pa.int64()),
         "power_w": metric("power_w", pa.float32()),
@@ -140,11 +155,169 @@ def _columns(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, pa.Array]:
         "clock_event_mask": pa.array(tl.clock_event_mask[piece], type=pa.uint64(), mask=mask),
         "thermal_violation_ns": metric("thermal_violation_ns", pa.int64()),
         "power_violation_ns": metric("power_violation_ns", pa.int64()),
-        "mig_enabled": level(False, np.bool_, pa.bool_()),
+        "mig_enabled": pa.array(mig_gpu, mask=mask),
         "processes": _processes(scn, piece, ~lost, mask),
         **_holders(scn, rows),
-        **{field.name: pa.nulls(n, field.type) for field in V1_2_FIELDS},
+        **_activity(scn, host, rows, values, no_util),
+        **_health(scn, rows, lost),
+        "parent_gpu_uuid": pa.nulls(n, pa.string()),
+        "mig_profile": pa.nulls(n, pa.string()),
+        "mig_slice_fraction": pa.nulls(n, pa.float32()),
     }
+
+
+def _activity(
+    scn: Scenario, host: HostPlan, rows: _Rows, values: dict[str, np.ndarray], none: np.ndarray
+) -> dict[str, pa.Array]:
+    """GPM's activity and PCIe/NVLink rates (H100s only; null on others, where `none`)."""
+    names = (
+        ("sm_active_pct", pa.float32()),
+        ("sm_occupancy_pct", pa.float32()),
+        ("tensor_active_pct", pa.float32()),
+        ("dram_active_pct", pa.float32()),
+        ("pcie_rx_bytes_s", pa.float64()),
+        ("pcie_tx_bytes_s", pa.float64()),
+        ("nvlink_rx_bytes_s", pa.float64()),
+        ("nvlink_tx_bytes_s", pa.float64()),
+    )
+    n = len(rows.piece)
+    if not host.model.has_gpm or none.all():
+        return {name: pa.nulls(n, kind) for name, kind in names}
+    tl = scn.timelines
+    keys = np.array([g.noise_key for g in rows.gpus], dtype=np.uint64)[rows.gpu]
+
+    def noise(stream: int) -> np.ndarray:
+        return unit_noise(keys, rows.tick, stream)
+
+    util = values["gpu_util_pct"].astype(np.float64)
+    sm = np.clip(util * tl.sm_ratio[rows.piece] * (0.92 + 0.16 * noise(NOISE_SM)), 0, 100)
+    tensor = sm * tl.tensor_ratio[rows.piece] * (0.9 + 0.2 * noise(NOISE_TENSOR))
+    dram = np.clip(values["mem_util_pct"] * (0.85 + 0.3 * noise(NOISE_DRAM)), 0, 100)
+    pcie = (0.02 + 3.0 * util / 100 * noise(NOISE_PCIE)) * 1e9
+    nvlink = tensor / 100 * 120e9 * (0.8 + 0.4 * noise(NOISE_NVLINK))
+    out = (sm, 0.6 * sm, tensor, dram, pcie, 0.55 * pcie, nvlink, 0.97 * nvlink)
+    mask = none if none.any() else None
+    return {
+        name: pa.array(value, type=kind, mask=mask)
+        for (name, kind), value in zip(names, out, strict=True)
+    }
+
+
+def _health(scn: Scenario, rows: _Rows, lost: np.ndarray) -> dict[str, pa.Array]:
+    """The GPU's health counters: clean but for the events' failing GPUs (`events`), and
+    XID 79 on the lost GPU's last sample before it fell off the bus."""
+    ev = scn.events
+    n = len(rows.piece)
+    uuids = np.array([g.uuid for g in rows.gpus], dtype=object)[rows.gpu]
+    ts = rows.ts_us
+    mask = lost if lost.any() else None
+    xid79 = (
+        (uuids == ev.lost_gpu_uuid)
+        & (ts < ev.lost_start_s * 1_000_000)
+        & (ts >= ev.lost_start_s * 1_000_000 - scn.interval_us)
+    )
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(xid79, out=offsets[1:])
+    xids = pa.array(np.full(int(offsets[-1]), 79, dtype=np.int32))
+    ecc = np.zeros(n, dtype=np.int64)
+    if ev.ecc_gpu_uuid is not None:
+        on = uuids == ev.ecc_gpu_uuid
+        ecc[on] = np.searchsorted(np.array(ev.ecc_times_s) * 1_000_000, ts[on], side="right")
+    remap = (uuids == ev.remap_gpu_uuid) & (ts >= ev.remap_start_s * 1_000_000)
+    return {
+        "xid_errors": pa.ListArray.from_arrays(
+            pa.array(offsets), xids, type=pa.list_(pa.int32()), mask=pa.array(lost)
+        ),
+        "ecc_uncorrected_volatile": pa.array(ecc, type=pa.int64(), mask=mask),
+        "ecc_corrected_volatile": pa.array(4 * ecc, type=pa.int64(), mask=mask),
+        "remapped_rows_pending": pa.array(remap, type=pa.bool_(), mask=mask),
+        "remapped_rows_failure": pa.array(np.zeros(n, dtype=np.bool_), mask=mask),
+        "retired_pages_pending": pa.nulls(n, pa.bool_()),  # row remapping, no page retirement
+        "pcie_replay_count": pa.array(np.zeros(n, dtype=np.int64), mask=mask),
+    }
+
+
+def _with_mig_rows(
+    scn: Scenario,
+    host: HostPlan,
+    rows: _Rows,
+    devices: list[tuple[int, MigDevice]],
+    table: pa.Table,
+) -> tuple[pa.Table, np.ndarray]:
+    """The table with a row per MIG device at each tick its GPU reports, in the collector's
+    order, and the rows' flush windows."""
+    heard = ~scn.timelines.lost[rows.piece]
+    at = [np.flatnonzero((rows.gpu == j) & heard) for j, _ in devices]
+    which = np.repeat(np.arange(len(devices)), [len(a) for a in at])
+    picked = np.concatenate(at)
+    mig = pa.table(_mig_columns(scn, host, rows, [d for _, d in devices], which, picked))
+    window = np.concatenate([rows.window, rows.window[picked]])
+    merged = pa.concat_tables([table, mig.cast(SCHEMA)]).append_column("window", pa.array(window))
+    merged = merged.sort_by(
+        [("window", "ascending"), ("gpu_uuid", "ascending"), ("ts", "ascending")]
+    )
+    return merged.drop_columns(["window"]), merged["window"].to_numpy()
+
+
+def _mig_columns(
+    scn: Scenario,
+    host: HostPlan,
+    rows: _Rows,
+    devices: list[MigDevice],
+    which: np.ndarray,
+    picked: np.ndarray,
+) -> dict[str, pa.Array]:
+    """The MIG devices' rows: their memory, process, activity and slice; no power, clocks
+    nor health (their GPU's row has them), no utilization (NVML has none for MIG)."""
+    n = len(which)
+    tick = rows.tick[picked]
+    keys = np.array([d.noise_key for d in devices], dtype=np.uint64)[which]
+    level = np.array([d.sm_active_pct for d in devices])[which]
+    sm = np.clip(level + 6.0 * (2 * unit_noise(keys, tick, NOISE_SM) - 1), 0, 100)
+    sm[level == 0] = 0.0
+    tensor = sm * (0.4 + 0.2 * unit_noise(keys, tick, NOISE_TENSOR))
+    pcie = (0.01 + 0.4 * sm / 100 * unit_noise(keys, tick, NOISE_PCIE)) * 1e9
+    has = np.array([d.user is not None for d in devices])[which]
+    procs = pa.array(
+        [
+            {"pid": d.pid, "user": d.user, "used_mem_bytes": d.mem_used_bytes, "job_id": None}
+            for d in devices
+        ],
+        type=PROCESS_TYPE,
+    )
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(has, out=offsets[1:])
+    columns: dict[str, pa.Array] = {
+        "ts": pa.array(rows.ts_us[picked], type=pa.timestamp("us", tz="UTC")),
+        "interval_s": pa.repeat(pa.scalar(scn.interval_us / 1e6, pa.float32()), n),
+        "host": pa.repeat(pa.scalar(host.name), n),
+        "gpu_index": pa.array(
+            np.array([g.index for g in rows.gpus], dtype=np.uint16)[rows.gpu[picked]]
+        ),
+        "gpu_uuid": pa.array([d.uuid for d in devices]).take(pa.array(which)),
+        "gpu_name": pa.repeat(pa.scalar(host.model.name), n),
+        "status": pa.repeat(pa.scalar(STATUS_OK), n),
+        "mem_used_bytes": pa.array(
+            np.array([d.mem_used_bytes + 16 * 2**20 for d in devices], dtype=np.int64)[which]
+        ),
+        "mem_total_bytes": pa.array(
+            np.array([d.mem_total_bytes for d in devices], dtype=np.int64)[which]
+        ),
+        "mig_enabled": pa.repeat(pa.scalar(True), n),
+        "processes": pa.ListArray.from_arrays(pa.array(offsets), procs.take(pa.array(which[has]))),
+        "sm_active_pct": pa.array(sm, type=pa.float32()),
+        "sm_occupancy_pct": pa.array(0.6 * sm, type=pa.float32()),
+        "tensor_active_pct": pa.array(tensor, type=pa.float32()),
+        "dram_active_pct": pa.array(0.7 * sm, type=pa.float32()),
+        "pcie_rx_bytes_s": pa.array(pcie),
+        "pcie_tx_bytes_s": pa.array(0.55 * pcie),
+        "parent_gpu_uuid": pa.array([g.uuid for g in rows.gpus]).take(pa.array(rows.gpu[picked])),
+        "mig_profile": pa.array([d.profile for d in devices]).take(pa.array(which)),
+        "mig_slice_fraction": pa.array(
+            np.array([d.slice_fraction for d in devices], dtype=np.float32)[which]
+        ),
+    }
+    return {field.name: columns.get(field.name, pa.nulls(n, field.type)) for field in SAMPLE_SCHEMA}
 
 
 def _metrics(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from gpufleet.simulate.events import Events, plan_events
 from gpufleet.simulate.jobs import AllocationRow, Job, allocation_rows, plan_jobs
 from gpufleet.simulate.layout import GpuPlan, HostPlan, host_rules, plan_layout
+from gpufleet.simulate.mig import MigPlan, plan_mig
 from gpufleet.simulate.models import GPU_MODELS
 from gpufleet.simulate.slurm import GpuHolders, gpu_holders
 from gpufleet.simulate.span import Span
@@ -35,6 +36,7 @@ class Scenario:
     span_start_s: int
     span_end_s: int
     timezone: str
+    mig: MigPlan = field(default_factory=dict)  # the MIG devices of each MIG GPU
     _by_host: dict[int, list[GpuPlan]] = field(default_factory=dict, repr=False)
 
     @property
@@ -63,8 +65,10 @@ def build_scenario(
     span_start_s: int,
     span_end_s: int,
     timezone: str,
+    mig: bool = False,
 ) -> Scenario:
-    """Draw the whole scenario for a spec: layout, reference rows, jobs and timelines."""
+    """Draw the whole scenario for a spec: layout, reference rows, jobs and timelines, and
+    with `mig` some GPUs split into MIG devices (`mig`)."""
     span = Span(start_s=span_start_s, end_s=span_end_s, interval_us=interval_us, timezone=timezone)
     hosts, gpu_plans = plan_layout(
         seed=seed, gpus=gpus, gpus_per_host=gpus_per_host, interval_us=interval_us
@@ -74,6 +78,7 @@ def build_scenario(
     jobs = plan_jobs(
         hosts, gpu_plans, events, seed=seed, span=span, team_users=team_users(user_rows)
     )
+    mig_plan = plan_mig(gpu_plans, [u for u, _ in user_rows], seed=seed) if mig else {}
     models = [m for m in GPU_MODELS if any(h.model == m for h in hosts)]
     return Scenario(
         hosts=hosts,
@@ -85,9 +90,10 @@ def build_scenario(
         allocations=allocation_rows(jobs, span),
         holders=gpu_holders(jobs, gpu_plans, span),
         events=events,
-        timelines=build_timelines(jobs, gpu_plans, events, seed=seed, span=span),
+        timelines=build_timelines(jobs, gpu_plans, events, seed=seed, span=span, mig=mig_plan),
         interval_us=interval_us,
         span_start_s=span_start_s,
         span_end_s=span_end_s,
         timezone=timezone,
+        mig=mig_plan,
     )

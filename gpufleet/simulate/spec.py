@@ -27,6 +27,7 @@ class SimulationSpec:
     flush_s: float = 600.0
     seed: int = 7
     timezone: str = "UTC"  # zone of the allocation timestamps and the daily cycles
+    mig: bool = False  # split some H100 GPUs into MIG devices (`mig`)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -66,6 +67,7 @@ class SimulationSpec:
         interval_s: float,
         flush_s: float,
         seed: int,
+        mig: bool = False,
     ) -> SimulationSpec:
         """The spec for `gpufleet simulate`: whole local days from `start`, else the Monday of
         `week`, else of the last complete week in the configured time zone."""
@@ -81,6 +83,7 @@ class SimulationSpec:
                 flush_s=flush_s,
                 seed=seed,
                 timezone=config.timezone,
+                mig=mig,
             )
         except ValueError as exc:
             raise GpufleetError(f"simulate: {exc}") from exc

@@ -39,6 +39,10 @@ class State:
     procs: tuple[Proc, ...] = ()
     mem_used_bytes: int
     lost: bool = False  # the GPU fell off the bus: status 'lost', metrics null
+    # What share of the utilization keeps the SMs busy (GPM's sm_active_pct over
+    # gpu_util_pct), and of SM activity the tensor cores: low for tiny kernels in a loop.
+    sm_ratio: float = 0.7
+    tensor_ratio: float = 0.4
 
 
 Points = list[tuple[int, State]]  # change points: (epoch s, the state from then on)

@@ -8,7 +8,7 @@ and power violation time), so the counters at any tick follow from its piece alo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +17,7 @@ from gpufleet.simulate.activity import job_points
 from gpufleet.simulate.events import Events, with_events
 from gpufleet.simulate.jobs import Job
 from gpufleet.simulate.layout import GpuPlan
+from gpufleet.simulate.mig import MigDevice, MigPlan, parent_load
 from gpufleet.simulate.noise import NOISE_POWER, unit_noise
 from gpufleet.simulate.span import DAY_S, HOUR_S, Span, first_tick
 from gpufleet.simulate.states import Points, Proc, State, gpu_state
@@ -40,6 +41,8 @@ class Timelines:
     sm_clock_amp_mhz: np.ndarray
     clock_event_mask: np.ndarray  # uint64
     lost: np.ndarray  # bool
+    sm_ratio: np.ndarray
+    tensor_ratio: np.ndarray
     mem_used_bytes: np.ndarray  # int64
     energy_base_mj: np.ndarray  # float64: energy(k) = base + 1000*iv*(P*(k - start) + A*h(k))
     thermal_base_ns: np.ndarray  # int64: value at the tick before the piece
@@ -58,16 +61,25 @@ class Timelines:
 
 
 def build_timelines(
-    jobs: Sequence[Job], gpus: Sequence[GpuPlan], events: Events, *, seed: int, span: Span
+    jobs: Sequence[Job],
+    gpus: Sequence[GpuPlan],
+    events: Events,
+    *,
+    seed: int,
+    span: Span,
+    mig: MigPlan | None = None,
 ) -> Timelines:
     """Cut every GPU's change points (idle, its jobs, the events) into pieces on its ticks,
-    frozen at the span's end: the last state goes on and nothing new starts."""
+    frozen at the span's end: the last state goes on and nothing new starts. A MIG GPU
+    (`mig`) holds its devices' memory and draws their load's power all along."""
     per_gpu = _job_change_points(jobs, gpus, seed=seed, span=span)
     pieces: Pieces = []
     bases: list[tuple[float, int, int]] = []
     offsets = [0]
     for gpu in gpus:
         idle = gpu_state(gpu.host.model, hot=gpu.host.hot)
+        if mig and gpu.ordinal in mig:
+            idle = _mig_state(gpu, mig[gpu.ordinal])
         points = with_events([(span.horizon_s, idle), *per_gpu[gpu.ordinal]], gpu, events)
         mine = _on_ticks([p for p in points if p[0] < span.end_s], gpu, span.interval_us)
         reset = None
@@ -77,6 +89,13 @@ def build_timelines(
         pieces += mine
         offsets.append(len(pieces))
     return _arrays(pieces, bases, offsets)
+
+
+def _mig_state(gpu: GpuPlan, devices: Sequence[MigDevice]) -> State:
+    """A MIG GPU's own state: its devices' load and memory, no process of its own."""
+    state = gpu_state(gpu.host.model, hot=gpu.host.hot, util=parent_load(devices))
+    used = sum(d.mem_used_bytes for d in devices)
+    return replace(state, mem_used_bytes=state.mem_used_bytes + used)
 
 
 def _job_change_points(
@@ -168,6 +187,8 @@ def _arrays(pieces: Pieces, bases: list[tuple[float, int, int]], offsets: list[i
         sm_clock_amp_mhz=column("sm_clock_amp_mhz", np.int64),
         clock_event_mask=column("clock_event_mask", np.uint64),
         lost=column("lost", np.bool_),
+        sm_ratio=column("sm_ratio", np.float64),
+        tensor_ratio=column("tensor_ratio", np.float64),
         mem_used_bytes=column("mem_used_bytes", np.int64),
         energy_base_mj=np.array([e for e, _, _ in bases], dtype=np.float64),
         thermal_base_ns=np.array([t for _, t, _ in bases], dtype=np.int64),
