@@ -5,6 +5,7 @@ failing GPUs are listed to drain."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -106,3 +107,15 @@ def test_the_failing_gpus_are_listed_to_drain(warehouse: duckdb.DuckDBPyConnecti
         "select gpu_uuid, xid_errors from gpu_health_daily where xid_count > 0"
     ).fetchall()
     assert xid == [(events.lost_gpu_uuid, [79])]
+
+
+def test_the_demo_has_mig_gpus_and_gpus_to_drain_in_its_last_week(tmp_path: Path) -> None:
+    from gpufleet.simulate.demo import demo_spec
+
+    config = load_config(data_dir=tmp_path, environ={})
+    spec = demo_spec(config, week="2026-W47", gpus=16, days=7, history_weeks=1)
+    scn = scenario_for(spec)
+    assert spec.mig and scn.mig
+    last_week = spec.end_s - 7 * 86400
+    assert scn.events.ecc_gpu_uuid and scn.events.remap_gpu_uuid
+    assert min(scn.events.ecc_times_s) >= last_week and scn.events.remap_start_s >= last_week

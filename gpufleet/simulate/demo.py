@@ -63,6 +63,7 @@ def demo_spec(
         interval_s=DEMO_INTERVAL_S,
         flush_s=DEMO_FLUSH_S,
         seed=DEMO_SEED,
+        mig=True,  # a few MIG GPUs beside the whole ones
     )
 
 
