@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: demo test fuzz lint docs bench install browser prometheus slurm s3 clean
+.PHONY: demo test test-fast fuzz lint docs bench install browser prometheus slurm s3 clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +27,12 @@ demo: $(STAMP)
 # per core up to 4: 11 minutes on 2 cores, against 17 one file after another.
 test: $(STAMP) browser prometheus slurm s3 lint
 	$(VENV)/bin/pytest --numprocesses auto --maxprocesses 4 --dist loadfile
+
+## make test-fast: the tests without a real stack (no Slurm, S3, Prefect server, Prometheus,
+## Dask cluster or Chromium) and without the slow end-to-end ones, for the edit loop; no lint
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -m "not slow and not stack" --numprocesses auto --maxprocesses 4 \
+	  --dist loadfile
 
 ## make fuzz: the fuzz tests (tests/test_fuzz_*.py) with 50 times the examples `make test`
 ## gives them, from a new random seed each run (about half an hour on 2 cores)

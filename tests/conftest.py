@@ -86,6 +86,19 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
         yield store
 
 
+# The fixtures that start a real stack: Slurm (tests/slurm_stack.py), S3 (tests/s3_stack.py)
+# and a Prefect server. A test that uses one, itself or through a fixture of its own, is
+# marked `stack` here; tests of the other stacks (Prometheus, a Dask cluster, Chromium) are
+# marked in their files. `make test-fast` leaves them out.
+STACK_FIXTURES = frozenset({"slurm", "s3", "prefect_harness"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)
+
+
 _DATA_BEFORE = pytest.StashKey[dict[str, tuple[int, int]]]()
 
 
@@ -95,7 +108,10 @@ def _data_listing() -> dict[str, tuple[int, int]]:
         return {}
     listing = {}
     for path in sorted(REPO_DATA.rglob("*")):
-        stat = path.lstat()
+        try:
+            stat = path.lstat()
+        except FileNotFoundError:  # gone since the listing (a `make demo` running beside)
+            continue
         listing[str(path.relative_to(REPO_DATA))] = (stat.st_size, stat.st_mtime_ns)
     return listing
 

@@ -23,7 +23,7 @@ import pytest
 from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 CHARTS = [
     "utilization",

@@ -36,7 +36,7 @@ from tests.dask_kill import KILL_ENV, KILL_PRELOAD
 from tests.test_incremental import _mart
 
 pytest.importorskip("prefect_dask")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 SPEC = SimulationSpec(gpus=12, start=DAY1, end=DAY1 + dt.timedelta(days=3), seed=43)

@@ -50,7 +50,7 @@ from tests.prometheus_stack import (
     prometheus_stack,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 STEP_S = 60
 PRICE_USD = 2.0  # per GPU-hour of the fleet's one model
