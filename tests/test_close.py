@@ -26,8 +26,9 @@ from gpufleet.errors import GpufleetError
 from gpufleet.showback import showback
 from gpufleet.warehouse.build import build_models
 from gpufleet.warehouse.publish import write_transaction
+from tests.templates import made_once
 from tests.test_incremental import SOURCE_SQL, _fleet, _mart, _references
-from tests.test_models_fixtures import NEXT_LOAD, Fleet
+from tests.test_models_fixtures import NEXT_LOAD, Fleet, built_once
 
 TODAY = dt.date(2026, 11, 20)
 SHIFT = "interval 16 days"
@@ -54,12 +55,17 @@ def arrive(con: duckdb.DuckDBPyConnection, where: str = "true") -> None:
 
 
 def fleet(where: str = "true") -> Fleet:
-    """The moved fleet with the samples `where` selects, built."""
-    built = _fleet()
-    shift_back(built.con)
-    arrive(built.con, where)
-    assert build_models(built.con, built.config).mode == "full"
-    return built
+    """The moved fleet with the samples `where` selects, built: a copy of one built once
+    per test process (tests/test_models_fixtures.py's built_once)."""
+
+    def make() -> Fleet:
+        built = _fleet()
+        shift_back(built.con)
+        arrive(built.con, where)
+        assert build_models(built.con, built.config).mode == "full"
+        return built
+
+    return built_once(f"test_close.fleet({where})", make)
 
 
 def month_rows(con: duckdb.DuckDBPyConnection, month: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -208,14 +214,20 @@ def test_a_site_that_is_no_site_name_or_has_no_samples_is_one_clear_error() -> N
 
 
 def _warehouse(tmp_path: Path) -> Any:
-    """The moved fleet in a data directory's warehouse, built."""
+    """The moved fleet in a data directory's warehouse, built: a copy of one built once per
+    test process (tests/templates.py)."""
     config = replace(_fleet().config, data_dir=tmp_path)
-    with write_transaction(config) as con:
-        con.execute(SOURCE_SQL)
-        _references(con)
-        shift_back(con)
-        arrive(con)
-        build_models(con, config)
+
+    def fill(folder: Path) -> None:
+        made = replace(config, data_dir=folder)
+        with write_transaction(made) as con:
+            con.execute(SOURCE_SQL)
+            _references(con)
+            shift_back(con)
+            arrive(con)
+            build_models(con, made)
+
+    made_once("test_close._warehouse", fill, tmp_path)
     return config
 
 

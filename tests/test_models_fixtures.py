@@ -5,8 +5,11 @@ Imported by the tests/test_models_*.py modules; it holds no tests itself.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
+import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -157,3 +160,33 @@ class Fleet:
         rows = self.rows(sql, params)
         assert len(rows) == 1, rows
         return rows[0]
+
+
+# Fleets built once per test process (a pytest-xdist worker), saved to a file: by name,
+# the file and the fleet's configuration.
+_SAVED: dict[str, tuple[Path, Config]] = {}
+_SAVED_DIR = Path(tempfile.mkdtemp(prefix="gpufleet-saved-fleets-"))
+atexit.register(shutil.rmtree, _SAVED_DIR, ignore_errors=True)
+
+
+def built_once(name: str, make: Callable[[], Fleet]) -> Fleet:
+    """A fresh copy of the fleet `make()` returns, which runs once per test process under
+    `name`: its database is saved to a file then (COPY FROM DATABASE: every schema, table,
+    view and comment, rows in the same order), and each call loads that file into a new
+    in-memory database, so tests that start from the same built fleet do not build it again
+    and change only their own copy."""
+    if name not in _SAVED:
+        made = make()
+        saved = _SAVED_DIR / f"{len(_SAVED)}.duckdb"
+        made.con.execute(f"attach '{saved}' as saved; copy from database memory to saved")
+        made.con.execute("detach saved")
+        made.con.close()
+        _SAVED[name] = (saved, made.config)
+    saved, config = _SAVED[name]
+    fleet = Fleet()
+    fleet.config = replace(config, data_dir=fleet.config.data_dir)
+    fleet.con.close()
+    fleet.con = duckdb.connect(":memory:")
+    fleet.con.execute(f"attach '{saved}' as saved (read_only); copy from database saved to memory")
+    fleet.con.execute("detach saved")
+    return fleet
