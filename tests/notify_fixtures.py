@@ -19,6 +19,7 @@ default), and a user is mailed from 2 GPU-hours of waste a day (the default).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config, load_config
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
+from tests.templates import made_once
 
 DAY = dt.date(2026, 11, 16)
 NEXT_DAY = dt.date(2026, 11, 17)
@@ -163,11 +165,18 @@ def write_refs(data_dir: Path) -> None:
 def make_fleet(
     data_dir: Path, *, notify: str = OPT_OUT_CAROL, extra: str = "", timezone: str = "UTC"
 ) -> Config:
-    """The fleet of D, ingested and built, and its configuration."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    config = write_config(data_dir, notify=notify, extra=extra, timezone=timezone)
-    write_refs(data_dir)
-    write_samples(data_dir, "day-one", day_one_fleet())
-    ingest(config, compact=False)
-    build(config)
-    return config
+    """The fleet of D, ingested and built, and its configuration. Ingest and build read
+    neither [notify] nor the [report] and [smtp] sections `extra` may hold, so the fleet is
+    built once per test process and timezone (tests/templates.py) and copied to
+    `data_dir`, with its own configuration file."""
+    assert not re.search(r"^\[(?!report\]|smtp\])", extra, re.MULTILINE), extra
+
+    def fill(folder: Path) -> None:
+        config = write_config(folder, notify="", timezone=timezone)
+        write_refs(folder)
+        write_samples(folder, "day-one", day_one_fleet())
+        ingest(config, compact=False)
+        build(config)
+
+    made_once(f"notify_fixtures.make_fleet({timezone})", fill, data_dir)
+    return write_config(data_dir, notify=notify, extra=extra, timezone=timezone)
