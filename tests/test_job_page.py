@@ -380,7 +380,7 @@ def test_the_team_email_points_at_each_jobs_page(tmp_path: Path) -> None:
     message = read_message(vision.path)
     text = message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
     assert (
-        "user alice, job 77; rm -rf ~ (1 episodes on 1 GPUs), "
+        "user alice, job 77; rm -rf ~ (1 episode on 1 GPU), SM activity not measured, "
         "details: gpufleet job '77; rm -rf ~'\n"
     ) in text
     html = message.get_body(("html",)).get_content()  # type: ignore[union-attr]

@@ -13,7 +13,9 @@ from gpufleet.warehouse.build.sql_tree import macro_reads, relations_read, renam
 EXPECTED_GRAPH: dict[str, set[str]] = {
     "alloc_only_daily": {"gpu_team_daily", "stg_allocations", "stg_slurm_jobs", "stg_users"},
     "gpu_daily": {"gpu_team_daily"},
+    "gpu_health_daily": {"gpu_hourly"},
     "gpu_hourly": {"samples_attributed_rows"},
+    "gpus_to_drain": {"gpu_health_daily"},
     "gpu_team_daily": {"gpu_hourly", "idle_episodes", "int_gpu_prices", "int_idle_episode_days"},
     "host_daily": {"gpu_team_daily"},
     "idle_episodes": {"int_idle_episodes"},
