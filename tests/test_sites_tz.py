@@ -24,6 +24,7 @@ from gpufleet.showback import showback
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only
+from tests.templates import made_once
 from tests.test_ingest import query
 from tests.test_sites import ZONES, _rows, _setup, _write, assert_incremental_equals_full
 
@@ -117,6 +118,12 @@ NOT_OVER = "2026-11 is not over yet: it ends 2026-12-01 00:00 America/New_York"
 
 
 def _month_end(tmp_path: Path) -> Config:
+    """_make_month_end's fleet, made once per test process and copied (tests/templates.py)."""
+    made_once("test_sites_tz._month_end", _make_month_end, tmp_path)
+    return Config(data_dir=tmp_path / "data", **ZONES)
+
+
+def _make_month_end(tmp_path: Path) -> Config:
     config = _setup(tmp_path, **ZONES)
     for site, start in LATE.items():
         # an hour busy, then 40 minutes idle: 100 minutes of samples
@@ -237,6 +244,12 @@ FIRST_SAMPLE = {
 
 
 def _two_zones(tmp_path: Path) -> Config:
+    """_make_two_zones's fleet, made once per test process and copied (tests/templates.py)."""
+    made_once("test_sites_tz._two_zones", _make_two_zones, tmp_path)
+    return Config(data_dir=tmp_path / "data", **TWO_ZONES)
+
+
+def _make_two_zones(tmp_path: Path) -> Config:
     """alice's idle GPUs at ber and sfo on SATURDAY (an hour busy, 150 minutes idle, then
     busy again), and a first, busy sample at each site on FIRST_SAMPLE."""
     config = _setup(tmp_path, **TWO_ZONES)
