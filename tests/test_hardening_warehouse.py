@@ -43,6 +43,7 @@ from gpufleet.warehouse.publish import (
     write_transaction,
     writer_lock,
 )
+from tests.templates import made_once
 from tests.test_ingest import DAY1 as INGEST_DAY
 from tests.test_ingest import sample, write_samples
 
@@ -94,12 +95,15 @@ def _edit_power(path: Path) -> None:
 @pytest.fixture
 def lake(tmp_path: Path) -> Config:
     """Day 1 backfilled (its compacted file written straight into the lake), the start of
-    day 2 loaded and built."""
-    config = Config(data_dir=tmp_path / "data")
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    _arrive(config, DAY1, DAY2 + dt.timedelta(hours=1), today=DAY2)
-    build(config)
-    return config
+    day 2 loaded and built: made once per test process and copied (tests/templates.py)."""
+
+    def fill(data_dir: Path) -> None:
+        config = Config(data_dir=data_dir)
+        write_reference_files(_SCENARIO, SPEC, config.data_dir)
+        _arrive(config, DAY1, DAY2 + dt.timedelta(hours=1), today=DAY2)
+        build(config)
+
+    return Config(data_dir=made_once("test_hardening_warehouse.lake", fill, tmp_path / "data"))
 
 
 # --- 1. a lake file is judged by its content, never quarantined --------------------------
