@@ -141,6 +141,7 @@ def _gpufleet(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.slow  # starts processes
 def test_ingest_build_and_report_without_a_prefect_server_call_the_engine(
     tmp_path: Path,
 ) -> None:

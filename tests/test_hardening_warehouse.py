@@ -234,6 +234,7 @@ def _holds_open(pid: int, path: Path) -> bool:
     return False
 
 
+@pytest.mark.slow  # starts processes
 def test_two_ingests_at_once_quarantine_nothing(config: Config) -> None:
     """Both list the files, then wait for the writer lock: the second to get it finds the
     day compacted by the first, and loads nothing twice and quarantines nothing."""
@@ -421,6 +422,7 @@ def _megabytes(text: str) -> int:
     return round(float(text.replace(",", "")) * 1e6)
 
 
+@pytest.mark.slow  # mounts a tmpfs and fills it
 def test_freeing_what_a_full_disk_asks_for_lets_the_build_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

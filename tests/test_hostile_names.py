@@ -87,6 +87,7 @@ def _assert_clean(message: EmailMessage) -> None:
         assert not HEADER_LINE.search(text), (content_type, HEADER_LINE.findall(text))
 
 
+@pytest.mark.slow  # starts processes
 def test_hostile_names_render_escaped_in_the_report_and_the_team_emails(tmp_path: Path) -> None:
     config_path = _hostile_warehouse(tmp_path / "data")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}

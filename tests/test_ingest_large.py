@@ -170,6 +170,7 @@ def _ingest_peak_growth(data_dir: Path, limit: int, warm: Path) -> dict[str, int
     return dict(json.loads(completed.stdout.splitlines()[-1]))
 
 
+@pytest.mark.slow  # starts processes
 def test_a_file_of_many_rows_is_ingested_in_bounded_memory(tmp_path: Path) -> None:
     """800,000 rows: read whole, the ingest's peak grows by about 0.6 KB a row; read in
     slices of 50,000, by a tenth of that."""
