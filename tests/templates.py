@@ -25,8 +25,7 @@ def made_once(name: str, fill: Callable[[Path], object], to: Path) -> Path:
     nothing that names its folder (a configuration file with `data_dir`: write it again
     in the copy)."""
     if name not in _MADE:
-        folder = _MADE_DIR / str(len(_MADE))
-        folder.mkdir()
+        folder = Path(tempfile.mkdtemp(dir=_MADE_DIR))
         fill(folder)
         _MADE[name] = folder
     _copy_keeping_links(_MADE[name], to)

@@ -177,7 +177,7 @@ def built_once(name: str, make: Callable[[], Fleet]) -> Fleet:
     and change only their own copy."""
     if name not in _SAVED:
         made = make()
-        saved = _SAVED_DIR / f"{len(_SAVED)}.duckdb"
+        saved = Path(tempfile.mkdtemp(dir=_SAVED_DIR)) / "fleet.duckdb"
         made.con.execute(f"attach '{saved}' as saved; copy from database memory to saved")
         made.con.execute("detach saved")
         made.con.close()
