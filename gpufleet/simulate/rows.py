@@ -16,13 +16,12 @@ import pyarrow as pa
 
 from gpufleet.collectors.schema import PROCESS_TYPE, SAMPLE_SCHEMA, STATUS_LOST, STATUS_OK
 from gpufleet.collectors.schema import schema_with_metadata as _schema_with_metadata
+from gpufleet.simulate.health import activity_columns, health_columns
 from gpufleet.simulate.layout import GpuPlan, HostPlan
 from gpufleet.simulate.mig import MigDevice
 from gpufleet.simulate.noise import (
     NOISE_CLOCK,
-    NOISE_DRAM,
     NOISE_MEM_UTIL,
-    NOISE_NVLINK,
     NOISE_PCIE,
     NOISE_POWER,
     NOISE_SM,
@@ -158,82 +157,11 @@ def _columns(scn: Scenario, host: HostPlan, rows: _Rows) -> dict[str, pa.Array]:
         "mig_enabled": pa.array(mig_gpu, mask=mask),
         "processes": _processes(scn, piece, ~lost, mask),
         **_holders(scn, rows),
-        **_activity(scn, host, rows, values, no_util),
-        **_health(scn, rows, lost),
+        **activity_columns(scn, host, rows, values, no_util),
+        **health_columns(scn, rows, lost),
         "parent_gpu_uuid": pa.nulls(n, pa.string()),
         "mig_profile": pa.nulls(n, pa.string()),
         "mig_slice_fraction": pa.nulls(n, pa.float32()),
-    }
-
-
-def _activity(
-    scn: Scenario, host: HostPlan, rows: _Rows, values: dict[str, np.ndarray], none: np.ndarray
-) -> dict[str, pa.Array]:
-    """GPM's activity and PCIe/NVLink rates (H100s only; null on others, where `none`)."""
-    names = (
-        ("sm_active_pct", pa.float32()),
-        ("sm_occupancy_pct", pa.float32()),
-        ("tensor_active_pct", pa.float32()),
-        ("dram_active_pct", pa.float32()),
-        ("pcie_rx_bytes_s", pa.float64()),
-        ("pcie_tx_bytes_s", pa.float64()),
-        ("nvlink_rx_bytes_s", pa.float64()),
-        ("nvlink_tx_bytes_s", pa.float64()),
-    )
-    n = len(rows.piece)
-    if not host.model.has_gpm or none.all():
-        return {name: pa.nulls(n, kind) for name, kind in names}
-    tl = scn.timelines
-    keys = np.array([g.noise_key for g in rows.gpus], dtype=np.uint64)[rows.gpu]
-
-    def noise(stream: int) -> np.ndarray:
-        return unit_noise(keys, rows.tick, stream)
-
-    util = values["gpu_util_pct"].astype(np.float64)
-    sm = np.clip(util * tl.sm_ratio[rows.piece] * (0.92 + 0.16 * noise(NOISE_SM)), 0, 100)
-    tensor = sm * tl.tensor_ratio[rows.piece] * (0.9 + 0.2 * noise(NOISE_TENSOR))
-    dram = np.clip(values["mem_util_pct"] * (0.85 + 0.3 * noise(NOISE_DRAM)), 0, 100)
-    pcie = (0.02 + 3.0 * util / 100 * noise(NOISE_PCIE)) * 1e9
-    nvlink = tensor / 100 * 120e9 * (0.8 + 0.4 * noise(NOISE_NVLINK))
-    out = (sm, 0.6 * sm, tensor, dram, pcie, 0.55 * pcie, nvlink, 0.97 * nvlink)
-    mask = none if none.any() else None
-    return {
-        name: pa.array(value, type=kind, mask=mask)
-        for (name, kind), value in zip(names, out, strict=True)
-    }
-
-
-def _health(scn: Scenario, rows: _Rows, lost: np.ndarray) -> dict[str, pa.Array]:
-    """The GPU's health counters: clean but for the events' failing GPUs (`events`), and
-    XID 79 on the lost GPU's last sample before it fell off the bus."""
-    ev = scn.events
-    n = len(rows.piece)
-    uuids = np.array([g.uuid for g in rows.gpus], dtype=object)[rows.gpu]
-    ts = rows.ts_us
-    mask = lost if lost.any() else None
-    xid79 = (
-        (uuids == ev.lost_gpu_uuid)
-        & (ts < ev.lost_start_s * 1_000_000)
-        & (ts >= ev.lost_start_s * 1_000_000 - scn.interval_us)
-    )
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(xid79, out=offsets[1:])
-    xids = pa.array(np.full(int(offsets[-1]), 79, dtype=np.int32))
-    ecc = np.zeros(n, dtype=np.int64)
-    if ev.ecc_gpu_uuid is not None:
-        on = uuids == ev.ecc_gpu_uuid
-        ecc[on] = np.searchsorted(np.array(ev.ecc_times_s) * 1_000_000, ts[on], side="right")
-    remap = (uuids == ev.remap_gpu_uuid) & (ts >= ev.remap_start_s * 1_000_000)
-    return {
-        "xid_errors": pa.ListArray.from_arrays(
-            pa.array(offsets), xids, type=pa.list_(pa.int32()), mask=pa.array(lost)
-        ),
-        "ecc_uncorrected_volatile": pa.array(ecc, type=pa.int64(), mask=mask),
-        "ecc_corrected_volatile": pa.array(4 * ecc, type=pa.int64(), mask=mask),
-        "remapped_rows_pending": pa.array(remap, type=pa.bool_(), mask=mask),
-        "remapped_rows_failure": pa.array(np.zeros(n, dtype=np.bool_), mask=mask),
-        "retired_pages_pending": pa.nulls(n, pa.bool_()),  # row remapping, no page retirement
-        "pcie_replay_count": pa.array(np.zeros(n, dtype=np.int64), mask=mask),
     }
 
 
