@@ -59,7 +59,8 @@ with teams as (
 ),
 gpus as (
     select
-        count(distinct gpu_uuid) as gpus_seen,
+        -- physical GPUs: a MIG device (MIG-...) is a slice of its GPU, counted by slice
+        count(distinct gpu_uuid) filter (where gpu_uuid not like 'MIG-%') as gpus_seen,
         coalesce(sum(hours_observed), 0) as observed_gpu_hours
     from gpu_daily
     where day >= $first_day and day < $next_monday
