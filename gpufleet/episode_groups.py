@@ -75,7 +75,7 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
-def _index_ranges(indices: Sequence[int]) -> str:
+def index_ranges(indices: Sequence[int], separator: str = ", ") -> str:
     """Sorted GPU indices, each run of consecutive ones as a range: `0-3, 6`."""
     runs: list[list[int]] = []
     for index in indices:
@@ -83,7 +83,7 @@ def _index_ranges(indices: Sequence[int]) -> str:
             runs[-1].append(index)
         else:
             runs.append([index])
-    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+    return separator.join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def gpu_summary(gpus: Iterable[tuple[str, int]], max_hosts: int = MAX_HOSTS) -> str:
@@ -94,7 +94,7 @@ def gpu_summary(gpus: Iterable[tuple[str, int]], max_hosts: int = MAX_HOSTS) -> 
         by_host.setdefault(host, set()).add(index)
     hosts = sorted(by_host)
     shown = [
-        f"{host} GPU{'s' * (len(by_host[host]) != 1)} {_index_ranges(sorted(by_host[host]))}"
+        f"{host} GPU{'s' * (len(by_host[host]) != 1)} {index_ranges(sorted(by_host[host]))}"
         for host in hosts[:max_hosts]
     ]
     rest = hosts[max_hosts:]

@@ -20,6 +20,7 @@ import vl_convert
 from markupsafe import Markup
 
 from gpufleet.console import printable
+from gpufleet.episode_groups import index_ranges
 from gpufleet.reports import health
 from gpufleet.reports.charts import NamedChart
 from gpufleet.reports.jobs import MIN_GPU_HOURS
@@ -162,17 +163,6 @@ def format_memory(used: float | int | None, total: float | int | None) -> str:
 MAX_GPU_HOSTS = 3  # the hosts a list of GPUs names before it says how many more
 
 
-def _index_ranges(indices: Sequence[int]) -> str:
-    """Sorted GPU indices with each run of consecutive ones as a range: `0-3,6`."""
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
-
-
 def format_gpus(gpus: Sequence[Mapping[str, Any]] | None, max_hosts: int = MAX_GPU_HOSTS) -> str:
     """GPUs (each with its `host` and `gpu_index`) as `host:index` per host, consecutive
     indices as ranges (`node-a:0-7; node-b:2,5`), the first `max_hosts` hosts by name and
@@ -181,7 +171,7 @@ def format_gpus(gpus: Sequence[Mapping[str, Any]] | None, max_hosts: int = MAX_G
     for gpu in gpus or ():
         by_host.setdefault(str(gpu["host"]), set()).add(int(gpu["gpu_index"]))
     hosts = sorted(by_host)
-    shown = [f"{host}:{_index_ranges(sorted(by_host[host]))}" for host in hosts[:max_hosts]]
+    shown = [f"{host}:{index_ranges(sorted(by_host[host]), ',')}" for host in hosts[:max_hosts]]
     rest = hosts[max_hosts:]
     if rest:
         more = sum(len(by_host[host]) for host in rest)
