@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.step import simulation_spec
-from gpufleet.config import Config, load_config
-from gpufleet.config_compute import ComputeConfig
+from gpufleet.config import ComputeConfig, Config, load_config
 
 SAMPLES_PER_GPU_DAY = 8640  # one sample per 10 s
 LAKE_BYTES_PER_SAMPLE = 11.0  # the compacted lake (bench/results.md)

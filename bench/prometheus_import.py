@@ -28,8 +28,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpufleet.config import Config
-from gpufleet.config_sources import PrometheusConfig
+from gpufleet.config import Config, PrometheusConfig
 from gpufleet.integrations.prometheus import PrometheusApi, import_prometheus
 from gpufleet.integrations.prometheus.queries import (
     METRICS,

@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpufleet.close import close, reopen
-from gpufleet.config import Config, load_config
-from gpufleet.config_sources import GridConfig
+from gpufleet.config import Config, GridConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.kept_showback import ADDED_COLUMNS, CLOSED_SHOWBACK
 from gpufleet.reports.data import load_week

@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.config import _SCHEMA, load_config
+from gpufleet.config import load_config
+from gpufleet.config.load import _SCHEMA
 from gpufleet.errors import GpufleetError
 from tests.fuzzing import (
     CELLS,

@@ -18,8 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.config import Config
-from gpufleet.config_sources import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig
+from gpufleet.config import DEFAULT_PROMETHEUS_SERIES, Config, PrometheusConfig
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus.pods import pod_allocations
 from gpufleet.integrations.prometheus.queries import METRICS

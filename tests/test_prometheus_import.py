@@ -26,8 +26,7 @@ import pytest
 
 import gpufleet
 from gpufleet.cli import main
-from gpufleet.config import Config, load_config
-from gpufleet.config_sources import KubernetesConfig, PrometheusConfig
+from gpufleet.config import Config, KubernetesConfig, PrometheusConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus import PrometheusApi, import_prometheus
 from tests.prometheus_stack import (

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.config import load_config
-from gpufleet.config_sources import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig
+from gpufleet.config import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.prometheus.files import ImportedWindows, allocation_files, merged
 from gpufleet.integrations.prometheus.pods import (

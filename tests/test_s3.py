@@ -21,8 +21,7 @@ from gpufleet.cli import main
 from gpufleet.collectors.collect import Collector
 from gpufleet.collectors.service import _uploader
 from gpufleet.collectors.upload import Uploader
-from gpufleet.config import Config, load_config
-from gpufleet.config_sources import S3Config
+from gpufleet.config import Config, S3Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
 from gpufleet.storage.s3 import S3Location, s3_filesystem

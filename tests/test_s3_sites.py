@@ -17,8 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
-from gpufleet.config import Config, load_config
-from gpufleet.config_sources import S3Config
+from gpufleet.config import Config, S3Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
 from gpufleet.storage.s3 import S3Location, s3_filesystem

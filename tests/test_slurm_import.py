@@ -17,8 +17,7 @@ import duckdb
 import pytest
 
 from gpufleet.cli import main
-from gpufleet.config import Config, load_config
-from gpufleet.config_sources import SlurmConfig
+from gpufleet.config import Config, SlurmConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.slurm import import_slurm
 from gpufleet.integrations.slurm.accounts import Teams, read_accounts

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from gpufleet.config_sources import KubernetesConfig, PrometheusConfig
+from gpufleet.config import KubernetesConfig, PrometheusConfig
 
 MEAN = "mean"
 LAST = "last"

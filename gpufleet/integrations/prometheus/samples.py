@@ -28,7 +28,7 @@ from gpufleet.collectors.schema import (
     STATUS_OK,
     collector_schema_with_metadata,
 )
-from gpufleet.config_sources import PrometheusConfig
+from gpufleet.config import PrometheusConfig
 from gpufleet.integrations.prometheus.api import PrometheusError
 from gpufleet.integrations.prometheus.queries import NEW, XID_LABEL, Metric
 

@@ -1,4 +1,4 @@
-"""Configuration: command-line flag > environment > TOML file > default.
+"""Loading the configuration: command-line flag > environment > TOML file > default.
 
 The keys, their defaults and their checks: docs/reference.md#configuration.
 """
@@ -8,148 +8,40 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpufleet.config_checks import check_values, read_day
-from gpufleet.config_compute import ComputeConfig
-from gpufleet.config_sources import (
-    GridConfig,
+from gpufleet.config.checks import check_values, read_day
+from gpufleet.config.model import (
+    ENV_SMTP_PASSWORD,
+    ComputeConfig,
+    Config,
+    IdleConfig,
+    IngestConfig,
     KubernetesConfig,
+    NotifyConfig,
     PrometheusConfig,
+    ReportConfig,
     RetentionConfig,
     S3Config,
+    SeriesConfig,
     SlurmConfig,
+    SmtpConfig,
+)
+from gpufleet.config.sources import (
     read_grid_config,
     read_site_locations,
     read_sites,
     read_slurm_clusters,
+    series_overrides,
 )
-from gpufleet.config_toml import read_toml, series_overrides, where_in
+from gpufleet.config.toml import read_toml, where_in
 from gpufleet.errors import GpufleetError
 
 ENV_DATA_DIR = "GPUFLEET_DATA_DIR"
 ENV_CONFIG = "GPUFLEET_CONFIG"
-ENV_SMTP_PASSWORD = "GPUFLEET_SMTP_PASSWORD"
 CONFIG_FILE_NAME = "gpufleet.toml"
-
-
-@dataclass(frozen=True, kw_only=True)
-class IdleConfig:
-    threshold_pct: float = 5.0
-    min_minutes: float = 30.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class SeriesConfig:
-    max_gap_factor: float = 2.5
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReportConfig:
-    recipients: tuple[str, ...] = ()
-    sender: str = "gpufleet@localhost"
-    # where <data_dir>/reports/ is served over http(s): the emails link the week's page there
-    page_url: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class NotifyConfig:
-    """Idle notices (`gpufleet notify idle`)."""
-
-    min_waste_gpu_hours: float = 2.0  # a user is mailed when the day's new waste reaches this
-    opt_out: tuple[str, ...] = ()  # user names or addresses never mailed
-
-
-@dataclass(frozen=True, kw_only=True)
-class SmtpConfig:
-    host: str = "localhost"
-    port: int = 25
-    starttls: bool = False
-    username: str = ""
-
-    @property
-    def password(self) -> str:
-        """The SMTP password, read from the environment only and never stored or logged."""
-        return os.environ.get(ENV_SMTP_PASSWORD, "")
-
-
-@dataclass(frozen=True, kw_only=True)
-class IngestConfig:
-    """When `gpufleet ingest` and `gpufleet status` call the input stale, and the times a
-    sample may have (docs/reference.md#valid-values)."""
-
-    stale_after_minutes: int = 60  # no new sample file for this long is an error; 0: off
-    earliest: dt.date = dt.date(2015, 1, 1)  # a sample before this day is quarantined
-    # A sample more than this after the ingest's time is in the future: quarantined.
-    max_clock_skew_minutes: int = 1440
-
-
-@dataclass(frozen=True, kw_only=True)
-class Config:
-    data_dir: Path = Path("data")
-    # Where the raw files come from: empty, <data_dir>/raw; or an s3://bucket/prefix that
-    # each ingest copies into <data_dir>/raw first (docs/ingest.md#reading-from-object-storage).
-    raw_location: str = ""
-    s3: S3Config = field(default_factory=S3Config)
-    timezone: str = "UTC"
-    cluster: str = ""  # the site collect and import prometheus record; empty: none
-    sites: tuple[tuple[str, str], ...] = ()  # [clusters.<site>] timezone: (site, zone)
-    # [clusters.<site>] raw_location: (site, s3://bucket/prefix), every file of it the site's
-    site_locations: tuple[tuple[str, str], ...] = ()
-    slurm_clusters: tuple[tuple[str, str], ...] = ()  # [clusters.<site>] slurm_cluster
-    idle: IdleConfig = field(default_factory=IdleConfig)
-    series: SeriesConfig = field(default_factory=SeriesConfig)
-    report: ReportConfig = field(default_factory=ReportConfig)
-    notify: NotifyConfig = field(default_factory=NotifyConfig)
-    smtp: SmtpConfig = field(default_factory=SmtpConfig)
-    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
-    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
-    ingest: IngestConfig = field(default_factory=IngestConfig)
-    retention: RetentionConfig = field(default_factory=RetentionConfig)
-    compute: ComputeConfig = field(default_factory=ComputeConfig)
-    grid: GridConfig = field(default_factory=GridConfig)  # grid_gco2_per_kwh: gpufleet.carbon
-    source: Path | None = None  # the TOML file this came from, if any
-
-    def site_timezone(self, site: str | None) -> str:
-        """The time zone of a site's local days: its [clusters.<site>] timezone, else the
-        configured one (no site, or one not listed): docs/sites.md."""
-        return dict(self.sites).get(site, self.timezone) if site else self.timezone
-
-    # The data directory's layout (docs/reference.md#data-directory).
-    @property
-    def samples_dir(self) -> Path:
-        return self.data_dir / "raw" / "samples"
-
-    @property
-    def allocations_dir(self) -> Path:
-        return self.data_dir / "raw" / "allocations"
-
-    @property
-    def jobs_dir(self) -> Path:
-        return self.data_dir / "raw" / "jobs"
-
-    @property
-    def ref_dir(self) -> Path:
-        return self.data_dir / "ref"
-
-    @property
-    def warehouse_path(self) -> Path:
-        return self.data_dir / "warehouse.duckdb"
-
-    @property
-    def reports_dir(self) -> Path:
-        return self.data_dir / "reports"
-
-    @property
-    def quarantine_dir(self) -> Path:
-        return self.data_dir / "quarantine"
-
-    @property
-    def notices_dir(self) -> Path:
-        return self.data_dir / "notices"
 
 
 # section -> key -> (python type(s) accepted, description for messages)

@@ -1,5 +1,6 @@
 """The checks of a configuration once read: each value in its range, each address and URL
-well formed (`check_values`), and a date key's value (`read_day`). A bad value is one
+well formed (`check_values`, with `check_compute` for `[compute] dask` and `sources.py`'s
+checks of the sources), and a date key's value (`read_day`). A bad value is one
 GpufleetError naming the file, the line and the key (docs/reference.md#configuration)."""
 
 from __future__ import annotations
@@ -7,17 +8,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpufleet.addresses import is_address
-from gpufleet.config_compute import check_compute
-from gpufleet.config_sources import check_clusters, check_prometheus, check_retention, check_s3
-from gpufleet.config_toml import where_in
+from gpufleet.config.model import LOCAL_WORKERS, SCHEDULER_ADDRESS, Config
+from gpufleet.config.sources import check_clusters, check_prometheus, check_retention, check_s3
+from gpufleet.config.toml import where_in
 from gpufleet.errors import GpufleetError
-
-if TYPE_CHECKING:
-    from gpufleet.config import Config
 
 
 def check_values(config: Config, path: Path | None, text: str) -> None:
@@ -84,6 +82,18 @@ def check_values(config: Config, path: Path | None, text: str) -> None:
     page_url = config.report.page_url
     if page_url and not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", page_url):
         raise fail("report", "page_url", f"'report.page_url' is not an http(s) URL: {page_url!r}")
+
+
+def check_compute(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
+    """`[compute] dask` (`fail(section, key, problem)` makes the error to raise)."""
+    dask = config.compute.dask
+    if dask and not (LOCAL_WORKERS.match(dask) or SCHEDULER_ADDRESS.match(dask)):
+        raise fail(
+            "compute",
+            "dask",
+            f"'compute.dask' must be empty, local:N (N worker processes here) or "
+            f"tcp://host:port (a Dask scheduler), got {dask!r}",
+        )
 
 
 def read_day(path: Path, text: str, section: str, key: str, value: dt.date | str) -> dt.date:

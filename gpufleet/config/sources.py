@@ -1,130 +1,29 @@
-"""The configuration of the sources other than the collector (docs/reference.md#configuration):
-Prometheus and Kubernetes (`import prometheus`), Slurm (`import slurm`) and the S3 store
-(`raw_location`, `collect --upload`), and how long their data is kept (`[retention]`), with
-their checks. `gpufleet.config` holds them in
-`Config` and runs the checks when it loads a file.
+"""Reading and checking the configuration of the sources other than the collector
+(docs/reference.md#configuration): Prometheus and Kubernetes (`import prometheus`, with
+the `[prometheus.series]` overrides), Slurm (`import slurm`), the S3 store (`raw_location`,
+`collect --upload`), the `[clusters.<site>]` tables and how long data is kept
+(`[retention]`). Their values are `gpufleet.config.model`'s dataclasses; `load.py` reads
+them and `checks.py` runs the checks when it loads a file.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from math import inf
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
+from gpufleet.config.model import DEFAULT_PROMETHEUS_SERIES, Config, GridConfig
+from gpufleet.config.toml import where_in
 from gpufleet.errors import GpufleetError
 from gpufleet.site_names import check_cluster
 from gpufleet.storage.s3 import S3Location
-
-if TYPE_CHECKING:
-    from gpufleet.config import Config
-
-
-# Contract column (or helper value) -> the Prometheus series names that give it, first found
-# wins: dcgm-exporter's names. `[prometheus.series]` overrides any of them for a site that
-# relabels (docs/kubernetes.md#configuration).
-DEFAULT_PROMETHEUS_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gpu_util_pct", ("DCGM_FI_DEV_GPU_UTIL",)),
-    ("engine_active_ratio", ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",)),
-    ("mem_util_pct", ("DCGM_FI_DEV_MEM_COPY_UTIL",)),
-    ("mem_used_bytes", ("DCGM_FI_DEV_FB_USED",)),
-    ("mem_free_bytes", ("DCGM_FI_DEV_FB_FREE",)),
-    ("mem_reserved_bytes", ("DCGM_FI_DEV_FB_RESERVED",)),
-    ("power_w", ("DCGM_FI_DEV_POWER_USAGE",)),
-    ("power_limit_w", ("DCGM_FI_DEV_POWER_MGMT_LIMIT",)),
-    ("energy_mj", ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",)),
-    ("temp_gpu_c", ("DCGM_FI_DEV_GPU_TEMP",)),
-    ("temp_mem_c", ("DCGM_FI_DEV_MEMORY_TEMP",)),
-    ("sm_clock_mhz", ("DCGM_FI_DEV_SM_CLOCK",)),
-    ("mem_clock_mhz", ("DCGM_FI_DEV_MEM_CLOCK",)),
-    (
-        "clock_event_mask",
-        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
-    ),
-    ("thermal_violation_ns", ("DCGM_FI_DEV_THERMAL_VIOLATION",)),
-    ("power_violation_ns", ("DCGM_FI_DEV_POWER_VIOLATION",)),
-    ("sm_active_pct", ("DCGM_FI_PROF_SM_ACTIVE",)),
-    ("sm_occupancy_pct", ("DCGM_FI_PROF_SM_OCCUPANCY",)),
-    ("tensor_active_pct", ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",)),
-    ("dram_active_pct", ("DCGM_FI_PROF_DRAM_ACTIVE",)),
-    ("pcie_rx_bytes_s", ("DCGM_FI_PROF_PCIE_RX_BYTES",)),
-    ("pcie_tx_bytes_s", ("DCGM_FI_PROF_PCIE_TX_BYTES",)),
-    ("nvlink_rx_bytes_s", ("DCGM_FI_PROF_NVLINK_RX_BYTES",)),
-    ("nvlink_tx_bytes_s", ("DCGM_FI_PROF_NVLINK_TX_BYTES",)),
-    ("xid_errors", ("DCGM_FI_DEV_XID_ERRORS",)),
-    ("ecc_uncorrected_volatile", ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",)),
-    ("ecc_corrected_volatile", ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",)),
-    ("remapped_rows_pending", ("DCGM_FI_DEV_ROW_REMAP_PENDING",)),
-    ("remapped_rows_failure", ("DCGM_FI_DEV_ROW_REMAP_FAILURE",)),
-    ("retired_pages_pending", ("DCGM_FI_DEV_RETIRED_PENDING",)),
-    ("pcie_replay_count", ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",)),
-)
 
 # An s3://bucket/prefix URL (its bucket a valid S3 bucket name).
 S3_URL = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)")
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses a query_range with more points per series
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrometheusConfig:
-    """`gpufleet import prometheus`: where, how finely, and the names a site's series carry."""
-
-    url: str = ""  # the Prometheus server; `--url` wins
-    step_seconds: int = 60  # a row's interval_s: each row is the mean of the scrapes in its step
-    window_minutes: int = 60  # one query per series and host covers at most this much
-    delay_seconds: int = 120  # steps younger than this wait for the next run
-    timeout_seconds: float = 30.0  # per HTTP request
-    host_label: str = "Hostname"
-    uuid_label: str = "UUID"
-    gpu_label: str = "gpu"
-    model_label: str = "modelName"
-    mig_instance_label: str = "GPU_I_ID"  # on a MIG device's series: its GPU instance
-    mig_profile_label: str = "GPU_I_PROFILE"  # and its profile, e.g. 1g.10gb
-    cluster: str = ""  # the site of its samples (`cluster` column); empty: the top-level cluster
-    series: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_PROMETHEUS_SERIES
-
-    def series_names(self, column: str) -> tuple[str, ...]:
-        """The series names that give `column`, first found wins."""
-        return dict(self.series)[column]
-
-
-@dataclass(frozen=True, kw_only=True)
-class KubernetesConfig:
-    """Pods as allocations: the labels dcgm-exporter puts on a GPU that a pod holds."""
-
-    team_from: str = "namespace"  # "namespace", or the name of a label that holds the team
-    namespace_label: str = "namespace"  # "exported_namespace" behind a ServiceMonitor
-    pod_label: str = "pod"
-    user_label: str = ""  # a label that names the pod's user; empty: users stay null
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmConfig:
-    """`gpufleet import slurm`: where a job's team comes from, and whether `gpufleet serve`
-    imports every 15 minutes."""
-
-    team_from: str = "account"  # "account" (ref/accounts.csv, else the account) or "user"
-    enabled: bool = False  # `gpufleet serve` runs the import before each ingest
-
-
-@dataclass(frozen=True, kw_only=True)
-class S3Config:
-    """The S3-compatible store of `raw_location` and `collect --upload` (credentials: the
-    standard AWS environment variables or profile, never this file)."""
-
-    endpoint_url: str = ""  # e.g. http://minio.example:9000; empty: AWS itself
-    region: str = ""  # empty: the AWS configuration's, else us-east-1
-
-
-@dataclass(frozen=True, kw_only=True)
-class RetentionConfig:
-    """`[retention]`: how long raw samples and rendered weekly reports are kept (0: always);
-    the marts keep every day (docs/operations.md#retention)."""
-
-    samples_days: int = 0  # samples of local days before today minus this many are deleted
-    reports_weeks: int = 0  # weekly report folders of ISO weeks this many before this one go
 
 
 def check_retention(config: Config, fail: Callable[[str | None, str, str], Exception]) -> None:
@@ -277,14 +176,6 @@ def read_slurm_clusters(
     return tuple(pairs)
 
 
-@dataclass(frozen=True, kw_only=True)
-class GridConfig:
-    """Grams of CO2 per kWh where ref/grid.csv has no dated row (gpufleet.carbon)."""
-
-    gco2_per_kwh: float | None = None  # top-level grid_gco2_per_kwh: every site's; None: unknown
-    sites: tuple[tuple[str, float], ...] = ()  # [clusters.<site>] grid_gco2_per_kwh
-
-
 def read_grid_config(raw: dict[str, object], where: Callable[[str, str], str]) -> GridConfig:
     """The top-level `grid_gco2_per_kwh` and each `[clusters.<site>] grid_gco2_per_kwh` (a
     number >= 0); GpufleetError, with `where(section, key)` in front, on anything else."""
@@ -370,3 +261,29 @@ def check_prometheus(config: Config, fail: Callable[[str | None, str, str], Exce
     for section, key, value in labels:
         if (value or key != "user_label") and not LABEL_NAME.match(value):
             raise fail(section, key, f"'{section}.{key}' is not a label name: {value!r}")
+
+
+def series_overrides(
+    path: Path, text: str, table: dict[str, Any]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`[prometheus.series]` over the defaults: each key a known column, each value a series
+    name or a list of them (first found wins)."""
+    defaults = dict(DEFAULT_PROMETHEUS_SERIES)
+    for key, value in table.items():
+        where = where_in(path, text, "prometheus.series", key)
+        if key not in defaults:
+            raise GpufleetError(
+                f"{where}: unknown key 'prometheus.series.{key}' (known: {', '.join(defaults)})"
+            )
+        names = [value] if isinstance(value, str) else value
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) and LABEL_NAME.match(n) for n in names)
+        ):
+            raise GpufleetError(
+                f"{where}: 'prometheus.series.{key}' must be a series name or a list of them, "
+                f"got {value!r}"
+            )
+        defaults[key] = tuple(names)
+    return tuple(defaults.items())

@@ -1,5 +1,5 @@
-"""Reading the configuration file: its TOML, where a key sits (for messages that name the
-line), and the `[prometheus.series]` overrides."""
+"""Reading the configuration file: its TOML, and where a key sits (for messages that name
+the line). The standard library's `tomllib` parses it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gpufleet.config_sources import DEFAULT_PROMETHEUS_SERIES, LABEL_NAME
 from gpufleet.errors import GpufleetError
 
 
@@ -35,32 +34,6 @@ def line_of(text: str, section: str | None, key: str) -> int | None:
 def where_in(path: Path, text: str, section: str | None, key: str) -> str:
     line = line_of(text, section, key)
     return f"{path}: line {line}" if line else f"{path}"
-
-
-def series_overrides(
-    path: Path, text: str, table: dict[str, Any]
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """`[prometheus.series]` over the defaults: each key a known column, each value a series
-    name or a list of them (first found wins)."""
-    defaults = dict(DEFAULT_PROMETHEUS_SERIES)
-    for key, value in table.items():
-        where = where_in(path, text, "prometheus.series", key)
-        if key not in defaults:
-            raise GpufleetError(
-                f"{where}: unknown key 'prometheus.series.{key}' (known: {', '.join(defaults)})"
-            )
-        names = [value] if isinstance(value, str) else value
-        if (
-            not isinstance(names, list)
-            or not names
-            or not all(isinstance(n, str) and LABEL_NAME.match(n) for n in names)
-        ):
-            raise GpufleetError(
-                f"{where}: 'prometheus.series.{key}' must be a series name or a list of them, "
-                f"got {value!r}"
-            )
-        defaults[key] = tuple(names)
-    return tuple(defaults.items())
 
 
 def read_toml(path: Path) -> tuple[str, dict[str, Any]]:
