@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from bench.floor import duckdb_floor_seconds, floor_columns, polars_floor_seconds
 from gpufleet.weeks import last_complete_week, previous_week, week_monday
 
 if TYPE_CHECKING:
@@ -88,27 +89,6 @@ def run_step(args: Sequence[str], *, log: Callable[[str], None]) -> StepResult:
     )
 
 
-BARE_SCAN_SQL = """
-select count(*), sum(epoch_us(ts)), sum(interval_s), count(distinct gpu_uuid),
-    sum(gpu_util_pct), sum(mem_used_bytes), sum(power_w), sum(energy_mj),
-    sum(temp_gpu_c), sum(sm_clock_mhz), bit_or(clock_event_mask),
-    sum(len(processes)), count(host), count(status), count(gpu_name)
-from read_parquet(?, hive_partitioning = false)
-"""
-
-
-def bare_scan_seconds(files_glob: str) -> float:
-    """Read every column the models use from the raw files in one query: the issue's floor.
-
-    Over 126,000 files DuckDB keeps about 160 KB per file until the query ends (21 GB
-    uncapped); capped at 4 GB it takes about as long (180-200 s)."""
-    con = duckdb.connect()
-    con.execute("set memory_limit = '4GB'")
-    started = time.perf_counter()
-    con.execute(BARE_SCAN_SQL, [files_glob]).fetchall()
-    return time.perf_counter() - started
-
-
 def _planned_batches(data_dir: Path, max_files: int | None = None) -> list[list[SampleFile]]:
     """The raw files as ingest's batches read them (`plan_batches`: one day, at most
     `MAX_FILES_PER_BATCH` files each, or `max_files`)."""
@@ -120,82 +100,34 @@ def _planned_batches(data_dir: Path, max_files: int | None = None) -> list[list[
     return plan_batches(files, max_files or MAX_FILES_PER_BATCH)
 
 
-def _paths(data_dir: Path, batch: Sequence[SampleFile]) -> list[str]:
-    """A batch's files as DuckDB path literals."""
-    from gpufleet.warehouse.base import literal_path
-
-    return [literal_path(str(data_dir / file.path)) for file in batch]
-
-
 def _batches(data_dir: Path, max_files: int | None = None) -> list[list[str]]:
     """Ingest's batches (`_planned_batches`) as DuckDB path literals."""
-    return [_paths(data_dir, batch) for batch in _planned_batches(data_dir, max_files)]
+    from gpufleet.warehouse.base import literal_path
 
-
-def batched_scan_seconds(data_dir: Path, max_files: int | None = None) -> float:
-    """The same query over the batches ingest reads (or batches of one day and at most
-    `max_files`): a floor without the cost of one query over every file, which ingest does
-    not pay."""
-    batches = _batches(data_dir, max_files)
-    con = duckdb.connect()
-    started = time.perf_counter()
-    for batch in batches:
-        con.execute(BARE_SCAN_SQL, [batch]).fetchall()
-    return time.perf_counter() - started
-
-
-def file_list_scan_seconds(data_dir: Path) -> float:
-    """The same query over the explicit list of every file (no glob to expand), capped at
-    4 GB like the glob's."""
-    files = [path for batch in _batches(data_dir) for path in batch]
-    con = duckdb.connect()
-    con.execute("set memory_limit = '4GB'")
-    started = time.perf_counter()
-    con.execute(BARE_SCAN_SQL, [files]).fetchall()
-    return time.perf_counter() - started
-
-
-def polars_scan_seconds(data_dir: Path) -> float:
-    """BARE_SCAN_SQL's columns read and aggregated by polars (the reader ingest uses) over
-    ingest's batches: not the issue's floor, which is DuckDB's, but shown beside it."""
-    import polars as pl
-
-    batches = [
-        [str(data_dir / file.path) for file in batch] for batch in _planned_batches(data_dir)
+    return [
+        [literal_path(str(data_dir / file.path)) for file in batch]
+        for batch in _planned_batches(data_dir, max_files)
     ]
-    # The columns as their widest writer writes them: each file's narrower numbers are cast
-    # up to these as they are read (other writers' files mix widths, the collector's do not).
-    process = pl.Struct(
-        {"pid": pl.UInt32, "user": pl.String, "used_mem_bytes": pl.Int64, "job_id": pl.String}
-    )
-    schema = {
-        "ts": pl.Datetime("us", "UTC"),
-        **dict.fromkeys(("interval_s", "gpu_util_pct", "power_w"), pl.Float64),
-        **dict.fromkeys(("mem_used_bytes", "energy_mj", "temp_gpu_c", "sm_clock_mhz"), pl.Int64),
-        **dict.fromkeys(("host", "gpu_uuid", "gpu_name", "status"), pl.String),
-        "clock_event_mask": pl.UInt64,
-        "processes": pl.List(process),
+
+
+def floor_readers(data_dir: Path) -> dict[str, Callable[[], float]]:
+    """Each way to read the floor's columns of `data_dir`'s raw files (bench/floor.py), by
+    name: the seconds one run takes. Over 126,000 files DuckDB keeps about 160 KB per file
+    until one query over all of them ends (21 GB uncapped), so those are capped at 4 GB."""
+    files_glob = str(data_dir / "raw" / "samples" / "**" / "*.parquet")
+    plain = [[str(data_dir / f.path) for f in batch] for batch in _planned_batches(data_dir)]
+    every_file = [path for batch in _batches(data_dir) for path in batch]
+    return {
+        "DuckDB, one glob": lambda: duckdb_floor_seconds(files_glob, memory_limit="4GB"),
+        "DuckDB, ingest's batches": lambda: duckdb_floor_seconds(files_glob, _batches(data_dir)),
+        "DuckDB, per-day batches of 2,000 files": lambda: duckdb_floor_seconds(
+            files_glob, _batches(data_dir, 2000)
+        ),
+        "DuckDB, file list": lambda: duckdb_floor_seconds(
+            files_glob, [every_file], memory_limit="4GB"
+        ),
+        "polars, ingest's batches": lambda: polars_floor_seconds(files_glob, plain),
     }
-    started = time.perf_counter()
-    for batch in batches:
-        pl.scan_parquet(
-            batch,
-            hive_partitioning=False,
-            glob=False,
-            schema=schema,
-            extra_columns="ignore",
-            cast_options=pl.ScanCastOptions(integer_cast="upcast", float_cast="upcast"),
-        ).select(
-            pl.len(),
-            pl.col("ts").dt.epoch("us").sum(),
-            pl.col("interval_s", "gpu_util_pct", "mem_used_bytes", "power_w").sum(),
-            pl.col("energy_mj", "temp_gpu_c", "sm_clock_mhz").sum(),
-            pl.col("gpu_uuid").n_unique(),
-            pl.col("clock_event_mask").max(),
-            pl.col("processes").list.len().sum(),
-            pl.col("host", "status", "gpu_name").count(),
-        ).collect()
-    return time.perf_counter() - started
 
 
 def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
@@ -320,10 +252,12 @@ class PipelineBench:
     figures: list[Figure] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     on_figure: Callable[[], None] = lambda: None  # called after each figure (partial results)
-    # The median of the backfill's floor (the fastest bare scan of the raw week), once
+    # The backfill's warm floor (the fastest reader's best run, bench/floor.py), once
     # measured: each build is also given as a multiple of it, a figure that the machine's
     # speed (which changes within minutes on a shared one) moves less than seconds.
     scan_floor_s: float | None = None
+    # The peer's database file, bytes a sample, once measured (bench/floor.py).
+    peer_bytes_per_sample: float | None = None
 
     @property
     def label(self) -> str:
@@ -502,6 +436,14 @@ class PipelineBench:
         )
         self.add("warehouse, blocks in use", "", [used_bytes(data_dir) / rows], "bytes/sample")
         self.add("warehouse and lake", "", [(warehouse + lake) / rows], "bytes/sample")
+        if self.peer_bytes_per_sample:
+            self.add(
+                "warehouse and lake / the peer's database file",
+                "<= 1x",
+                [(warehouse + lake) / rows / self.peer_bytes_per_sample],
+                "x",
+                limit=1.0,
+            )
         self.notes.append(
             f"{self.label}storage is measured where ingest compacted the week (a backfill's "
             f"days go straight into the lake, the default), after {full_builds} full builds; "
@@ -524,20 +466,21 @@ class PipelineBench:
         return rows, directory_bytes(raw_dir / "raw" / "samples", ".parquet")
 
     def backfill(self, raw_dir: Path) -> Path:
-        """Time the backfill and the first build after it; the backfilled data directory."""
-        samples_glob = str(raw_dir / "raw" / "samples" / "**" / "*.parquet")
+        """Time the backfill and the first build after it against the floor and the peer
+        (bench/floor.py), measured in the same run; the backfilled data directory."""
         # 1. Backfill (`gpufleet ingest` as users run it: it loads and compacts) against the
-        # fastest of three ways DuckDB reads the same columns of the same files, each
-        # measured alternately in the same run; then the first build after it (full, and
-        # the one that moves the compacted days to the lake), as its own row.
-        self.log("1. backfill ingest (default: loads and compacts) vs the fastest bare scan")
-        scans: dict[str, list[float]] = {
-            "one glob": [],
-            "ingest's batches": [],
-            "per-day batches of 2,000 files": [],
-            "file list": [],
-        }
-        polars_scans: list[float] = []  # the reader ingest uses, not the issue's floor
+        # floor's readers, each run alternately with it, warm; then the first build after
+        # it (full, and the one that moves the compacted days to the lake), as its own row.
+        self.log("1. backfill ingest (default: loads and compacts) vs the floor and the peer")
+        readers = floor_readers(raw_dir)
+        columns = floor_columns(str(raw_dir / "raw" / "samples" / "**" / "*.parquet"))
+        self.notes.append(
+            f"{self.label}the floor reads {len(columns)} columns every raw file holds, each "
+            "with the cheapest aggregate that decodes it (max, bool_or, a list's length): "
+            + ", ".join(columns)
+        )
+        readers["DuckDB, ingest's batches"]()  # warm: one untimed read of every file first
+        floors: dict[str, list[float]] = {name: [] for name in readers}
         compact_work: list[float] = []  # the work a compacting ingest cannot avoid
         ingests: list[StepResult] = []
         first_builds: list[StepResult] = []
@@ -545,56 +488,37 @@ class PipelineBench:
             "backfill" if self.fleet == "simulated" else f"backfill-{self.fleet}"
         )
         for attempt in range(self.heavy_repeat or self.repeat):
-            scans["one glob"].append(bare_scan_seconds(samples_glob))
-            scans["ingest's batches"].append(batched_scan_seconds(raw_dir))
-            # ingest's batches before they were halved (ingest.READ_AHEAD): DuckDB's
-            # fastest batches measured, so the floor does not move with ingest's.
-            scans["per-day batches of 2,000 files"].append(batched_scan_seconds(raw_dir, 2000))
-            scans["file list"].append(file_list_scan_seconds(raw_dir))
-            polars_scans.append(polars_scan_seconds(raw_dir))
+            for name, read in readers.items():
+                floors[name].append(read())
             compact_work.append(compact_work_seconds(raw_dir, self.data_dir("compact-work")))
             linked_copy(raw_dir, backfill)
             ingests.append(self.step("ingest", "--data-dir", str(backfill)))
             first_builds.append(self.step("build", "--data-dir", str(backfill)))
             self.log(
-                f"  run {attempt + 1}: scans "
-                + ", ".join(f"{name} {values[-1]:.1f} s" for name, values in scans.items())
+                f"  run {attempt + 1}: floor "
+                + ", ".join(f"{name} {values[-1]:.1f} s" for name, values in floors.items())
                 + f"; ingest {ingests[-1].wall_s:.1f} s"
                 + f"; first build {first_builds[-1].wall_s:.1f} s"
             )
-        for name, values in scans.items():
-            self.add(f"bare DuckDB scan of the raw week, {name}", "", values, "s")
-        self.add(
-            "polars scan of the same columns, ingest's batches (the reader ingest uses; not the "
-            "floor, which is DuckDB's)",
-            "",
-            polars_scans,
-            "s",
-        )
+        for name, values in floors.items():
+            self.add(f"floor read of the raw week, {name}", "", values, "s")
+        fastest = min(floors, key=lambda name: min(floors[name]))
+        self.scan_floor_s = min(floors[fastest])
+        self.add("warm floor (the fastest reader's best run)", "", [self.scan_floor_s], "s")
+        self.notes.append(f"{self.label}the fastest reader of the floor: {fastest}")
         self.add(
             "ingest's reader and writer alone, overlapped as ingest runs them, no warehouse",
             "",
             compact_work,
             "s",
         )
-        fastest = min(scans, key=lambda name: statistics.median(scans[name]))
-        floor = scans[fastest]
-        self.scan_floor_s = statistics.median(floor)
-        self.notes.append(f"{self.label}the backfill's floor is the fastest scan: {fastest}")
         self.add("backfill `gpufleet ingest` of the week", "", [i.wall_s for i in ingests], "s")
-        ratios = [i.wall_s / f for i, f in zip(ingests, floor, strict=True)]
-        self.add("backfill ingest / fastest scan", "<= 1.5x", ratios, "x", limit=1.5)
         self.add(
-            "backfill ingest / polars scan",
-            "",
-            [i.wall_s / p for i, p in zip(ingests, polars_scans, strict=True)],
+            "backfill ingest / warm floor",
+            "<= 1.5x",
+            [i.wall_s / self.scan_floor_s for i in ingests],
             "x",
-        )
-        self.add(
-            "ingest's reader and writer alone / fastest scan",
-            "",
-            [w / f for w, f in zip(compact_work, floor, strict=True)],
-            "x",
+            limit=1.5,
         )
         self.add(
             "backfill ingest / its reader and writer alone",
@@ -611,7 +535,34 @@ class PipelineBench:
             "first build peak RSS",
             first_builds,
         )
+        self.peer(raw_dir, ingests)
         return backfill
+
+    def peer(self, raw_dir: Path, ingests: Sequence[StepResult]) -> None:
+        """Time the peer once (bench/floor.py: the one-statement DuckDB load a user would run
+        instead), its peak RSS and bytes a sample, and the backfill against it."""
+        self.log("   the peer: one DuckDB statement loads the raw week")
+        peer = self.step("peer", "--data-dir", str(raw_dir))
+        rows = int(peer.output["rows"]) or 1
+        self.peer_bytes_per_sample = int(peer.output["bytes"]) / rows
+        self.notes.append(f"{self.label}the peer's statement: {peer.output['statement']}")
+        self.add("peer: one-statement DuckDB load of the raw week", "", [peer.wall_s], "s")
+        self.add("peer peak RSS", "", [peer.max_rss_mb], "MB")
+        self.add("peer's database file", "", [self.peer_bytes_per_sample], "bytes/sample")
+        self.add(
+            "backfill ingest / the peer's time",
+            "<= 1x",
+            [i.wall_s / peer.wall_s for i in ingests],
+            "x",
+            limit=1.0,
+        )
+        self.add(
+            "backfill ingest peak RSS / the peer's",
+            "<= 1x",
+            [i.max_rss_mb / peer.max_rss_mb for i in ingests],
+            "x",
+            limit=1.0,
+        )
 
     def step_shares(self, what: str, results: Sequence[StepResult]) -> None:
         """Each step's median seconds and share of the total, from the steps' own timings
@@ -662,10 +613,11 @@ class PipelineBench:
         self.add(name, "<= 60 s", [b.wall_s for b in builds], "s", limit=60)
         if self.scan_floor_s:
             self.add(
-                f"{name.split(' (')[0]} / fastest scan of the raw week",
-                "",
+                f"{name.split(' (')[0]} / warm floor",
+                "<= 1.0x",
                 [b.wall_s / self.scan_floor_s for b in builds],
                 "x",
+                limit=1.0,
             )
         self.add(rss_name, "<= 2048 MB", [b.max_rss_mb for b in builds], "MB", limit=2048)
 

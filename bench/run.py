@@ -53,7 +53,12 @@ def collector_figures() -> list[Figure]:
 
 
 def write_results(
-    figures: list[Figure], notes: list[str], title: str, *, quiet: bool = False
+    figures: list[Figure],
+    notes: list[str],
+    title: str,
+    *,
+    quiet: bool = False,
+    output: Path = RESULTS,
 ) -> None:
     lines = [
         "# Benchmark results",
@@ -71,9 +76,9 @@ def write_results(
         " [notes.md](notes.md) (kept by hand; not rewritten here).",
         "",
     ]
-    RESULTS.write_text("\n".join(lines))
+    output.write_text("\n".join(lines))
     if not quiet:
-        log(f"wrote {RESULTS}")
+        log(f"wrote {output}")
         print("\n".join(lines))
 
 
@@ -107,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(__file__).resolve().parent / "work",
         help="scratch directory (kept between runs: the simulated week is reused)",
     )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=RESULTS,
+        help="the page of results to write (default: bench/results.md)",
+    )
     args = parser.parse_args(argv)
 
     figures: list[Figure] = []
@@ -135,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             [*done_notes, *bench.notes, "(run in progress)"],
             title,
             quiet=True,
+            output=args.output,
         )
         if fleet in ("churn", "foreign"):
             bench.run_churn()
@@ -142,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.run()
         figures += bench.figures
         notes += bench.notes
-    write_results(figures, notes, title)
+    write_results(figures, notes, title, output=args.output)
     return 0 if all(figure.passed is not False for figure in figures) else 1
 
 

@@ -110,6 +110,13 @@ def step_report(args: argparse.Namespace) -> dict[str, Any]:
     return {"page_bytes": Path(files.page_path).stat().st_size}
 
 
+def step_peer(args: argparse.Namespace) -> dict[str, Any]:
+    """The one-statement DuckDB load a user would run instead (bench/floor.py)."""
+    from bench.floor import peer_load
+
+    return peer_load(Path(args.data_dir))
+
+
 STEPS = {
     "simulate": step_simulate,
     "flush": step_flush,
@@ -117,6 +124,7 @@ STEPS = {
     "build": step_build,
     "cycle": step_cycle,
     "report": step_report,
+    "peer": step_peer,
 }
 
 
