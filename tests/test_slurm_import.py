@@ -17,12 +17,12 @@ import duckdb
 import pytest
 
 from gpufleet.cli import main
-from gpufleet.config import Config, SlurmConfig, load_config
+from gpufleet.config import Config, IngestConfig, SlurmConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.slurm import import_slurm
 from gpufleet.integrations.slurm.accounts import Teams, read_accounts
 from gpufleet.integrations.slurm.hostlist import expand_hostlist
-from gpufleet.integrations.slurm.payload import load_payload
+from gpufleet.integrations.slurm.payload import Refused, load_payload
 from gpufleet.integrations.slurm.sacct import SlurmJob, parse_sacct
 from gpufleet.integrations.slurm.squeue import NodeGpus, gpu_indices, parse_squeue
 from gpufleet.warehouse.ingest import ingest
@@ -539,25 +539,25 @@ START = int(at(13).timestamp())  # job 3's start (and end)
 @pytest.mark.parametrize(
     ("release", "field", "value", "wrapped", "problem"),
     [
-        (
-            "22.05",
-            "start",
-            10**30,
-            False,
-            r"10{30} \(past year 9999\) is more than a day after now",
-        ),
+        ("22.05", "start", 10**30, False, r"10{30} \(past year 9999\) is more than 1440 minutes"),
         ("22.05", "start", 2**63, False, r"9223372036854775808 \(past year 9999\) is more than"),
-        ("24.11", "start", 10**12, True, r"1000000000000 \(past year 9999\) is more than a day"),
-        ("23.11", "start", 1e30, False, r"1e\+30 \(past year 9999\) is more than a day after now"),
-        ("22.05", "end", 1e30, False, r"1e\+30 \(past year 9999\) is more than a day after now"),
-        ("24.11", "start", -5, False, r"-5 \(1969-12-31T23:59:55Z\) is before 2015-01-01"),
+        ("24.11", "start", 10**12, True, r"1000000000000 \(past year 9999\) is more than 1440 "),
+        ("23.11", "start", 1e30, False, r"1e\+30 \(past year 9999\) is more than 1440 minutes"),
+        ("22.05", "end", 1e30, False, r"1e\+30 \(past year 9999\) is more than 1440 minutes"),
+        (
+            "24.11",
+            "start",
+            -5,
+            False,
+            r"-5 \(1969-12-31T23:59:55Z\) is before 2015-01-01, \[ingest\] earliest",
+        ),
         (
             "22.05",
             "start",
             START + 2 * 86400,  # 5138 and the like: any time more than a day ahead
             False,
-            r"1795938853 \(2026-11-29T07:54:13Z\) is more than a day after now "
-            r"\(after 2026-11-28T07:54:30Z\)",
+            r"1795938853 \(2026-11-29T07:54:13Z\) is more than 1440 minutes after now "
+            r"\(after 2026-11-28T07:54:30Z, \[ingest\] max_clock_skew_minutes\)",
         ),
         ("22.05", "end", 1420070399, False, r"1420070399 \(2014-12-31T23:59:59Z\) is before 2015"),
         (
@@ -628,13 +628,83 @@ def test_a_running_job_whose_squeue_start_cannot_be_right_gets_no_gpus_from_it(
     (line,) = [w for w in warnings if "have Slurm jobs but no gpufleet samples" not in w]
     assert line.startswith(f"import slurm: {squeue}: jobs[")
     assert line.endswith(
-        "].start_time: 1000000000000 (past year 9999) is more than a day after now (after "
-        "2026-11-28T07:54:30Z): job 2 left out of squeue's GPUs"
+        "].start_time: 1000000000000 (past year 9999) is more than 1440 minutes after now (after "
+        "2026-11-28T07:54:30Z, [ingest] max_clock_skew_minutes): job 2 left out of squeue's GPUs"
     )
     # sacct's record of job 2 stands (it is not refused); squeue gave it no GPUs
     assert result.refused == () and "2" in result.unplaced
     assert [r["job_id"] for r in rows(config)] == ["4_0", "4_1", "5", "5"]
     assert rows(config, JOB_FILE) == EXPECTED_RECORDS
+
+
+def test_the_ingest_keys_bound_the_times_a_parsed_job_may_have() -> None:
+    """`[ingest] earliest` and `max_clock_skew_minutes` bound a job's times as they bound a
+    sample's: a later earliest refuses the jobs before it, no skew those after the clock."""
+    sacct = load_payload(fixture("sacct-24.11.json"), source="sacct")
+    squeue = load_payload(fixture("squeue-24.11.json"), source="squeue")
+    assert parse_sacct(sacct, ingest=IngestConfig(earliest=at(0).date())) == EXPECTED_JOBS
+    refused: list[Refused] = []
+    later = IngestConfig(earliest=dt.date(2026, 11, 28))
+    assert parse_sacct(sacct, ingest=later, refused=refused) == []
+    assert [r.job_id for r in refused] == [j.job_id for j in EXPECTED_JOBS]
+    assert re.fullmatch(
+        r"sacct: jobs\[0\]\.time\.start: \d+ \(2026-11-27T07:54:13Z\) is before 2026-11-28, "
+        r"\[ingest\] earliest: job 1 not imported",
+        refused[0].line,
+    ), refused[0].line
+    refused = []
+    no_skew = IngestConfig(max_clock_skew_minutes=0)  # job 5 starts at 07:54:16
+    assert parse_sacct(sacct, now=at(16), ingest=no_skew, refused=refused) == EXPECTED_JOBS
+    jobs = parse_sacct(sacct, now=at(15), ingest=no_skew, refused=refused)
+    assert jobs == [j for j in EXPECTED_JOBS if j.job_id != "5"]
+    assert set(parse_squeue(squeue, now=at(15), ingest=no_skew, refused=refused)) == {
+        "2",
+        "4_0",
+        "4_1",
+    }
+    assert [r.job_id for r in refused] == ["5", "5"]
+    assert refused[1].line.endswith(
+        "].start_time: 1795766056 (2026-11-27T07:54:16Z) is more than 0 minutes after now "
+        "(after 2026-11-27T07:54:15Z, [ingest] max_clock_skew_minutes): "
+        "job 5 left out of squeue's GPUs"
+    )
+
+
+@pytest.mark.parametrize(
+    ("ingest_keys", "refused", "lines", "problem"),
+    [  # a line per refusal: sacct's, and squeue's of a running job
+        (
+            "earliest = 2026-11-28",
+            ("1", "2", "3", "4_1", "5", "4_0"),
+            6 + 4,
+            "is before 2026-11-28",
+        ),
+        ("max_clock_skew_minutes = 0", ("5",), 1 + 1, "is more than 0 minutes after now"),
+        ("earliest = 2026-11-27\nmax_clock_skew_minutes = 1", (), 0, ""),
+    ],
+)
+def test_import_slurm_takes_a_jobs_time_limits_from_the_ingest_section(
+    tmp_path: Path, ingest_keys: str, refused: tuple[str, ...], lines: int, problem: str
+) -> None:
+    """The Slurm import refuses a job by the configuration's `[ingest] earliest` and
+    `max_clock_skew_minutes` (the sample ingest's), not by defaults of its own."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gpufleet.toml").write_text(f"[ingest]\n{ingest_keys}\n", encoding="utf-8")
+    config = load_config(data_dir=data, environ={})
+    warnings: list[str] = []
+    result = import_slurm(
+        config,
+        sacct_json=FIXTURES / "sacct-24.11.json",
+        squeue_json=FIXTURES / "squeue-24.11.json",
+        now=at(15),
+        warn=warnings.append,
+    )
+    assert result.refused == refused
+    assert result.job_records == len(EXPECTED_JOBS) - len(refused)
+    refusals = [w for w in warnings if "have Slurm jobs but no gpufleet samples" not in w]
+    assert len(refusals) == lines
+    assert all(problem in line and "[ingest] " in line for line in refusals), refusals
 
 
 def test_an_import_of_a_job_ending_before_its_start_leaves_ingest_working(

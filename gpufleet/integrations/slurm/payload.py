@@ -7,8 +7,9 @@ v0.0.44 in 25.11) and many numbers become objects `{"set": true, "infinite": fal
 "number": N}`, states become lists (`["RUNNING"]`, from v0.0.40), and a job's nodes move in
 `job_resources` (v0.0.41). Every reader here accepts both shapes of a field; a schema this
 module does not know, or a field of a shape no release prints, is one `GpufleetError` line
-naming the source and the field. A job whose time cannot be right (before 2015, more than a
-day after the import's clock, an end before its start) is refused alone: one line naming
+naming the source and the field. A job whose time cannot be right (before `[ingest]
+earliest`, more than `[ingest] max_clock_skew_minutes` after the import's clock, as the
+sample ingest bounds a sample's; an end before its start) is refused alone: one line naming
 the job and the field (`Refused`), and the rest of the payload is read.
 """
 
@@ -21,6 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from gpufleet.config import IngestConfig
 from gpufleet.errors import GpufleetError
 
 # The schemas read: 38 is Slurm 22.05's openapi plugins, 39 and later data_parser versions.
@@ -31,14 +33,48 @@ SCHEMAS_READ = (
     f"v0.0.39 to v0.0.{LAST_VERSION} (Slurm 23.02 and later)"
 )
 
-# The times a job may carry: none before EARLIEST (as `ingest`'s samples), none more than
-# MAX_AHEAD after the import's clock (clocks that disagree by less are forgiven).
-EARLIEST = dt.datetime(2015, 1, 1, tzinfo=dt.UTC)
-MAX_AHEAD = dt.timedelta(days=1)
 _YEAR_10000 = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp() + 1
 
 _DATA_PARSER = re.compile(r"^(?:data_parser/)?v0\.0\.(\d+)(?:\+.*)?$")  # "+flags" may follow
 _OPENAPI = re.compile(r"^openapi/(?:db)?v0\.0\.(\d+)$")
+
+
+class TimeLimits(NamedTuple):
+    """The times a job may carry, as `time_limits` sets them from `[ingest]`: none before
+    `earliest`, none after `latest` (None: no bound but year 9999)."""
+
+    earliest: dt.datetime  # midnight (UTC) of [ingest] earliest
+    latest: dt.datetime | None  # the import's clock plus [ingest] max_clock_skew_minutes
+    skew_minutes: int
+
+    def problem(self, seconds: float) -> str | None:
+        """Why a UNIX time is no job's (None: it may be one)."""
+        if isinstance(seconds, float) and math.isnan(seconds):
+            return "is not a time"
+        if seconds < self.earliest.timestamp():
+            return f"is before {self.earliest:%Y-%m-%d}, [ingest] earliest"
+        if self.latest is not None and seconds > self.latest.timestamp():
+            return (
+                f"is more than {self.skew_minutes} minutes after now (after "
+                f"{self.latest:%Y-%m-%dT%H:%M:%SZ}, [ingest] max_clock_skew_minutes)"
+            )
+        if seconds >= _YEAR_10000:
+            return "is past year 9999"
+        return None
+
+
+def time_limits(ingest: IngestConfig | None = None, now: dt.datetime | None = None) -> TimeLimits:
+    """The times a job may carry under `[ingest] earliest` and `max_clock_skew_minutes`
+    (None: their defaults), the bounds of a sample's time in `gpufleet ingest`, at `now`
+    (aware; None: no bound ahead but year 9999). Clocks that disagree by less than the skew
+    are forgiven."""
+    ingest = ingest or IngestConfig()
+    skew = ingest.max_clock_skew_minutes
+    return TimeLimits(
+        earliest=dt.datetime.combine(ingest.earliest, dt.time(), dt.UTC),
+        latest=None if now is None else now.astimezone(dt.UTC) + dt.timedelta(minutes=skew),
+        skew_minutes=skew,
+    )
 
 
 class Payload(NamedTuple):
@@ -68,15 +104,15 @@ class RefusedTime(Exception):
 
 class Job:
     """One job object of a payload, read field by field; a field of an unexpected shape
-    raises a GpufleetError naming `<source>: jobs[i].<path>`, a time out of range a
-    `RefusedTime` (`latest`: the last time a job may carry; None: no bound but year 9999)."""
+    raises a GpufleetError naming `<source>: jobs[i].<path>`, a time out of `limits` a
+    `RefusedTime`."""
 
-    def __init__(self, payload: Payload, index: int, *, latest: dt.datetime | None = None) -> None:
+    def __init__(self, payload: Payload, index: int, *, limits: TimeLimits) -> None:
         self.source = payload.source
         self.version = payload.version
         self.where = f"jobs[{index}]"
         self.data = payload.jobs[index]
-        self.latest = latest
+        self.limits = limits
         if not isinstance(self.data, Mapping):
             raise self.error("", "expected an object")
 
@@ -122,15 +158,15 @@ class Job:
 
     def timestamp(self, path: str) -> dt.datetime | None:
         """A UNIX time field; 0 and unset are None (not started, still running). A time
-        before EARLIEST or after `latest` raises RefusedTime (a number no release prints as
-        a time, such as 1e30, too)."""
+        out of the job's `limits` raises RefusedTime (a number no release prints as a time,
+        such as 1e30, too)."""
         value = self.get(path)
         is_set = isinstance(value, Mapping) and value.get("set") and not value.get("infinite")
         inner = value.get("number") if is_set else value
         seconds: float | None = inner if isinstance(inner, float) else self.number(path)
         if not seconds:
             return None
-        problem = _time_problem(seconds, self.latest)
+        problem = self.limits.problem(seconds)
         if problem:
             raise RefusedTime(path, f"{_show_time(seconds)} {problem}")
         return dt.datetime.fromtimestamp(int(seconds), dt.UTC)
@@ -173,19 +209,6 @@ def number(job: Job, path: str, value: Any) -> int | None:
         if isinstance(inner, int) and not isinstance(inner, bool):
             return inner
     raise job.error(path, f'expected a number or {{"set", "number"}}, got {_show(value)}')
-
-
-def _time_problem(seconds: float, latest: dt.datetime | None) -> str | None:
-    """Why a UNIX time is no job's (None: it may be one)."""
-    if isinstance(seconds, float) and math.isnan(seconds):
-        return "is not a time"
-    if seconds < EARLIEST.timestamp():
-        return f"is before {EARLIEST:%Y-%m-%d}"
-    if latest is not None and seconds > latest.timestamp():
-        return f"is more than a day after now (after {latest:%Y-%m-%dT%H:%M:%SZ})"
-    if seconds >= _YEAR_10000:
-        return "is past year 9999"
-    return None
 
 
 def _show_time(seconds: float) -> str:

@@ -9,9 +9,10 @@ ended has its rows closed. A job that began and ended between two runs was never
 squeue: sacct does not say which GPUs it held, so it gets no rows (listed in the summary).
 Every started GPU job, placed or not, gets a job record (`raw/jobs/`): its account's team
 is what the collector's gpustat evidence (`alloc_job_id`) and its processes' job id are
-attributed to. A job whose record cannot be right (a time before 2015 or more than a day
-ahead, an end before its start: `payload.py`) is refused: named in a warning, counted in
-the summary, and written nowhere, so that no file the ingest reads holds it.
+attributed to. A job whose record cannot be right (a time before `[ingest] earliest` or
+more than `[ingest] max_clock_skew_minutes` ahead, as a sample's; an end before its start:
+`payload.py`) is refused: named in a warning, counted in the summary, and written nowhere,
+so that no file the ingest reads holds it.
 
 Everything is read and checked before anything is written: a failed import changes nothing.
 """
@@ -275,12 +276,10 @@ def _outputs(
     else:
         squeue_text, squeue_source = None, ""
     refused: list[Refused] = []
-    jobs = parse_sacct(load_payload(sacct_text, source=sacct_source), now=now, refused=refused)
-    held = (
-        parse_squeue(load_payload(squeue_text, source=squeue_source), now=now, refused=refused)
-        if squeue_text
-        else {}
-    )
+    sacct = load_payload(sacct_text, source=sacct_source)
+    jobs = parse_sacct(sacct, now=now, ingest=config.ingest, refused=refused)
+    squeue = load_payload(squeue_text, source=squeue_source) if squeue_text else None
+    held = parse_squeue(squeue, now=now, ingest=config.ingest, refused=refused) if squeue else {}
     # sacct lags: a running job only squeue knows yet is added (one sacct refused is not)
     known = {job.job_id for job in jobs} | {job.job_id for job in refused}
     jobs.extend(h.job for job_id, h in held.items() if job_id not in known)

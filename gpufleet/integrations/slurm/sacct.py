@@ -10,14 +10,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import NamedTuple
 
+from gpufleet.config import IngestConfig
 from gpufleet.integrations.slurm.hostlist import expand_hostlist
 from gpufleet.integrations.slurm.payload import (
-    MAX_AHEAD,
     Job,
     Payload,
     Refused,
     RefusedTime,
     number,
+    time_limits,
 )
 
 
@@ -71,16 +72,20 @@ def _gpus(job: Job) -> int:
 
 
 def parse_sacct(
-    payload: Payload, *, now: dt.datetime | None = None, refused: list[Refused] | None = None
+    payload: Payload,
+    *,
+    now: dt.datetime | None = None,
+    ingest: IngestConfig | None = None,
+    refused: list[Refused] | None = None,
 ) -> list[SlurmJob]:
     """The jobs of a `sacct --json` payload (of any schema `load_payload` accepts). A job
-    with a time before 2015, more than a day after `now` (None: past year 9999) or an end
-    before its start is refused: added to `refused` and left out (None: the parse fails
-    with its line)."""
+    with a time before `ingest.earliest`, more than `ingest.max_clock_skew_minutes` after
+    `now` (None: past year 9999) or an end before its start is refused: added to `refused`
+    and left out (None: the parse fails with its line). `ingest` None: the defaults."""
     jobs = []
-    latest = now + MAX_AHEAD if now is not None else None
+    limits = time_limits(ingest, now)
     for index in range(len(payload.jobs)):
-        job = Job(payload, index, latest=latest)
+        job = Job(payload, index, limits=limits)
         base = job.number("job_id")
         printed = job_id(job, base, ("array.job_id", "array.task_id"), _HET)
         states = job.states("state.current")

@@ -15,8 +15,9 @@ import datetime as dt
 import re
 from typing import NamedTuple
 
+from gpufleet.config import IngestConfig
 from gpufleet.integrations.slurm.hostlist import expand_hostlist
-from gpufleet.integrations.slurm.payload import MAX_AHEAD, Job, Payload, Refused, RefusedTime
+from gpufleet.integrations.slurm.payload import Job, Payload, Refused, RefusedTime, time_limits
 from gpufleet.integrations.slurm.sacct import SlurmJob, job_id
 
 # One GRES of a node's detail: name[:type]:count(IDX:...|shared detail), or name[:type](CNT:n).
@@ -80,14 +81,18 @@ def _node_names(job: Job) -> tuple[str, ...]:
 
 
 def parse_squeue(
-    payload: Payload, *, now: dt.datetime | None = None, refused: list[Refused] | None = None
+    payload: Payload,
+    *,
+    now: dt.datetime | None = None,
+    ingest: IngestConfig | None = None,
+    refused: list[Refused] | None = None,
 ) -> dict[str, HeldGpus]:
     """Each job with GPUs in its GRES detail (a running job), by job id (as sacct's). A job
     whose start is out of range is refused, as `parse_sacct` refuses it."""
     held: dict[str, HeldGpus] = {}
-    latest = now + MAX_AHEAD if now is not None else None
+    limits = time_limits(ingest, now)
     for index in range(len(payload.jobs)):
-        job = Job(payload, index, latest=latest)
+        job = Job(payload, index, limits=limits)
         details = job.get("gres_detail", required=False) or []
         if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
             raise job.error("gres_detail", "expected a list of strings")
