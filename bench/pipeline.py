@@ -94,7 +94,7 @@ def _planned_batches(data_dir: Path, max_files: int | None = None) -> list[list[
     `MAX_FILES_PER_BATCH` files each, or `max_files`)."""
     from gpufleet.config import Config
     from gpufleet.warehouse.ingest import find_sample_files, plan_batches
-    from gpufleet.warehouse.ingest.files import MAX_FILES_PER_BATCH
+    from gpufleet.warehouse.ingest.cut import MAX_FILES_PER_BATCH
 
     files = find_sample_files(Config(data_dir=data_dir))
     return plan_batches(files, max_files or MAX_FILES_PER_BATCH)
@@ -132,7 +132,7 @@ def floor_readers(data_dir: Path) -> dict[str, Callable[[], float]]:
 
 def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
     """What a compacting backfill cannot avoid, with ingest's own reader and writer and no
-    warehouse: each of ingest's batches read as ingest reads it (`read_strict`: every
+    warehouse: each of ingest's batches read as ingest reads it (`read_and_check`: every
     file's footer, every column read by polars, cast, checked, sorted), `READ_AHEAD` batches
     at a time in as many threads, and each host-day written as a compacted file (the same
     writer) by `WRITER_THREADS` threads, while the next batches are read."""
@@ -143,8 +143,9 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
 
     from gpufleet.config import Config
     from gpufleet.warehouse.ingest import find_sample_files
-    from gpufleet.warehouse.ingest.load import READ_AHEAD
-    from gpufleet.warehouse.ingest.strict import Oversized, StrictRead, read_strict
+    from gpufleet.warehouse.ingest.check import Checked, read_and_check
+    from gpufleet.warehouse.ingest.pipeline import READ_AHEAD
+    from gpufleet.warehouse.ingest.read import Oversized
     from gpufleet.warehouse.ingest.values import time_limits
     from gpufleet.warehouse.lake import CompactAhead
     from gpufleet.warehouse.lake.compact_ahead import WRITER_THREADS
@@ -163,7 +164,7 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
         days = list(enumerate(zip([0, *ends[:-1]], ends, strict=True)))
         for part, (start, end) in days[first::WRITER_THREADS]:
             target = scratch / f"{number}-{part}.parquet"
-            slice_ = rows.slice(start, end - start).drop_columns(["_file_index", "_part", "_null"])
+            slice_ = rows.slice(start, end - start).drop_columns(["_file_index", "_part"])
             write_compacted(slice_, target, versions="", sources=0)
 
     started = time.perf_counter()
@@ -172,18 +173,20 @@ def compact_work_seconds(data_dir: Path, scratch: Path) -> float:
         ThreadPoolExecutor(READ_AHEAD) as reader,
     ):
         written: list[Future[None]] = []
-        reads: deque[Future[StrictRead | Oversized | None]] = deque(
-            reader.submit(read_strict, config, batch, ahead, limits)
+        reads: deque[Future[Checked | Oversized]] = deque(
+            reader.submit(read_and_check, config, batch, ahead, limits)
             for batch in batches[:READ_AHEAD]
         )
         for number in range(len(batches)):
             read = reads.popleft().result()
             if number + READ_AHEAD < len(batches):
                 reads.append(
-                    reader.submit(read_strict, config, batches[number + READ_AHEAD], ahead, limits)
+                    reader.submit(
+                        read_and_check, config, batches[number + READ_AHEAD], ahead, limits
+                    )
                 )
-            if not isinstance(read, StrictRead):
-                raise RuntimeError(f"batch {number} is not read in one pass: {read}")
+            if not isinstance(read, Checked) or read.by_duckdb:
+                raise RuntimeError(f"batch {number} is not read by polars alone: {read}")
             for future in written:
                 future.result()
             written = [

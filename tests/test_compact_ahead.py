@@ -15,10 +15,9 @@ import pytest
 
 from gpufleet.collectors.writer import SampleWriteError
 from gpufleet.config import Config
-from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, plan_batches
-from gpufleet.warehouse.ingest import load as ingest_module
+from gpufleet.warehouse.ingest import SampleFile, find_sample_files, ingest, pipeline, plan_batches
 from gpufleet.warehouse.ingest import load_warehouse as load
-from gpufleet.warehouse.ingest.strict import read_strict
+from gpufleet.warehouse.ingest.check import read_and_check
 from gpufleet.warehouse.lake import compact_ahead, compact_completed_days
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.refs import read_references
@@ -217,9 +216,9 @@ def test_a_write_failing_while_the_next_batch_is_read_fails_the_ingest_cleanly(
 
     def recording_read(config: Config, batch: Any, ahead: Any, limits: Any) -> Any:
         reads.append(len(batch))
-        return read_strict(config, batch, ahead, limits)
+        return read_and_check(config, batch, ahead, limits)
 
-    monkeypatch.setattr(ingest_module, "read_strict", recording_read)
+    monkeypatch.setattr(pipeline, "read_and_check", recording_read)
     ingest_onto_a_full_disk(config, monkeypatch)
     assert len(reads) >= 2  # the next batch was being read when the write failed
     assert not [t for t in threading.enumerate() if t.name.startswith("gpufleet-read")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -27,10 +28,9 @@ from gpufleet.warehouse.ingest import (
     ingest,
     plan_batches,
 )
-from gpufleet.warehouse.ingest import load as load_module
-from gpufleet.warehouse.ingest.batch import create_existing_view
-from gpufleet.warehouse.ingest.schemas import schema_problem
-from gpufleet.warehouse.ingest.staged import NEW_ROWS_SQL
+from gpufleet.warehouse.ingest import read as read_module
+from gpufleet.warehouse.ingest.footers import Footer, schema_problem
+from gpufleet.warehouse.ingest.insert import INSERT_NEW_SQL, create_existing_view
 from gpufleet.warehouse.publish import write_transaction
 from tests.refused_reads import run_gpufleet
 
@@ -102,6 +102,19 @@ def run_ingest(config: Config) -> IngestResult:
     return ingest(config, compact=False)
 
 
+def read_by_duckdb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read every file as one polars does not read is: by DuckDB (`ingest/read.py`)."""
+    plain = read_module.read_footer
+
+    def footer(path: str, relative: str) -> Footer:
+        found = plain(path, relative)
+        if found.plan.problem is not None:
+            return found
+        return dataclasses.replace(found, plan=dataclasses.replace(found.plan, columns=None))
+
+    monkeypatch.setattr(read_module, "read_footer", footer)
+
+
 # --- loading and deduplication ---------------------------------------------------------
 
 
@@ -116,7 +129,6 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
         "new files",
         "waiting for reads",
         "batches",
-        "schema probes",
         "reference tables",
         "compaction",
         "publish",
@@ -133,9 +145,8 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
     assert 0 < written_seconds <= wall
     alongside = str(result).splitlines()[2]
     assert alongside.startswith("  alongside the batches, in a thread: compacted files written ")
-    # A collector's files need no schema probe.
-    assert dict(result.step_seconds)["schema probes"] == 0 and result.batches_probed == 0
-    assert "probed" not in line
+    # polars reads a collector's files: DuckDB reads none.
+    assert result.batches_probed == 0 and "DuckDB" not in line
 
 
 def test_loads_every_column_and_records_the_file(config: Config) -> None:
@@ -239,21 +250,19 @@ def test_rows_are_inserted_in_series_order(config: Config) -> None:
     assert rows == sorted(rows)
 
 
-def test_files_read_with_no_probe_probed_and_staged_give_the_same_rows(
+def test_files_read_by_polars_or_by_duckdb_give_the_same_rows(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Collector files are read in one pass with no schema probe, and so are files that
-    stored no Arrow schema or hold a float64 utilization (cast on the read). A batch the
-    one pass does not read is probed first, then loaded straight from its files; one with
-    a file whose process list has other field types is staged (cast). Same rows, same
-    file records."""
-    paths = ("no probe", "no schema stored", "float64", "probed", "staged")
+    """polars reads collector files, and files that stored no Arrow schema or hold a
+    float64 utilization (cast on the read). DuckDB reads a file polars does not read, and
+    one whose process list has other field types (cast). Same rows, same file records."""
+    paths = ("collector", "no schema stored", "float64", "by DuckDB", "process fields")
     configs = {path: Config(data_dir=tmp_path / path.replace(" ", "-")) for path in paths}
     first = [sample(0), sample(10, util=3.5), sample(0, gpu="GPU-b", util=None)]
     second = [sample(20), sample(10, gpu="GPU-b")]
     for target in configs.values():
         write_samples(target.data_dir, f"{DAY1}/a.parquet", first)
-    for path in ("no probe", "probed"):
+    for path in ("collector", "by DuckDB"):
         write_samples(configs[path].data_dir, f"{DAY1}/b.parquet", second)
     plain = pa.Table.from_pylist(second, schema=SAMPLE_SCHEMA)
     unstored = configs["no schema stored"].data_dir / DAY1 / "b.parquet"
@@ -265,35 +274,36 @@ def test_files_read_with_no_probe_probed_and_staged_give_the_same_rows(
     index = plain.schema.get_field_index("processes")
     other = pa.array([[{"pid": 42, "user": "alice", "job_id": "7"}]] * 2, pa.list_(process))
     write_table(
-        configs["staged"].data_dir, f"{DAY1}/b.parquet", plain.set_column(index, "processes", other)
+        configs["process fields"].data_dir,
+        f"{DAY1}/b.parquet",
+        plain.set_column(index, "processes", other),
     )
 
-    messages, probed = {}, {}
+    messages, by_duckdb = {}, {}
     for path, target in configs.items():
         caplog.clear()
         with monkeypatch.context() as patched:
-            if path == "probed":  # as when polars does not read a file that DuckDB reads
-                patched.setattr(load_module, "read_strict", lambda *_: None)
+            if path == "by DuckDB":  # as when polars does not read a file that DuckDB reads
+                read_by_duckdb(patched)
             with caplog.at_level(logging.DEBUG, logger="gpufleet.ingest"):
                 result = run_ingest(target)
         assert (result.samples_loaded, result.duplicates_skipped) == (5, 0)
         messages[path] = [r.message for r in caplog.records if r.levelno == logging.DEBUG]
-        probed[path] = result.batches_probed
-    one_pass = ["ingest: 2 files loaded straight, read with no probe"]
-    assert messages == {
-        "no probe": one_pass,
-        "no schema stored": one_pass,
-        "float64": one_pass,
-        "probed": ["ingest: 2 files loaded straight from the files"],
-        "staged": ["ingest: 2 files staged"],
+        by_duckdb[path] = result.batches_probed
+    assert messages == {path: ["ingest: 2 files loaded as read"] for path in paths}
+    assert by_duckdb == {
+        "collector": 0,
+        "no schema stored": 0,
+        "float64": 0,
+        "by DuckDB": 1,
+        "process fields": 1,
     }
-    assert probed == {"no probe": 0, "no schema stored": 0, "float64": 0, "probed": 1, "staged": 1}
     everything = "select * exclude (processes) from samples order by gpu_uuid, ts"
     files = "select path, row_count, min_ts, max_ts from loaded_files order by path"
     for path in paths[1:]:
-        assert query(configs["no probe"], everything) == query(configs[path], everything)
-        assert query(configs["no probe"], files) == query(configs[path], files)
-    assert len(query(configs["no probe"], everything)) == 5
+        assert query(configs["collector"], everything) == query(configs[path], everything)
+        assert query(configs["collector"], files) == query(configs[path], files)
+    assert len(query(configs["collector"], everything)) == 5
 
 
 def test_empty_file_is_recorded_with_no_rows(config: Config) -> None:
@@ -473,7 +483,7 @@ def test_file_names_with_glob_characters_are_read_as_names(config: Config) -> No
 
 
 def test_column_names_with_control_characters_are_read_as_names(config: Config) -> None:
-    """Column names come from the files: one that mimics the schema probe's own separators
+    """Column names come from the files: one that holds control characters (separators)
     neither crashes the ingest nor hides the real `ts` (text, so quarantined)."""
     good = pa.Table.from_pylist([sample(0)], schema=SAMPLE_SCHEMA)
     good = good.append_column("we\x1fird\x1e", pa.array([1]))
@@ -710,13 +720,12 @@ def test_dedup_reads_only_the_new_rows_time_range(config: Config) -> None:
             {"t0": T0},
         )
         con.execute(
-            "create temp table _ingest_batch as select 0 as _file_index, 0::bigint as _row, "
-            "* from samples where ts = $t",
+            "create temp table _ingest_rows as select * from samples where ts = $t",
             {"t": T0 + dt.timedelta(days=1)},
         )
         create_existing_view(con, config, T0 + dt.timedelta(days=1), T0 + dt.timedelta(days=1))
         plan = con.execute(
-            f"explain analyze {NEW_ROWS_SQL}",
+            f"explain analyze {INSERT_NEW_SQL}",
             {
                 "min_ts": T0 + dt.timedelta(days=1),
                 "max_ts": T0 + dt.timedelta(days=1),

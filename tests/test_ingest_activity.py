@@ -1,5 +1,5 @@
 """The sample columns of contract v1.2 (activity, health, MIG devices) load whichever way a
-batch is read (one pass, probed, staged, sliced, on a Dask worker) and into the lake's
+batch is read (by polars or DuckDB, deduplicated, in slices, on a Dask worker) and into the lake's
 compacted files; a file without them (an older collector's, another writer's) loads
 beside them with NULL there (docs/reference.md#sample-files)."""
 
@@ -16,12 +16,19 @@ import pytest
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, V1_1_SCHEMA, V1_2_FIELDS, file_metadata
 from gpufleet.config import Config
-from gpufleet.warehouse.ingest import find_sample_files, ingest, strict
-from gpufleet.warehouse.ingest import load as load_module
+from gpufleet.warehouse.ingest import cut, find_sample_files, ingest
 from gpufleet.warehouse.ingest.fanned import LoadTask, run_load_task
 from gpufleet.warehouse.ingest.values import time_limits
 from gpufleet.warehouse.lake.compact_ahead import staging_directory
-from tests.test_ingest import DAY1, DAY2, query, sample, write_samples, write_table
+from tests.test_ingest import (
+    DAY1,
+    DAY2,
+    query,
+    read_by_duckdb,
+    sample,
+    write_samples,
+    write_table,
+)
 
 NEW = [field.name for field in V1_2_FIELDS]
 SELECTED = "select gpu_uuid, epoch(ts)::int % 100, " + ", ".join(NEW) + " from samples"
@@ -93,17 +100,17 @@ def _write_fleet(config: Config) -> None:
     write_table(config.data_dir, f"{DAY2}/old.parquet", old)  # a batch of its own
 
 
-@pytest.mark.parametrize("way", ["one pass", "probed", "staged", "sliced", "foreign"])
+@pytest.mark.parametrize("way", ["polars", "DuckDB", "deduplicated", "sliced", "foreign"])
 def test_the_v1_2_columns_load_whichever_way_the_batch_is_read(
     config: Config, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, way: str
 ) -> None:
     _write_fleet(config)
-    if way == "probed":  # as when polars does not read a file that DuckDB reads
-        monkeypatch.setattr(load_module, "read_strict", lambda *_: None)
-    elif way == "staged":  # a repeated key is staged in DuckDB
+    if way == "DuckDB":  # as when polars does not read a file that DuckDB reads
+        read_by_duckdb(monkeypatch)
+    elif way == "deduplicated":  # a repeated key
         write_samples(config.data_dir, f"{DAY1}/c.parquet", [activity(0)])
     elif way == "sliced":  # the files are read in slices of one row
-        monkeypatch.setattr(strict, "MAX_ROWS_PER_READ", 1)
+        monkeypatch.setattr(cut, "MAX_ROWS_PER_READ", 1)
     elif way == "foreign":  # another writer: XIDs as int64, rates as float32, no MIG columns
         plain = pa.Table.from_pylist([activity(0), activity(10)], schema=SAMPLE_SCHEMA)
         plain = plain.set_column(
@@ -126,12 +133,12 @@ def test_the_v1_2_columns_load_whichever_way_the_batch_is_read(
     assert (
         first
         == {
-            "one pass": "ingest: 2 files loaded straight, read with no probe",
-            "probed": "ingest: 2 files loaded straight from the files",
-            "staged": "ingest: 3 files staged",
+            "polars": "ingest: 2 files loaded as read",
+            "DuckDB": "ingest: 2 files loaded as read",
+            "deduplicated": "ingest: 3 files deduplicated",
             # the first batch's files in slices (no message), then the old file's batch
-            "sliced": "ingest: 1 files loaded straight, read with no probe",
-            "foreign": "ingest: 2 files staged",
+            "sliced": "ingest: 1 files loaded as read",
+            "foreign": "ingest: 2 files loaded as read",
         }[way]
     )
 

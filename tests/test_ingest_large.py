@@ -1,4 +1,4 @@
-"""Batches of more rows than one read may hold (`strict.MAX_ROWS_PER_READ`): read in pieces
+"""Batches of more rows than one read may hold (`cut.MAX_ROWS_PER_READ`): read in pieces
 of whole files, and a larger file in slices, in bounded memory; the rows loaded, the files
 set aside and the compacted files are those of a whole read. The limit is scaled down
 here; the 5-million-row file of issue 38 is measured by hand (bench/large_file.py)."""
@@ -20,7 +20,7 @@ import pytest
 
 from bench.large_file import large_table, write_large_file
 from gpufleet.config import Config
-from gpufleet.warehouse.ingest import QuarantineWarning, ingest, strict
+from gpufleet.warehouse.ingest import QuarantineWarning, cut, ingest
 from tests.test_ingest import query, sample, write_samples
 
 DAY = dt.date(2026, 11, 16)
@@ -40,7 +40,7 @@ def _twin(tmp_path: Path, name: str, table: pa.Table, relative: str = BIG) -> Co
 
 @pytest.fixture
 def small_reads(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(strict, "MAX_ROWS_PER_READ", 3000)
+    monkeypatch.setattr(cut, "MAX_ROWS_PER_READ", 3000)
     return 3000
 
 
@@ -140,13 +140,13 @@ _MEASURE = textwrap.dedent(
     from pathlib import Path
     import datetime as dt
     from gpufleet.config import Config
-    from gpufleet.warehouse.ingest import ingest, strict
+    from gpufleet.warehouse.ingest import cut, ingest
 
     def peak_mb():
         status = Path("/proc/self/status").read_text().splitlines()
         return int(next(l for l in status if l.startswith("VmHWM:")).split()[1]) // 1024
 
-    strict.MAX_ROWS_PER_READ = int(sys.argv[2])
+    cut.MAX_ROWS_PER_READ = int(sys.argv[2])
     today = dt.date.fromisoformat(sys.argv[3])
     ingest(Config(data_dir=Path(sys.argv[4])), today=today)  # what any ingest allocates once
     before = peak_mb()

@@ -17,11 +17,18 @@ import pytest
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
 from gpufleet.config import Config, IngestConfig
 from gpufleet.warehouse.build import build
-from gpufleet.warehouse.ingest import QuarantineWarning, find_sample_files, ingest, strict
-from gpufleet.warehouse.ingest import load as load_module
+from gpufleet.warehouse.ingest import QuarantineWarning, cut, find_sample_files, ingest
 from gpufleet.warehouse.ingest.fanned import LoadTask, run_load_task
 from gpufleet.warehouse.ingest.values import VALUE_RANGES, range_text, time_limits
-from tests.test_ingest import DAY1, count, query, sample, write_samples, write_table
+from tests.test_ingest import (
+    DAY1,
+    count,
+    query,
+    read_by_duckdb,
+    sample,
+    write_samples,
+    write_table,
+)
 
 NAN, INF = math.nan, math.inf
 
@@ -96,7 +103,7 @@ def _ingest_expecting(config: Config, bad: str) -> Any:
 
 
 @pytest.mark.parametrize(("column", "value", "shown"), OUT_OF_RANGE)
-def test_a_value_out_of_range_quarantines_its_file_with_no_probe(
+def test_a_value_out_of_range_quarantines_its_file(
     config: Config, column: str, value: float, shown: str
 ) -> None:
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
@@ -106,7 +113,7 @@ def test_a_value_out_of_range_quarantines_its_file_with_no_probe(
     rule = range_text(next(r for r in VALUE_RANGES if r.column == column))
     reason = f"column {column}: value {shown} is out of range ({rule})"
     assert result.quarantined[0].reason == reason
-    assert (result.samples_loaded, result.batches_probed) == (2, 0)  # found in the one read
+    assert (result.samples_loaded, result.batches_probed) == (2, 0)  # polars read it all
     assert query(config, "select epoch(ts)::int % 100 from samples order by ts") == [(0,), (30,)]
 
 
@@ -150,11 +157,12 @@ def test_clock_skew_of_up_to_a_day_either_side_loads(config: Config) -> None:
     assert (result.samples_loaded, result.quarantined) == (2, ())
 
 
-def test_the_staged_path_quarantines_the_same_values_with_the_same_reasons(
-    config: Config,
+def test_files_read_by_duckdb_are_quarantined_for_the_same_values_with_the_same_reasons(
+    config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch whose rows repeat a key is staged (cast and deduplicated in DuckDB): its
-    range checks are the same rules, with the same reasons."""
+    """Files polars does not read (DuckDB reads them), in a batch whose rows repeat a key:
+    the same rules, with the same reasons."""
+    read_by_duckdb(monkeypatch)
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0), sample(10)])
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10), sample(20)])  # repeats 10
     bad = [{**sample(30), "interval_s": NAN}, {**sample(40), "gpu_util_pct": 150.0}]
@@ -254,7 +262,7 @@ EARLY = dt.datetime(2026, 11, 15, 23, 59, 59, tzinfo=dt.UTC)  # in its folder's 
 LATE = FAR + dt.timedelta(hours=1)
 
 
-@pytest.mark.parametrize("way", ["one pass", "probed", "staged", "sliced"])
+@pytest.mark.parametrize("way", ["polars", "DuckDB", "deduplicated", "sliced"])
 def test_a_time_before_earliest_or_in_the_future_quarantines_its_file_on_every_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:
@@ -275,15 +283,15 @@ def test_a_time_before_earliest_or_in_the_future_quarantines_its_file_on_every_p
         [*future, {**sample(40, day=FAR), "ts": LATE}],
     )
     write_samples(config.data_dir, _in_folder(FAR_DAY, "b.parquet"), [{**sample(0), "ts": last}])
-    if way == "probed":  # as when polars does not read a file that DuckDB reads
-        monkeypatch.setattr(load_module, "read_strict", lambda *_: None)
-    elif way == "staged":  # rows that repeat a key are staged in DuckDB
+    if way == "DuckDB":  # as when polars does not read a file that DuckDB reads
+        read_by_duckdb(monkeypatch)
+    elif way == "deduplicated":  # rows that repeat a key
         write_samples(config.data_dir, f"{DAY1}/a2.parquet", [{**sample(0), "ts": first}])
         write_samples(
             config.data_dir, _in_folder(FAR_DAY, "b2.parquet"), [{**sample(0), "ts": last}]
         )
     elif way == "sliced":  # the 4-row files are read in slices
-        monkeypatch.setattr(strict, "MAX_ROWS_PER_READ", 3)
+        monkeypatch.setattr(cut, "MAX_ROWS_PER_READ", 3)
     with pytest.warns(QuarantineWarning):
         result = ingest(config, compact=False, today=FAR_DAY)
     reasons = {q.path.rsplit("/", 1)[1]: q.reason for q in result.quarantined}
@@ -299,8 +307,7 @@ def test_a_time_before_earliest_or_in_the_future_quarantines_its_file_on_every_p
         ),
     }
     assert query(config, "select distinct ts from samples order by ts") == [(first,), (last,)]
-    probed = {"one pass": 0, "probed": 2, "staged": 2, "sliced": 0}[way]
-    assert result.batches_probed == probed
+    assert result.batches_probed == (2 if way == "DuckDB" else 0)
 
 
 def test_a_dask_worker_checks_times_against_the_limits_of_the_ingest(config: Config) -> None:

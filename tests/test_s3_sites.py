@@ -22,9 +22,9 @@ from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.build import build
-from gpufleet.warehouse.ingest import ingest, load, strict
+from gpufleet.warehouse.ingest import cut, ingest
 from tests.s3_stack import BUCKET, S3Store
-from tests.test_ingest import query
+from tests.test_ingest import query, read_by_duckdb
 from tests.test_sites import DAY, NEXT, _rows
 
 ALLOCATIONS = (
@@ -49,14 +49,13 @@ def _local(config: Config, folder: str, name: str, table: pa.Table) -> None:
 # --- a local host=<host>@<site> folder ---------------------------------------------------
 
 
-@pytest.fixture(params=["one pass", "staged", "sliced"])
+@pytest.fixture(params=["polars", "DuckDB", "sliced"])
 def load_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each way a batch loads: read in one pass; probed and staged; a large file in slices."""
-    if request.param == "staged":
-        monkeypatch.setattr(load, "read_strict", lambda *_: None)
-        monkeypatch.setattr(load, "uniform_contract_columns", lambda *_: None)
+    """Each way a batch is read: by polars; by DuckDB; a large file in slices."""
+    if request.param == "DuckDB":
+        read_by_duckdb(monkeypatch)
     elif request.param == "sliced":
-        monkeypatch.setattr(strict, "MAX_ROWS_PER_READ", 3)
+        monkeypatch.setattr(cut, "MAX_ROWS_PER_READ", 3)
     return str(request.param)
 
 

@@ -2,9 +2,9 @@
 
 The rows of a file in such a folder that name no site (a NULL or empty `cluster`) take the
 folder's; a file whose rows name another site is set aside for quarantine, as one whose
-times lie outside its `date=` folder's day is (`values.value_problems`,
-`site_problem_sql`). The precedence is then the file's column, else its folder's site,
-else hosts.csv's `cluster` (applied by the models to the rows still without one).
+times lie outside its `date=` folder's day is (`ingest/values.py`). The precedence is then
+the file's column, else its folder's site, else hosts.csv's `cluster` (applied by the
+models to the rows still without one).
 """
 
 from __future__ import annotations
@@ -71,12 +71,3 @@ def contract_columns_sql(present: Collection[str], site: str | None) -> list[str
             value = site_sql(value, literal(site))
         items.append(f'{value} as "{name}"')
     return items
-
-
-def site_problem_sql(value: str, site: str) -> str:
-    """A SQL CASE naming the problem when the row's `value` names another site than its
-    folder's `site` (SQL expressions), as `site_reason` does."""
-    return (
-        f"case when {value} <> '' and {value} <> {site} then 'column cluster: value ' "
-        f"|| {value} || ' is not the site its host= folder names (' || {site} || ')' end"
-    )

@@ -2,8 +2,8 @@
 the reference tables replaced, completed host-days compacted, bad files quarantined."""
 
 from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing, Unreadable
-from gpufleet.warehouse.ingest.files import plan_batches
-from gpufleet.warehouse.ingest.load import load_batch, load_samples
+from gpufleet.warehouse.ingest.cut import plan_batches
+from gpufleet.warehouse.ingest.pipeline import load_batch, load_samples
 from gpufleet.warehouse.ingest.quarantine import (
     QuarantinedFile,
     QuarantineWarning,

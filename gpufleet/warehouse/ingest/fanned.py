@@ -4,14 +4,14 @@ Most of a backfill is batches of whole host-days whose days are over: embedded, 
 reads each such batch once and writes its host-days' compacted files from the rows
 (`CompactAhead`), and no row enters `samples_stored`. With a `LoadFanOut`, the pipeline host
 sends those batches to the workers instead (`run_load_task`, no Prefect here): a worker
-reads each batch as the host would (`read_strict`), checks it (no NULL in a required
-column, no value out of range, no (gpu_uuid, ts) twice) and writes the compacted files
-into the host-days' staging directories, with the bytes the host would write. It sends
+reads and checks each batch as the host would (`check.read_and_check`), makes sure no
+(gpu_uuid, ts) is in it twice and writes the compacted files into the host-days' staging
+directories, with the bytes the host would write. It sends
 back only what the host records: each file's rows and time range, and each compacted
 file's GPUs.
 
-A batch a worker does not take whole (a file set aside, a file the one pass does not read,
-a repeated key) writes nothing and comes back refused; so does one whose keys the host
+A batch a worker does not take whole (a file set aside, one too large to read at once, a
+repeated key) writes nothing and comes back refused; so does one whose keys the host
 finds loaded already. The host then loads it itself, as embedded, with every quarantine
 reason and deduplication of today. A task that fails, or whose worker dies on every try,
 fails the ingest before anything is published; the staging directories go.
@@ -31,17 +31,16 @@ import duckdb
 import pyarrow.compute as pc
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
 from gpufleet.warehouse.base.kill_hook import maybe_kill
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
-from gpufleet.warehouse.ingest.batch import (
+from gpufleet.warehouse.ingest.check import Checked, read_and_check
+from gpufleet.warehouse.ingest.insert import (
     ANY_EXISTING_SQL,
     BatchOutcome,
-    add_loaded_files,
     create_existing_view,
+    loaded_files,
+    repeats_a_key,
 )
-from gpufleet.warehouse.ingest.strict import Oversized, read_strict
-from gpufleet.warehouse.ingest.uniform import repeats_a_key
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.compacted_file import staging_directory
@@ -108,32 +107,26 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
 
 def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
     ahead = CompactAhead(config, task.today, task.listed)
-    read = read_strict(config, batch, ahead, task.limits)
-    if read is None or isinstance(read, Oversized) or read.bad or NOT_AHEAD in read.parts:
+    checked = read_and_check(config, batch, ahead, task.limits)
+    if not isinstance(checked, Checked) or checked.bad or NOT_AHEAD in checked.parts:
         return None
     for directory in {file.path.rsplit("/", 1)[0] for file in batch}:
         if not staging_directory(config.data_dir / directory).is_dir():  # the host made it
             raise FileNotFoundError(f"{config.data_dir / directory}: the ingest is over")
-    rows = fill_sites(read.rows, [folder_site(file.path) for file in read.files], "_file_index")
-    if pc.any(rows.column("_null")).as_py():
-        return None
+    rows = checked.rows
     gpus = rows.column("gpu_uuid").combine_chunks()
     distinct = pc.unique(gpus)
-    outcome = BatchOutcome()
-    with duckdb.connect(":memory:") as con:
-        con.register("_ingest_keys", rows)
-        if repeats_a_key(con, rows, gpus, distinct):
-            return None
-        add_loaded_files(con, "_ingest_keys", read.files, outcome)
+    if repeats_a_key(rows, gpus, distinct):
+        return None
     try:
-        ahead.write(rows, read.files, read.parts, read.versions)
+        ahead.write(rows, checked.files, checked.parts, checked.versions)
         ahead.wait()
     finally:
         ahead.close()
     times = pc.min_max(rows.column("ts"))
     return BatchTaken(
-        loaded=tuple(outcome.loaded),
-        rows=outcome.rows_read,
+        loaded=tuple(loaded_files(checked.files, rows)),
+        rows=rows.num_rows,
         gpus=tuple(distinct.to_pylist()),
         min_ts=times["min"].as_py(),
         max_ts=times["max"].as_py(),

@@ -1,7 +1,7 @@
 """The raw sample files an ingest works through, and `loaded_files`, its record of them.
 
 Telling new files from loaded ones (and from loaded ones that changed since, judged by their
-content), planning batches of them, recording the files loaded. The files are found by
+content), and recording the files loaded. The files are found by
 `scan.py`.
 """
 
@@ -37,10 +37,6 @@ from gpufleet.warehouse.lake.content import (
 from gpufleet.warehouse.lake.replaced import replaced_files
 
 logger = logging.getLogger("gpufleet.ingest")
-
-# Two batches are read at once (`load.READ_AHEAD`): 1,000 files each keep the rows in memory
-# as 2,000 did with one.
-MAX_FILES_PER_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -267,34 +263,6 @@ def compacted_reason(size_bytes: int, compacted: str, file: SampleFile) -> str:
 
 def _ns_iso(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="seconds")
-
-
-def plan_batches(
-    files: Sequence[SampleFile], max_files: int = MAX_FILES_PER_BATCH
-) -> list[list[SampleFile]]:
-    """Runs of files (sorted by path) of one `date=` partition, at most `max_files`, made of
-    whole directories: a host-day's files stay in one batch unless they alone are more.
-
-    One day per batch keeps each batch's time range, and so the part of `samples` that
-    deduplication has to look at, about one day wide; a whole host-day in one batch can be
-    compacted from the rows as they are loaded (`CompactAhead`).
-    """
-    directories: dict[str, list[SampleFile]] = {}
-    for file in sorted(files, key=lambda f: f.path):
-        directories.setdefault(file.path.rsplit("/", 1)[0], []).append(file)
-    batches: list[list[SampleFile]] = []
-    current_key: str | None = None
-    for directory, members in directories.items():
-        key = next((part for part in directory.split("/") if part.startswith("date=")), "")
-        fits = batches and len(batches[-1]) + len(members) <= max_files
-        if not batches or key != current_key or not fits:
-            batches.append([])
-            current_key = key
-        for file in members:
-            if len(batches[-1]) >= max_files:
-                batches.append([])
-            batches[-1].append(file)
-    return batches
 
 
 def record_loaded(

@@ -1,13 +1,13 @@
-"""What a raw file's footer says about it: whether it can load, and how polars reads it.
+"""What a raw file's footer says: whether it may load, and how its rows are read.
 
 Each file's footer is read once (`read_footer`: polars reads its key-value metadata, which
 holds the Arrow schema its writer stored; only a file that stored none has its Parquet
 schema read instead). The schema decides, by the rules of type acceptance
-(`schemas.schema_problem`, docs/warehouse.md), whether the file is set aside, read in the
-one pass (`FilePlan.columns`: its contract columns as polars reads them, cast afterwards to
-the contract's types), or left to the careful path (a column polars would not cast
-without loss, such as a process list of other fields). A fleet's files share a few
-schemas, so each distinct one is decided once.
+(`schema_problem`, docs/warehouse.md), whether the file is set aside, read by polars
+(`FilePlan.columns`: its contract columns as polars reads them, cast afterwards to the
+contract's types), or read by DuckDB (a column polars would not cast without loss, such as
+a process list of other fields: `read.py`). A fleet's files share a few schemas, so each
+distinct one is decided once.
 """
 
 from __future__ import annotations
@@ -23,11 +23,58 @@ import polars as pl
 import pyarrow as pa
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
-from gpufleet.warehouse.ingest.schemas import TEXT_FROM_INTEGERS, one_line, schema_problem
+from gpufleet.warehouse.base.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, literal_path
 
 _ARROW_SCHEMA_KEY = "ARROW:schema"
 _VERSION_KEY = "gpufleet.collector_version"
 _READ_ERRORS = (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException)
+_INTEGER_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
+)
+_FLOAT_TYPES = frozenset({"FLOAT", "DOUBLE"})
+_TZ_TIMESTAMP_TYPES = frozenset({"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"})
+CONTRACT_TYPES = dict(SAMPLE_COLUMNS)
+_RESERVED_COLUMNS = ("file_index", "file_row_number")  # read_parquet's virtual columns
+# Text columns that may come as integers (a foreign writer's Slurm job ids): they load as
+# their decimal text, which loses nothing.
+TEXT_FROM_INTEGERS = frozenset({"alloc_job_id"})
+
+
+def _accepts(name: str, target: str, source: str) -> bool:
+    """Whether a file column `name` of DuckDB type `source` may load into contract type
+    `target`."""
+    if name in TEXT_FROM_INTEGERS and source in _INTEGER_TYPES:
+        return True
+    if target == "timestamptz":
+        return source in _TZ_TIMESTAMP_TYPES
+    if target in {"float", "double"}:
+        return source in _FLOAT_TYPES or source in _INTEGER_TYPES or source.startswith("DECIMAL")
+    if target in {"usmallint", "bigint", "smallint", "integer", "ubigint"}:
+        return source in _INTEGER_TYPES
+    if target == "varchar":
+        return source == "VARCHAR"
+    if target == "boolean":
+        return source == "BOOLEAN"
+    if target == "integer[]":  # xid_errors: a list of integers of any width
+        return source.endswith("[]") and source.removesuffix("[]") in _INTEGER_TYPES
+    if target.endswith("[]"):  # processes: a list of structs
+        return source.startswith("STRUCT(") and source.endswith(")[]")
+    raise AssertionError(f"no acceptance rule for contract type {target}")
+
+
+def schema_problem(columns: dict[str, str]) -> str | None:
+    """Why a file with these top-level columns (name -> DuckDB type) cannot load, if so."""
+    for name in _RESERVED_COLUMNS:
+        if name in columns:
+            return f"column '{name}' is reserved for read_parquet's own use"
+    for name in REQUIRED_SAMPLE_COLUMNS:
+        if name not in columns:
+            return f"missing required column '{name}'"
+    for name, target in SAMPLE_COLUMNS:
+        source = columns.get(name)
+        if source is not None and not _accepts(name, target, source):
+            return f"column '{name}' is {source}, expected {target.upper()}"
+    return None
 
 
 @functools.cache
@@ -41,7 +88,7 @@ class FilePlan:
     """How one file's columns load into the contract's, decided from its schema."""
 
     problem: str | None = None  # why it cannot load (its quarantine reason)
-    # Its contract columns as polars reads them, in contract order (None: the careful path).
+    # Its contract columns as polars reads them, in contract order (None: DuckDB reads it).
     columns: tuple[tuple[str, pl.DataType], ...] | None = ()
     names: frozenset[str] = frozenset()  # every column it has, extra ones too
 
@@ -105,7 +152,7 @@ def plan_for_schema(schema: pa.Schema) -> FilePlan:
     try:
         types = _duckdb_types(schema)
     except (duckdb.Error, pa.ArrowException, ValueError, TypeError):
-        return FilePlan(columns=None, names=names)  # let the careful path decide
+        return FilePlan(columns=None, names=names)  # DuckDB reads it, and decides
     problem = schema_problem(dict(types))
     if problem is not None:
         return FilePlan(problem=problem, names=names)
@@ -143,3 +190,15 @@ def reads_without_loss(name: str, source: pl.DataType, target: pl.DataType) -> b
     if target.is_integer():
         return source.is_integer()
     return False
+
+
+def unreadable_reason(exc: BaseException, full: str, relative: str) -> str:
+    """The quarantine reason for a file DuckDB could not read, naming it by `relative`."""
+    text = one_line(exc).replace(literal_path(full), relative).replace(full, relative)
+    return f"cannot read Parquet: {text}"
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's text on one line, at most 300 characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -22,7 +22,7 @@ class IngestResult:
     duplicates_skipped: int = 0
     quarantined: tuple[QuarantinedFile, ...] = ()
     batches: int = 0
-    batches_probed: int = 0  # the batches with a file unlike the contract's (read twice)
+    batches_probed: int = 0  # the batches with a file polars does not read (read by DuckDB)
     users: int = 0
     host_rules: int = 0
     price_rules: int = 0
@@ -72,7 +72,9 @@ class IngestResult:
         if self.step_seconds:
             total = sum(seconds for _, seconds in self.step_seconds)
             steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.step_seconds)
-            probed = f" ({self.batches_probed} of {self.batches} batches probed)"
+            probed = (
+                f" ({self.batches_probed} of {self.batches} batches with a file read by DuckDB)"
+            )
             lines.append(f"  {total:.1f} s: {steps}" + (probed if self.batches_probed else ""))
         if self.alongside_seconds:
             work = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.alongside_seconds)

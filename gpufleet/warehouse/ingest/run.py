@@ -19,7 +19,7 @@ from gpufleet.warehouse.build.models import apply_table_docs
 from gpufleet.warehouse.ingest.arrival import check_input
 from gpufleet.warehouse.ingest.fanned import LoadFanOut
 from gpufleet.warehouse.ingest.files import check_listing
-from gpufleet.warehouse.ingest.load import load_samples
+from gpufleet.warehouse.ingest.pipeline import load_samples
 from gpufleet.warehouse.ingest.quarantine import move_to_quarantine, record_set_aside
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.scan import list_sample_files

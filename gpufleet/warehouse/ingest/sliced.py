@@ -25,46 +25,25 @@ import pyarrow.parquet as pq
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.folder_sites import folder_site
-from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
-from gpufleet.warehouse.ingest.batch import (
+from gpufleet.warehouse.ingest.footers import CONTRACT_TYPES, contract_schema, read_footer
+from gpufleet.warehouse.ingest.insert import (
     ANY_EXISTING_SQL,
-    EXISTING_KEYS_SQL,
     BatchOutcome,
     create_existing_view,
+    insert_first_new,
 )
-from gpufleet.warehouse.ingest.footers import contract_schema, read_footer
-from gpufleet.warehouse.ingest.schemas import CONTRACT_TYPES
-from gpufleet.warehouse.ingest.strict import to_contract
-from gpufleet.warehouse.ingest.values import TimeLimits, time_window, value_problems
+from gpufleet.warehouse.ingest.read import to_contract
+from gpufleet.warehouse.ingest.values import (
+    CHECKED_COLUMNS,
+    TimeLimits,
+    time_window,
+    value_problems,
+)
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
-from gpufleet.warehouse.publish.log import current_generation
 
-# The columns no rule looks at (`cluster`: but in a site's folder, `base/folder_sites.py`).
-_UNCHECKED = frozenset(
-    {
-        "gpu_name",
-        "processes",
-        "alloc_job_id",
-        "alloc_user",
-        "cluster",
-        "xid_errors",
-        "remapped_rows_pending",
-        "remapped_rows_failure",
-        "retired_pages_pending",
-        "parent_gpu_uuid",
-        "mig_profile",
-    }
-)
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError)
 _SLICE = "_ingest_slice"
-_INSERT_SQL = f"""
-insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id)
-with existing as ({EXISTING_KEYS_SQL.format(batch=_SLICE)})
-select {QUOTED_SAMPLE_COLUMNS}, $load_id
-from {_SLICE} anti join existing using (gpu_uuid, ts)
-order by gpu_uuid, ts
-"""
 
 
 @dataclass
@@ -87,8 +66,8 @@ def load_sliced(
     limits: TimeLimits,
 ) -> BatchOutcome | None:
     """Load one large file `slice_rows` rows at a time (or set it aside, a time outside
-    `limits` among the reasons); None when a slice does not read as the one pass reads (the
-    careful path then loads it)."""
+    `limits` among the reasons); None when a slice does not read as the one pass reads (it is then
+    read whole)."""
     path = str(config.data_dir / file.path)
     outcome = BatchOutcome()
     footer = read_footer(path, file.path)
@@ -113,9 +92,7 @@ def load_sliced(
         else:
             inserted = 0
             for batch in slices:
-                frame = _contract_rows(batch, site)
-                if frame.height:
-                    inserted += _insert_new(con, config, _first_of_each_key(frame), ahead)
+                inserted += insert_first_new(con, config, _contract_rows(batch, site), ahead)
     except _READ_ERRORS:
         return None
     outcome.loaded.append(LoadedFile(file, survey.rows, survey.first, survey.last))
@@ -161,8 +138,8 @@ def _survey(
     `ahead` (a file to write ahead), whether one was loaded before."""
     survey = _Survey()
     windows, sites = [time_window(file.path, limits)], [folder_site(file.path)]
-    checked = _UNCHECKED - {"cluster"} if sites[0] else _UNCHECKED
-    columns = [n for n in source.schema_arrow.names if n in CONTRACT_TYPES and n not in checked]
+    checked = CHECKED_COLUMNS if sites[0] else CHECKED_COLUMNS - {"cluster"}
+    columns = [n for n in source.schema_arrow.names if n in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
         frame = pl.from_arrow(batch)
@@ -221,34 +198,3 @@ def _any_loaded(
     finally:
         con.unregister(_SLICE)
     return bool(found and found[0][0])
-
-
-def _first_of_each_key(frame: pl.DataFrame) -> pl.DataFrame:
-    """The slice sorted by (gpu_uuid, ts), the first row of a repeated key only."""
-    frame = frame.sort("gpu_uuid", "ts", maintain_order=True)
-    repeated = (pl.col("gpu_uuid") == pl.col("gpu_uuid").shift()) & (
-        pl.col("ts") == pl.col("ts").shift()
-    )
-    if frame.select(repeated.any()).item():
-        frame = frame.unique(["gpu_uuid", "ts"], keep="first", maintain_order=True)
-    return frame
-
-
-def _insert_new(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    frame: pl.DataFrame,
-    ahead: CompactAhead | None,
-) -> int:
-    """Insert the slice's rows whose key is not loaded yet; how many."""
-    low, high = frame.get_column("ts").min(), frame.get_column("ts").max()
-    assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
-    con.register(_SLICE, frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
-    try:
-        create_existing_view(con, config, low, high, ahead, _SLICE)
-        inserted = con.execute(
-            _INSERT_SQL, {"min_ts": low, "max_ts": high, "load_id": current_generation(con)}
-        ).fetchall()
-    finally:
-        con.unregister(_SLICE)
-    return int(inserted[0][0]) if inserted else 0

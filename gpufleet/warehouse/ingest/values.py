@@ -1,16 +1,17 @@
 """The values a sample may hold, and the checks that set aside a file holding any other.
 
-The rules (docs/reference.md#valid-values): every measured number within its range (NaN and
-the infinities are within none), and `ts` within the UTC day that the file's `date=` folder
-names, with a day of clock skew either side, and within the times any sample may have
-(`TimeLimits`: from `[ingest] earliest` to the ingest's time plus `[ingest]
-max_clock_skew_minutes`). A file with one row outside them is quarantined, as one with a
-NULL in a required column or a value that does not fit its type is: its reason names the
-first bad row's column and value; so is a file whose `date=` folder names a day outside
-those times, whatever it holds (`folder_problem`). The rules are checked on a
-batch's rows as read, vectorised (`value_problems`, polars), and in the staged SQL
-(`range_problem_sql`), in the same order: a NULL in a required column, then a value that
-does not fit, then a value out of range, each in column order.
+The rules (docs/reference.md#valid-values): every measured number within its range
+(`VALUE_RANGES`; NaN and the infinities are within none), and `ts` within the UTC day that
+the file's `date=` folder names, with a day of clock skew either side, and within the times
+any sample may have (`TimeLimits`: from `[ingest] earliest` to the ingest's time plus
+`[ingest] max_clock_skew_minutes`). A file with one row outside them is quarantined, as one
+with a NULL in a required column, a value that does not fit its type or a `cluster` of
+another site than its folder's is: its reason names the first bad row's column and value;
+so is a file whose `date=` folder names a day outside those times, whatever it holds
+(`folder_problem`). The rules are checked here alone, on a batch's rows as read
+(`value_problems`, polars, vectorised), in this order: a NULL in a required column, a value
+that does not fit, a time out of its window, a value out of its range (in the table's
+order), another site.
 """
 
 from __future__ import annotations
@@ -68,6 +69,16 @@ VALUE_RANGES: tuple[ValueRange, ...] = (
     ValueRange("ecc_corrected_volatile", 0),
     ValueRange("pcie_replay_count", 0),
     ValueRange("mig_slice_fraction", 0.0, 1.0, low_included=False),
+)
+# The columns the rules read: the required ones, those with a range, every integer column
+# (a value may not fit its width) and `cluster` (in a site's folder, `base/folder_sites.py`).
+CHECKED_COLUMNS = frozenset(
+    {
+        *REQUIRED_SAMPLE_COLUMNS,
+        *(rule.column for rule in VALUE_RANGES),
+        *(name for name, kind in SAMPLE_COLUMNS if kind.endswith(("int", "integer"))),
+        "cluster",
+    }
 )
 _KINDS = dict(SAMPLE_COLUMNS)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -302,33 +313,3 @@ def unfit_reason(column: str) -> pl.Expr:
     contract type, as a polars string expression."""
     kind = _KINDS[column].upper()
     return pl.format(f"column {column}: value {{}} does not fit {kind}", pl.col(column))
-
-
-def range_problem_sql(column: str, value: str) -> str | None:
-    """A SQL CASE naming the problem when `value` (SQL: the column cast to its contract
-    type) is out of `column`'s range; None for a column with no range."""
-    rule = next((r for r in VALUE_RANGES if r.column == column), None)
-    if rule is None:
-        return None
-    inside = f"{value} {'>=' if rule.low_included else '>'} {rule.low!r}"
-    if rule.high is not None:
-        inside += f" and {value} <= {rule.high!r}"
-    if column in _FLOAT_COLUMNS:
-        inside += f" and not isnan({value}) and not isinf({value})"
-    return (
-        f"case when {value} is not null and not ({inside}) "
-        f"then 'column {column}: value ' || {value}::varchar "
-        f"|| ' is out of range ({range_text(rule)})' end"
-    )
-
-
-def ts_problem_sql(value: str, low: str, high: str, too_early: str, too_late: str) -> str:
-    """A SQL CASE naming the problem when the time `value` is outside [`low`, `high`) (SQL
-    expressions); `too_early` and `too_late` (SQL) describe a time before `low`, from `high`
-    on."""
-    shown = f"strftime(timezone('UTC', {value}), '%Y-%m-%d %H:%M:%S')"
-    reason = f"'column ts: value ' || {shown} || ' UTC is out of range ('"
-    return (
-        f"case when {value} < {low} then {reason} || {too_early} || ')' "
-        f"when {value} >= {high} then {reason} || {too_late} || ')' end"
-    )

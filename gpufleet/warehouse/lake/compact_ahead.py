@@ -154,7 +154,7 @@ class CompactAhead:
         versions: Mapping[str, str],
     ) -> None:
         """Start writing the compacted file of each part from `rows` (sorted by _part,
-        gpu_uuid, ts; `_file_index`, `_part` and `_null` are dropped) into its staging
+        gpu_uuid, ts; `_file_index` and `_part` are dropped) into its staging
         directory, once the previous batch's files are written. `versions`: the collector
         version of each file, by absolute path (`collector_versions`)."""
         self.wait()
@@ -183,7 +183,7 @@ class CompactAhead:
             jobs.append(
                 _Job(
                     target,
-                    part_rows.drop_columns(["_file_index", "_part", "_null"]),
+                    part_rows.drop_columns(["_file_index", "_part"]),
                     joined_versions([versions[p] for p in sources if p in versions]),
                     len(sources),
                     {file.path.rsplit("/", 1)[-1]: file.size_bytes for file in members[part]},

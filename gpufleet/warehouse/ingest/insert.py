@@ -1,0 +1,221 @@
+"""A batch's checked rows deduplicated and inserted, and what loading it gives.
+
+A sample (gpu_uuid, ts) is kept once: the first row of it by file, then row, among the
+rows read, and none whose key is loaded already (`samples_stored`, the lake's files of the
+rows' days and the files this ingest wrote ahead for them: `create_existing_view`). Most
+batches repeat no key and none loaded before, which two cheap checks show
+(`keys_are_new`): their rows go in as read, those of a whole completed host-day into its
+compacted file (`lake/compact_ahead.py`), the others into `samples_stored`
+(`insert_rows`). Any other is deduplicated first, and goes into `samples_stored`
+(`insert_first_new`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpufleet.config import Config
+from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
+from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
+from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
+from gpufleet.warehouse.lake.samples import evicted_paths, samples_sql
+from gpufleet.warehouse.publish.log import current_generation
+
+
+@dataclass
+class BatchOutcome:
+    rows_read: int = 0
+    rows_inserted: int = 0
+    loaded: list[LoadedFile] = field(default_factory=list)
+    bad: dict[str, str] = field(default_factory=dict)  # path -> reason
+
+
+# The keys already loaded that rows of a batch (in table {batch}) could repeat: read only
+# within the batch's time range (zone maps skip the rest) and only for the batch's GPUs
+# (an anti-join's hash table holds those, not the whole day), from samples_stored and the
+# evicted files of the batch's days (`_ingest_existing`, made by `create_existing_view`).
+EXISTING_KEYS_SQL = """
+select gpu_uuid, ts
+from _ingest_existing
+where ts between $min_ts and $max_ts
+    and gpu_uuid in (select gpu_uuid from {batch})
+"""
+# Whether EXISTING_KEYS_SQL has any row, the batch's GPUs given as a list ($gpus): most
+# batches (a backfill's, a cycle's new flush) have none, and asking first spares them the
+# join of their keys, which costs ten times as much.
+ANY_EXISTING_SQL = """
+select exists (
+    select 1
+    from _ingest_existing
+    where ts between $min_ts and $max_ts and gpu_uuid in (select unnest($gpus))
+)
+"""
+_ROWS = "_ingest_rows"
+# The rows of _ingest_rows (each key once) not loaded yet, in (gpu_uuid, ts) order.
+INSERT_NEW_SQL = f"""
+insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id)
+with existing as ({EXISTING_KEYS_SQL.format(batch=_ROWS)})
+select {QUOTED_SAMPLE_COLUMNS}, $load_id
+from {_ROWS} anti join existing using (gpu_uuid, ts)
+order by gpu_uuid, ts
+"""
+
+
+def create_existing_view(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    min_ts: dt.datetime | None,
+    max_ts: dt.datetime | None,
+    ahead: CompactAhead | None = None,
+    batch: str = "",
+    gpus: set[str] | None = None,
+) -> None:
+    """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows from
+    `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those days and
+    the files this ingest wrote `ahead` for them with a GPU of the table `batch`; `gpus`:
+    the batch's distinct GPUs, when the caller has them already)."""
+    if min_ts is None or max_ts is None:
+        paths: list[str] = []
+    else:
+        first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
+        paths = evicted_paths(con, config, first_day=first, last_day=last)
+        if ahead is not None and ahead.written:
+            if gpus is None:
+                rows = con.execute(f"select distinct gpu_uuid from {batch}").fetchall()
+                gpus = {row[0] for row in rows}
+            paths += ahead.paths_between(first, last, gpus)
+    con.execute(
+        "create or replace temp view _ingest_existing as "
+        + samples_sql(paths, columns=("gpu_uuid", "ts"))
+    )
+
+
+def loaded_files(batch: Sequence[SampleFile], rows: pa.Table) -> list[LoadedFile]:
+    """Each file of `batch` with its rows in `rows` (by `_file_index`): count, first and
+    last ts."""
+    keys = pl.from_arrow(rows.select(["_file_index", "ts"]))
+    assert isinstance(keys, pl.DataFrame)
+    ts = pl.col("ts")
+    stats = keys.group_by("_file_index").agg(pl.len(), ts.min().alias("min"), ts.max().alias("max"))
+    found = {row[0]: row[1:] for row in stats.iter_rows()}
+    return [
+        LoadedFile(file, *found.get(index, (0, None, None))) for index, file in enumerate(batch)
+    ]
+
+
+def insert_rows(
+    con: duckdb.DuckDBPyConnection,
+    rows: pa.Table,
+    batch: Sequence[SampleFile],
+    *,
+    ahead: CompactAhead | None,
+    parts: list[int],
+    versions: Mapping[str, str],
+) -> None:
+    """Insert a batch's rows, each key new (`keys_are_new`; the contract's columns, then
+    `_file_index` and `_part`, sorted by _part, gpu_uuid, ts): the host-days of `parts` as
+    compacted files written `ahead` (`versions`: each file's collector version, by absolute
+    path), the other rows into samples_stored."""
+    if ahead is not None:
+        ahead.write(rows, batch, parts, versions)
+    if NOT_AHEAD in parts:  # (a backfill writes every part ahead: nothing to insert)
+        con.register(_ROWS, rows)
+        try:
+            con.execute(
+                f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+                f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from {_ROWS} "
+                f"where _part = {NOT_AHEAD} order by gpu_uuid, ts",
+                {"load_id": current_generation(con)},
+            ).fetchall()
+        finally:
+            con.unregister(_ROWS)
+
+
+def keys_are_new(
+    con: duckdb.DuckDBPyConnection, config: Config, ahead: CompactAhead | None, rows: pa.Table
+) -> bool:
+    """Whether the rows (sorted by _part, gpu_uuid, ts) hold no (gpu_uuid, ts) twice and
+    none already loaded."""
+    gpus = rows.column("gpu_uuid").combine_chunks()
+    distinct = pc.unique(gpus)
+    if len(rows) == 0 or repeats_a_key(rows, gpus, distinct):
+        return len(rows) == 0
+    times = pc.min_max(rows.column("ts"))
+    min_ts, max_ts = times["min"].as_py(), times["max"].as_py()
+    gpu_names = distinct.to_pylist()
+    con.register(_ROWS, rows)
+    try:
+        create_existing_view(con, config, min_ts, max_ts, ahead, _ROWS, gpus=set(gpu_names))
+        params = {"min_ts": min_ts, "max_ts": max_ts}
+        overlap = con.execute(ANY_EXISTING_SQL, {**params, "gpus": gpu_names}).fetchall()
+        if overlap and not overlap[0][0]:
+            return True
+        existing = con.execute(
+            f"with existing as ({EXISTING_KEYS_SQL.format(batch=_ROWS)}) "
+            f"select count(*) from {_ROWS} semi join existing using (gpu_uuid, ts)",
+            params,
+        ).fetchall()
+    finally:
+        con.unregister(_ROWS)
+    return bool(existing) and not existing[0][0]
+
+
+def repeats_a_key(rows: pa.Table, gpus: pa.Array, distinct: pa.Array) -> bool:
+    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts) twice; `gpus`
+    is its gpu_uuid column, `distinct` that column's distinct values.
+
+    When each GPU's rows are together (its files are in one part, as a host's are) and in
+    strictly increasing time, no key repeats: two comparisons of neighbours, no hash table
+    of the batch's keys. Otherwise the keys are counted."""
+    if len(gpus) < 2:
+        return False
+    together = len(pc.run_end_encode(gpus).values) == len(distinct)
+    times = rows.column("ts").combine_chunks()
+    earlier, later = slice(0, len(gpus) - 1), slice(1, None)
+    increasing = pc.or_(
+        pc.not_equal(gpus[later], gpus[earlier]),
+        pc.greater(times[later], times[earlier]),
+    )
+    if together and pc.all(increasing).as_py():
+        return False
+    keys = pl.from_arrow(rows.select(["gpu_uuid", "ts"]))
+    assert isinstance(keys, pl.DataFrame)
+    return bool(keys.is_duplicated().any())
+
+
+def insert_first_new(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    rows: pl.DataFrame,
+    ahead: CompactAhead | None,
+) -> int:
+    """Insert into samples_stored the first row of each (gpu_uuid, ts) of `rows` (each
+    file's rows in their order; by `_file_index` first when it is there) not loaded yet;
+    how many."""
+    if rows.height == 0:
+        return 0
+    by = ["gpu_uuid", "ts", *(["_file_index"] if "_file_index" in rows.columns else [])]
+    rows = rows.sort(by, maintain_order=True)
+    repeated = (pl.col("gpu_uuid") == pl.col("gpu_uuid").shift()) & (
+        pl.col("ts") == pl.col("ts").shift()
+    )
+    if rows.select(repeated.any()).item():
+        rows = rows.unique(["gpu_uuid", "ts"], keep="first", maintain_order=True)
+    low, high = rows.get_column("ts").min(), rows.get_column("ts").max()
+    assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
+    con.register(_ROWS, rows.to_arrow(compat_level=pl.CompatLevel.oldest()))
+    try:
+        create_existing_view(con, config, low, high, ahead, _ROWS)
+        inserted = con.execute(
+            INSERT_NEW_SQL, {"min_ts": low, "max_ts": high, "load_id": current_generation(con)}
+        ).fetchall()
+    finally:
+        con.unregister(_ROWS)
+    return int(inserted[0][0]) if inserted else 0

@@ -1,0 +1,229 @@
+"""The one way a batch of new sample files loads: listed, read, checked, deduplicated and
+inserted.
+
+`load_samples` sets aside the files whose `date=` folder names a day outside the times a
+sample may have (`values.folder_problem`), cuts the other new files into batches
+(`cut.plan_batches`) and puts each through the same steps: read (`read.read_batch`: polars,
+or DuckDB for a file polars does not read), checked (`check.check_batch`: its bad files set
+aside for quarantine, with their reasons), and loaded (`load_checked`: its rows inserted as
+read when no key repeats or was loaded before, else deduplicated first). Two batches are
+read and checked ahead, in threads, while one loads. Where a batch's steps run and how it is
+cut are the only other differences: the batches of whole host-days can be read and checked
+on Dask workers (`fanned.py`), and a batch of more rows than one read may hold is cut in
+pieces of whole files (`cut.pieces`), a larger file in slices (`sliced.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import duckdb
+import polars as pl
+
+from gpufleet.config import Config
+from gpufleet.console import printable
+from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.ingest import cut
+from gpufleet.warehouse.ingest.check import Checked, read_and_check
+from gpufleet.warehouse.ingest.fanned import LoadFanOut, adopt
+from gpufleet.warehouse.ingest.files import record_loaded, split_new_files
+from gpufleet.warehouse.ingest.insert import (
+    BatchOutcome,
+    insert_first_new,
+    insert_rows,
+    keys_are_new,
+    loaded_files,
+)
+from gpufleet.warehouse.ingest.quarantine import record_quarantined
+from gpufleet.warehouse.ingest.read import Oversized
+from gpufleet.warehouse.ingest.result import IngestResult, Log
+from gpufleet.warehouse.ingest.sliced import load_sliced
+from gpufleet.warehouse.ingest.values import TimeLimits, folder_problem, time_limits
+from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+
+logger = logging.getLogger("gpufleet.ingest")
+
+# Batches read ahead, by as many threads: one thread's read leaves a core idle in its
+# single-threaded steps (each file's metadata, the sort), which the other read fills.
+READ_AHEAD = 2
+
+
+def load_checked(
+    con: duckdb.DuckDBPyConnection, config: Config, checked: Checked, ahead: CompactAhead | None
+) -> BatchOutcome:
+    """Load a checked batch's rows: as read when no key repeats or was loaded before (the
+    host-days `ahead` writes as compacted files), else the first row of each new key into
+    samples_stored."""
+    outcome = BatchOutcome(bad=dict(checked.bad))
+    if not checked.files:
+        return outcome
+    rows = checked.rows
+    outcome.loaded = loaded_files(checked.files, rows)
+    outcome.rows_read = rows.num_rows
+    if keys_are_new(con, config, ahead, rows):
+        logger.debug("ingest: %d files loaded as read", len(checked.files))
+        insert_rows(
+            con, rows, checked.files, ahead=ahead, parts=checked.parts, versions=checked.versions
+        )
+        outcome.rows_inserted = rows.num_rows
+    else:
+        logger.debug("ingest: %d files deduplicated", len(checked.files))
+        frame = pl.from_arrow(rows)
+        assert isinstance(frame, pl.DataFrame)
+        outcome.rows_inserted = insert_first_new(con, config, frame, ahead)
+    return outcome
+
+
+def load_batch(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    batch: Sequence[SampleFile],
+    checked: Checked | Oversized,
+    ahead: CompactAhead | None,
+    limits: TimeLimits,
+) -> BatchOutcome:
+    """Load a batch as it was read and checked; one too large to read at once in pieces of
+    whole files, read here one at a time, and each larger file alone, in slices."""
+    if not isinstance(checked, Oversized):
+        return load_checked(con, config, checked, ahead)
+    outcome = BatchOutcome()
+    for piece, sliced in cut.pieces(config, batch, cut.MAX_ROWS_PER_READ):
+        loaded = None
+        if sliced:
+            loaded = load_sliced(
+                con, config, piece[0], slice_rows=cut.MAX_ROWS_PER_READ, ahead=ahead, limits=limits
+            )
+        if loaded is None:
+            read = read_and_check(config, piece, ahead, limits, max_rows=None)
+            assert not isinstance(read, Oversized)
+            loaded = load_checked(con, config, read, ahead)
+            del read
+        outcome.rows_read += loaded.rows_read
+        outcome.rows_inserted += loaded.rows_inserted
+        outcome.loaded += loaded.loaded
+        outcome.bad.update(loaded.bad)
+    return outcome
+
+
+@contextlib.contextmanager
+def read_ahead(
+    batches: Sequence[Sequence[SampleFile]],
+    read: Callable[[Sequence[SampleFile]], Checked | Oversized],
+    depth: int = READ_AHEAD,
+) -> Iterator[Iterator[Future[Checked | Oversized]]]:
+    """Each batch's read, while up to `depth` later reads run in as many threads (they keep
+    the cores busy that the load's own steps leave idle); the reads not started are
+    cancelled on the way out."""
+    with ThreadPoolExecutor(depth, thread_name_prefix="gpufleet-read") as reader:
+        reads: deque[Future[Checked | Oversized]] = deque(
+            reader.submit(read, batch) for batch in batches[:depth]
+        )
+
+        def each() -> Iterator[Future[Checked | Oversized]]:
+            for number in range(len(batches)):
+                if number + depth < len(batches):
+                    reads.append(reader.submit(read, batches[number + depth]))
+                yield reads.popleft()
+
+        try:
+            yield each()
+        finally:
+            for future in reads:
+                future.cancel()  # a read not started when the load failed
+
+
+def load_samples(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    files: Sequence[SampleFile],
+    *,
+    now: dt.datetime | None = None,
+    progress: Log | None = None,
+    ahead: CompactAhead | None = None,
+    fan_out: LoadFanOut | None = None,
+    limits: TimeLimits | None = None,
+) -> IngestResult:
+    """Load the files not loaded yet into `samples` through `con` (inside a transaction),
+    writing the compacted files `ahead` asks for from the rows loaded; the batches of whole
+    host-days read and written on `fan_out`'s workers when given (`fanned.py`). `limits`:
+    the times a sample may have (default: `config`'s at `now`)."""
+    now = now or dt.datetime.now(dt.UTC)
+    limits = limits or time_limits(config.ingest, now)
+    say = progress or logger.info
+    started = time.perf_counter()
+    new, changed = split_new_files(con, files)
+    bad: dict[str, str] = {file.path: reason for file, reason in changed}
+    for file in new:
+        if (reason := folder_problem(file.path, limits)) is not None:
+            bad[file.path] = reason
+    new = [file for file in new if file.path not in bad]
+
+    listed = time.perf_counter()
+    batches = cut.plan_batches(new)
+    if batches:
+        plural = "batch" if len(batches) == 1 else "batches"
+        say(f"ingest: {len(new):,} new files in {len(batches)} {plural}")
+    total = BatchOutcome()
+    by_duckdb = 0
+    waited = on_workers = 0.0
+
+    def add(outcome: BatchOutcome) -> None:
+        bad.update(outcome.bad)
+        record_loaded(con, outcome.loaded, now)
+        total.loaded += outcome.loaded
+        total.rows_read += outcome.rows_read
+        total.rows_inserted += outcome.rows_inserted
+
+    if fan_out is not None and ahead is not None:
+        sending = time.perf_counter()
+        left: list[list[SampleFile]] = []
+        try:
+            taken_all = fan_out.load(batches, ahead, limits, progress=say)
+            for batch, taken in zip(batches, taken_all, strict=True):
+                outcome = adopt(con, config, batch, taken, ahead) if taken else None
+                if outcome is None:
+                    left.append(batch)
+                else:
+                    add(outcome)
+        except BaseException:
+            fan_out.discard()
+            raise
+        batches = left  # refused or never sent: loaded here, as embedded
+        on_workers = time.perf_counter() - sending
+
+    def read(batch: Sequence[SampleFile]) -> Checked | Oversized:
+        return read_and_check(config, batch, ahead, limits)
+
+    with read_ahead(batches, read) as reads:
+        for number, (batch, future) in enumerate(zip(batches, reads, strict=True), start=1):
+            first = batch[0].path.split("/")
+            where = printable(next((p for p in first if p.startswith("date=")), first[-1]))
+            say(f"ingest: batch {number}/{len(batches)} ({len(batch):,} files, {where})")
+            waiting = time.perf_counter()
+            checked = future.result()
+            waited += time.perf_counter() - waiting
+            by_duckdb += isinstance(checked, Checked) and checked.by_duckdb
+            add(load_batch(con, config, batch, checked, ahead, limits))
+            del checked, future  # its rows are loaded or written ahead
+
+    quarantined = record_quarantined(con, config, sorted(bad.items()), now)
+    return IngestResult(
+        files_loaded=len(total.loaded),
+        samples_loaded=total.rows_inserted,
+        duplicates_skipped=total.rows_read - total.rows_inserted,
+        quarantined=quarantined,
+        batches=len(batches),
+        batches_probed=by_duckdb,
+        step_seconds=(
+            ("new files", listed - started),
+            *((("batches on the Dask workers", on_workers),) if fan_out is not None else ()),
+            ("waiting for reads", waited),
+            ("batches", time.perf_counter() - listed - on_workers - waited),
+        ),
+    )
