@@ -99,6 +99,7 @@ def test_password_comes_only_from_environment(
         ("[ingest]\nearliest = 2015-01-01T00:00:00Z\n", r"line 2: 'ingest.earliest' must be a"),
         ("[ingest]\nearliest = 2999-01-01\n", r"line 2: 'ingest.earliest' must not be in the fu"),
         ("[ingest]\nmax_clock_skew_minutes = -1\n", r"line 2: 'ingest.max_clock_skew_minutes' mu"),
+        ("[ingest]\nmax_clock_skew_minutes = 10000000000\n", r"between 0 and 527040"),
         ('[ingest]\nmax_clock_skew_minutes = "1d"\n', r"line 2: .* a whole number of minutes"),
         ("[ingest]\nmax_clock_skew_minutes = 1.5\n", r"line 2: .* a whole number of minutes"),
     ],

@@ -17,6 +17,9 @@ from gpufleet.config.sources import check_clusters, check_prometheus, check_rete
 from gpufleet.config.toml import where_in
 from gpufleet.errors import GpufleetError
 
+# The most clock skew a sample may have: beyond a year no clock is wrong but the sample.
+MAX_CLOCK_SKEW_MINUTES = 366 * 24 * 60
+
 
 def check_values(config: Config, path: Path | None, text: str) -> None:
     def fail(section: str | None, key: str, problem: str) -> GpufleetError:
@@ -47,9 +50,12 @@ def check_values(config: Config, path: Path | None, text: str) -> None:
             "stale_after_minutes",
             "'ingest.stale_after_minutes' must be >= 0 (0 turns the check off)",
         )
-    if config.ingest.max_clock_skew_minutes < 0:
+    if not 0 <= config.ingest.max_clock_skew_minutes <= MAX_CLOCK_SKEW_MINUTES:
         raise fail(
-            "ingest", "max_clock_skew_minutes", "'ingest.max_clock_skew_minutes' must be >= 0"
+            "ingest",
+            "max_clock_skew_minutes",
+            "'ingest.max_clock_skew_minutes' must be between 0 and "
+            f"{MAX_CLOCK_SKEW_MINUTES} (a year)",
         )
     if config.ingest.earliest > dt.datetime.now(dt.UTC).date():
         raise fail(
