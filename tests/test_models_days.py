@@ -4,10 +4,12 @@ measures, docs."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+import duckdb
 import pytest
 
-from gpufleet.warehouse.build.models import build_order, discover_models
+from gpufleet.warehouse.build.models import apply_docs, build_order, discover_models
 from tests.test_models_fixtures import Fleet
 
 UTC = dt.UTC
@@ -202,6 +204,35 @@ def test_every_contract_table_and_every_column_has_a_comment() -> None:
     )
     assert columns
     assert [c for c in columns if not c["comment"]] == []
+
+
+def test_docs_applied_again_write_only_the_comments_that_changed(tmp_path: Path) -> None:
+    """A COMMENT ON that the warehouse already holds is not written again (on disk, each
+    one was a commit of its own: a quarter of a small build); one that changed is."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    con.execute("create table t as select 1 as a, 2 as b")
+    con.execute("create view v as select a from t")
+    docs = {"description": "T.", "columns": {"a": "A.", "b": "B."}}
+    apply_docs(con, "t", docs, tmp_path / "_docs.toml")
+    apply_docs(con, "v", {"description": "V.", "columns": {"a": "A."}}, tmp_path / "_docs.toml")
+    con.execute("checkpoint")
+    wal = tmp_path / "w.duckdb.wal"
+    apply_docs(con, "t", docs, tmp_path / "_docs.toml")
+    apply_docs(con, "v", {"description": "V.", "columns": {"a": "A."}}, tmp_path / "_docs.toml")
+    assert not wal.exists() or wal.stat().st_size == 0  # nothing written
+    apply_docs(con, "t", {**docs, "columns": {"a": "A.", "b": "Now B."}}, tmp_path / "_docs.toml")
+    comments = con.execute(
+        "select table_name, column_name, comment from duckdb_columns() "
+        "where database_name = current_database() order by all"
+    ).fetchall()
+    assert comments == [("t", "a", "A."), ("t", "b", "Now B."), ("v", "a", "A.")]
+    tables = con.execute(
+        "select table_name, comment from duckdb_tables() where not internal "
+        "union all select view_name, comment from duckdb_views() where not internal"
+    ).fetchall()
+    assert sorted(tables) == [("t", "T."), ("v", "V.")]
+    with pytest.raises(ValueError, match=r"\[t.columns\] lacks b"):
+        apply_docs(con, "t", {"description": "T.", "columns": {"a": "A."}}, Path("_docs.toml"))
 
 
 def test_empty_warehouse_builds_empty_marts_and_keeps_no_intermediate_tables() -> None:
