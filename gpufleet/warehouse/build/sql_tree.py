@@ -100,6 +100,12 @@ def relations_read(
 def macro_reads(sql: str, *, source: str = "macros") -> dict[str, frozenset[str]]:
     """Per table macro the file `sql` creates (`create macro m(rows) as table select ...`),
     the relations its body reads besides those its arguments name."""
+    return dict(_macro_reads(sql, source))
+
+
+@functools.lru_cache(maxsize=16)
+def _macro_reads(sql: str, source: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """macro_reads, parsed once per text: every build finds the models again."""
     try:
         statements = sqlglot.parse(sql, dialect=DIALECT)
     except sqlglot.errors.ParseError as error:
@@ -115,7 +121,7 @@ def macro_reads(sql: str, *, source: str = "macros") -> dict[str, frozenset[str]
         parameters = {parameter.name.lower() for parameter in signature.expressions}
         names = {name for name, _, _ in _relation_names(body)} - parameters
         reads[signature.this.name.lower()] = frozenset(names)
-    return reads
+    return tuple(reads.items())
 
 
 def rename_relations(sql: str, renames: Mapping[str, str], *, source: str = "query") -> str:
