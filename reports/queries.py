@@ -59,10 +59,11 @@ with teams as (
 ),
 gpus as (
     select
-        -- physical GPUs: a MIG device (MIG-...) is a slice of its GPU, counted by slice
-        count(distinct gpu_uuid) filter (where gpu_uuid not like 'MIG-%') as gpus_seen,
+        -- physical GPUs: a MIG device (one with a parent GPU) is a slice of its GPU, counted
+        -- by slice (a warehouse built before parent_gpu_uuid: every row a GPU)
+        count(distinct gpu_uuid) filter (where parent_gpu_uuid is null) as gpus_seen,
         coalesce(sum(hours_observed), 0) as observed_gpu_hours
-    from gpu_daily
+    from (from gpu_daily union all by name select null::varchar as parent_gpu_uuid where false)
     where day >= $first_day and day < $next_monday
 ),
 -- The fleet's mean utilization is utilization-weighted over samples, as avg_util_pct is

@@ -115,9 +115,15 @@ def site_weeks(con: duckdb.DuckDBPyConnection, week: str) -> pl.DataFrame | None
         ),
 
         site_gpus as (
-            -- distinct GPUs of the site's week (a GPU two teams used counts once)
-            select cluster, count(distinct gpu_uuid) as gpus,
-            from {_own(con, "gpu_daily")}
+            -- distinct GPUs of the site's week (a GPU two teams used counts once; a MIG
+            -- device, one with a parent GPU, is a slice of its GPU)
+            select
+                cluster,
+                count(distinct gpu_uuid) filter (where parent_gpu_uuid is null) as gpus,
+            from (
+                from {_own(con, "gpu_daily")}
+                union all by name select null::varchar as parent_gpu_uuid where false
+            )
             where day >= (select min(week_start) from sites)
                 and day < (select min(week_start) from sites) + 7
             group by cluster

@@ -167,6 +167,18 @@ def _references(con: duckdb.DuckDBPyConnection) -> None:
             ('slurm-8', 'erin', null, 'node-a1', 0,
              timestamptz '{START.isoformat()}' + interval 40 hours, null,
              'raw/allocations/a.csv');
+        -- pods on node-c1: one holding the MIG device GPU 6 by its UUID, then one holding
+        -- its GPU, GPU 5, by its UUID (and so GPU 6 too)
+        insert into allocations (job_id, "user", team, host, gpu_index, start_ts, end_ts,
+            source_file, gpu_uuid) values
+            ('ns/pod-6', null, 'pods', 'node-c1', null,
+             timestamptz '{START.isoformat()}' + interval 8 hours,
+             timestamptz '{START.isoformat()}' + interval 22 hours, 'raw/allocations/p.csv',
+             'GPU-6'),
+            ('ns/pod-5', 'alice', null, 'node-c1', null,
+             timestamptz '{START.isoformat()}' + interval 18 hours,
+             timestamptz '{START.isoformat()}' + interval 27 hours, 'raw/allocations/p.csv',
+             'GPU-5');
         -- sacct's records: half the gpustat jobs with an account team; GPU 1's process
         -- job with one; GPU 2's requeued, its account changed for the second start
         insert into slurm_jobs {SLURM_JOB_COLUMNS}
@@ -554,6 +566,15 @@ def test_changed_allocations_recompute_their_gpus_incrementally(
              timestamptz '{START.isoformat()}' + interval 30 hours,
              timestamptz '{START.isoformat()}' + interval 35 hours, 'raw/allocations/b.csv');
         delete from allocations where job_id = 'slurm-7';
+        -- a pod on the MIG device GPU 6 by its UUID (a GPU index that is not its own)
+        insert into allocations (job_id, "user", team, host, gpu_index, start_ts, end_ts,
+            source_file, gpu_uuid) values
+            ('ns/pod-9', 'frank', 'vision', 'node-c1', 0,
+             timestamptz '{START.isoformat()}' + interval 36 hours,
+             timestamptz '{START.isoformat()}' + interval 39 hours, 'raw/allocations/b.csv',
+             'GPU-6');
+        update allocations set end_ts = timestamptz '{START.isoformat()}' + interval 20 hours
+        where job_id = 'ns/pod-6';
     """
     incremental.con.execute(changes)
     result = build_models(incremental.con, incremental.config)
@@ -567,6 +588,10 @@ def test_changed_allocations_recompute_their_gpus_incrementally(
         "select count(*) from samples_attributed where team = 'vision'"
     ).fetchone()
     assert teams is not None and teams[0] > 0
+    pod_9 = full.con.execute(
+        "select distinct gpu_uuid from samples_attributed where job_id = 'ns/pod-9'"
+    ).fetchall()
+    assert pod_9 == [("GPU-6",)]
     for mart in MARTS:
         assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
 

@@ -139,12 +139,15 @@ class Fleet:
         start_ts: dt.datetime,
         end_ts: dt.datetime | None,
         host: str = "node1",
-        gpu_index: int = 0,
+        gpu_index: int | None = 0,
         cluster: str | None = None,
+        gpu_uuid: str | None = None,
     ) -> None:
         self.con.execute(
-            "insert into allocations values (?, ?, ?, ?, ?, ?, ?, 'raw/allocations/test.csv', ?)",
-            [job_id, user, team, host, gpu_index, start_ts, end_ts, cluster],
+            'insert into allocations (job_id, "user", team, host, gpu_index, start_ts, end_ts,'
+            " source_file, cluster, gpu_uuid)"
+            " values (?, ?, ?, ?, ?, ?, ?, 'raw/allocations/test.csv', ?, ?)",
+            [job_id, user, team, host, gpu_index, start_ts, end_ts, cluster, gpu_uuid],
         )
 
     def build(self) -> BuildResult:

@@ -72,9 +72,9 @@ def test_reference_files_become_tables(config: Config) -> None:
     ]
     assert rows(config, "select * from allocations order by job_id") == [
         ("101", "alice", None, "h1", 0, utc(2026, 11, 16, 7), utc(2026, 11, 16, 10),
-         "raw/allocations/slurm-2026-11-16.csv", None),
+         "raw/allocations/slurm-2026-11-16.csv", None, None),
         ("102", "bob", "nlp", "h1", 1, utc(2026, 11, 16, 9), None,
-         "raw/allocations/slurm-2026-11-16.csv", None),
+         "raw/allocations/slurm-2026-11-16.csv", None, None),
     ]  # fmt: skip
 
 
@@ -204,6 +204,23 @@ GOOD_JOB = "9,2026-11-16T08:00:00Z,h1\n"
             "raw/allocations/slurm-2026-11-16.csv",
             ALLOCATION_HEADER + "1,alice,,h1,gpu0,2026-11-16T08:00:00Z,\n" + GOOD_ALLOCATION,
             r"^line 2: 'gpu_index' is not a whole number: 'gpu0'$",
+            1,
+        ),
+        (  # a MIG device's UUID as no driver writes it
+            "raw/allocations/pods.csv",
+            "job_id,user,team,host,gpu_index,gpu_uuid,start_ts,end_ts\n"
+            "ns/a,,ml,h1,,MIG-3g.40gb 1,2026-11-16T08:00:00Z,\n"
+            "ns/b,,ml,h1,,MIG-5a1e0c4d-3b2f-5d6e-8f90-112233445566,2026-11-16T08:00:00Z,\n",
+            r"^line 2: 'gpu_uuid' is not a GPU or MIG device UUID \(GPU-\.\.\. or MIG-\.\.\.\): "
+            r"'MIG-3g\.40gb 1'$",
+            1,
+        ),
+        (  # neither a GPU index nor a UUID
+            "raw/allocations/pods.csv",
+            "job_id,user,team,host,gpu_index,gpu_uuid,start_ts,end_ts\n"
+            "ns/a,,ml,h1,,,2026-11-16T08:00:00Z,\n"
+            "ns/b,,ml,h1,,GPU-5a1e0c4d-3b2f-5d6e-8f90-112233445566,2026-11-16T08:00:00Z,\n",
+            r"^line 2: 'gpu_index' is empty$",
             1,
         ),
         (

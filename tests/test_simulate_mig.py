@@ -70,6 +70,42 @@ def test_mig_devices_gpu_hours_add_up_to_their_gpus(warehouse: duckdb.DuckDBPyCo
     )
 
 
+def test_each_busy_mig_device_is_its_own_jobs_by_an_allocation_naming_it(
+    warehouse: duckdb.DuckDBPyConnection,
+) -> None:
+    """The simulated allocation rows name the MIG devices by UUID: each busy device's
+    samples are its own job's, its user's team's, and its slice of its GPU's hours; the
+    idle device no job's."""
+    scn = scenario_for(SPEC)
+    teams = dict(scn.users)
+    expected = {
+        device.uuid: (device.user, teams[device.user] if device.user else None)
+        for devices in scn.mig.values()
+        for device in devices
+    }
+    rows = warehouse.execute(
+        """
+        select gpu_uuid, any_value("user"), any_value(team), count(distinct job_id),
+            bool_and(attributed_by = 'allocation'), bool_and(job_id like 'mig/%')
+        from samples_attributed
+        where gpu_uuid in (select distinct gpu_uuid from samples where parent_gpu_uuid is not null)
+        group by gpu_uuid
+        """
+    ).fetchall()
+    assert {uuid for uuid, *_ in rows} == set(expected)
+    for uuid, user, team, jobs, by_allocation, named in rows:
+        if expected[uuid][0] is None:
+            assert (user, jobs, by_allocation) == (None, 0, False)
+        else:
+            assert (user, team, jobs, by_allocation, named) == (*expected[uuid], 1, True, True)
+    jobs = warehouse.execute(
+        "select count(*), count(distinct job_id), max(gpus) from job_efficiency"
+        " where job_id like 'mig/%'"
+    ).fetchone()
+    busy = sum(1 for user, _ in expected.values() if user is not None)
+    assert jobs == (busy, busy, 1)
+
+
 def test_activity_is_measured_on_h100s_only(warehouse: duckdb.DuckDBPyConnection) -> None:
     rows = warehouse.execute(
         "select gpu_name, count(*) filter (where status = 'ok' and not mig_enabled), "

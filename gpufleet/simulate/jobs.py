@@ -52,6 +52,7 @@ class AllocationRow:
     gpu_index: int
     start_s: int
     end_s: int | None  # None = still running at the end of the span
+    gpu_uuid: str = ""  # the MIG device it holds; "" = the GPU of gpu_index
 
 
 @dataclass(frozen=True, kw_only=True)

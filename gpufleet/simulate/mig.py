@@ -3,9 +3,11 @@ runs on each.
 
 Half the GPUs of spare H100 hosts and the spare GPU of a mixed host are MIG-enabled: split
 into 3g.40gb + 4g.40gb or into seven 1g.10gb devices, in turn. Each device but the last
-1g.10gb one runs one user's process (no Slurm job) at a steady SM activity for the whole
-span; the GPU's own row draws the power of their load (`timelines`), and `rows` writes a
-row per device at each of its GPU's ticks.
+1g.10gb one runs one user's process at a steady SM activity for the whole span, in a job
+that holds that device alone: an allocation row naming the device by its UUID
+(`mig_allocation_rows`), as a Kubernetes pod on a MIG device is. The GPU's own row draws
+the power of their load (`timelines`), and `rows` writes a row per device at each of its
+GPU's ticks.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpufleet.simulate.jobs import AllocationRow
 from gpufleet.simulate.layout import GpuPlan
 from gpufleet.simulate.models import MIB
+from gpufleet.simulate.span import Span
 
 MIG_SLICES = 7  # an H100's GPU instance slices
 PROFILES = {"1g.10gb": (1, 9856 * MIB), "3g.40gb": (3, 40192 * MIB), "4g.40gb": (4, 40192 * MIB)}
@@ -82,6 +86,26 @@ def plan_mig(gpus: Sequence[GpuPlan], user_names: Sequence[str], *, seed: int) -
             )
         plan[gpu.ordinal] = tuple(devices)
     return plan
+
+
+def mig_allocation_rows(gpus: Sequence[GpuPlan], plan: MigPlan, span: Span) -> list[AllocationRow]:
+    """An allocation row per busy MIG device, its user's over the whole span (still running
+    at its end), naming the device by UUID; team empty: the user's in users.csv."""
+    return [
+        AllocationRow(
+            job_id=f"mig/{gpu.host.name}-{gpu.index}-{k}",
+            user=device.user,
+            team="",
+            host=gpu.host.name,
+            gpu_index=gpu.index,
+            start_s=span.start_s,
+            end_s=None,
+            gpu_uuid=device.uuid,
+        )
+        for gpu in gpus
+        for k, device in enumerate(plan.get(gpu.ordinal, ()))
+        if device.user is not None
+    ]
 
 
 def parent_load(devices: Sequence[MigDevice]) -> float:

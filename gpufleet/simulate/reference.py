@@ -5,7 +5,10 @@ ref/prices.csv from the scenario's rows, a marker that
 says `simulate` wrote them (it refuses to overwrite real ones), and the Slurm side: one
 allocations export per local day, raw/allocations/slurm-<date>.csv (`slurm="csv"`), or
 the saved `sacct --json` and `squeue --json` output that `gpufleet import slurm` reads,
-slurm/sacct.json and slurm/squeue.json (`slurm="json"`, see `slurm.py`).
+slurm/sacct.json and slurm/squeue.json (`slurm="json"`, see `slurm.py`). With MIG devices
+and `slurm="csv"`, their jobs' rows, which name the devices, are in
+raw/allocations/mig-<date>.csv (Slurm's own output names no MIG device: with "json" the
+devices' processes attribute them).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gpufleet.errors import GpufleetError
+from gpufleet.simulate.jobs import AllocationRow
 from gpufleet.simulate.scenario import Scenario
 from gpufleet.simulate.slurm import write_slurm_outputs
 from gpufleet.simulate.spec import SimulationSpec
@@ -52,7 +56,8 @@ def write_reference_files(
 ) -> list[Path]:
     """ref/users.csv (with addresses, some left out), ref/teams.csv (each team's lead),
     ref/hosts.csv, ref/prices.csv, and raw/allocations/slurm-<date>.csv (`slurm="csv"`)
-    or slurm/sacct.json and slurm/squeue.json (`slurm="json"`)."""
+    and the MIG devices' jobs in raw/allocations/mig-<date>.csv, or slurm/sacct.json and
+    slurm/squeue.json (`slurm="json"`)."""
     if slurm not in SLURM_OUTPUTS:
         raise ValueError(f"slurm must be one of {', '.join(SLURM_OUTPUTS)}, got {slurm!r}")
     ref_dir = data_dir / "ref"
@@ -90,16 +95,37 @@ def write_reference_files(
     def stamp(epoch_s: int | None) -> str:
         return "" if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, tz).isoformat()
 
-    # One export per local day, holding the allocations that started that day (the
-    # first also those already running when the span began).
-    by_day: dict[str, list[tuple[str, ...]]] = {}
-    first_day = dt.datetime.fromtimestamp(spec.start_s, tz).date().isoformat()
-    for a in scenario.allocations:
-        day = max(first_day, dt.datetime.fromtimestamp(a.start_s, tz).date().isoformat())
-        by_day.setdefault(day, []).append(
-            (a.job_id, a.user, a.team, a.host, str(a.gpu_index), stamp(a.start_s), stamp(a.end_s))
+    def row(a: AllocationRow) -> tuple[str, ...]:
+        return (
+            a.job_id,
+            a.user,
+            a.team,
+            a.host,
+            str(a.gpu_index),
+            stamp(a.start_s),
+            stamp(a.end_s),
         )
+
+    # One export per local day, holding the allocations that started that day (the
+    # first also those already running when the span began); the jobs on MIG devices, each
+    # naming its device (gpu_uuid), as a Kubernetes export would, in a file of their own.
     allocations_dir = data_dir / "raw" / "allocations"
+    first_day = dt.datetime.fromtimestamp(spec.start_s, tz).date().isoformat()
+    mig = [a for a in scenario.allocations if a.gpu_uuid]
+    if mig:
+        written.append(
+            _write_csv(
+                allocations_dir / f"mig-{first_day}.csv",
+                (*ALLOCATIONS_HEADER, "gpu_uuid"),
+                [(*row(a), a.gpu_uuid) for a in mig],
+            )
+        )
+    by_day: dict[str, list[tuple[str, ...]]] = {}
+    for a in scenario.allocations:
+        if a.gpu_uuid:
+            continue
+        day = max(first_day, dt.datetime.fromtimestamp(a.start_s, tz).date().isoformat())
+        by_day.setdefault(day, []).append(row(a))
     for day, rows in sorted(by_day.items()):
         written.append(_write_csv(allocations_dir / f"slurm-{day}.csv", ALLOCATIONS_HEADER, rows))
     return written

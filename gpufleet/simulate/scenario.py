@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from gpufleet.simulate.events import Events, plan_events
 from gpufleet.simulate.jobs import AllocationRow, Job, allocation_rows, plan_jobs
 from gpufleet.simulate.layout import GpuPlan, HostPlan, host_rules, plan_layout
-from gpufleet.simulate.mig import MigPlan, plan_mig
+from gpufleet.simulate.mig import MigPlan, mig_allocation_rows, plan_mig
 from gpufleet.simulate.models import GPU_MODELS
 from gpufleet.simulate.slurm import GpuHolders, gpu_holders
 from gpufleet.simulate.span import Span
@@ -87,7 +87,7 @@ def build_scenario(
         host_rules=host_rules(hosts),
         prices=[(m.price_glob, m.usd_per_gpu_hour) for m in models],
         jobs=jobs,
-        allocations=allocation_rows(jobs, span),
+        allocations=allocation_rows(jobs, span) + mig_allocation_rows(gpu_plans, mig_plan, span),
         holders=gpu_holders(jobs, gpu_plans, span),
         events=events,
         timelines=build_timelines(jobs, gpu_plans, events, seed=seed, span=span, mig=mig_plan),

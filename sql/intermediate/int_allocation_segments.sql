@@ -1,13 +1,13 @@
 -- Allocations cut into disjoint segments (start_ts, end_ts] per host at its site
--- (int_hosts' host_id) and GPU index, each holding the allocation that wins there: among
+-- (int_hosts' host_id) and GPU: its index, or for a row that names its MIG device or GPU by
+-- UUID that UUID (gpu_index null), each holding the allocation that wins there: among
 -- those covering it, the latest start_ts (ties: the later end, then the larger job_id). An
 -- open allocation runs to infinity. A row with a cluster covers the host of its name at
 -- that site (or at no site: a fleet without sites whose scheduler names its cluster), one
 -- without the host of its name at every site; so two sites' rows never share a segment.
--- Each segment is listed once per UTC hour it overlaps that has samples, so
--- samples find their allocation with an equi-join on (host_id, gpu_index, hour) and a range
--- check (docs/reference.md#attribution, rule 1): no sort of the samples, unlike an ASOF
--- join. The job and user are their integer ids (int_jobs, int_users), as
+-- Each segment is listed once per UTC hour it overlaps that has samples, so samples find
+-- their allocation with an equi-join on (host_id, gpu_index or gpu_uuid, hour) and a range
+-- check (docs/reference.md#attribution, rule 1): no sort of the samples, unlike an ASOF join. The job and user are their integer ids (int_jobs, int_users), as
 -- samples_attributed_rows stores them.
 with allocations as (
     select * from stg_allocations
@@ -47,7 +47,9 @@ allocations_with_team as (
         allocations.team is null as team_from_users,
         -- allocations on hosts without samples have nothing to attribute
         hosts.host_id,
-        allocations.gpu_index,
+        -- a row that names its device by UUID holds that device, whatever its index says
+        case when allocations.gpu_uuid is null then allocations.gpu_index end as gpu_index,
+        allocations.gpu_uuid,
         allocations.start_ts,
         allocations.end_ts,
     from allocations
@@ -63,9 +65,9 @@ allocations_with_team as (
 ),
 
 boundaries as (
-    select host_id, gpu_index, start_ts as boundary_ts, from allocations_with_team
+    select host_id, gpu_index, gpu_uuid, start_ts as boundary_ts, from allocations_with_team
     union
-    select host_id, gpu_index, end_ts as boundary_ts, from allocations_with_team
+    select host_id, gpu_index, gpu_uuid, end_ts as boundary_ts, from allocations_with_team
     where end_ts is not null
 ),
 
@@ -73,8 +75,11 @@ segments as (
     select
         host_id,
         gpu_index,
+        gpu_uuid,
         boundary_ts as start_ts,
-        lead(boundary_ts) over (partition by host_id, gpu_index order by boundary_ts) as end_ts,
+        lead(boundary_ts) over (
+            partition by host_id, gpu_index, gpu_uuid order by boundary_ts
+        ) as end_ts,
     from boundaries
 ),
 
@@ -82,6 +87,7 @@ covering as (
     select
         segments.host_id,
         segments.gpu_index,
+        segments.gpu_uuid,
         segments.start_ts,
         segments.end_ts,
         arg_max(
@@ -100,7 +106,8 @@ covering as (
     from segments
     inner join allocations_with_team
         on allocations_with_team.host_id = segments.host_id
-        and allocations_with_team.gpu_index = segments.gpu_index
+        and allocations_with_team.gpu_index is not distinct from segments.gpu_index
+        and allocations_with_team.gpu_uuid is not distinct from segments.gpu_uuid
         and allocations_with_team.start_ts <= segments.start_ts
         and (
             allocations_with_team.end_ts is null
@@ -138,6 +145,7 @@ final as (
     select
         segment_hours.host_id,
         segment_hours.gpu_index,
+        segment_hours.gpu_uuid,
         segment_hours.hour,
         segment_hours.start_us,
         segment_hours.end_us,

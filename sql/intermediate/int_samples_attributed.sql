@@ -47,6 +47,23 @@ allocation_segments as (
     select * from int_allocation_segments
 ),
 
+allocation_holders as (
+    select
+        host_id,
+        gpu_index,
+        gpu_uuid,
+        hour,
+        start_us,
+        end_us,
+        {
+            'job_key': job_key,
+            'user_id': user_id,
+            'team_id': team_id,
+            'team_from_users': team_from_users,
+        } as holder,
+    from allocation_segments
+),
+
 with_host as (
     select
         samples.*,
@@ -68,22 +85,45 @@ with_host as (
 ),
 
 with_allocation as (
+    -- rule 1: an allocation row that names the sample's MIG device or GPU by UUID, else (a
+    -- MIG device) one that names its GPU by UUID, else one of its host and GPU index
     select
         with_host.*,
-        allocation_segments.start_us is not null as has_allocation,
-        allocation_segments.job_key as allocation_job_key,
-        allocation_segments.user_id as allocation_user_id,
-        allocation_segments.team_id as allocation_team_id,
-        allocation_segments.team_from_users as allocation_team_from_users,
+        coalesce(own_device.holder, whole_gpu.holder, gpu_index.holder) as allocation,
     from with_host
     -- (a MIG GPU's own row: its devices are allocated, stg_samples.gpu_share)
-    left join allocation_segments
+    left join allocation_holders as own_device
         on not with_host.is_mig_parent
-        and allocation_segments.host_id = with_host.host_id
-        and allocation_segments.gpu_index = with_host.gpu_index
-        and allocation_segments.hour = with_host.ts_us // 3600000000
-        and with_host.ts_us > allocation_segments.start_us
-        and (allocation_segments.end_us is null or with_host.ts_us <= allocation_segments.end_us)
+        and own_device.gpu_uuid = with_host.gpu_uuid
+        and own_device.host_id = with_host.host_id
+        and own_device.hour = with_host.ts_us // 3600000000
+        and with_host.ts_us > own_device.start_us
+        and (own_device.end_us is null or with_host.ts_us <= own_device.end_us)
+    left join allocation_holders as whole_gpu
+        on whole_gpu.gpu_uuid = with_host.parent_gpu_uuid
+        and whole_gpu.host_id = with_host.host_id
+        and whole_gpu.hour = with_host.ts_us // 3600000000
+        and with_host.ts_us > whole_gpu.start_us
+        and (whole_gpu.end_us is null or with_host.ts_us <= whole_gpu.end_us)
+    left join allocation_holders as gpu_index
+        on not with_host.is_mig_parent
+        and gpu_index.gpu_uuid is null
+        and gpu_index.host_id = with_host.host_id
+        and gpu_index.gpu_index = with_host.gpu_index
+        and gpu_index.hour = with_host.ts_us // 3600000000
+        and with_host.ts_us > gpu_index.start_us
+        and (gpu_index.end_us is null or with_host.ts_us <= gpu_index.end_us)
+),
+
+with_holder as (
+    select
+        with_allocation.* exclude (allocation),
+        allocation is not null as has_allocation,
+        allocation.job_key as allocation_job_key,
+        allocation.user_id as allocation_user_id,
+        allocation.team_id as allocation_team_id,
+        allocation.team_from_users as allocation_team_from_users,
+    from with_allocation
 ),
 
 with_top_process as (
@@ -94,7 +134,7 @@ with_top_process as (
     -- covers is attributed by process, so only its top process is worked out. A single
     -- process is taken as it is: building the sort key for it too would triple the cost.
     select
-        with_allocation.* exclude (processes),
+        with_holder.* exclude (processes),
         case
             when has_allocation or alloc_job_id is not null or process_count = 0 then null
             when process_count = 1
@@ -116,7 +156,7 @@ with_top_process as (
                 )
             )
         end as top_process,
-    from with_allocation
+    from with_holder
 ),
 
 with_evidence as (

@@ -1,6 +1,11 @@
--- Per local day and GPU: hours observed, utilization, idle and throttled time, energy.
+-- Per local day and GPU: hours observed, utilization, idle and throttled time, energy. A
+-- MIG device's row names its GPU (parent_gpu_uuid, as its samples do: build_state.series).
 with gpu_team_rows as (
     select * from gpu_team_daily
+),
+
+series as (
+    select * from build_state.series
 ),
 
 gpu_sums as (
@@ -26,11 +31,11 @@ gpu_sums as (
 
 final as (
     select
-        day,
-        gpu_uuid,
-        place.host,
-        place.cluster,
-        gpu_name,
+        gpu_sums.day,
+        gpu_sums.gpu_uuid,
+        gpu_sums.place.host,
+        gpu_sums.place.cluster,
+        gpu_sums.gpu_name,
         observed_s / 3600 as hours_observed,
         100 * busy_s / nullif(utilization_s, 0) as avg_util_pct,
         idle_s / 3600 as idle_hours,
@@ -40,7 +45,9 @@ final as (
         waste_s / 3600 as waste_hours,
         activity_s / 3600 as activity_gpu_hours,
         sm_active_s / 3600 as sm_active_gpu_hours,
+        series.parent_gpu_uuid,
     from gpu_sums
+    left join series on series.gpu_uuid = gpu_sums.gpu_uuid
 )
 
 select * from final

@@ -3,10 +3,15 @@
 -- XID critical errors seen, how much the ECC and PCIe replay counters grew, the row-remap
 -- and page-retirement flags, and whether the GPU should be drained, with the reasons. A
 -- view over gpu_hourly, which keeps each hour's XIDs, counter growth and flags: a build
--- brings it up to date with gpu_hourly, incremental or full. A MIG device (gpu_uuid
--- 'MIG-...') has no row: its GPU's own row carries the health.
+-- brings it up to date with gpu_hourly, incremental or full. A MIG device (a series with a
+-- parent_gpu_uuid, build_state.series) has no row: its GPU's own row carries the health.
 with hours as (
     select * from gpu_hourly
+),
+
+mig_devices as (
+    select gpu_uuid from build_state.series
+    where parent_gpu_uuid is not null
 ),
 
 gpu_days as (
@@ -22,7 +27,7 @@ gpu_days as (
         sum(pcie_replays_new) as pcie_replays_new,
         bit_or(health_flags) as health_flags,
     from hours
-    where gpu_uuid not like 'MIG-%'
+    where gpu_uuid not in (select gpu_uuid from mig_devices)
     group by day, gpu_uuid
 ),
 

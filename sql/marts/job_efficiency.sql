@@ -35,6 +35,10 @@ slurm_job_rows as (
     select * from slurm_jobs
 ),
 
+series as (
+    select * from build_state.series
+),
+
 reference_users as (
     select * from ref_users
 ),
@@ -131,11 +135,23 @@ job_allocations as (
         nullif(trim(team), '') as team,
         host,
         gpu_index,
+        nullif(trim(gpu_uuid), '') as gpu_uuid,
         start_ts,
         end_ts,
         nullif(trim(cluster), '') as cluster,
     from allocation_rows
     where nullif(trim(job_id), '') is not null
+),
+
+shared_allocations as (
+    -- a row that names a MIG device holds its slice of a GPU (docs/reference.md#mig-gpu-hours)
+    select
+        job_allocations.*,
+        coalesce(series.mig_share, 1.0) as gpu_share,
+    from job_allocations
+    left join series
+        on series.gpu_uuid = job_allocations.gpu_uuid
+        and series.parent_gpu_uuid is not null
 ),
 
 record_seen as (
@@ -166,7 +182,7 @@ sited_allocations as (
         end as key_cluster,
         job_sites.job_id is not null as has_samples,
         job_sites.last_ts,
-    from job_allocations
+    from shared_allocations as job_allocations
     left join job_sites
         on job_sites.job_id = job_allocations.job_id
         and (
@@ -182,9 +198,14 @@ allocation_sums as (
         job_allocations.key_cluster as cluster,
         job_allocations.job_id,
         bool_or(job_allocations.has_samples) as has_samples,
-        count(distinct (job_allocations.host, job_allocations.gpu_index)) as gpus,
+        count(
+            distinct (
+                job_allocations.host,
+                coalesce(job_allocations.gpu_uuid, job_allocations.gpu_index::varchar)
+            )
+        ) as gpus,
         sum(
-            greatest(
+            job_allocations.gpu_share * greatest(
                 coalesce(
                     epoch(
                         coalesce(

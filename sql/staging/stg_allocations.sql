@@ -1,6 +1,7 @@
 -- materialized: temp_view
 -- Scheduler allocations; empty CSV cells become null (an empty team means: look the user up;
--- an empty cluster: the row covers the host of that name at every site).
+-- an empty cluster: the row covers the host of that name at every site; an empty gpu_uuid:
+-- the row holds the GPU of its gpu_index, else the MIG device or GPU of that UUID).
 with source as (
     select * from allocations
 ),
@@ -13,6 +14,7 @@ final as (
         host,
         nullif(trim(cluster), '') as cluster,
         gpu_index,
+        nullif(trim(gpu_uuid), '') as gpu_uuid,
         start_ts,
         end_ts,
         source_file,

@@ -9,7 +9,8 @@
 -- (docs/reference.md#mig-gpu-hours): `gpu_share` is the part of a GPU-hour a row counts, its
 -- slice (mig_slice_fraction; unknown: an equal part of its GPU's devices at that ts) for a MIG
 -- device, 0 for the GPU's own row when it has MIG devices (its processes and job are its
--- devices': it is attributed by its host alone), 1 otherwise.
+-- devices': it is attributed by its host alone), 1 otherwise. A MIG device's row keeps its
+-- GPU's UUID (parent_gpu_uuid): an allocation may name either (int_samples_attributed).
 with source as (
     select * from samples
 ),
@@ -66,6 +67,8 @@ renamed as (
         mem_total_bytes,
         gpu_share,
         is_mig_parent,
+        parent_gpu_uuid,
+        mig_slice_fraction,
         sm_active_pct,
         tensor_active_pct,
         dram_active_pct,
@@ -104,6 +107,8 @@ final as (
         mem_total_bytes,
         gpu_share,
         is_mig_parent,
+        parent_gpu_uuid,
+        mig_slice_fraction,
         sm_active_pct,
         tensor_active_pct,
         dram_active_pct,

@@ -2,7 +2,8 @@
 
 Allocation rows go to one CSV per source and UTC day, `raw/allocations/prometheus-<source>-
 <YYYY-MM-DD>.csv`, in the format ingest reads, each with the site the import writes into
-the samples (`cluster`, empty when none). A run over UTC midnight is cut there, each day's
+the samples (`cluster`, empty when none); a file with a pod on a MIG device has a column
+more, `gpu_uuid`, the device's UUID. A run over UTC midnight is cut there, each day's
 piece in its day's file, so a window only ever changes the files of its own days. A pod's
 row that the previous window ended where this one starts is extended rather than repeated,
 and a row already there is not added again, so importing a window twice changes nothing.
@@ -32,6 +33,7 @@ ALLOCATION_COLUMNS = (
     "end_ts",
     "cluster",
 )
+MIG_COLUMN = "gpu_uuid"  # in the files with a row of a MIG device
 
 
 def allocation_path(allocations_dir: Path, source: str, day: dt.date) -> Path:
@@ -54,6 +56,7 @@ def _read_rows(path: Path) -> list[PodAllocation]:
                     dt.datetime.fromisoformat(row["start_ts"]),
                     dt.datetime.fromisoformat(row["end_ts"]),
                     row.get("cluster") or None,  # none in a file of an earlier release
+                    row.get(MIG_COLUMN) or None,
                 )
                 for row in csv.DictReader(handle)
             ]
@@ -69,9 +72,9 @@ def merged(existing: list[PodAllocation], new: Iterable[PodAllocation]) -> list[
     it; a row already covered adds nothing."""
     rows = list(existing)
     for row in new:
-        key = (row.job_id, row.host, row.gpu_index, row.cluster)
+        key = (row.job_id, row.host, row.gpu_index, row.cluster, row.gpu_uuid)
         for i, old in enumerate(rows):
-            if (old.job_id, old.host, old.gpu_index, old.cluster) != key:
+            if (old.job_id, old.host, old.gpu_index, old.cluster, old.gpu_uuid) != key:
                 continue
             if old.start_ts <= row.start_ts and row.end_ts <= old.end_ts:
                 break
@@ -80,7 +83,7 @@ def merged(existing: list[PodAllocation], new: Iterable[PodAllocation]) -> list[
                 break
         else:
             rows.append(row)
-    return sorted(rows, key=lambda r: (r.start_ts, r.host, r.gpu_index, r.job_id))
+    return sorted(rows, key=lambda r: (r.start_ts, r.host, r.gpu_index, r.gpu_uuid or "", r.job_id))
 
 
 def by_utc_day(row: PodAllocation) -> Iterator[tuple[dt.date, PodAllocation]]:
@@ -108,8 +111,10 @@ def allocation_files(
         path = allocation_path(allocations_dir, source, day)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(ALLOCATION_COLUMNS)
-        for r in merged(_read_rows(path), new):
+        rows = merged(_read_rows(path), new)
+        mig = any(r.gpu_uuid for r in rows)
+        writer.writerow((*ALLOCATION_COLUMNS, MIG_COLUMN) if mig else ALLOCATION_COLUMNS)
+        for r in rows:
             writer.writerow(
                 [
                     r.job_id,
@@ -120,6 +125,7 @@ def allocation_files(
                     r.start_ts.astimezone(dt.UTC).isoformat(),
                     r.end_ts.astimezone(dt.UTC).isoformat(),
                     r.cluster or "",
+                    *([r.gpu_uuid or ""] if mig else []),
                 ]
             )
         contents[path] = out.getvalue()

@@ -2,7 +2,10 @@
 of each GPU the pod holds (absent while no pod does). A pod that holds a GPU over a run of
 steps becomes one allocation row, `namespace/pod` on that host and GPU index, from the start
 of its first step to the end of its last; a step in which the GPU was scraped without the
-pod ends the run, a step with no scrape at all (a gap) does not.
+pod ends the run, a step with no scrape at all (a gap) does not. A pod on a MIG device
+holds that device alone: its row names the device's UUID as the imported samples do
+(`MIG-<GPU's UUID>/<GPU instance>`, samples.py), so that pods on two slices of one GPU are
+two jobs, each with its own slice.
 
 The team: the value of the `[kubernetes] team_from` label when that names a label the series
 carry, else the namespace's team in ref/namespaces.csv (`namespace,team[,valid_from]`),
@@ -45,6 +48,7 @@ class PodAllocation(NamedTuple):
     start_ts: dt.datetime
     end_ts: dt.datetime
     cluster: str | None = None  # the site the import writes into samples; None: none
+    gpu_uuid: str | None = None  # the MIG device it holds; None: the GPU of gpu_index
 
 
 def read_namespaces(path: Path) -> tuple[NamespaceTeam, ...]:
@@ -94,21 +98,22 @@ def pod_allocations(
     window."""
     prometheus, kubernetes = config.prometheus, config.kubernetes
     step_us = prometheus.step_seconds * 1_000_000
-    pods: dict[tuple[str, str, str, int], _PodOnGpu] = {}
+    pods: dict[tuple[str, str, str, int, str], _PodOnGpu] = {}
     for query, answer in answers:
         for series in answer:
             gpu = gpu_of(series, prometheus=prometheus, query=query)
             namespace = label(series, kubernetes.namespace_label, query=query)
             pod = label(series, kubernetes.pod_label, query=query)
             labels = labels_of(series, query=query)
-            found = pods.setdefault((namespace, pod, gpu.host, gpu.index), _PodOnGpu())
+            device = gpu.uuid if gpu.parent is not None else ""  # a MIG device's own UUID
+            found = pods.setdefault((namespace, pod, gpu.host, gpu.index, device), _PodOnGpu())
             found.steps.update(round(t * 1000) * 1000 for t in point_times(series, query=query))
             found.user = found.user or labels.get(kubernetes.user_label) or None
             found.team = found.team or labels.get(team_label(kubernetes)) or None
     # a namespace's dated row applies from local midnight at the site the import writes
     zone = zoneinfo.ZoneInfo(config.site_timezone(config.prometheus.cluster or config.cluster))
     rows: list[PodAllocation] = []
-    for (namespace, pod, host, index), found in sorted(pods.items()):
+    for (namespace, pod, host, index, device), found in sorted(pods.items()):
         for first, last in _runs(sorted(found.steps), step_us):
             start = dt.datetime.fromtimestamp((first - step_us) / 1e6, tz=dt.UTC)
             team = (
@@ -118,7 +123,16 @@ def pod_allocations(
             )
             end = dt.datetime.fromtimestamp(last / 1e6, tz=dt.UTC)
             rows.append(
-                PodAllocation(f"{namespace}/{pod}", found.user, team, host, index, start, end)
+                PodAllocation(
+                    f"{namespace}/{pod}",
+                    found.user,
+                    team,
+                    host,
+                    index,
+                    start,
+                    end,
+                    gpu_uuid=device or None,
+                )
             )
     return rows
 

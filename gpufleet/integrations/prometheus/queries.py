@@ -135,10 +135,11 @@ def step_query(metric: Metric, name: str, *, host: str, prometheus: PrometheusCo
 def pod_query(
     name: str, *, host: str, prometheus: PrometheusConfig, kubernetes: KubernetesConfig
 ) -> str:
-    """Per GPU of `host`, pod and step: a point when the pod's labels are on the GPU's
-    series `name` in the step."""
+    """Per GPU (a MIG device: per GPU instance) of `host`, pod and step: a point when the
+    pod's labels are on the GPU's series `name` in the step."""
     k = kubernetes
-    labels = [*_gpu_labels(prometheus), k.namespace_label, k.pod_label]
+    labels = [*_gpu_labels(prometheus), prometheus.mig_instance_label, k.namespace_label]
+    labels.append(k.pod_label)
     labels += [label for label in (k.user_label, team_label(k)) if label]
     selector = f'{name}{{{prometheus.host_label}={promql_string(host)}, {k.pod_label}!=""}}'
     return (

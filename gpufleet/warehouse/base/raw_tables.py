@@ -154,7 +154,7 @@ create table if not exists allocations (
     "user" varchar,
     team varchar,                  -- null: look the user up in ref_users
     host varchar not null,
-    gpu_index usmallint not null,
+    gpu_index usmallint,           -- null: the row names its GPU by gpu_uuid alone
     start_ts timestamptz not null,
     end_ts timestamptz,            -- null: still running
     source_file varchar not null
@@ -162,6 +162,10 @@ create table if not exists allocations (
 -- the site (Slurm cluster) whose host of that name a row covers (NULL: every site's), added
 -- after the first release
 alter table allocations add column if not exists cluster varchar;
+-- the MIG device or GPU a row holds by UUID (NULL: the GPU of gpu_index, then required),
+-- added with MIG allocations (v1.2)
+alter table allocations add column if not exists gpu_uuid varchar;
+alter table allocations alter column gpu_index drop not null;
 create table if not exists slurm_jobs (
     job_id varchar not null,       -- as Slurm prints it: 4242, 4242_7 (array task), 4242+1
     job_id_raw varchar,            -- its own SLURM_JOB_ID (4242_7 may be 4250); null: unknown

@@ -16,6 +16,9 @@ create table if not exists build_state.series (
 );
 -- a warehouse made before the series had ids
 alter table build_state.series add column if not exists series_id bigint;
+-- a MIG device's GPU and slice (int_series_ids), after the series had ids
+alter table build_state.series add column if not exists parent_gpu_uuid varchar;
+alter table build_state.series add column if not exists mig_share float;
 -- a host is its name at its site (host_key: json_array(cluster, host)), so that two sites'
 -- hosts of the same name have ids of their own; a full build makes the table anew, so the
 -- first (full) build after a release that keyed hosts by name alone drops that table first
@@ -32,7 +35,11 @@ create table if not exists build_state.statuses (status varchar primary key, sta
 # model: (the id table, its name column, the columns kept: the id and any others); the
 # model has them all
 STABLE_IDS = {
-    "int_series_ids": ("build_state.series", "gpu_uuid", ("series_id", "gpu_name")),
+    "int_series_ids": (
+        "build_state.series",
+        "gpu_uuid",
+        ("series_id", "gpu_name", "parent_gpu_uuid", "mig_share"),
+    ),
     "int_hosts": ("build_state.hosts", "host_key", ("host_id", "host", "cluster")),
     "int_teams": ("build_state.teams", "team", ("team_id",)),
     "int_users": ("build_state.users", '"user"', ("user_id",)),

@@ -28,9 +28,12 @@ create table if not exists build_state.watermark (
     built_at timestamptz not null
 );
 create table if not exists build_state.allocations_built as
-select job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster from allocations limit 0;
--- a build state of a release before the allocations' cluster (last, as ALLOCATION_COLUMNS)
+select job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster, gpu_uuid
+from allocations limit 0;
+-- a build state of a release before the allocations' cluster, then gpu_uuid (last, as
+-- ALLOCATION_COLUMNS lists them)
 alter table build_state.allocations_built add column if not exists cluster varchar;
+alter table build_state.allocations_built add column if not exists gpu_uuid varchar;
 create table if not exists build_state.slurm_jobs_built as
 select job_id, cluster, "user", account, partition, state, team, gpus, hosts, start_ts, end_ts,
     job_id_raw, seen_ts
@@ -133,7 +136,7 @@ where valid_from is not null
 """
 DATED_REFERENCE_COLUMNS = 'kind, "key", value, valid_from, glob_rank, tie_rank'
 
-ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster'
+ALLOCATION_COLUMNS = 'job_id, "user", team, host, gpu_index, start_ts, end_ts, cluster, gpu_uuid'
 # The allocations added, removed or changed since the marts were built (both directions).
 ALLOCATION_CHANGES_SQL = f"""
 (select {ALLOCATION_COLUMNS} from allocations

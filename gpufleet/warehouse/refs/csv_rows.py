@@ -34,6 +34,10 @@ from gpufleet.warehouse.refs.records import SetAside
 
 _MAX_GPU_INDEX = 65535
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# A GPU's UUID as NVML gives it (GPU-<uuid>), or a MIG device's: MIG-<uuid>, the older
+# drivers' MIG-GPU-<uuid>/<gpu instance>/<compute instance>, or MIG-<GPU's UUID>/<gpu
+# instance> as `gpufleet import prometheus` names a dcgm-exporter MIG device.
+_GPU_UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z-]{0,99}(/[0-9]{1,5}){0,2}")
 
 
 class _Row(NamedTuple):
@@ -155,6 +159,18 @@ def _gpu_index(row: _Row, name: str) -> int:
     if not 0 <= value <= _MAX_GPU_INDEX:
         raise _RefError(row.line, f"'{name}' must be between 0 and {_MAX_GPU_INDEX}, got {value}")
     return value
+
+
+def _gpu_uuid(row: _Row, name: str) -> str | None:
+    """An optional GPU or MIG device UUID (`_GPU_UUID`); None when the cell is empty."""
+    text = row.cells.get(name)
+    if text is None:
+        return None
+    if not _GPU_UUID.fullmatch(text):
+        raise _RefError(
+            row.line, f"'{name}' is not a GPU or MIG device UUID (GPU-... or MIG-...): {text!r}"
+        )
+    return text
 
 
 def _timestamp(row: _Row, name: str, *, required: bool) -> dt.datetime | None:

@@ -21,6 +21,7 @@ from gpufleet.collectors.schema import folder_host
 from gpufleet.warehouse.refs.csv_rows import (
     _address,
     _gpu_index,
+    _gpu_uuid,
     _number,
     _read_file,
     _read_lines,
@@ -184,7 +185,9 @@ def read_allocations(
     """One raw/allocations/*.csv file; its optional `cluster` column names the site whose
     host a row covers (empty: the site of a file named `<name>@<site>.csv`, as the mirror
     of a site's raw_location names its files, else the host of that name at every site).
-    Its bad lines go to `set_aside` (`_read_lines`; None: the first fails the read)."""
+    Its optional `gpu_uuid` column names the MIG device or GPU a row holds (its gpu_index
+    may then be empty). Its bad lines go to `set_aside` (`_read_lines`; None: the first
+    fails the read)."""
     file_site = folder_host(path.name.rpartition(".")[0])[1]  # the mirror's `<name>@<site>`
 
     def parse(row: _Row) -> Allocation:
@@ -193,16 +196,19 @@ def read_allocations(
         assert start is not None
         if end is not None and end < start:
             raise _RefError(row.line, "'end_ts' is before 'start_ts'")
+        gpu_uuid = _gpu_uuid(row, "gpu_uuid")
+        by_uuid = gpu_uuid is not None and row.cells["gpu_index"] is None
         return Allocation(
             job_id=row.cells["job_id"],
             user=row.cells["user"],
             team=row.cells["team"],
             host=_required(row, "host"),
-            gpu_index=_gpu_index(row, "gpu_index"),
+            gpu_index=None if by_uuid else _gpu_index(row, "gpu_index"),
             start_ts=start,
             end_ts=end,
             source_file=source_file,
             cluster=row.cells["cluster"] or file_site,
+            gpu_uuid=gpu_uuid,
         )
 
     return tuple(

@@ -25,8 +25,9 @@ HOSTS_OPTIONAL = ("valid_from", "cluster")
 PRICES_COLUMNS = ("gpu_glob", "usd_per_gpu_hour")
 PRICES_OPTIONAL = ("valid_from", "cluster")
 ALLOCATIONS_COLUMNS = ("job_id", "user", "team", "host", "gpu_index", "start_ts", "end_ts")
-# the job's site (Slurm cluster): its row covers only that site's host of the name
-ALLOCATIONS_OPTIONAL = ("cluster",)
+# the job's site (Slurm cluster): its row covers only that site's host of the name; the GPU
+# or MIG device it holds by UUID (then its gpu_index may be empty)
+ALLOCATIONS_OPTIONAL = ("cluster", "gpu_uuid")
 # raw/jobs/*.csv: `gpufleet import slurm` writes every column; a site's own export needs
 # only a job's id and start.
 JOBS_COLUMNS = ("job_id", "start_ts")
@@ -80,12 +81,15 @@ class Allocation(NamedTuple):
     user: str | None
     team: str | None  # None: look the user up in users.csv
     host: str
-    gpu_index: int
+    gpu_index: int | None  # None: the row names its GPU by `gpu_uuid` alone
     start_ts: dt.datetime
     end_ts: dt.datetime | None  # None: still running
     source_file: str  # relative to the data directory
     # the site (Slurm cluster) whose host of that name it covers; None: every site's
     cluster: str | None = None
+    # the MIG device or GPU it holds, by UUID: it covers that device's samples (a GPU's: its
+    # MIG devices' too), not those of gpu_index; None: the GPU of gpu_index
+    gpu_uuid: str | None = None
 
 
 class SlurmJobRecord(NamedTuple):

@@ -106,6 +106,7 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
             ("end_ts", _TS),
             ("source_file", pa.string()),
             ("cluster", pa.string()),
+            ("gpu_uuid", pa.string()),
         ]
     ),
     "slurm_jobs": pa.schema(

@@ -43,7 +43,8 @@ def select_new_samples(
     _inc_samples (what stg_samples reads).
 
     A series' `since_ts` is the earliest of: its first new sample; its first sample after
-    the start of an allocation added, removed or changed on its host and GPU index; its
+    the start of an allocation added, removed or changed on its host and GPU index (on its
+    host, for a row that names a MIG device or GPU by UUID); its
     first sample from the start (less JOB_CLOCK_SKEW) of a Slurm job record added, removed
     or changed on one of the job's hosts (every host when the record names none), or that
     names the job (alloc_job_id, a process's job id) wherever it is; every series' first
@@ -216,7 +217,9 @@ def _create_series_table(
             from _inc_allocation_samples as samples
             inner join _inc_allocation_changes as allocation
                 on allocation.host = samples.host
-                and allocation.gpu_index = samples.gpu_index
+                -- a row naming a MIG device or GPU by UUID: every GPU of its host (a few
+                -- more series than it attributes, whatever its gpu_index says)
+                and (allocation.gpu_uuid is not null or allocation.gpu_index = samples.gpu_index)
                 and samples.ts > allocation.start_ts
             where samples.ts > (select min(start_ts) from _inc_allocation_changes)
             group by samples.gpu_uuid
