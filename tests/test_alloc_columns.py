@@ -72,7 +72,7 @@ def test_the_collectors_columns_load_into_samples(config: Config) -> None:
     free = _rows(DAY1, "GPU-b")  # no job holds it: NULL
     _write(config, f"{_folder(DAY1)}/a.parquet", _collector(held + free))
     result = ingest(config, compact=False)
-    assert (result.samples_loaded, result.batches_probed) == (6, 0)
+    assert (result.samples_loaded, result.batches_read_by_duckdb) == (6, 0)
     assert {row[3:] for row in query(config, ROWS)} == {("4242_7", "alice"), (None, None)}
     stored = query(config, "select count(*) from samples_stored where alloc_user = 'alice'")
     assert stored == [(3,)]
@@ -86,7 +86,7 @@ def test_a_file_of_an_older_collector_loads_with_nulls_in_the_one_pass(config: C
         _collector(_rows(DAY1, "GPU-b", alloc_job_id="9", alloc_user="bob")),
     )
     result = ingest(config, compact=False)
-    assert (result.samples_loaded, result.quarantined, result.batches_probed) == (6, (), 0)
+    assert (result.samples_loaded, result.quarantined, result.batches_read_by_duckdb) == (6, (), 0)
     assert sorted({row[:1] + row[3:] for row in query(config, ROWS)}) == [
         ("GPU-a", None, None),
         ("GPU-b", "9", "bob"),
@@ -113,7 +113,7 @@ def test_integer_job_ids_of_a_foreign_writer_load_as_their_decimal_text(
     _write(config, f"{_folder(DAY1)}/b.parquet", _foreign(_rows(DAY1, "GPU-b"), unsigned))
     result = ingest(config, compact=False)
     assert (result.samples_loaded, result.quarantined) == (6, ())
-    assert result.batches_probed == (1 if careful else 0)
+    assert result.batches_read_by_duckdb == (1 if careful else 0)
     assert [row[:1] + row[3:4] for row in query(config, ROWS)] == [
         ("GPU-a", "4242"),
         ("GPU-a", None),
@@ -280,7 +280,7 @@ def test_a_warehouse_of_the_older_release_is_migrated_and_keeps_its_samples(
         _collector(_rows(DAY2, "GPU-a", alloc_job_id="78", alloc_user="dave")),
     )
     result = ingest(config, today=DAY2 + dt.timedelta(days=1))
-    assert (result.samples_loaded, result.quarantined, result.batches_probed) == (6, (), 0)
+    assert (result.samples_loaded, result.quarantined, result.batches_read_by_duckdb) == (6, (), 0)
     assert result.compaction is not None
     assert (result.compaction.partitions, result.compaction.from_load) == (2, 1)
     names = [name for name, _ in SAMPLE_COLUMNS]

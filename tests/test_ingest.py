@@ -146,7 +146,7 @@ def test_says_where_its_time_went_step_by_step(config: Config) -> None:
     alongside = str(result).splitlines()[2]
     assert alongside.startswith("  alongside the batches, in a thread: compacted files written ")
     # polars reads a collector's files: DuckDB reads none.
-    assert result.batches_probed == 0 and "DuckDB" not in line
+    assert result.batches_read_by_duckdb == 0 and "DuckDB" not in line
 
 
 def test_loads_every_column_and_records_the_file(config: Config) -> None:
@@ -289,7 +289,7 @@ def test_files_read_by_polars_or_by_duckdb_give_the_same_rows(
                 result = run_ingest(target)
         assert (result.samples_loaded, result.duplicates_skipped) == (5, 0)
         messages[path] = [r.message for r in caplog.records if r.levelno == logging.DEBUG]
-        by_duckdb[path] = result.batches_probed
+        by_duckdb[path] = result.batches_read_by_duckdb
     assert messages == {path: ["ingest: 2 files loaded as read"] for path in paths}
     assert by_duckdb == {
         "collector": 0,

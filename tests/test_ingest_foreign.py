@@ -131,7 +131,7 @@ def test_a_foreign_writers_files_load_in_one_pass_as_a_collectors_do(
         (config.data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         writer(file_rows, config.data_dir / relative)
     result = ingest(config, today=TODAY)
-    assert (result.samples_loaded, result.quarantined, result.batches_probed) == (12, (), 0)
+    assert (result.samples_loaded, result.quarantined, result.batches_read_by_duckdb) == (12, (), 0)
     # A file with a column beyond the contract's is compacted from its files, which keep it.
     extra = writer is dictionary_strings_other_zone_extra_column
     assert result.compaction is not None
@@ -160,7 +160,7 @@ def test_a_batch_of_every_writer_at_once_is_read_in_one_pass(tmp_path: Path) -> 
         writer(rows(100 * number), path)
     write_samples(config.data_dir, f"{DAY}/collector.parquet", rows(5000))
     result = ingest(config, today=TODAY)
-    assert (result.samples_loaded, result.quarantined, result.batches_probed) == (
+    assert (result.samples_loaded, result.quarantined, result.batches_read_by_duckdb) == (
         3 * (len(WRITERS) + 1),
         (),
         0,
@@ -201,7 +201,7 @@ def test_a_value_that_breaks_the_contract_is_set_aside_from_the_one_read(
     with pytest.warns(QuarantineWarning):
         result = ingest(config, today=TODAY)
     assert [(q.path, q.reason) for q in result.quarantined] == [(f"{DAY}/b.parquet", reason)]
-    assert (result.samples_loaded, result.batches_probed) == (3, 0)
+    assert (result.samples_loaded, result.batches_read_by_duckdb) == (3, 0)
 
 
 def test_a_file_whose_footer_does_not_read_is_set_aside_from_its_footer(config: Config) -> None:
@@ -212,7 +212,7 @@ def test_a_file_whose_footer_does_not_read_is_set_aside_from_its_footer(config: 
     (bad,) = result.quarantined
     assert bad.reason.startswith("cannot read Parquet: ")
     assert str(config.data_dir) not in bad.reason
-    assert (result.samples_loaded, result.batches_probed) == (3, 0)
+    assert (result.samples_loaded, result.batches_read_by_duckdb) == (3, 0)
 
 
 def test_a_wrong_type_is_set_aside_from_the_footer_with_the_reason_of_before(
@@ -233,7 +233,7 @@ def test_a_wrong_type_is_set_aside_from_the_footer_with_the_reason_of_before(
         ("c.parquet", "column 'ts' is TIMESTAMP, expected TIMESTAMPTZ"),
         ("d.parquet", "missing required column 'gpu_uuid'"),
     ]
-    assert (result.samples_loaded, result.batches_probed) == (3, 0)
+    assert (result.samples_loaded, result.batches_read_by_duckdb) == (3, 0)
 
 
 def test_a_day_with_a_bad_file_is_not_compacted_from_the_load(config: Config) -> None:

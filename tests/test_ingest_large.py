@@ -20,7 +20,8 @@ import pytest
 
 from bench.large_file import large_table, write_large_file
 from gpufleet.config import Config
-from gpufleet.warehouse.ingest import QuarantineWarning, cut, ingest
+from gpufleet.warehouse.ingest import QuarantineWarning, cut, ingest, sliced
+from gpufleet.warehouse.ingest.read import cast_slice
 from tests.test_ingest import query, sample, write_samples
 
 DAY = dt.date(2026, 11, 16)
@@ -52,7 +53,11 @@ def test_a_file_larger_than_a_read_is_written_ahead_in_slices(
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, row_group_size=7000)
     result = ingest(config, today=TODAY)
-    assert (result.samples_loaded, result.quarantined, result.batches_probed) == (20_000, (), 0)
+    assert (result.samples_loaded, result.quarantined, result.batches_read_by_duckdb) == (
+        20_000,
+        (),
+        0,
+    )
     assert result.compaction is not None and result.compaction.from_load == 1
     twin = _twin(tmp_path, "whole", table)
     assert query(config, EVERYTHING) == query(twin, EVERYTHING)
@@ -113,7 +118,7 @@ def test_a_batch_of_many_files_is_read_in_pieces_of_whole_files(
         path.parent.mkdir(parents=True)
         pq.write_table(tables[relative], path)
     result = ingest(config, today=TODAY)
-    assert (result.samples_loaded, result.batches, result.batches_probed) == (10_000, 1, 0)
+    assert (result.samples_loaded, result.batches, result.batches_read_by_duckdb) == (10_000, 1, 0)
     assert result.compaction is not None and result.compaction.from_load == 10
     twin = Config(data_dir=tmp_path / "whole")
     for relative, table in tables.items():
@@ -187,3 +192,52 @@ def test_a_file_of_many_rows_is_ingested_in_bounded_memory(tmp_path: Path) -> No
     assert whole["samples"] == sliced["samples"] == rows
     assert whole["grown_mb"] > 250, whole
     assert sliced["grown_mb"] < whole["grown_mb"] / 4, (sliced, whole)
+
+
+def _xids_as_int64(table: pa.Table) -> pa.Table:
+    """`table` as a writer of 64-bit XID lists writes it: a file polars does not read."""
+    index = table.schema.get_field_index("xid_errors")
+    return table.set_column(
+        index, "xid_errors", table.column("xid_errors").cast(pa.list_(pa.int64()))
+    )
+
+
+def test_a_large_file_polars_does_not_read_is_read_by_duckdb_in_slices(
+    config: Config, tmp_path: Path, small_reads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = large_table(10_000, DAY)
+    path = config.data_dir / BIG
+    path.parent.mkdir(parents=True)
+    pq.write_table(_xids_as_int64(table), path)
+    slices: list[int] = []
+
+    def counted(rows: pa.Table, *, by_duckdb: bool) -> object:
+        slices.append(len(rows) if by_duckdb else -1)
+        return cast_slice(rows, by_duckdb=by_duckdb)
+
+    monkeypatch.setattr(sliced, "cast_slice", counted)
+    result = ingest(config, today=TODAY)
+    assert (result.samples_loaded, result.quarantined) == (10_000, ())
+    assert max(slices) <= small_reads and -1 not in slices  # DuckDB cast each slice
+    assert result.compaction is not None and result.compaction.from_load == 1
+    twin = _twin(tmp_path, "collector", table)
+    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+
+
+def test_a_large_file_polars_does_not_read_with_a_value_that_does_not_fit_loads_nothing(
+    config: Config, small_reads: int
+) -> None:
+    table = _xids_as_int64(large_table(10_000, DAY))
+    index = table.schema.get_field_index("gpu_index")
+    indexes = table.column("gpu_index").cast(pa.int64()).to_pylist()
+    indexes[9_990] = -1
+    table = table.set_column(index, "gpu_index", pa.array(indexes, pa.int64()))
+    path = config.data_dir / BIG
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    with pytest.warns(QuarantineWarning):
+        result = ingest(config, today=TODAY)
+    assert [(q.path, q.reason) for q in result.quarantined] == [
+        (BIG, "column gpu_index: value -1 does not fit USMALLINT")
+    ]
+    assert query(config, "select count(*) from samples") == [(0,)]

@@ -113,7 +113,7 @@ def test_a_value_out_of_range_quarantines_its_file(
     rule = range_text(next(r for r in VALUE_RANGES if r.column == column))
     reason = f"column {column}: value {shown} is out of range ({rule})"
     assert result.quarantined[0].reason == reason
-    assert (result.samples_loaded, result.batches_probed) == (2, 0)  # polars read it all
+    assert (result.samples_loaded, result.batches_read_by_duckdb) == (2, 0)  # polars read it all
     assert query(config, "select epoch(ts)::int % 100 from samples order by ts") == [(0,), (30,)]
 
 
@@ -174,7 +174,7 @@ def test_files_read_by_duckdb_are_quarantined_for_the_same_values_with_the_same_
     write_samples(config.data_dir, f"{DAY1}/d.parquet", [late])
     with pytest.warns(QuarantineWarning):
         result = ingest(config, compact=False)
-    assert result.batches_probed == 1
+    assert result.batches_read_by_duckdb == 1
     reasons = {q.path.rsplit("/", 1)[1]: q.reason for q in result.quarantined}
     assert reasons == {
         "c.parquet": "column interval_s: value nan is out of range (> 0 and <= 86400)",
@@ -307,7 +307,7 @@ def test_a_time_before_earliest_or_in_the_future_quarantines_its_file_on_every_p
         ),
     }
     assert query(config, "select distinct ts from samples order by ts") == [(first,), (last,)]
-    assert result.batches_probed == (2 if way == "DuckDB" else 0)
+    assert result.batches_read_by_duckdb == (2 if way == "DuckDB" else 0)
 
 
 def test_a_dask_worker_checks_times_against_the_limits_of_the_ingest(config: Config) -> None:
@@ -338,7 +338,7 @@ def test_a_foreign_writers_float64_nan_is_caught_after_the_cast(config: Config) 
     write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(20)])
     result = _ingest_expecting(config, f"{DAY1}/b.parquet")
     assert result.quarantined[0].reason == "column power_w: value inf is out of range (0 to 5000)"
-    assert result.batches_probed == 0
+    assert result.batches_read_by_duckdb == 0
 
 
 def test_no_sample_loaded_holds_a_value_out_of_range(config: Config) -> None:

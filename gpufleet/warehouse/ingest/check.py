@@ -49,27 +49,25 @@ def read_and_check(
     ahead: CompactAhead | None,
     limits: TimeLimits,
     *,
-    max_rows: int | None = -1,
+    whole: bool = False,
 ) -> Checked | Oversized:
     """The batch read and checked (a time outside `limits` among the rules), or `Oversized`
-    past `max_rows` rows (-1: `cut.MAX_ROWS_PER_READ`; None: no limit)."""
-    limit = cut.MAX_ROWS_PER_READ if max_rows == -1 else max_rows
-    read = read_batch(config, batch, max_rows=limit)
+    past `cut.MAX_ROWS_PER_READ` rows unless read `whole`."""
+    read = read_batch(config, batch, max_rows=None if whole else cut.MAX_ROWS_PER_READ)
     if isinstance(read, Oversized):
         return read
-    paths = [str(config.data_dir / file.path) for file in batch]
-    return check_batch(batch, read, paths, ahead, limits)
+    return check_batch(config, batch, read, ahead, limits)
 
 
 def check_batch(
+    config: Config,
     batch: Sequence[SampleFile],
     read: Read,
-    paths: Sequence[str],
     ahead: CompactAhead | None,
     limits: TimeLimits,
 ) -> Checked:
-    """`read` (the rows of `batch`, whose files lie at `paths`) checked against the rules
-    (a time outside `limits` among them), its good files' rows ready to load."""
+    """`read` (the rows of `batch`) checked against the rules (a time outside `limits`
+    among them), its good files' rows ready to load."""
     frame, bad = read.frame, dict(read.bad)
     windows = [time_window(file.path, limits) for file in batch]
     sites = [folder_site(file.path) for file in batch]
@@ -97,8 +95,8 @@ def check_batch(
     else:
         parts = [NOT_AHEAD] * len(files)
     versions = {
-        paths[old]: version
-        for old, part, footer in zip(kept, parts, footers, strict=True)
+        str(config.data_dir / file.path): version
+        for file, part, footer in zip(files, parts, footers, strict=True)
         if part != NOT_AHEAD and (version := footer.version) is not None
     }
     file_index = frame.get_column(FILE_INDEX)

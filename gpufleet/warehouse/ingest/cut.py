@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from gpufleet.config import Config
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.footers import read_footer
+from gpufleet.warehouse.ingest.read import row_count
 
 # Two batches are read at once (`pipeline.READ_AHEAD`): 1,000 files each keep the rows in
 # memory as 2,000 did with one.
@@ -62,13 +60,8 @@ def pieces(
     for file in batch:
         path = str(config.data_dir / file.path)
         footer = read_footer(path, file.path)
-        count = 0
-        if footer.plan.problem is None:
-            try:
-                count = pq.read_metadata(path).num_rows
-            except (pa.ArrowException, OSError):
-                count = 0  # the piece's read sets it aside
-        if count > limit and footer.plan.columns is not None:
+        count = 0 if footer.plan.problem else row_count([path])
+        if count > limit:
             found.append(([file], True))
             continue
         if current and rows + count > limit:

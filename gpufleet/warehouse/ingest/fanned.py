@@ -1,19 +1,19 @@
-"""A backfill's reading on Dask workers (`[compute] dask`, docs/dask.md).
+"""Where a backfill's batches of whole host-days run: on Dask workers (`[compute] dask`,
+docs/dask.md).
 
 Most of a backfill is batches of whole host-days whose days are over: embedded, the load
 reads each such batch once and writes its host-days' compacted files from the rows
 (`CompactAhead`), and no row enters `samples_stored`. With a `LoadFanOut`, the pipeline host
 sends those batches to the workers instead (`run_load_task`, no Prefect here): a worker
-reads and checks each batch as the host would (`check.read_and_check`), makes sure no
-(gpu_uuid, ts) is in it twice and writes the compacted files into the host-days' staging
-directories, with the bytes the host would write. It sends
-back only what the host records: each file's rows and time range, and each compacted
-file's GPUs.
+puts each batch through the pipeline's steps as the host would (`check.read_and_check`,
+`insert.repeats_a_key`, `CompactAhead.write`), writing the compacted files into the
+host-days' staging directories with the bytes the host would write. It sends back only
+what the host records: each file's rows and time range, and each compacted file's GPUs.
 
 A batch a worker does not take whole (a file set aside, one too large to read at once, a
 repeated key) writes nothing and comes back refused; so does one whose keys the host
 finds loaded already. The host then loads it itself, as embedded, with every quarantine
-reason and deduplication of today. A task that fails, or whose worker dies on every try,
+reason and deduplication. A task that fails, or whose worker dies on every try,
 fails the ingest before anything is published; the staging directories go.
 """
 

@@ -100,7 +100,7 @@ def load_batch(
                 con, config, piece[0], slice_rows=cut.MAX_ROWS_PER_READ, ahead=ahead, limits=limits
             )
         if loaded is None:
-            read = read_and_check(config, piece, ahead, limits, max_rows=None)
+            read = read_and_check(config, piece, ahead, limits, whole=True)
             assert not isinstance(read, Oversized)
             loaded = load_checked(con, config, read, ahead)
             del read
@@ -219,7 +219,7 @@ def load_samples(
         duplicates_skipped=total.rows_read - total.rows_inserted,
         quarantined=quarantined,
         batches=len(batches),
-        batches_probed=by_duckdb,
+        batches_read_by_duckdb=by_duckdb,
         step_seconds=(
             ("new files", listed - started),
             *((("batches on the Dask workers", on_workers),) if fan_out is not None else ()),

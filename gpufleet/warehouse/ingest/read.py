@@ -15,11 +15,14 @@ checks take (`values.value_problems`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import duckdb
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
@@ -101,8 +104,19 @@ def read_batch(
         file_index = frame.get_column(_PATH).cast(pl.Enum(paths)).to_physical().cast(pl.Int32)
         frames.append(to_contract(frame.drop(_PATH)).with_columns(file_index.alias(FILE_INDEX)))
     if by_duckdb:
+        if max_rows is not None and read + row_count([paths[i] for i in by_duckdb]) > max_rows:
+            return Oversized()
         frames += _read_with_duckdb(config, batch, sorted(by_duckdb), bad)
     return Read(_concat(frames), footers, bad, bool(by_duckdb))
+
+
+def row_count(paths: Sequence[str]) -> int:
+    """The rows the files at `paths` hold, by their footers (0 for one that does not read)."""
+    count = 0
+    for path in paths:
+        with contextlib.suppress(pa.ArrowException, OSError):  # its read sets it aside
+            count += pq.read_metadata(path).num_rows
+    return count
 
 
 def to_contract(frame: pl.DataFrame) -> pl.DataFrame:
@@ -155,20 +169,9 @@ def _read_with_duckdb(
     frames: list[pl.DataFrame] = []
     with duckdb.connect(config={"memory_limit": READER_MEMORY_LIMIT}) as con:
         for index in indexes:
-            relative = batch[index].path
-            path = str(config.data_dir / relative)
-            try:
-                found = con.sql(
-                    _SOURCE_SQL.format("describe select *"), params=[[literal_path(path)]]
-                )
-                columns = {str(row[0]): str(row[1]) for row in found.fetchall()}
-            except duckdb.OutOfMemoryException:
-                raise  # the machine's problem, not the file's
-            except duckdb.Error as exc:
-                bad[relative] = unreadable_reason(exc, path, relative)
-                continue
-            if (problem := schema_problem(columns)) is not None:
-                bad[relative] = problem
+            columns = _duckdb_columns(con, config, batch[index])
+            if isinstance(columns, str):
+                bad[batch[index].path] = columns
                 continue
             key = tuple((n, t) for n, t in columns.items() if n in CONTRACT_TYPES)
             groups.setdefault(key, []).append(index)
@@ -193,6 +196,30 @@ def _read_with_duckdb(
 _SOURCE_SQL = "{} from read_parquet(?, hive_partitioning = false) as src"
 
 
+def duckdb_schema_problem(config: Config, file: SampleFile) -> str | None:
+    """Why DuckDB does not read `file`, or the type rules refuse its columns as DuckDB reads
+    them; None when it loads."""
+    with duckdb.connect() as con:
+        columns = _duckdb_columns(con, config, file)
+    return columns if isinstance(columns, str) else None
+
+
+def _duckdb_columns(
+    con: duckdb.DuckDBPyConnection, config: Config, file: SampleFile
+) -> dict[str, str] | str:
+    """The top-level columns of `file` as DuckDB reads them (name -> type), or why it is set
+    aside: its schema does not read, or the type rules refuse it."""
+    path = str(config.data_dir / file.path)
+    try:
+        found = con.sql(_SOURCE_SQL.format("describe select *"), params=[[literal_path(path)]])
+        columns = {str(row[0]): str(row[1]) for row in found.fetchall()}
+    except duckdb.OutOfMemoryException:
+        raise  # the machine's problem, not the file's
+    except duckdb.Error as exc:
+        return unreadable_reason(exc, path, file.path)
+    return schema_problem(columns) or columns
+
+
 def _duckdb_rows(
     con: duckdb.DuckDBPyConnection,
     config: Config,
@@ -201,6 +228,35 @@ def _duckdb_rows(
     columns: dict[str, str],
 ) -> pl.DataFrame:
     """One set of files' rows, read by DuckDB (all or nothing), as `read_batch` gives them."""
+    # `file_index`: read_parquet's position of the row's file in the list of paths.
+    select = f"select {_cast_sql(columns)}, file_index"
+    paths = [literal_path(str(config.data_dir / batch[index].path)) for index in members]
+    rows = con.sql(_SOURCE_SQL.format(select), params=[paths]).to_arrow_table()
+    frame = pl.from_arrow(rows)
+    assert isinstance(frame, pl.DataFrame)
+    index = pl.Series(members, dtype=pl.Int32).gather(frame.get_column("file_index"))
+    return to_contract(frame.drop("file_index")).with_columns(index.alias(FILE_INDEX))
+
+
+def cast_slice(rows: pa.Table, *, by_duckdb: bool) -> pl.DataFrame:
+    """A slice of one file's rows (as pyarrow reads them) in the contract's columns and
+    types, `_unfit` naming a value that did not fit: cast by polars, or by DuckDB for a file
+    polars does not read (`by_duckdb`)."""
+    if by_duckdb:
+        with duckdb.connect() as con:
+            con.register("src", rows)
+            source = con.table("src")
+            columns = {str(n): str(t) for n, t in zip(source.columns, source.types, strict=True)}
+            rows = con.sql(f"select {_cast_sql(columns)} from src").to_arrow_table()
+    frame = pl.from_arrow(rows)
+    assert isinstance(frame, pl.DataFrame)
+    return to_contract(frame)
+
+
+def _cast_sql(columns: dict[str, str]) -> str:
+    """The select list of the contract's columns from `src`, which holds `columns` (name ->
+    DuckDB type): each a `try_cast` to its contract type (NULL where absent), then
+    `_unfit`, the reason of a row's first value that did not fit."""
     selects: list[str] = []
     unfit: list[str] = []
     for name, kind in SAMPLE_COLUMNS:
@@ -215,11 +271,4 @@ def _duckdb_rows(
             f"then 'column {name}: value ' || left(src.{quoted}::varchar, 40) "
             f"|| ' does not fit {kind.upper()}' end"
         )
-    # `file_index`: read_parquet's position of the row's file in the list of paths.
-    select = f"select {', '.join(selects)}, coalesce({', '.join(unfit)}) as {UNFIT}, file_index"
-    paths = [literal_path(str(config.data_dir / batch[index].path)) for index in members]
-    rows = con.sql(_SOURCE_SQL.format(select), params=[paths]).to_arrow_table()
-    frame = pl.from_arrow(rows)
-    assert isinstance(frame, pl.DataFrame)
-    index = pl.Series(members, dtype=pl.Int32).gather(frame.get_column("file_index"))
-    return to_contract(frame.drop("file_index")).with_columns(index.alias(FILE_INDEX))
+    return f"{', '.join(selects)}, coalesce(null::varchar, {', '.join(unfit)}) as {UNFIT}"

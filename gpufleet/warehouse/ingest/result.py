@@ -22,7 +22,7 @@ class IngestResult:
     duplicates_skipped: int = 0
     quarantined: tuple[QuarantinedFile, ...] = ()
     batches: int = 0
-    batches_probed: int = 0  # the batches with a file polars does not read (read by DuckDB)
+    batches_read_by_duckdb: int = 0  # those with a file polars does not read (`read.py`)
     users: int = 0
     host_rules: int = 0
     price_rules: int = 0
@@ -72,10 +72,9 @@ class IngestResult:
         if self.step_seconds:
             total = sum(seconds for _, seconds in self.step_seconds)
             steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.step_seconds)
-            probed = (
-                f" ({self.batches_probed} of {self.batches} batches with a file read by DuckDB)"
-            )
-            lines.append(f"  {total:.1f} s: {steps}" + (probed if self.batches_probed else ""))
+            by_duckdb = self.batches_read_by_duckdb
+            read = f" ({by_duckdb} of {self.batches} batches with a file read by DuckDB)"
+            lines.append(f"  {total:.1f} s: {steps}" + (read if by_duckdb else ""))
         if self.alongside_seconds:
             work = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.alongside_seconds)
             lines.append(f"  alongside the batches, in a thread: {work}")

@@ -200,7 +200,7 @@ def load_warehouse(
         duplicates_skipped=result.duplicates_skipped,
         quarantined=quarantined,
         batches=result.batches,
-        batches_probed=result.batches_probed,
+        batches_read_by_duckdb=result.batches_read_by_duckdb,
         users=len(references.users),
         host_rules=len(references.hosts),
         price_rules=len(references.prices),

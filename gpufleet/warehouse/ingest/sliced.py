@@ -1,4 +1,4 @@
-"""A file too large to read at once (more rows than a batch may hold), loaded in slices.
+"""A file too large to read at once (more rows than a batch may hold), cut in slices.
 
 The file is read twice, a slice of rows at a time, so that memory holds one slice, not the
 file. First the columns the rules check (`_survey`): a file that breaks a rule is set aside
@@ -8,8 +8,10 @@ every contract column: when its host-day is to be written ahead (the file is the
 only one, `CompactAhead.parts`), in order and new, its slices are written straight into
 the day's compacted file, as a batch's rows are; otherwise each slice is sorted and
 inserted into `samples_stored` without the keys loaded before (its own earlier slices'
-too: the first row of a key in the file wins, as in a batch), and the host-day is
-compacted from its files later.
+too: the first row of a key in the file wins, as in a batch: `insert.insert_first_new`),
+and the host-day is compacted from its files later. Each slice is cast as a batch is
+(`read.cast_slice`: by polars, or by DuckDB for a file polars does not read) and checked
+by the same rules (`values.value_problems`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gpufleet.warehouse.ingest.insert import (
     create_existing_view,
     insert_first_new,
 )
-from gpufleet.warehouse.ingest.read import to_contract
+from gpufleet.warehouse.ingest.read import cast_slice, duckdb_schema_problem
 from gpufleet.warehouse.ingest.values import (
     CHECKED_COLUMNS,
     TimeLimits,
@@ -42,7 +44,7 @@ from gpufleet.warehouse.ingest.values import (
 )
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 
-_READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError)
+_READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError, duckdb.Error)
 _SLICE = "_ingest_slice"
 
 
@@ -66,11 +68,15 @@ def load_sliced(
     limits: TimeLimits,
 ) -> BatchOutcome | None:
     """Load one large file `slice_rows` rows at a time (or set it aside, a time outside
-    `limits` among the reasons); None when a slice does not read as the one pass reads (it is then
-    read whole)."""
+    `limits` among the reasons); None when a slice does not read (the file is then read
+    whole, and set aside if it does not)."""
     path = str(config.data_dir / file.path)
     outcome = BatchOutcome()
     footer = read_footer(path, file.path)
+    by_duckdb = footer.plan.columns is None  # a file polars does not read (`read.py`)
+    if by_duckdb and (problem := duckdb_schema_problem(config, file)) is not None:
+        outcome.bad[file.path] = problem
+        return outcome
     written_ahead = ahead is not None and ahead.parts(
         [file], {file.path: dict.fromkeys(footer.plan.names, "")}, CONTRACT_TYPES
     ) != [NOT_AHEAD]
@@ -78,7 +84,14 @@ def load_sliced(
         source = pq.ParquetFile(path)
         present = [name for name in source.schema_arrow.names if name in CONTRACT_TYPES]
         survey = _survey(
-            con, config, source, file, slice_rows, ahead if written_ahead else None, limits
+            con,
+            config,
+            source,
+            file,
+            slice_rows,
+            ahead if written_ahead else None,
+            limits,
+            by_duckdb,
         )
         if survey.problem is not None:
             outcome.bad[file.path] = survey.problem
@@ -86,13 +99,15 @@ def load_sliced(
         slices = source.iter_batches(batch_size=slice_rows, columns=present)
         site = folder_site(file.path)
         if ahead is not None and written_ahead and survey.in_key_order and not survey.loaded_before:
-            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), _arrow_slices(slices, site))
+            contract = _arrow_slices(slices, site, by_duckdb)
+            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), contract)
             ahead.write_file(file, rows, footer.version)
             inserted = survey.rows
         else:
             inserted = 0
             for batch in slices:
-                inserted += insert_first_new(con, config, _contract_rows(batch, site), ahead)
+                rows = _contract_rows(batch, site, by_duckdb)
+                inserted += insert_first_new(con, config, rows, ahead)
     except _READ_ERRORS:
         return None
     outcome.loaded.append(LoadedFile(file, survey.rows, survey.first, survey.last))
@@ -100,11 +115,10 @@ def load_sliced(
     return outcome
 
 
-def _contract_rows(batch: pa.RecordBatch, site: str | None) -> pl.DataFrame:
+def _contract_rows(batch: pa.RecordBatch, site: str | None, by_duckdb: bool) -> pl.DataFrame:
     """A slice's contract columns, a NULL or empty `cluster` its folder's `site`."""
-    frame = pl.from_arrow(batch)
-    assert isinstance(frame, pl.DataFrame)
-    rows = to_contract(frame).select(contract_schema().names())
+    rows = cast_slice(pa.Table.from_batches([batch]), by_duckdb=by_duckdb)
+    rows = rows.select(contract_schema().names())
     if site is None:
         return rows
     own = pl.col("cluster")  # empty text names no site either
@@ -118,9 +132,12 @@ def _arrow_schema() -> pa.Schema:
     )
 
 
-def _arrow_slices(slices: Iterator[pa.RecordBatch], site: str | None) -> Iterator[pa.RecordBatch]:
+def _arrow_slices(
+    slices: Iterator[pa.RecordBatch], site: str | None, by_duckdb: bool
+) -> Iterator[pa.RecordBatch]:
     for batch in slices:
-        table = _contract_rows(batch, site).to_arrow(compat_level=pl.CompatLevel.oldest())
+        rows = _contract_rows(batch, site, by_duckdb)
+        table = rows.to_arrow(compat_level=pl.CompatLevel.oldest())
         yield from table.to_batches()
 
 
@@ -132,6 +149,7 @@ def _survey(
     slice_rows: int,
     ahead: CompactAhead | None,
     limits: TimeLimits,
+    by_duckdb: bool,
 ) -> _Survey:
     """Read the checked columns slice by slice: the first bad row's reason, if any (the
     rest unread), else the file's rows and times, whether its keys are in order, and, with
@@ -142,9 +160,8 @@ def _survey(
     columns = [n for n in source.schema_arrow.names if n in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
-        frame = pl.from_arrow(batch)
-        assert isinstance(frame, pl.DataFrame)
-        frame = to_contract(frame).with_columns(pl.lit(0).alias("_file_index"))
+        frame = cast_slice(pa.Table.from_batches([batch]), by_duckdb=by_duckdb)
+        frame = frame.with_columns(pl.lit(0).alias("_file_index"))
         unfit = "_unfit" if "_unfit" in frame.columns else None
         problems = value_problems(
             frame, windows, file_index="_file_index", unfit=unfit, sites=sites
