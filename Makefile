@@ -24,15 +24,17 @@ demo: $(STAMP)
 ## make test: lint, type-check, build the docs and run the whole test suite (installs
 ## chromium, prometheus, Slurm and SeaweedFS if missing)
 # Each test file runs whole on one of the workers (its module fixtures are built once), one
-# per core up to 4: 11 minutes on 2 cores, against 17 one file after another.
+# per core up to 4: 11 minutes on 2 cores, against 17 one file after another. The files
+# that start processes or stacks first (tests/conftest.py's in_file_order), not xdist's
+# order by number of tests, which left them, a few tests each, to the end.
 test: $(STAMP) browser prometheus slurm s3 lint
-	$(VENV)/bin/pytest --numprocesses auto --maxprocesses 4 --dist loadfile
+	$(VENV)/bin/pytest --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 ## make test-fast: the tests without a real stack (no Slurm, S3, Prefect server, Prometheus,
 ## Dask cluster or Chromium) and without the slow end-to-end ones, for the edit loop; no lint
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -m "not slow and not stack" --numprocesses auto --maxprocesses 4 \
-	  --dist loadfile
+	  --dist loadfile --no-loadscope-reorder
 
 ## make fuzz: the fuzz tests (tests/test_fuzz_*.py) with 50 times the examples `make test`
 ## gives them, from a new random seed each run (about half an hour on 2 cores)

@@ -97,6 +97,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.stack)
+    items[:] = in_file_order(items)
+
+
+def in_file_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests file by file (each file's in its own order), the files that start a process,
+    a server or a stack (a test marked `slow` or `stack`) first, then by how many tests they
+    hold, most first. `make test` runs the files in this order on its workers
+    (`--dist loadfile --no-loadscope-reorder`): pytest-xdist's own order, by the number of
+    tests only, started the slow files, which hold a few tests each, last, and one worker
+    ran them while the others had finished."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def starts_processes(tests: list[pytest.Item]) -> bool:
+        return any(
+            test.get_closest_marker("slow") or test.get_closest_marker("stack") for test in tests
+        )
+
+    order = sorted(files, key=lambda name: (not starts_processes(files[name]), -len(files[name])))
+    return [item for name in order for item in files[name]]
 
 
 _DATA_BEFORE = pytest.StashKey[dict[str, tuple[int, int]]]()
