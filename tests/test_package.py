@@ -55,7 +55,7 @@ def test_the_wheel_adds_exactly_one_top_level_name(wheel: zipfile.ZipFile) -> No
 
 
 @pytest.mark.slow
-def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_and_shtab(
+def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_shtab_and_ijson(
     wheel: zipfile.ZipFile,
 ) -> None:
     [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
@@ -64,4 +64,5 @@ def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_and_shtab(
     plain = sorted(
         r.split(">")[0].split("=")[0].split("<")[0].strip() for r in required if "extra ==" not in r
     )
-    assert plain == ["nvidia-ml-py", "pyarrow", "shtab"]  # shtab: `gpufleet completion`
+    # shtab: `gpufleet completion`; ijson: `gpufleet import slurm` (sacct's JSON as a stream)
+    assert plain == ["ijson", "nvidia-ml-py", "pyarrow", "shtab"]

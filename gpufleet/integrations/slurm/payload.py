@@ -19,7 +19,7 @@ import datetime as dt
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from gpufleet.config import IngestConfig
@@ -82,7 +82,7 @@ class Payload(NamedTuple):
 
     source: str  # "sacct --json" or the file it was read from, for messages
     version: int  # 38 for Slurm 22.05, else the data_parser version (39, 40, ...)
-    jobs: list[Any]
+    jobs: Iterable[Any]  # a list, or the jobs of a stream as they are read (`stream.py`)
 
 
 class Refused(NamedTuple):
@@ -107,11 +107,11 @@ class Job:
     raises a GpufleetError naming `<source>: jobs[i].<path>`, a time out of `limits` a
     `RefusedTime`."""
 
-    def __init__(self, payload: Payload, index: int, *, limits: TimeLimits) -> None:
+    def __init__(self, payload: Payload, index: int, data: Any, *, limits: TimeLimits) -> None:
         self.source = payload.source
         self.version = payload.version
         self.where = f"jobs[{index}]"
-        self.data = payload.jobs[index]
+        self.data = data
         self.limits = limits
         if not isinstance(self.data, Mapping):
             raise self.error("", "expected an object")
@@ -235,18 +235,26 @@ def load_payload(text: str, *, source: str) -> Payload:
         raise GpufleetError(f"{source}: not JSON ({exc})") from exc
     if not isinstance(data, Mapping):
         raise GpufleetError(f"{source}: expected a JSON object with 'meta' and 'jobs'")
-    errors = data.get("errors") or []
+    check_errors(data.get("errors"), source)
+    version = schema_version(data.get("meta"), source)
+    return Payload(source, version, checked_jobs(data.get("jobs"), source))
+
+
+def check_errors(errors: Any, source: str) -> None:
+    """Fail with the first error Slurm reported in the payload's `errors`, if any."""
     if errors:
         first = errors[0] if isinstance(errors, list) else errors  # a list in every release
         message = None
         if isinstance(first, Mapping):
             message = first.get("description") or first.get("error")
         raise GpufleetError(f"{source}: Slurm reported an error: {message or _show(first)}")
-    version = schema_version(data.get("meta"), source)
-    jobs = data.get("jobs")
+
+
+def checked_jobs(jobs: Any, source: str) -> list[Any]:
+    """The payload's `jobs`, which must be a list."""
     if not isinstance(jobs, list):
         raise GpufleetError(f"{source}: jobs: expected a list, got {_show(jobs)}")
-    return Payload(source, version, jobs)
+    return jobs
 
 
 def schema_version(meta: Any, source: str) -> int:

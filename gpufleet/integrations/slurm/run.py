@@ -22,10 +22,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
@@ -53,9 +55,10 @@ from gpufleet.integrations.slurm.nodes import (
     collector_hosts,
     compact_hostlist,
 )
-from gpufleet.integrations.slurm.payload import Refused, load_payload
+from gpufleet.integrations.slurm.payload import Payload, Refused
 from gpufleet.integrations.slurm.sacct import SlurmJob, parse_sacct
 from gpufleet.integrations.slurm.squeue import HeldGpus, parse_squeue
+from gpufleet.integrations.slurm.stream import parse_stream
 
 OVERLAP = dt.timedelta(hours=1)  # each window starts this long before the last one ended
 COMMAND_TIMEOUT_S = 300
@@ -116,14 +119,16 @@ def _some(names: tuple[str, ...], shown: int = 10) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def _run(command: list[str]) -> str:
-    """A Slurm command's stdout; not found, failing or hanging is one line naming it."""
+def _run(command: list[str], stack: ExitStack) -> IO[bytes]:
+    """A Slurm command's stdout, spooled to a temporary file (read from its start, closed
+    with `stack`); not found, failing or hanging is one line naming it."""
     name = command[0]
+    out = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
     try:
         done = subprocess.run(
             command,
-            capture_output=True,
-            text=True,
+            stdout=out,
+            stderr=subprocess.PIPE,
             timeout=COMMAND_TIMEOUT_S,
             env={**os.environ, "TZ": "UTC"},  # sacct reads --starttime in TZ
         )
@@ -135,20 +140,27 @@ def _run(command: list[str]) -> str:
     except subprocess.TimeoutExpired as exc:
         raise GpufleetError(f"{name}: no answer in {COMMAND_TIMEOUT_S} s") from exc
     if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
+        out.seek(max(out.seek(0, os.SEEK_END) - 4096, 0))
+        text = done.stderr.strip() or out.read().strip()
+        detail = text.decode("utf-8", errors="replace").splitlines()
         raise GpufleetError(
             f"{name} exited with status {done.returncode}: {detail[-1] if detail else ''}"
         )
-    return done.stdout
+    out.seek(0)
+    return out
 
 
-def _read(path: Path) -> str:
+def _open(path: Path, stack: ExitStack) -> IO[bytes]:
     try:
-        return path.read_text(encoding="utf-8")
+        return stack.enter_context(path.open("rb"))
     except OSError as exc:
         raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise GpufleetError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+
+
+def _empty(stream: IO[bytes]) -> bool:
+    empty = not stream.read(1)
+    stream.seek(0)
+    return empty
 
 
 def _key(row: AllocationRow) -> tuple[str, str, int, dt.datetime]:
@@ -240,46 +252,57 @@ def _outputs(
     now: dt.datetime,
     first_window: dt.timedelta | None,
 ) -> _Outputs:
-    """Run sacct and squeue (or read their saved output) and parse both."""
-    start = since
-    if sacct_json is not None:
-        sacct_text, sacct_source = _read(sacct_json), str(sacct_json)
-        described = sacct_source
-    else:
-        watermark = read_watermark(config.data_dir / "imports" / RECORD_FILE)
-        start = since or (watermark - OVERLAP if watermark else None)
-        if start is None and first_window is not None:
-            start = now - first_window
-        if start is None:
-            raise GpufleetError(
-                "import slurm: the first run needs --since (e.g. --since 2026-11-01T00:00:00Z); "
-                "later runs start where the last one ended"
+    """Run sacct and squeue (or read their saved output) and parse both, each job as its
+    output is read (`stream.py`): the whole output is never held at once."""
+    with ExitStack() as stack:
+        start = since
+        if sacct_json is not None:
+            sacct, sacct_source = _open(sacct_json, stack), str(sacct_json)
+            described = sacct_source
+        else:
+            watermark = read_watermark(config.data_dir / "imports" / RECORD_FILE)
+            start = since or (watermark - OVERLAP if watermark else None)
+            if start is None and first_window is not None:
+                start = now - first_window
+            if start is None:
+                raise GpufleetError(
+                    "import slurm: the first run needs --since (e.g. --since "
+                    "2026-11-01T00:00:00Z); later runs start where the last one ended"
+                )
+            sacct = _run(
+                [
+                    "sacct",
+                    "--json",
+                    "--allusers",
+                    "--allocations",
+                    "--duplicates",  # each run of a requeued job, with its own start and end
+                    f"--starttime={_utc(start)}",
+                    f"--endtime={_utc(now)}",
+                ],
+                stack,
             )
-        sacct_text = _run(
-            [
-                "sacct",
-                "--json",
-                "--allusers",
-                "--allocations",
-                "--duplicates",  # each run of a requeued job, with its own start and end
-                f"--starttime={_utc(start)}",
-                f"--endtime={_utc(now)}",
-            ]
-        )
-        sacct_source = "sacct --json"
-        described = f"sacct {start:%Y-%m-%dT%H:%M:%SZ} to {now:%Y-%m-%dT%H:%M:%SZ}"
-    if squeue_json is not None:
-        squeue_text: str | None = _read(squeue_json)
-        squeue_source = str(squeue_json)
-    elif sacct_json is None:
-        squeue_text, squeue_source = _run(["squeue", "--json", "--all"]), "squeue --json"
-    else:
-        squeue_text, squeue_source = None, ""
-    refused: list[Refused] = []
-    sacct = load_payload(sacct_text, source=sacct_source)
-    jobs = parse_sacct(sacct, now=now, ingest=config.ingest, refused=refused)
-    squeue = load_payload(squeue_text, source=squeue_source) if squeue_text else None
-    held = parse_squeue(squeue, now=now, ingest=config.ingest, refused=refused) if squeue else {}
+            sacct_source = "sacct --json"
+            described = f"sacct {start:%Y-%m-%dT%H:%M:%SZ} to {now:%Y-%m-%dT%H:%M:%SZ}"
+        squeue: IO[bytes] | None = None
+        if squeue_json is not None:
+            squeue, squeue_source = _open(squeue_json, stack), str(squeue_json)
+        elif sacct_json is None:
+            squeue, squeue_source = _run(["squeue", "--json", "--all"], stack), "squeue --json"
+        ingest = config.ingest
+
+        def sacct_jobs(payload: Payload) -> tuple[list[SlurmJob], list[Refused]]:
+            refused: list[Refused] = []
+            return parse_sacct(payload, now=now, ingest=ingest, refused=refused), refused
+
+        def squeue_held(payload: Payload) -> tuple[dict[str, HeldGpus], list[Refused]]:
+            refused: list[Refused] = []
+            return parse_squeue(payload, now=now, ingest=ingest, refused=refused), refused
+
+        jobs, refused = parse_stream(sacct, source=sacct_source, parse=sacct_jobs)
+        held: dict[str, HeldGpus] = {}
+        if squeue and not _empty(squeue):  # else no squeue, or none printed
+            held, refused_running = parse_stream(squeue, source=squeue_source, parse=squeue_held)
+            refused += refused_running
     # sacct lags: a running job only squeue knows yet is added (one sacct refused is not)
     known = {job.job_id for job in jobs} | {job.job_id for job in refused}
     jobs.extend(h.job for job_id, h in held.items() if job_id not in known)

@@ -84,8 +84,8 @@ def parse_sacct(
     and left out (None: the parse fails with its line). `ingest` None: the defaults."""
     jobs = []
     limits = time_limits(ingest, now)
-    for index in range(len(payload.jobs)):
-        job = Job(payload, index, limits=limits)
+    for index, data in enumerate(payload.jobs):
+        job = Job(payload, index, data, limits=limits)
         base = job.number("job_id")
         printed = job_id(job, base, ("array.job_id", "array.task_id"), _HET)
         states = job.states("state.current")

@@ -91,8 +91,8 @@ def parse_squeue(
     whose start is out of range is refused, as `parse_sacct` refuses it."""
     held: dict[str, HeldGpus] = {}
     limits = time_limits(ingest, now)
-    for index in range(len(payload.jobs)):
-        job = Job(payload, index, limits=limits)
+    for index, data in enumerate(payload.jobs):
+        job = Job(payload, index, data, limits=limits)
         details = job.get("gres_detail", required=False) or []
         if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
             raise job.error("gres_detail", "expected a list of strings")
