@@ -211,7 +211,7 @@ def test_a_large_file_polars_does_not_read_is_read_by_duckdb_in_slices(
     pq.write_table(_xids_as_int64(table), path)
     slices: list[int] = []
 
-    def counted(rows: pa.Table, *, by_duckdb: bool) -> object:
+    def counted(rows: pa.RecordBatch, *, by_duckdb: bool) -> object:
         slices.append(len(rows) if by_duckdb else -1)
         return cast_slice(rows, by_duckdb=by_duckdb)
 

@@ -7,12 +7,13 @@ batches repeat no key and none loaded before, which two cheap checks show
 (`keys_are_new`): their rows go in as read, those of a whole completed host-day into its
 compacted file (`lake/compact_ahead.py`), the others into `samples_stored`
 (`insert_rows`). Any other is deduplicated first, and goes into `samples_stored`
-(`insert_first_new`).
+(`insert_first_new`). `insert_batch` decides.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,9 +25,12 @@ import pyarrow.compute as pc
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
+from gpufleet.warehouse.ingest.check import Checked
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.samples import evicted_paths, samples_sql
 from gpufleet.warehouse.publish.log import current_generation
+
+logger = logging.getLogger("gpufleet.ingest")
 
 
 @dataclass
@@ -66,6 +70,32 @@ select {QUOTED_SAMPLE_COLUMNS}, $load_id
 from {_ROWS} anti join existing using (gpu_uuid, ts)
 order by gpu_uuid, ts
 """
+
+
+def insert_batch(
+    con: duckdb.DuckDBPyConnection, config: Config, checked: Checked, ahead: CompactAhead | None
+) -> BatchOutcome:
+    """Insert a checked batch's rows: as read when no key repeats or was loaded before
+    (`insert_rows`), else the first row of each new key into samples_stored
+    (`insert_first_new`)."""
+    outcome = BatchOutcome(bad=dict(checked.bad))
+    if not checked.files:
+        return outcome
+    rows = checked.rows
+    outcome.loaded = loaded_files(checked.files, rows)
+    outcome.rows_read = rows.num_rows
+    if keys_are_new(con, config, ahead, rows):
+        logger.debug("ingest: %d files loaded as read", len(checked.files))
+        insert_rows(
+            con, rows, checked.files, ahead=ahead, parts=checked.parts, versions=checked.versions
+        )
+        outcome.rows_inserted = rows.num_rows
+    else:
+        logger.debug("ingest: %d files deduplicated", len(checked.files))
+        frame = pl.from_arrow(rows)
+        assert isinstance(frame, pl.DataFrame)
+        outcome.rows_inserted = insert_first_new(con, config, frame, ahead)
+    return outcome
 
 
 def create_existing_view(

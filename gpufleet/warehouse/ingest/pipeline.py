@@ -5,12 +5,13 @@ inserted.
 sample may have (`values.folder_problem`), cuts the other new files into batches
 (`cut.plan_batches`) and puts each through the same steps: read (`read.read_batch`: polars,
 or DuckDB for a file polars does not read), checked (`check.check_batch`: its bad files set
-aside for quarantine, with their reasons), and loaded (`load_checked`: its rows inserted as
-read when no key repeats or was loaded before, else deduplicated first). Two batches are
-read and checked ahead, in threads, while one loads. Where a batch's steps run and how it is
-cut are the only other differences: the batches of whole host-days can be read and checked
-on Dask workers (`fanned.py`), and a batch of more rows than one read may hold is cut in
-pieces of whole files (`cut.pieces`), a larger file in slices (`sliced.py`).
+aside for quarantine, with their reasons), deduplicated and inserted
+(`insert.insert_batch`: its rows as read when no key repeats or was loaded before, else the
+first row of each new key). Two batches are read and checked ahead, in threads, while one
+loads. Where a batch's steps run and how it is cut are the only other differences: the
+batches of whole host-days can be read and checked on Dask workers (`fanned.py`), and a
+batch of more rows than one read may hold is cut in pieces of whole files (`cut.pieces`),
+a larger file in slices (`sliced.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import duckdb
-import polars as pl
 
 from gpufleet.config import Config
 from gpufleet.console import printable
@@ -33,13 +33,7 @@ from gpufleet.warehouse.ingest import cut
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
 from gpufleet.warehouse.ingest.fanned import LoadFanOut, adopt
 from gpufleet.warehouse.ingest.files import record_loaded, split_new_files
-from gpufleet.warehouse.ingest.insert import (
-    BatchOutcome,
-    insert_first_new,
-    insert_rows,
-    keys_are_new,
-    loaded_files,
-)
+from gpufleet.warehouse.ingest.insert import BatchOutcome, insert_batch
 from gpufleet.warehouse.ingest.quarantine import record_quarantined
 from gpufleet.warehouse.ingest.read import Oversized
 from gpufleet.warehouse.ingest.result import IngestResult, Log
@@ -54,32 +48,6 @@ logger = logging.getLogger("gpufleet.ingest")
 READ_AHEAD = 2
 
 
-def load_checked(
-    con: duckdb.DuckDBPyConnection, config: Config, checked: Checked, ahead: CompactAhead | None
-) -> BatchOutcome:
-    """Load a checked batch's rows: as read when no key repeats or was loaded before (the
-    host-days `ahead` writes as compacted files), else the first row of each new key into
-    samples_stored."""
-    outcome = BatchOutcome(bad=dict(checked.bad))
-    if not checked.files:
-        return outcome
-    rows = checked.rows
-    outcome.loaded = loaded_files(checked.files, rows)
-    outcome.rows_read = rows.num_rows
-    if keys_are_new(con, config, ahead, rows):
-        logger.debug("ingest: %d files loaded as read", len(checked.files))
-        insert_rows(
-            con, rows, checked.files, ahead=ahead, parts=checked.parts, versions=checked.versions
-        )
-        outcome.rows_inserted = rows.num_rows
-    else:
-        logger.debug("ingest: %d files deduplicated", len(checked.files))
-        frame = pl.from_arrow(rows)
-        assert isinstance(frame, pl.DataFrame)
-        outcome.rows_inserted = insert_first_new(con, config, frame, ahead)
-    return outcome
-
-
 def load_batch(
     con: duckdb.DuckDBPyConnection,
     config: Config,
@@ -91,7 +59,7 @@ def load_batch(
     """Load a batch as it was read and checked; one too large to read at once in pieces of
     whole files, read here one at a time, and each larger file alone, in slices."""
     if not isinstance(checked, Oversized):
-        return load_checked(con, config, checked, ahead)
+        return insert_batch(con, config, checked, ahead)
     outcome = BatchOutcome()
     for piece, sliced in cut.pieces(config, batch, cut.MAX_ROWS_PER_READ):
         loaded = None
@@ -102,7 +70,7 @@ def load_batch(
         if loaded is None:
             read = read_and_check(config, piece, ahead, limits, whole=True)
             assert not isinstance(read, Oversized)
-            loaded = load_checked(con, config, read, ahead)
+            loaded = insert_batch(con, config, read, ahead)
             del read
         outcome.rows_read += loaded.rows_read
         outcome.rows_inserted += loaded.rows_inserted

@@ -64,8 +64,7 @@ class Oversized:
 def read_batch(
     config: Config, batch: Sequence[SampleFile], *, max_rows: int | None
 ) -> Read | Oversized:
-    """The batch's rows, or `Oversized` when its files polars reads hold more than
-    `max_rows` rows."""
+    """The batch's rows, or `Oversized` when its files hold more than `max_rows` rows."""
     paths = [str(config.data_dir / file.path) for file in batch]
     footers = [read_footer(path, file.path) for path, file in zip(paths, batch, strict=True)]
     bad = {
@@ -238,17 +237,19 @@ def _duckdb_rows(
     return to_contract(frame.drop("file_index")).with_columns(index.alias(FILE_INDEX))
 
 
-def cast_slice(rows: pa.Table, *, by_duckdb: bool) -> pl.DataFrame:
+def cast_slice(rows: pa.RecordBatch, *, by_duckdb: bool) -> pl.DataFrame:
     """A slice of one file's rows (as pyarrow reads them) in the contract's columns and
     types, `_unfit` naming a value that did not fit: cast by polars, or by DuckDB for a file
     polars does not read (`by_duckdb`)."""
     if by_duckdb:
         with duckdb.connect() as con:
-            con.register("src", rows)
+            con.register("src", pa.Table.from_batches([rows]))
             source = con.table("src")
             columns = {str(n): str(t) for n, t in zip(source.columns, source.types, strict=True)}
-            rows = con.sql(f"select {_cast_sql(columns)} from src").to_arrow_table()
-    frame = pl.from_arrow(rows)
+            cast = con.sql(f"select {_cast_sql(columns)} from src").to_arrow_table()
+        frame = pl.from_arrow(cast)
+    else:
+        frame = pl.from_arrow(rows)
     assert isinstance(frame, pl.DataFrame)
     return to_contract(frame)
 

@@ -117,7 +117,7 @@ def load_sliced(
 
 def _contract_rows(batch: pa.RecordBatch, site: str | None, by_duckdb: bool) -> pl.DataFrame:
     """A slice's contract columns, a NULL or empty `cluster` its folder's `site`."""
-    rows = cast_slice(pa.Table.from_batches([batch]), by_duckdb=by_duckdb)
+    rows = cast_slice(batch, by_duckdb=by_duckdb)
     rows = rows.select(contract_schema().names())
     if site is None:
         return rows
@@ -160,7 +160,7 @@ def _survey(
     columns = [n for n in source.schema_arrow.names if n in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
-        frame = cast_slice(pa.Table.from_batches([batch]), by_duckdb=by_duckdb)
+        frame = cast_slice(batch, by_duckdb=by_duckdb)
         frame = frame.with_columns(pl.lit(0).alias("_file_index"))
         unfit = "_unfit" if "_unfit" in frame.columns else None
         problems = value_problems(
