@@ -13,10 +13,19 @@ A table's tests, as dbt writes them beside its docs:
 A table is read twice at most: one pass counts the failing rows of every row test, one
 aggregate per `unique`. A failure is a GpufleetError naming the table, the test and a row;
 raised inside the build's write transaction, it leaves the published warehouse as it was.
+
+An incremental build right after a publish whose marts passed the tests (the last one, as
+`build_state.marts_tested` records) tests only the rows it replaced (`replaced_rows`: those
+of the keys it logged for the other slot, `publish/log.py`): every other row is as it was
+tested, and a cycle reads what it changed, not every retained day. A `unique` test is
+restricted so only where each key it logged names columns of the test's (a repeat of a
+replaced row then has the same key, and is replaced too); otherwise it reads the table.
+After any other publish (one that may have changed the marts untested) every row is tested.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +37,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.build.models import DOCS_FILE_NAME, load_docs
 from gpufleet.warehouse.build.sql_tree import parse
+from gpufleet.warehouse.publish.log import REPLAY_KEYS, current_generation
 
 _KINDS = ("unique", "not_null", "accepted_values", "expression")
 _SHOWN_CHARS = 300  # of the failing row, in the one-line message
@@ -110,32 +120,103 @@ def load_data_tests(docs: Mapping[str, Mapping[str, object]], source: Path) -> l
     return tests
 
 
-def check_marts(con: duckdb.DuckDBPyConnection, sql_dir: Path) -> None:
-    """Run the data tests of `sql/marts/_docs.toml` on the build's connection."""
+TESTED_DDL = """
+create schema if not exists build_state;
+-- the publish whose marts last passed the data tests
+create table if not exists build_state.marts_tested (generation bigint not null);
+"""
+
+
+def check_marts(con: duckdb.DuckDBPyConnection, sql_dir: Path, *, incremental: bool) -> None:
+    """Run the data tests of `sql/marts/_docs.toml` on the build's connection: after an
+    `incremental` build that follows a tested publish, on the rows it replaced; else on
+    every row (see the module's docstring). Records the publish as tested."""
     docs = load_docs(sql_dir)
-    run_data_tests(con, load_data_tests(docs, sql_dir / "marts" / DOCS_FILE_NAME))
+    tests = load_data_tests(docs, sql_dir / "marts" / DOCS_FILE_NAME)
+    con.execute(TESTED_DDL)
+    generation = current_generation(con)
+    ((tested,),) = con.execute("select max(generation) from build_state.marts_tested").fetchall()
+    if incremental and tested == generation - 1:
+        tables = dict.fromkeys(test.table for test in tests)
+        replaced = {table: replaced_rows(con, table, generation) for table in tables}
+        run_data_tests(con, tests, replaced)
+    else:
+        run_data_tests(con, tests)
+    con.execute("delete from build_state.marts_tested")
+    con.execute("insert into build_state.marts_tested values (?)", [generation])
 
 
-def run_data_tests(con: duckdb.DuckDBPyConnection, tests: Sequence[DataTest]) -> None:
-    """Raise a GpufleetError for the first test with a failing row, naming it and the row."""
+# The columns of a table each logged key selects its rows by (REPLAY_KEYS' `{t}.column`).
+_KEY_COLUMNS = {
+    kind: frozenset(re.findall(r"\{t\}\.(\w+)", match)) for kind, match in REPLAY_KEYS.items()
+}
+
+
+@dataclass(frozen=True)
+class ReplacedRows:
+    """SQL of the rows of a table that one publish replaced (`rows`), and the columns
+    every key it logged for the table selects them by (`keyed_by`)."""
+
+    rows: str
+    keyed_by: frozenset[str]
+
+
+def replaced_rows(con: duckdb.DuckDBPyConnection, table: str, generation: int) -> ReplacedRows:
+    """The rows of `table` that publish `generation` replaced, by the keys it logged."""
+    kinds = [
+        kind
+        for (kind,) in con.execute(
+            "select distinct key from build_state.replaced"
+            " where generation = ? and table_name = ? order by key",
+            [generation, table],
+        ).fetchall()
+    ]
+    if not kinds:
+        return ReplacedRows(f"(select * from {table} limit 0)", frozenset())
+    scoped = "\nunion all\n".join(
+        f"""select rows.*, rows.rowid as _tested_rowid,
+            from {table} as rows
+            semi join (
+                select * from build_state.replaced
+                where generation = {int(generation)} and table_name = {literal(table)}
+                    and key = {literal(kind)}
+            ) as keys on {REPLAY_KEYS[kind].format(t="rows", k="keys")}"""
+        for kind in kinds
+    )
+    rows = f"""(
+        select distinct on (_tested_rowid) * exclude (_tested_rowid) from ({scoped})
+    )"""
+    return ReplacedRows(rows, frozenset().union(*(_KEY_COLUMNS[kind] for kind in kinds)))
+
+
+def run_data_tests(
+    con: duckdb.DuckDBPyConnection,
+    tests: Sequence[DataTest],
+    replaced: Mapping[str, ReplacedRows] | None = None,
+) -> None:
+    """Raise a GpufleetError for the first test with a failing row, naming it and the row;
+    a table in `replaced` is tested on those rows of it only (see the module's docstring)."""
     tables = list(dict.fromkeys(test.table for test in tests))
     for table in tables:
+        scope = replaced.get(table) if replaced is not None else None
+        rows = f"{scope.rows} as {table}" if scope is not None else table
         row_tests = [test for test in tests if test.table == table and test.failing]
         if row_tests:
             counts = con.execute(
                 "select "
                 + ", ".join(f"count(*) filter (where {test.failing})" for test in row_tests)
-                + f" from {table}"
+                + f" from {rows}"
             ).fetchone()
             for test, failed in zip(row_tests, counts or (), strict=True):
                 if failed:
-                    _fail(con, test, int(failed), f"select * from {table} where {test.failing}")
+                    _fail(con, test, int(failed), f"select * from {rows} where {test.failing}")
         for test in tests:
             if test.table != table or not test.columns:
                 continue
             keys = ", ".join(_quoted(column) for column in test.columns)
+            source = rows if scope is not None and scope.keyed_by <= set(test.columns) else table
             repeated = (
-                f"select {keys}, count(*) as repeats from {table} group by all having repeats > 1"
+                f"select {keys}, count(*) as repeats from {source} group by all having repeats > 1"
             )
             row = con.execute(f"select count(*) from ({repeated})").fetchone()
             if row and row[0]:

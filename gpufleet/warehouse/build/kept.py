@@ -260,33 +260,55 @@ def _restore_runs(
     con: duckdb.DuckDBPyConnection, mart: str, id_column: str, key: str, *, full: bool
 ) -> None:
     """The kept runs (of kept start days) that this build replaced (all, if `full`) get
-    their kept rows back; a run it made that starts on a kept day goes."""
+    their kept rows back; a run it made that starts on a kept day goes. After an incremental
+    build the runs it replaced (from its log) are looked up first, and only their rows are
+    compared: the marts and kept tables grow with every day kept."""
     columns = _columns(con, mart)
     kept = kept_table(mart)
-    candidates = (
-        ""
-        if full
-        else f"""and (gpu_uuid, {id_column}) in (
-            select (gpu_uuid, run_id) from build_state.replaced
-            where generation = {current_generation(con)} and table_name = '{mart}')"""
-    )
-    scope = f"{_KEPT.format(day=RUN_DAY)} {candidates}"
+    built, kept_rows = mart, kept
+    if not full:
+        con.execute(
+            """
+            create or replace temp table _kept_runs as
+            select distinct gpu_uuid, run_id from build_state.replaced
+            where generation = ? and table_name = ?
+            """,
+            [current_generation(con), mart],
+        )
+        if con.execute("select count(*) from _kept_runs").fetchone() == (0,):
+            con.execute("drop table temp._kept_runs")
+            return
+        built, kept_rows = "_kept_built", "_kept_rows"
+        for source, target in ((mart, built), (kept, kept_rows)):
+            con.execute(
+                f"""
+                create or replace temp table {target} as
+                select {columns} from {source} as rows
+                semi join _kept_runs as runs
+                    on runs.gpu_uuid = rows.gpu_uuid and runs.run_id = rows.{id_column}
+                """
+            )
+    scope = _KEPT.format(day=RUN_DAY)
     con.execute(
         f"""
         create or replace temp table _kept_changed as
         select distinct gpu_uuid, {id_column} as run_id, from (
-            (select {columns} from {mart} where {scope}
-             except all select {columns} from {kept} where {scope})
+            (select {columns} from {built} where {scope}
+             except all select {columns} from {kept_rows} where {scope})
             union all
-            (select {columns} from {kept} where {scope}
-             except all select {columns} from {mart} where {scope})
+            (select {columns} from {kept_rows} where {scope}
+             except all select {columns} from {built} where {scope})
         )
         """
     )
-    match = f"(gpu_uuid, {id_column}) in (select (gpu_uuid, run_id) from _kept_changed)"
-    con.execute(f"delete from {mart} where {match}")
-    con.execute(f"insert into {mart} by name select * from {kept} where {match}")
-    log_replaced(con, mart, key, "select gpu_uuid, run_id from _kept_changed")
+    if not full:
+        for table in ("_kept_runs", built, kept_rows):
+            con.execute(f"drop table temp.{table}")
+    if con.execute("select count(*) from _kept_changed").fetchone() != (0,):
+        match = f"(gpu_uuid, {id_column}) in (select (gpu_uuid, run_id) from _kept_changed)"
+        con.execute(f"delete from {mart} where {match}")
+        con.execute(f"insert into {mart} by name select * from {kept} where {match}")
+        log_replaced(con, mart, key, "select gpu_uuid, run_id from _kept_changed")
     con.execute("drop table temp._kept_changed")
 
 

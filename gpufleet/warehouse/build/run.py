@@ -152,7 +152,7 @@ def build_models(
         record_full_build(con, top=top, digest=digest)
     kept = restore_kept(con, models, full=mode == "full") if mode != "up to date" else []
     if mode != "up to date":  # a failure is raised before anything is published
-        check_marts(con, sql_dir)
+        check_marts(con, sql_dir, incremental=mode == "incremental")
     # Every row of samples_stored is in the marts now: compacted host-days may leave it.
     evicted = evict_built_days(con, config)
     expired = expire_samples(con, config)

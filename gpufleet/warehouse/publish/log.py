@@ -29,12 +29,16 @@ create table if not exists build_state.replaced (
 alter table build_state.replaced add column if not exists hour bigint;
 create table if not exists build_state.full_builds (generation bigint not null);
 """
-# How a logged key selects a table's rows ({t}: the table, {k}: the log row).
+# How a logged key selects a table's rows ({t}: the table, {k}: the log row). A plain
+# comparison of a day or time (`{t}.day >= {k}.day`) lets DuckDB skip the row groups of older
+# days by the join keys' least value (its join filter pushdown): a catch-up then reads the
+# days the publishes replaced, not the retained history. Without `{t}.day >= {k}.day`,
+# gpu_from_hour's `or` would read the whole table.
 REPLAY_KEYS = {
     "series_since_ts": "{t}.series_id = {k}.run_id and {t}.ts >= {k}.since_ts",
     "gpu_from_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day >= {k}.day",
     "gpu_from_hour": (
-        "{t}.gpu_uuid = {k}.gpu_uuid"
+        "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day >= {k}.day"
         " and ({t}.day > {k}.day or ({t}.day = {k}.day and {t}.hour >= {k}.hour))"
     ),
     "gpu_day": "{t}.gpu_uuid = {k}.gpu_uuid and {t}.day = {k}.day",

@@ -1,0 +1,200 @@
+"""A steady cycle reads what it changed, not the retained history (issue #60 item 2).
+
+Each test counts the rows DuckDB reads in a step (`tests/scans.py`: its profile, after the
+zone maps skipped what they could) on tables long enough to span several row groups, the
+older days first as builds leave them, and asserts that the step read the recent row
+groups only. No timing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base import deletes
+from gpufleet.warehouse.base.deletes import ROW_GROUP_ROWS, delete_in_key_ranges
+from gpufleet.warehouse.build.data_tests import (
+    DataTest,
+    parse_data_tests,
+    replaced_rows,
+    run_data_tests,
+)
+from gpufleet.warehouse.build.incremental.marts import log_replaced
+from gpufleet.warehouse.publish import connect_read_only, write_transaction
+from gpufleet.warehouse.publish.catch_up import catch_up
+from gpufleet.warehouse.publish.log import GENERATION_DDL, current_generation
+from gpufleet.warehouse.publish.slot_files import same_file, slot_paths
+from tests.scans import ScanCounter
+
+GPUS, DAYS = 100, 200  # gpu_hourly: 480,000 rows, about four row groups, day by day
+HOURLY_ROWS = GPUS * DAYS * 24
+LAST_DAY = "2026-11-28"
+
+
+def _stale_slot(config: Config) -> Path:
+    """The slot the published warehouse is not."""
+    first, second = slot_paths(config.warehouse_path)
+    return second if same_file(config.warehouse_path, first) else first
+
+
+def test_catching_up_reads_the_hours_replaced_not_the_whole_table(
+    config: Config, tmp_path: Path
+) -> None:
+    """An incremental build replaces each GPU's rows of gpu_hourly from an hour on
+    (`gpu_from_hour`); the other slot replays that reading the row groups of those days
+    only, on its own side and the published one."""
+    with write_transaction(config) as con:
+        con.execute(
+            f"""
+            create table gpu_hourly as
+            select 'GPU-' || g as gpu_uuid, date '{LAST_DAY}' - ({DAYS} - 1 - d)::integer as day,
+                h as hour, 1.0 as gpu_hours,
+            from range({DAYS}) as ds(d), range(24) as hs(h), range({GPUS}) as gs(g)
+            order by day, hour, gpu_uuid
+            """
+        )
+    with write_transaction(config):
+        pass  # both slots exist now: the next write catches the other one up in place
+    with write_transaction(config) as con:
+        con.execute(
+            f"""
+            delete from gpu_hourly
+            where gpu_uuid = 'GPU-7' and day = date '{LAST_DAY}' and hour >= 10;
+            insert into gpu_hourly
+            select 'GPU-7', date '{LAST_DAY}', h, 2.0, from range(10, 24) as hs(h);
+            """
+        )
+        log_replaced(
+            con,
+            "gpu_hourly",
+            "gpu_from_hour",
+            f"select 'GPU-7' as gpu_uuid, date '{LAST_DAY}' as day, 10 as hour",
+        )
+    con = duckdb.connect(str(_stale_slot(config)))
+    try:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        assert catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
+        published = counter.read("_published.main.gpu_hourly")
+        own = counter.read("main.gpu_hourly") - published
+        caught_up = con.execute("select * from gpu_hourly order by all").fetchall()
+    finally:
+        con.close()
+    with connect_read_only(config) as reader:
+        assert caught_up == reader.execute("select * from gpu_hourly order by all").fetchall()
+    assert 0 < published < HOURLY_ROWS / 3, published
+    assert 0 < own < HOURLY_ROWS / 3, own
+
+
+def _series_rows(con: duckdb.DuckDBPyConnection) -> int:
+    """A table in series order, as a full build writes samples_attributed_rows: 8 row groups
+    of 100 series' hours, then each series' newest minute appended as a cycle does."""
+    con.execute(
+        f"""
+        create table samples_attributed_rows as
+        select s as series_id, timestamptz '2026-11-01' + to_seconds(k * 10) as ts,
+        from range(100) as ss(s), range({8 * ROW_GROUP_ROWS // 100}) as ks(k)
+        order by series_id, ts;
+        insert into samples_attributed_rows
+        select s, timestamptz '2026-12-01' + to_seconds(k * 10), from range(100) as ss(s),
+            range(6) as ks(k);
+        """
+    )
+    ((rows,),) = con.execute("select count(*) from samples_attributed_rows").fetchall()
+    return int(rows)
+
+
+def test_a_delete_of_each_series_newest_rows_is_one_statement_however_large_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cycle replaces each series' newest rows, in the row groups appended last: one
+    statement, not one statement and checkpoint per range of series (their number grows
+    with the table, that is with the retained days). A delete from every row group (the
+    oldest day expiring) still goes a range at a time."""
+    monkeypatch.setattr(deletes, "BATCH_ROWS", 2 * ROW_GROUP_ROWS)
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    counter = ScanCounter(con, tmp_path / "profile.json")
+    rows = _series_rows(con)
+    newest = delete_in_key_ranges(
+        counter,  # type: ignore[arg-type]
+        "samples_attributed_rows as rows",
+        "rows.ts >= ?",
+        [dt.datetime(2026, 12, 1, tzinfo=dt.UTC)],
+        key="rows.series_id",
+    )
+    assert newest == 600
+    assert [s for s in counter.statements if s.startswith(("delete", "checkpoint"))] == [
+        "delete from samples_attributed_rows as rows where (rows.ts >= ?)"
+    ]
+    counter.statements.clear()
+    oldest = delete_in_key_ranges(
+        counter,  # type: ignore[arg-type]
+        "samples_attributed_rows",
+        "ts < ?",
+        [dt.datetime(2026, 11, 1, 1, tzinfo=dt.UTC)],
+        key="series_id",
+    )
+    assert oldest == 100 * 360
+    assert sum(s.startswith("checkpoint") for s in counter.statements) > 1
+    ((left,),) = con.execute("select count(*) from samples_attributed_rows").fetchall()
+    assert left == rows - newest - oldest
+
+
+def _hourly(con: duckdb.DuckDBPyConnection) -> None:
+    """gpu_hourly of DAYS days, day by day, and a log of GPU-7's hours from 10:00 of the
+    last day replaced by the build of this publish (build_state.replaced)."""
+    con.execute(GENERATION_DDL)
+    con.execute(
+        f"""
+        create table gpu_hourly as
+        select 'GPU-' || g as gpu_uuid, date '{LAST_DAY}' - ({DAYS} - 1 - d)::integer as day,
+            h as hour, 'ml' as team,
+        from range({DAYS}) as ds(d), range(24) as hs(h), range({GPUS}) as gs(g)
+        order by day, hour, gpu_uuid
+        """
+    )
+    log_replaced(
+        con,
+        "gpu_hourly",
+        "gpu_from_hour",
+        f"select 'GPU-7' as gpu_uuid, date '{LAST_DAY}' as day, 10 as hour",
+    )
+
+
+def test_an_incremental_builds_data_tests_read_the_rows_it_replaced(tmp_path: Path) -> None:
+    """After an incremental build, the data tests read the rows it logged as replaced (and a
+    repeat of their keys or a bad value there still fails); a `unique` test whose columns
+    leave out a logged key's reads the whole table."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    counter = ScanCounter(con, tmp_path / "profile.json")
+    _hourly(con)
+    source = tmp_path / "_docs.toml"
+    tests = [
+        *parse_data_tests("gpu_hourly", [{"unique": ["day", "hour", "gpu_uuid"]}], source),
+        *parse_data_tests("gpu_hourly", [{"not_null": "team"}], source),
+    ]
+    generation = current_generation(con)
+
+    def check(tests: list[DataTest]) -> int:
+        counter.rows.clear()
+        replaced = {"gpu_hourly": replaced_rows(counter, "gpu_hourly", generation)}  # type: ignore[arg-type]
+        run_data_tests(counter, tests, replaced)  # type: ignore[arg-type]
+        return counter.read("main.gpu_hourly")
+
+    assert 0 < check(tests) < HOURLY_ROWS / 3
+    wide = parse_data_tests("gpu_hourly", [{"unique": ["day", "hour", "team"]}], source)
+    with pytest.raises(GpufleetError, match=r"unique\(day, hour, team\)"):
+        check(wide)  # every GPU's hours repeat (day, hour, team): the whole table is read
+    assert counter.read("main.gpu_hourly") >= HOURLY_ROWS
+    con.execute(
+        f"insert into gpu_hourly values ('GPU-7', date '{LAST_DAY}', 12, 'ml')"
+    )  # a repeat of a replaced row
+    with pytest.raises(GpufleetError, match=r"gpu_hourly: unique\(day, hour, gpu_uuid\)"):
+        check(tests)
+    con.execute("update gpu_hourly set team = null where gpu_uuid = 'GPU-7' and hour = 23")
+    with pytest.raises(GpufleetError, match=r"not_null\(team\): 1 rows"):
+        check(tests[1:])  # of GPU-7's hours 23, the last day's is replaced: tested
