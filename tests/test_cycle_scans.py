@@ -25,11 +25,13 @@ from gpufleet.warehouse.build.data_tests import (
     run_data_tests,
 )
 from gpufleet.warehouse.build.incremental.marts import log_replaced
+from gpufleet.warehouse.build.run import build
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.publish.catch_up import catch_up
 from gpufleet.warehouse.publish.log import GENERATION_DDL, current_generation
 from gpufleet.warehouse.publish.slot_files import same_file, slot_paths
 from tests.scans import ScanCounter
+from tests.test_data_tests import _add_idle_samples
 
 GPUS, DAYS = 100, 200  # gpu_hourly: 480,000 rows, about four row groups, day by day
 HOURLY_ROWS = GPUS * DAYS * 24
@@ -198,3 +200,19 @@ def test_an_incremental_builds_data_tests_read_the_rows_it_replaced(tmp_path: Pa
     con.execute("update gpu_hourly set team = null where gpu_uuid = 'GPU-7' and hour = 23")
     with pytest.raises(GpufleetError, match=r"not_null\(team\): 1 rows"):
         check(tests[1:])  # of GPU-7's hours 23, the last day's is replaced: tested
+
+
+def test_an_incremental_build_leaves_the_views_over_several_marts_uncounted(
+    config: Config,
+) -> None:
+    """Counting job_efficiency (a view over gpu_hourly, run_pieces and idle_episodes) runs
+    it over every retained day: a full build's result counts it, an incremental one's (a
+    steady cycle's) does not; the marts and the views over one table it counts as ever."""
+    _add_idle_samples(config, "GPU-A", 1)
+    full = build(config)
+    _add_idle_samples(config, "GPU-B", 2)
+    incremental = build(config)
+    assert (full.mode, incremental.mode) == ("full", "incremental")
+    assert "job_efficiency" in full.mart_rows
+    assert set(full.mart_rows) - set(incremental.mart_rows) == {"job_efficiency"}
+    assert incremental.mart_rows["samples_attributed"] == 12

@@ -61,7 +61,8 @@ from gpufleet.warehouse.publish.slots import (
 
 @dataclass(frozen=True, kw_only=True)
 class BuildResult:
-    """What a build did: full, incremental or nothing; rows per mart; wall time."""
+    """What a build did: full, incremental or nothing; rows per mart (an incremental
+    build's without the views over several marts: `models.count_mart_rows`); wall time."""
 
     mode: str  # "full", "incremental" or "up to date"
     reason: str
@@ -162,7 +163,8 @@ def build_models(
         mode=mode,
         reason=reason,
         models=tuple(order),
-        mart_rows=count_mart_rows(con, models, order),
+        # an incremental build's leave out the views over several marts (job_efficiency)
+        mart_rows=count_mart_rows(con, models, order, views=mode != "incremental"),
         seconds=time.perf_counter() - started,
         evicted=evicted,
         kept=tuple(kept),
