@@ -1,24 +1,31 @@
 """The Prometheus import's speed: a day of a 1,000-GPU fleet scraped every 30 s, backfilled
 into a real Prometheus (Debian's, with promtool), imported with `gpufleet import prometheus`,
-against the time Prometheus itself takes to answer the same queries.
+against the time Prometheus itself takes to answer the same requests.
 
     python -m bench.prometheus_import                       # 1,000 GPUs, 24 h, 30 s (long)
     python -m bench.prometheus_import --gpus 64 --hours 6   # a quick run
 
 The backfilled TSDB is kept under --workdir for the next run with the same fleet (promtool
-writes about 40,000 samples a second: the default fleet's 32 million take a quarter of an
-hour, once). Run it on a quiet machine: the figures are wall-clock times. Figures:
-- "Prometheus alone": every query of the import (the same PromQL, windows, hosts and
-  read-ahead), its answer read but not parsed;
-- "import": `import_prometheus` into an empty data directory (parse, rows, files);
-- the import's own CPU time, and its peak RSS.
+writes about 30,000-40,000 samples a second: the default fleet's 32 million take 12-17
+minutes, once). Run it on a quiet machine: the figures are wall-clock times. In one run,
+after one untimed query over every sample (so that neither reads a cold TSDB):
+- "import": `import_prometheus` into an empty data directory, in a process of its own
+  (parse, rows, files): its wall and CPU time, the process's, and its peak RSS (VmHWM);
+  every URL it asks is recorded;
+- "Prometheus alone": those recorded requests replayed (the same URLs in the same order,
+  READ_AHEAD at a time, as the import keeps its range queries in flight), each answer read
+  to its end and not parsed;
+- the ratio of the two, against the target of 1.5x;
+- Prometheus' own CPU time (/proc) while it answers alone and during the import: on a
+  machine shared with other work, the wall times depend on the share each gets.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import resource
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,17 +34,12 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+from bench.proc import status_kb
 from gpufleet.config import Config, PrometheusConfig
 from gpufleet.integrations.prometheus import PrometheusApi, import_prometheus
-from gpufleet.integrations.prometheus.queries import (
-    METRICS,
-    PRESENCE_COLUMN,
-    name_matcher,
-    pod_query,
-    step_query,
-)
-from gpufleet.integrations.prometheus.run import READ_AHEAD, series_names
+from gpufleet.integrations.prometheus.run import READ_AHEAD
 
 GPUS_PER_HOST = 8
 SERIES = (  # dcgm-exporter's default counters that the import reads
@@ -54,6 +56,7 @@ SERIES = (  # dcgm-exporter's default counters that the import reads
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
 )
 POD_HOURS = 2  # each GPU holds a pod every other two hours
+TARGET = 1.5  # the import's time over Prometheus' own to answer its requests
 
 
 def log(message: str) -> None:
@@ -152,43 +155,80 @@ def start_prometheus(workdir: Path, tsdb: Path, port: int) -> subprocess.Popen[b
     raise RuntimeError("prometheus was not ready within 5 minutes")
 
 
-def prometheus_alone(api: PrometheusApi, config: Config, start: int, end: int) -> float:
-    """Seconds Prometheus takes to answer the import's queries, read but not parsed."""
-    settings = config.prometheus
-    chosen = series_names(api, config)
-    step, window_s = settings.step_seconds, settings.window_minutes * 60
-    queries: list[tuple[str, int, int]] = []
-    began = time.monotonic()
-    for window in range(start, end, window_s):
-        last = min(window + window_s, end) - step
-        hosts = api.label_values(
-            settings.host_label,
-            matchers=[name_matcher(sorted(set(chosen.values())))],
-            start_s=window - step,
-            end_s=last,
-        )
-        for host in sorted(hosts):
-            for metric in METRICS:
-                if metric.column in chosen:
-                    query = step_query(
-                        metric, chosen[metric.column], host=host, prometheus=settings
-                    )
-                    queries.append((query, window, last))
-            presence = chosen[PRESENCE_COLUMN]
-            pods = pod_query(presence, host=host, prometheus=settings, kubernetes=config.kubernetes)
-            queries.append((pods, window, last))
+def child(url: str, data_dir: Path, args: argparse.Namespace, start: int, record: Path) -> None:
+    """`import_prometheus` in this process (run by `measure`): one JSON line of its figures,
+    and every URL it asked Prometheus, in order, written to `record`."""
+    asked: list[str] = []
+    plain_get = PrometheusApi._get
 
-    def ask(item: tuple[str, int, int]) -> int:
-        query, first, last = item
-        params = {"query": query, "start": first, "end": last, "step": step}
-        url = f"{api.url}/api/v1/query_range?{urllib.parse.urlencode(params)}"
+    def recorded(api: PrometheusApi, path: str, params: list[tuple[str, str]], **kw: Any) -> Any:
+        asked.append(f"{api.url}{path}?{urllib.parse.urlencode(params)}")
+        return plain_get(api, path, params, **kw)
+
+    PrometheusApi._get = recorded  # type: ignore[method-assign]
+    config = Config(
+        data_dir=data_dir,
+        prometheus=PrometheusConfig(
+            url=url, step_seconds=args.step, window_minutes=args.window, delay_seconds=0
+        ),
+    )
+    cpu, began = time.process_time(), time.monotonic()
+    result = import_prometheus(
+        config,
+        since=dt.datetime.fromtimestamp(start, dt.UTC),
+        until=dt.datetime.fromtimestamp(start + args.hours * 3600, dt.UTC),
+    )
+    wall, cpu = time.monotonic() - began, time.process_time() - cpu
+    record.write_text("\n".join(asked) + "\n")
+    figures = {"seconds": wall, "cpu_s": cpu, "peak_rss_mb": status_kb("VmHWM") / 1024}
+    print(json.dumps(figures | {"result": str(result)}))
+
+
+def measure_import(url: str, workdir: Path, args: argparse.Namespace, start: int) -> dict[str, Any]:
+    """The import in a process of its own, into an empty data directory."""
+    data_dir, record = workdir / "data", workdir / "asked.txt"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    command = [sys.executable, "-m", "bench.prometheus_import", "--child", url, str(data_dir)]
+    options = ["--gpus", str(args.gpus), "--hours", str(args.hours), "--scrape", str(args.scrape)]
+    options += ["--step", str(args.step), "--window", str(args.window), "--record", str(record)]
+    began = time.monotonic()
+    done = subprocess.run([*command, *options], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"the import failed: {done.stderr.strip()[-2000:]}")
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures | {"process_s": time.monotonic() - began, "asked": record}
+
+
+def replay(record: Path) -> tuple[float, int, int]:
+    """Prometheus alone: every request the import made (the same URLs, in the same order,
+    READ_AHEAD at a time, as the import keeps its range queries in flight), each answer
+    read to its end and not parsed. Returns the seconds, the requests and the bytes."""
+    urls = record.read_text().split()
+
+    def ask(url: str) -> int:
         with urllib.request.urlopen(url, timeout=600) as response:
             return len(response.read())
 
+    began = time.monotonic()
     with ThreadPoolExecutor(max_workers=READ_AHEAD) as pool:
-        answered = sum(pool.map(ask, queries))
-    log(f"prometheus alone: {len(queries):,} queries, {answered / 1e6:,.0f} MB of answers")
-    return time.monotonic() - began
+        answered = sum(pool.map(ask, urls))
+    return time.monotonic() - began, len(urls), answered
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user and system, /proc/PID/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def warm(url: str, start: int, hours: int) -> None:
+    """Untimed queries over every sample, so that neither measurement reads a cold TSDB."""
+    for name in SERIES:
+        query = urllib.parse.urlencode({"query": f"sum(count_over_time({name}[1h]))"})
+        for hour in range(hours):
+            moment = start + (hour + 1) * 3600
+            with urllib.request.urlopen(f"{url}/api/v1/query?{query}&time={moment}") as answer:
+                answer.read()
 
 
 def main() -> int:
@@ -200,42 +240,42 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=60, help="[prometheus] window_minutes")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpufleet-bench-prometheus"))
     parser.add_argument("--port", type=int, default=19191)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # URL, data directory
+    parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     # A fixed day in the past, whole hours, so that the TSDB can be reused.
     start = 1_790_000_000 // 86400 * 86400
+    if args.child:
+        assert args.record is not None
+        child(args.child[0], Path(args.child[1]), args, start, args.record)
+        return 0
     workdir = args.workdir / f"{args.gpus}gpus-{args.hours}h-{args.scrape}s"
     tsdb = backfill(workdir, args.gpus, args.hours, args.scrape, start)
     process = start_prometheus(workdir, tsdb, args.port)
     try:
         url = f"http://127.0.0.1:{args.port}"
-        data_dir = workdir / "data"
-        shutil.rmtree(data_dir, ignore_errors=True)
-        config = Config(
-            data_dir=data_dir,
-            prometheus=PrometheusConfig(
-                url=url, step_seconds=args.step, window_minutes=args.window, delay_seconds=0
-            ),
-        )
-        end = start + args.hours * 3600
-        alone = prometheus_alone(PrometheusApi(url=url, timeout_s=600), config, start, end)
-        cpu = time.process_time()
-        began = time.monotonic()
-        result = import_prometheus(
-            config,
-            since=dt.datetime.fromtimestamp(start, dt.UTC),
-            until=dt.datetime.fromtimestamp(end, dt.UTC),
-        )
-        wall = time.monotonic() - began
-        cpu = time.process_time() - cpu
+        warm(url, start, args.hours)
+        before = cpu_seconds(process.pid)
+        imported = measure_import(url, workdir, args, start)
+        between = cpu_seconds(process.pid)
+        alone, requests, answered = replay(imported["asked"])
+        served = {"import": between - before, "alone": cpu_seconds(process.pid) - between}
     finally:
         process.terminate()
         process.wait()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(result)
+    wall = imported["seconds"]
+    print(imported["result"])
+    log(f"prometheus alone: {requests:,} requests, {answered / 1e6:,.0f} MB of answers")
+    log(
+        f"Prometheus' own CPU: {served['alone']:.1f} s to answer them alone, "
+        f"{served['import']:.1f} s during the import"
+    )
     print(
         f"| {args.gpus} GPUs, {args.hours} h at {args.scrape} s, step {args.step} s | "
-        f"prometheus alone {alone:.1f} s | import {wall:.1f} s ({wall / alone:.2f}x) | "
-        f"import CPU {cpu:.1f} s | peak RSS {rss_mb:.0f} MB |"
+        f"prometheus alone {alone:.1f} s | import {wall:.1f} s ({wall / alone:.2f}x, "
+        f"target <= {TARGET}x) | import CPU {imported['cpu_s']:.1f} s | "
+        f"process {imported['process_s']:.1f} s | peak RSS {imported['peak_rss_mb']:.0f} MB | "
+        f"Prometheus CPU {served['alone']:.1f} s alone, {served['import']:.1f} s in the import |"
     )
     return 0
 

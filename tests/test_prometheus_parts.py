@@ -277,3 +277,26 @@ def test_serve_imports_from_prometheus_three_minutes_before_each_ingest(tmp_path
     assert ours.schedule.interval == theirs.schedule.interval == dt.timedelta(minutes=15)
     ahead = theirs.schedule.anchor_date - ours.schedule.anchor_date
     assert ahead == dt.timedelta(minutes=3)
+
+
+def test_the_points_of_an_answer_read_in_bulk_as_one_by_one() -> None:
+    """The usual answer's points are unzipped and checked in Arrow; an answer with a time
+    that is a text of one (or a point of another shape) is read point by point as before,
+    to the same rows."""
+    power = next(m for m in METRICS if m.column == "power_w")
+    first = 1_790_000_040
+
+    def series(gpu: int, times: list[Any]) -> dict[str, Any]:
+        labels = {"Hostname": "h", "UUID": f"GPU-{gpu}", "gpu": str(gpu), "modelName": "H100"}
+        return {"metric": labels, "values": [[t, f"{100 + gpu}.5"] for t in times]}
+
+    def table(answer: list[dict[str, Any]]):
+        steps = HostSteps(60, first, 3)
+        steps.add(power, answer, query="q", prometheus=PrometheusConfig())
+        return steps.table(METRICS)
+
+    numbers = [series(0, [first, first + 60.0]), series(1, [first + 120])]
+    texts = [series(0, [str(first), first + 60.0]), series(1, [first + 120])]
+    assert table(numbers).num_rows == 3
+    assert table(texts).equals(table(numbers))
+    assert table(numbers).column("power_w").to_pylist() == [100.5, 100.5, 101.5]

@@ -13,6 +13,7 @@ import http.client
 import io
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -38,6 +39,10 @@ class PrometheusApi:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        # One opener for every request (building one reads the environment's proxies and
+        # wires a dozen handlers: about half a millisecond, per request of a thousand a
+        # window); each request's deadline travels in its thread.
+        self._opener = urllib.request.build_opener(_DeadlineHTTPHandler(), _DeadlineHTTPSHandler())
 
     def query_range(
         self, query: str, *, start_s: float, end_s: float, step_s: float
@@ -94,12 +99,9 @@ class PrometheusApi:
     def _get(self, path: str, params: list[tuple[str, str]], *, what: str) -> Any:
         address = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(address, headers={"Accept": "application/json"})
-        deadline = time.monotonic() + self.timeout_s
-        opener = urllib.request.build_opener(
-            _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)
-        )
+        _request_deadline.at = time.monotonic() + self.timeout_s
         try:
-            with opener.open(request, timeout=self.timeout_s) as response:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             raise PrometheusError(
@@ -129,7 +131,9 @@ class PrometheusApi:
 
 
 # The deadline of a request, threaded through urllib (which keeps its proxies, redirects and
-# TLS): its connections wait on every read and write only for what is left of it.
+# TLS): its connections wait on every read and write only for what is left of it. A thread
+# makes one request at a time: `_request_deadline.at` is the deadline of its request.
+_request_deadline = threading.local()
 
 
 def _time_left(deadline: float) -> float:
@@ -195,24 +199,16 @@ class _DeadlineHTTPSConnection(_DeadlineHTTPConnection, http.client.HTTPSConnect
 
 
 class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: float) -> None:
-        super().__init__()
-        self._deadline = deadline
-
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(
-            functools.partial(_DeadlineHTTPConnection, deadline=self._deadline), req
-        )
+        deadline = _request_deadline.at
+        return self.do_open(functools.partial(_DeadlineHTTPConnection, deadline=deadline), req)
 
 
 class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: float) -> None:
-        super().__init__()
-        self._deadline = deadline
-
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        deadline = _request_deadline.at
         return self.do_open(  # the default TLS context, as urlopen's
-            functools.partial(_DeadlineHTTPSConnection, deadline=self._deadline), req
+            functools.partial(_DeadlineHTTPSConnection, deadline=deadline), req
         )
 
 

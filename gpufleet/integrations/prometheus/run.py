@@ -10,7 +10,9 @@ so running the import again writes nothing twice.
 Each window (`window_minutes`, aligned to the epoch) is read whole, host by host, before
 anything is written: a failure (Prometheus gone, a bad series) writes nothing of the window,
 and the windows before it stay imported. Then one sample file per host (per UTC date), the
-pods' allocation rows, and the window's entry in `<data_dir>/imports/prometheus.json`.
+pods' allocation rows, and the window's entry in `<data_dir>/imports/prometheus.json`,
+written while the next window is read (a read that fails waits for the window before it
+to be written and recorded), so that no more than two windows are ever held.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,27 +156,52 @@ def import_prometheus(
     hosts: set[str] = set()
     pods: set[tuple[str, str, int]] = set()
     counts = {"windows": 0, "rows": 0, "sample_files": 0}
-    for piece_start, piece_end in pending:
+
+    def write(window: _Window, start: int, end: int) -> None:
+        """Write a window and record it imported (the writer's thread)."""
+        files = _write_window(config, url, window, start, end)
+        state.add(url, start, end)
+        rows = sum(t.num_rows for t in window.tables.values())
+        hosts.update(window.tables)
+        counts["windows"] += 1
+        counts["rows"] += rows
+        counts["sample_files"] += files
+        pods.update((a.job_id, a.host, a.gpu_index) for a in window.allocations)
+        if progress:
+            progress(
+                f"prometheus: [{_utc(start).isoformat()}, {_utc(end).isoformat()}): "
+                f"{rows:,} rows of {len(window.tables)} host(s), "
+                f"{len(window.allocations)} pod allocation row(s)"
+            )
+
+    # A window is written (its files synced to disk) while the next one is read: at most
+    # two windows in memory, whatever the span. A window whose read fails is not written;
+    # the one before it is, and is recorded imported, before the failure is raised.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-write") as writer:
+        written: Future[None] | None = None
+        try:
+            for start_s, end_s in _windows(pending, window_s):
+                window = _read_window(api, config, chosen, namespaces, start_s, end_s)
+                if written is not None:
+                    written.result()
+                written = writer.submit(write, window, start_s, end_s)
+            if written is not None:
+                written.result()
+        finally:
+            if written is not None:
+                wait([written])  # a failed read: the window before it still written
+    return ImportResult(url, result.start, result.end, hosts=len(hosts), pods=len(pods), **counts)
+
+
+def _windows(pieces: Iterable[tuple[int, int]], window_s: int) -> Iterator[tuple[int, int]]:
+    """The windows of the spans not yet imported: aligned to the epoch, cut at a span's
+    ends."""
+    for piece_start, piece_end in pieces:
         cursor = piece_start
         while cursor < piece_end:
             window_end = min((cursor // window_s + 1) * window_s, piece_end)
-            window = _read_window(api, config, chosen, namespaces, cursor, window_end)
-            files = _write_window(config, url, window, cursor, window_end)
-            state.add(url, cursor, window_end)
-            rows = sum(t.num_rows for t in window.tables.values())
-            hosts.update(window.tables)
-            counts["windows"] += 1
-            counts["rows"] += rows
-            counts["sample_files"] += files
-            pods.update((a.job_id, a.host, a.gpu_index) for a in window.allocations)
-            if progress:
-                progress(
-                    f"prometheus: [{_utc(cursor).isoformat()}, {_utc(window_end).isoformat()}): "
-                    f"{rows:,} rows of {len(window.tables)} host(s), "
-                    f"{len(window.allocations)} pod allocation row(s)"
-                )
+            yield cursor, window_end
             cursor = window_end
-    return ImportResult(url, result.start, result.end, hosts=len(hosts), pods=len(pods), **counts)
 
 
 def series_names(api: PrometheusApi, config: Config) -> dict[str, str]:

@@ -157,6 +157,42 @@ def point_times(series: dict[str, Any], *, query: str) -> list[float]:
     return times
 
 
+def _pairs(values: Any) -> bool:
+    """Whether `values` is a non-empty list of [time, value] lists, as Prometheus answers."""
+    return (
+        isinstance(values, list)
+        and bool(values)
+        and set(map(type, values)) == {list}
+        and set(map(len, values)) == {2}
+    )
+
+
+def _times(times: list[Any], answer: list[dict[str, Any]], *, query: str) -> pa.Array:
+    """The points' times as float64, each a time since the epoch before `_LAST_TIME_S`; a
+    time that is not fails as `point_times` says."""
+    try:
+        array = pa.array(times, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not a number (or a text of one)
+        return _times_one_by_one(answer, query=query)
+    if not len(array):
+        return array
+    extremes = pc.min_max(array)
+    if (
+        array.null_count == 0
+        and not pc.any(pc.is_nan(array)).as_py()
+        and extremes["min"].as_py() >= 0
+        and extremes["max"].as_py() < _LAST_TIME_S
+    ):
+        return array
+    return _times_one_by_one(answer, query=query)
+
+
+def _times_one_by_one(answer: list[dict[str, Any]], *, query: str) -> pa.Array:
+    """The times as `point_times` reads them, which fails on the first that is no time."""
+    flat = [time for series in answer for time in point_times(series, query=query)]
+    return pa.array(flat, pa.float64())  # none refused: texts of times, as float() reads
+
+
 def _numbers(texts: list[Any], *, query: str) -> pa.Array:
     """The values as float64; one that is not a number fails, naming it."""
     try:
@@ -224,11 +260,11 @@ class HostSteps:
 
     def _points(
         self, answer: list[dict[str, Any]], *, query: str, prometheus: PrometheusConfig
-    ) -> tuple[list[int], list[float], list[Any], list[tuple[int, dict[str, Any]]]]:
-        """Each point's GPU number, time and value text, and each series' (point count,
-        labels)."""
+    ) -> tuple[list[int], pa.Array, list[Any], list[tuple[int, dict[str, Any]]]]:
+        """Each point's GPU number, time (float64) and value text, and each series' (point
+        count, labels)."""
         rows: list[int] = []
-        times: list[float] = []
+        times: list[Any] = []
         texts: list[Any] = []
         counts: list[tuple[int, dict[str, Any]]] = []
         for series in answer:
@@ -236,18 +272,21 @@ class HostSteps:
             number = self._numbers.setdefault(gpu, len(self.gpus))
             if number == len(self.gpus):
                 self.gpus.append(gpu)
-            series_times = point_times(series, query=query)
-            times.extend(series_times)
-            texts.extend(value for _, value in series["values"])
-            rows.extend([number] * len(series_times))
-            counts.append((len(series_times), labels_of(series, query=query)))
-        return rows, times, texts, counts
+            values: Any = series.get("values")
+            if _pairs(values):  # the usual answer: the points unzipped in C, not one by one
+                series_times, series_texts = zip(*values, strict=True)
+                times.extend(series_times)
+                texts.extend(series_texts)
+            else:  # no points, or points of odd shapes: read (or refused) one by one
+                times.extend(point_times(series, query=query))
+                texts.extend(value for _, value in values)
+            rows.extend([number] * (len(times) - len(rows)))
+            counts.append((len(values), labels_of(series, query=query)))
+        return rows, _times(times, answer, query=query), texts, counts
 
-    def _keys(self, rows: list[int], times: list[float], *, query: str) -> pa.Array:
+    def _keys(self, rows: list[int], times: pa.Array, *, query: str) -> pa.Array:
         """The row key of each point (GPU number and time); one outside the window fails."""
-        step = pc.round(
-            pc.divide(pc.subtract(pa.array(times, pa.float64()), self.first_s), self.step_s)
-        ).cast(pa.int64())
+        step = pc.round(pc.divide(pc.subtract(times, self.first_s), self.step_s)).cast(pa.int64())
         if len(step) and not 0 <= pc.min(step).as_py() <= pc.max(step).as_py() < self.steps:
             outside = pc.min(step) if pc.min(step).as_py() < 0 else pc.max(step)
             moment = self.first_s + outside.as_py() * self.step_s
