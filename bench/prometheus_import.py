@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -157,12 +158,15 @@ def start_prometheus(workdir: Path, tsdb: Path, port: int) -> subprocess.Popen[b
 
 def child(url: str, data_dir: Path, args: argparse.Namespace, start: int, record: Path) -> None:
     """`import_prometheus` in this process (run by `measure`): one JSON line of its figures,
-    and every URL it asked Prometheus, in order, written to `record`."""
-    asked: list[str] = []
+    and every URL it asked Prometheus, in order, written to `record` as it is asked (not
+    held: the peak RSS is the import's)."""
     plain_get = PrometheusApi._get
+    lock = threading.Lock()
+    asked = record.open("w")
 
     def recorded(api: PrometheusApi, path: str, params: list[tuple[str, str]], **kw: Any) -> Any:
-        asked.append(f"{api.url}{path}?{urllib.parse.urlencode(params)}")
+        with lock:
+            asked.write(f"{api.url}{path}?{urllib.parse.urlencode(params)}\n")
         return plain_get(api, path, params, **kw)
 
     PrometheusApi._get = recorded  # type: ignore[method-assign]
@@ -173,13 +177,13 @@ def child(url: str, data_dir: Path, args: argparse.Namespace, start: int, record
         ),
     )
     cpu, began = time.process_time(), time.monotonic()
-    result = import_prometheus(
-        config,
-        since=dt.datetime.fromtimestamp(start, dt.UTC),
-        until=dt.datetime.fromtimestamp(start + args.hours * 3600, dt.UTC),
-    )
+    with asked:
+        result = import_prometheus(
+            config,
+            since=dt.datetime.fromtimestamp(start, dt.UTC),
+            until=dt.datetime.fromtimestamp(start + (args.span or args.hours) * 3600, dt.UTC),
+        )
     wall, cpu = time.monotonic() - began, time.process_time() - cpu
-    record.write_text("\n".join(asked) + "\n")
     figures = {"seconds": wall, "cpu_s": cpu, "peak_rss_mb": status_kb("VmHWM") / 1024}
     print(json.dumps(figures | {"result": str(result)}))
 
@@ -191,6 +195,7 @@ def measure_import(url: str, workdir: Path, args: argparse.Namespace, start: int
     command = [sys.executable, "-m", "bench.prometheus_import", "--child", url, str(data_dir)]
     options = ["--gpus", str(args.gpus), "--hours", str(args.hours), "--scrape", str(args.scrape)]
     options += ["--step", str(args.step), "--window", str(args.window), "--record", str(record)]
+    options += ["--span", str(args.span or args.hours)]
     began = time.monotonic()
     done = subprocess.run([*command, *options], capture_output=True, text=True, check=False)
     if done.returncode:
@@ -240,6 +245,9 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=60, help="[prometheus] window_minutes")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpufleet-bench-prometheus"))
     parser.add_argument("--port", type=int, default=19191)
+    parser.add_argument(
+        "--span", type=int, help="hours imported, from the first (default: --hours): memory"
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # URL, data directory
     parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -271,7 +279,8 @@ def main() -> int:
         f"{served['import']:.1f} s during the import"
     )
     print(
-        f"| {args.gpus} GPUs, {args.hours} h at {args.scrape} s, step {args.step} s | "
+        f"| {args.gpus} GPUs, {args.span or args.hours} h at {args.scrape} s, "
+        f"step {args.step} s | "
         f"prometheus alone {alone:.1f} s | import {wall:.1f} s ({wall / alone:.2f}x, "
         f"target <= {TARGET}x) | import CPU {imported['cpu_s']:.1f} s | "
         f"process {imported['process_s']:.1f} s | peak RSS {imported['peak_rss_mb']:.0f} MB | "
