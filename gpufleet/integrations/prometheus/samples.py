@@ -159,12 +159,9 @@ def point_times(series: dict[str, Any], *, query: str) -> list[float]:
 
 def _pairs(values: Any) -> bool:
     """Whether `values` is a non-empty list of [time, value] lists, as Prometheus answers."""
-    return (
-        isinstance(values, list)
-        and bool(values)
-        and set(map(type, values)) == {list}
-        and set(map(len, values)) == {2}
-    )
+    if not isinstance(values, list) or not values:
+        return False
+    return set(map(type, values)) == {list} and set(map(len, values)) == {2}
 
 
 def _times(times: list[Any], answer: list[dict[str, Any]], *, query: str) -> pa.Array:
@@ -173,22 +170,18 @@ def _times(times: list[Any], answer: list[dict[str, Any]], *, query: str) -> pa.
     try:
         array = pa.array(times, pa.float64())
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # not a number (or a text of one)
-        return _times_one_by_one(answer, query=query)
-    if not len(array):
-        return array
-    extremes = pc.min_max(array)
-    if (
-        array.null_count == 0
-        and not pc.any(pc.is_nan(array)).as_py()
-        and extremes["min"].as_py() >= 0
-        and extremes["max"].as_py() < _LAST_TIME_S
+        array = None
+    if array is not None and (
+        not len(array)
+        or (
+            array.null_count == 0
+            and not pc.any(pc.is_nan(array)).as_py()
+            and pc.min(array).as_py() >= 0
+            and pc.max(array).as_py() < _LAST_TIME_S
+        )
     ):
         return array
-    return _times_one_by_one(answer, query=query)
-
-
-def _times_one_by_one(answer: list[dict[str, Any]], *, query: str) -> pa.Array:
-    """The times as `point_times` reads them, which fails on the first that is no time."""
+    # One by one, as point_times reads them: it fails on the first that is no time.
     flat = [time for series in answer for time in point_times(series, query=query)]
     return pa.array(flat, pa.float64())  # none refused: texts of times, as float() reads
 

@@ -20,9 +20,6 @@ Everything is read and checked before anything is written: a failed import chang
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
-import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,6 +30,7 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
 from gpufleet.integrations.slurm.accounts import ACCOUNTS_FILE, Teams, read_accounts
+from gpufleet.integrations.slurm.commands import is_empty, open_saved, run_command
 from gpufleet.integrations.slurm.files import (
     RECORD_FILE,
     AllocationRow,
@@ -61,7 +59,6 @@ from gpufleet.integrations.slurm.squeue import HeldGpus, parse_squeue
 from gpufleet.integrations.slurm.stream import parse_stream
 
 OVERLAP = dt.timedelta(hours=1)  # each window starts this long before the last one ended
-COMMAND_TIMEOUT_S = 300
 REFUSALS_SHOWN = 10  # refused jobs named one per line; the others counted in one
 
 
@@ -117,50 +114,6 @@ def unmeasured_line(nodes: tuple[str, ...]) -> str:
 def _some(names: tuple[str, ...], shown: int = 10) -> str:
     more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
-
-
-def _run(command: list[str], stack: ExitStack) -> IO[bytes]:
-    """A Slurm command's stdout, spooled to a temporary file (read from its start, closed
-    with `stack`); not found, failing or hanging is one line naming it."""
-    name = command[0]
-    out = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
-    try:
-        done = subprocess.run(
-            command,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            timeout=COMMAND_TIMEOUT_S,
-            env={**os.environ, "TZ": "UTC"},  # sacct reads --starttime in TZ
-        )
-    except FileNotFoundError as exc:
-        raise GpufleetError(
-            f"{name}: not found on PATH (install Slurm's client commands, or give "
-            f"--{name}-json FILE with output saved elsewhere)"
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise GpufleetError(f"{name}: no answer in {COMMAND_TIMEOUT_S} s") from exc
-    if done.returncode != 0:
-        out.seek(max(out.seek(0, os.SEEK_END) - 4096, 0))
-        text = done.stderr.strip() or out.read().strip()
-        detail = text.decode("utf-8", errors="replace").splitlines()
-        raise GpufleetError(
-            f"{name} exited with status {done.returncode}: {detail[-1] if detail else ''}"
-        )
-    out.seek(0)
-    return out
-
-
-def _open(path: Path, stack: ExitStack) -> IO[bytes]:
-    try:
-        return stack.enter_context(path.open("rb"))
-    except OSError as exc:
-        raise GpufleetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-
-
-def _empty(stream: IO[bytes]) -> bool:
-    empty = not stream.read(1)
-    stream.seek(0)
-    return empty
 
 
 def _key(row: AllocationRow) -> tuple[str, str, int, dt.datetime]:
@@ -257,7 +210,7 @@ def _outputs(
     with ExitStack() as stack:
         start = since
         if sacct_json is not None:
-            sacct, sacct_source = _open(sacct_json, stack), str(sacct_json)
+            sacct, sacct_source = open_saved(sacct_json, stack), str(sacct_json)
             described = sacct_source
         else:
             watermark = read_watermark(config.data_dir / "imports" / RECORD_FILE)
@@ -269,7 +222,7 @@ def _outputs(
                     "import slurm: the first run needs --since (e.g. --since "
                     "2026-11-01T00:00:00Z); later runs start where the last one ended"
                 )
-            sacct = _run(
+            sacct = run_command(
                 [
                     "sacct",
                     "--json",
@@ -285,9 +238,10 @@ def _outputs(
             described = f"sacct {start:%Y-%m-%dT%H:%M:%SZ} to {now:%Y-%m-%dT%H:%M:%SZ}"
         squeue: IO[bytes] | None = None
         if squeue_json is not None:
-            squeue, squeue_source = _open(squeue_json, stack), str(squeue_json)
+            squeue, squeue_source = open_saved(squeue_json, stack), str(squeue_json)
         elif sacct_json is None:
-            squeue, squeue_source = _run(["squeue", "--json", "--all"], stack), "squeue --json"
+            squeue = run_command(["squeue", "--json", "--all"], stack)
+            squeue_source = "squeue --json"
         ingest = config.ingest
 
         def sacct_jobs(payload: Payload) -> tuple[list[SlurmJob], list[Refused]]:
@@ -300,7 +254,7 @@ def _outputs(
 
         jobs, refused = parse_stream(sacct, source=sacct_source, parse=sacct_jobs)
         held: dict[str, HeldGpus] = {}
-        if squeue and not _empty(squeue):  # else no squeue, or none printed
+        if squeue and not is_empty(squeue):  # else no squeue, or none printed
             held, refused_running = parse_stream(squeue, source=squeue_source, parse=squeue_held)
             refused += refused_running
     # sacct lags: a running job only squeue knows yet is added (one sacct refused is not)
