@@ -103,22 +103,22 @@ def polars_floor_seconds(files_glob: str, batches: Sequence[Sequence[str]]) -> f
 
     columns = floor_columns(files_glob)
     fields = [column.split(".", 1)[1] for column in columns if column.startswith("processes.")]
-    wide = {
+    wide: dict[str, pl.DataType] = {
         "timestamptz": pl.Datetime("us", "UTC"),
-        "float": pl.Float64,
-        "double": pl.Float64,
-        "varchar": pl.String,
-        "boolean": pl.Boolean,
-        "ubigint": pl.UInt64,
+        "float": pl.Float64(),
+        "double": pl.Float64(),
+        "varchar": pl.String(),
+        "boolean": pl.Boolean(),
+        "ubigint": pl.UInt64(),
         "integer[]": pl.List(pl.Int64),
     }
     process = pl.Struct(
         {"pid": pl.UInt32, "user": pl.String, "used_mem_bytes": pl.Int64, "job_id": pl.String}
     )
-    schema = {
+    schema: dict[str, pl.DataType] = {
         column: pl.List(process)
         if column == "processes"
-        else wide.get(CONTRACT_TYPES[column], pl.Int64)
+        else wide.get(CONTRACT_TYPES[column], pl.Int64())
         for column in columns
         if "." not in column
     }
