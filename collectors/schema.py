@@ -16,8 +16,6 @@ PROCESS_TYPE = pa.struct(
     ]
 )
 
-REQUIRED_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
-
 # The columns of contract v1.1 (the first release and alloc_job_id, alloc_user, cluster).
 V1_1_SCHEMA = pa.schema(
     [
@@ -80,8 +78,11 @@ V1_2_FIELDS = (
 )
 
 # Every sample column, in contract order: what the collector writes, the warehouse loads
-# and the simulator and importers write.
+# (its table's columns and types, `warehouse/base/raw_tables.py`) and the simulator and
+# importers write. A new column is a field here, appended (nullable).
 SAMPLE_SCHEMA = pa.schema([*V1_1_SCHEMA, *V1_2_FIELDS])
+# The columns a row must not hold NULL in (the non-nullable fields).
+REQUIRED_COLUMNS = tuple(field.name for field in SAMPLE_SCHEMA if not field.nullable)
 # The collector's schema: the contract's (the name kept for the collector's modules).
 COLLECTOR_SCHEMA = SAMPLE_SCHEMA
 

@@ -10,72 +10,51 @@ the reference files and allocations as loaded, with empty CSV cells as NULL.
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 
+from gpufleet.collectors.schema import REQUIRED_COLUMNS, SAMPLE_SCHEMA
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.notices_sent import TABLE as NOTICES_SENT
 from gpufleet.warehouse.base.notices_sent import ensure_sent_log
 
-PROCESS_STRUCT = 'struct(pid uinteger, "user" varchar, used_mem_bytes bigint, job_id varchar)'
+# The DuckDB type a column of each Arrow type loads into (lists and structs: of these).
+_DUCKDB_TYPES = {
+    pa.timestamp("us", tz="UTC"): "timestamptz",
+    pa.bool_(): "boolean",
+    pa.string(): "varchar",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.int16(): "smallint",
+    pa.int32(): "integer",
+    pa.int64(): "bigint",
+    pa.uint16(): "usmallint",
+    pa.uint32(): "uinteger",
+    pa.uint64(): "ubigint",
+}
 
-# (name, DuckDB type) of every sample column, in contract order.
-SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("ts", "timestamptz"),
-    ("interval_s", "float"),
-    ("host", "varchar"),
-    ("gpu_index", "usmallint"),
-    ("gpu_uuid", "varchar"),
-    ("gpu_name", "varchar"),
-    ("status", "varchar"),
-    ("gpu_util_pct", "float"),
-    ("mem_util_pct", "float"),
-    ("mem_used_bytes", "bigint"),
-    ("mem_total_bytes", "bigint"),
-    ("power_w", "float"),
-    ("power_limit_w", "float"),
-    ("energy_mj", "bigint"),
-    ("temp_gpu_c", "smallint"),
-    ("temp_mem_c", "smallint"),
-    ("sm_clock_mhz", "integer"),
-    ("sm_clock_max_mhz", "integer"),
-    ("mem_clock_mhz", "integer"),
-    ("clock_event_mask", "ubigint"),
-    ("thermal_violation_ns", "bigint"),
-    ("power_violation_ns", "bigint"),
-    ("mig_enabled", "boolean"),
-    ("processes", f"{PROCESS_STRUCT}[]"),
-    ("alloc_job_id", "varchar"),
-    ("alloc_user", "varchar"),
-    ("cluster", "varchar"),
-    # contract v1.2: activity, health, MIG devices
-    ("sm_active_pct", "float"),
-    ("sm_occupancy_pct", "float"),
-    ("tensor_active_pct", "float"),
-    ("dram_active_pct", "float"),
-    ("pcie_rx_bytes_s", "double"),
-    ("pcie_tx_bytes_s", "double"),
-    ("nvlink_rx_bytes_s", "double"),
-    ("nvlink_tx_bytes_s", "double"),
-    ("xid_errors", "integer[]"),
-    ("ecc_uncorrected_volatile", "bigint"),
-    ("ecc_corrected_volatile", "bigint"),
-    ("remapped_rows_pending", "boolean"),
-    ("remapped_rows_failure", "boolean"),
-    ("retired_pages_pending", "boolean"),
-    ("pcie_replay_count", "bigint"),
-    ("parent_gpu_uuid", "varchar"),
-    ("mig_profile", "varchar"),
-    ("mig_slice_fraction", "float"),
-)
 
-REQUIRED_SAMPLE_COLUMNS = ("ts", "interval_s", "host", "gpu_index", "gpu_uuid", "status")
+def duckdb_type(arrow: pa.DataType) -> str:
+    """The DuckDB type of a sample column of type `arrow` (as DuckDB reads it from Parquet)."""
+    if pa.types.is_list(arrow):
+        return f"{duckdb_type(arrow.value_type)}[]"
+    if pa.types.is_struct(arrow):
+        fields = ", ".join(f'"{field.name}" {duckdb_type(field.type)}' for field in arrow)
+        return f"struct({fields})"
+    return _DUCKDB_TYPES[arrow]
+
+
+# (name, DuckDB type) of every sample column, in contract order: the collectors' schema's.
+SAMPLE_COLUMNS = tuple((field.name, duckdb_type(field.type)) for field in SAMPLE_SCHEMA)
+SAMPLE_TYPES = dict(SAMPLE_COLUMNS)
+REQUIRED_SAMPLE_COLUMNS = REQUIRED_COLUMNS
 # The columns sample files gained after the first release, appended in contract order: an
 # older file (or a compacted file of an older release) has none of them and reads as NULL
 # there, and a warehouse of an older release gets them when opened for writing.
 # How many of the sample columns (the first ones) the files of the first release hold.
-FIRST_RELEASE_COLUMNS = [name for name, _ in SAMPLE_COLUMNS].index("alloc_job_id")
-ADDED_SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_COLUMNS[FIRST_RELEASE_COLUMNS:])
+FIRST_RELEASE_COLUMNS = SAMPLE_SCHEMA.names.index("alloc_job_id")
+ADDED_SAMPLE_COLUMNS = tuple(SAMPLE_SCHEMA.names[FIRST_RELEASE_COLUMNS:])
 # The sample columns as a SELECT or INSERT list, in contract order.
-QUOTED_SAMPLE_COLUMNS = ", ".join(f'"{name}"' for name, _ in SAMPLE_COLUMNS)
+QUOTED_SAMPLE_COLUMNS = ", ".join(f'"{name}"' for name in SAMPLE_SCHEMA.names)
 
 _GLOB_LITERALS = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
 
@@ -93,7 +72,7 @@ def literal_path(path: str) -> str:
 # A samples_stored of an older release gains the newer columns (NULL in its rows), after
 # load_id: the inserts name their columns.
 _ADD_SAMPLE_COLUMNS = "".join(
-    f'alter table samples_stored add column if not exists "{name}" {dict(SAMPLE_COLUMNS)[name]};\n'
+    f'alter table samples_stored add column if not exists "{name}" {SAMPLE_TYPES[name]};\n'
     for name in ADDED_SAMPLE_COLUMNS
 )
 

@@ -23,7 +23,12 @@ import polars as pl
 import pyarrow as pa
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
-from gpufleet.warehouse.base.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, literal_path
+from gpufleet.warehouse.base.raw_tables import (
+    REQUIRED_SAMPLE_COLUMNS,
+    SAMPLE_COLUMNS,
+    SAMPLE_TYPES,
+    literal_path,
+)
 
 _ARROW_SCHEMA_KEY = "ARROW:schema"
 _VERSION_KEY = "gpufleet.collector_version"
@@ -33,7 +38,7 @@ _INTEGER_TYPES = frozenset(
 )
 _FLOAT_TYPES = frozenset({"FLOAT", "DOUBLE"})
 _TZ_TIMESTAMP_TYPES = frozenset({"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"})
-CONTRACT_TYPES = dict(SAMPLE_COLUMNS)
+CONTRACT_TYPES = SAMPLE_TYPES
 _RESERVED_COLUMNS = ("file_index", "file_row_number")  # read_parquet's virtual columns
 # Text columns that may come as integers (a foreign writer's Slurm job ids): they load as
 # their decimal text, which loses nothing.
@@ -42,24 +47,21 @@ TEXT_FROM_INTEGERS = frozenset({"alloc_job_id"})
 
 def _accepts(name: str, target: str, source: str) -> bool:
     """Whether a file column `name` of DuckDB type `source` may load into contract type
-    `target`."""
+    `target` (as `SAMPLE_TYPES` names it)."""
+    target = target.upper()
     if name in TEXT_FROM_INTEGERS and source in _INTEGER_TYPES:
         return True
-    if target == "timestamptz":
+    if target == "TIMESTAMPTZ":
         return source in _TZ_TIMESTAMP_TYPES
-    if target in {"float", "double"}:
+    if target in _FLOAT_TYPES:
         return source in _FLOAT_TYPES or source in _INTEGER_TYPES or source.startswith("DECIMAL")
-    if target in {"usmallint", "bigint", "smallint", "integer", "ubigint"}:
+    if target in _INTEGER_TYPES:  # any width: a value that does not fit is the row's problem
         return source in _INTEGER_TYPES
-    if target == "varchar":
-        return source == "VARCHAR"
-    if target == "boolean":
-        return source == "BOOLEAN"
-    if target == "integer[]":  # xid_errors: a list of integers of any width
-        return source.endswith("[]") and source.removesuffix("[]") in _INTEGER_TYPES
-    if target.endswith("[]"):  # processes: a list of structs
-        return source.startswith("STRUCT(") and source.endswith(")[]")
-    raise AssertionError(f"no acceptance rule for contract type {target}")
+    if target.endswith("[]"):  # a list of what its elements accept
+        return source.endswith("[]") and _accepts("", target[:-2], source[:-2])
+    if target.startswith("STRUCT("):  # its fields are cast, each to its own type
+        return source.startswith("STRUCT(") and source.endswith(")")
+    return source == target
 
 
 def schema_problem(columns: dict[str, str]) -> str | None:

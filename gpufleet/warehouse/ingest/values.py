@@ -25,7 +25,11 @@ import polars as pl
 
 from gpufleet.config import IngestConfig
 from gpufleet.warehouse.base.folder_sites import site_reason
-from gpufleet.warehouse.base.raw_tables import REQUIRED_SAMPLE_COLUMNS, SAMPLE_COLUMNS
+from gpufleet.warehouse.base.raw_tables import (
+    REQUIRED_SAMPLE_COLUMNS,
+    SAMPLE_COLUMNS,
+    SAMPLE_TYPES,
+)
 
 # No GPU board draws 5 kW (the largest draw about 1.4 kW): a higher figure is a unit error.
 MAX_POWER_W = 5000.0
@@ -80,7 +84,6 @@ CHECKED_COLUMNS = frozenset(
         "cluster",
     }
 )
-_KINDS = dict(SAMPLE_COLUMNS)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _FLOAT32_COLUMNS = frozenset(name for name, kind in SAMPLE_COLUMNS if kind == "float")
 _FLOAT_COLUMNS = _FLOAT32_COLUMNS | {name for name, kind in SAMPLE_COLUMNS if kind == "double"}
@@ -311,5 +314,5 @@ def value_problems(
 def unfit_reason(column: str) -> pl.Expr:
     """The reason a value of `column` (its source value in `column`) does not fit its
     contract type, as a polars string expression."""
-    kind = _KINDS[column].upper()
+    kind = SAMPLE_TYPES[column].upper()
     return pl.format(f"column {column}: value {{}} does not fit {kind}", pl.col(column))
