@@ -5,7 +5,7 @@ read-only (never the writers' lock, so it answers while an ingest or build runs)
 the last sample file of each host, the last ingest that loaded files and the last build (from
 `loaded_files` and `build_state.watermark`), the backlog (files listed but not loaded yet),
 and the hosts and the input that are stale by `[ingest] stale_after_minutes`, judged as
-`gpufleet ingest` judges them (`gpufleet.warehouse.ingest.arrival`).
+`gpufleet ingest` judges them (`gpufleet.warehouse.raw.arrival`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from gpufleet.console import printable
 from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.sample_files import SampleFile, Unreadable
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
-from gpufleet.warehouse.ingest.arrival import (
+from gpufleet.warehouse.publish.read_only import connect_read_only
+from gpufleet.warehouse.raw.arrival import (
     ARRIVALS_TABLE,
     host_of,
     iso_ns,
@@ -33,8 +34,7 @@ from gpufleet.warehouse.ingest.arrival import (
     newest_by_host,
     root_unreadable,
 )
-from gpufleet.warehouse.ingest.scan import list_sample_files
-from gpufleet.warehouse.publish.read_only import connect_read_only
+from gpufleet.warehouse.raw.scan import list_sample_files
 
 NO_CLUSTER = "-"  # the site column of a host whose folder names none
 # A host silent this long has left the fleet (or is the weekly report's business): it is

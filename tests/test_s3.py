@@ -26,7 +26,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.ingest.quarantine import QUARANTINE_CHANGED
+from gpufleet.warehouse.raw.quarantine import QUARANTINE_CHANGED
 from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
 from tests.s3_stack import BUCKET, S3Store
 

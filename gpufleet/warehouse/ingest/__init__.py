@@ -4,11 +4,6 @@ the reference tables replaced, completed host-days compacted, bad files quaranti
 from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing, Unreadable
 from gpufleet.warehouse.ingest.cut import plan_batches
 from gpufleet.warehouse.ingest.pipeline import load_batch, load_samples
-from gpufleet.warehouse.ingest.quarantine import (
-    QuarantinedFile,
-    QuarantineWarning,
-    move_to_quarantine,
-)
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.run import (
     ingest,
@@ -16,7 +11,12 @@ from gpufleet.warehouse.ingest.run import (
     load_warehouse,
     quarantine_after_publish,
 )
-from gpufleet.warehouse.ingest.scan import find_sample_files, list_sample_files
+from gpufleet.warehouse.raw.quarantine import (
+    QuarantinedFile,
+    QuarantineWarning,
+    move_to_quarantine,
+)
+from gpufleet.warehouse.raw.scan import find_sample_files, list_sample_files
 
 __all__ = [
     "IngestResult",

@@ -32,14 +32,14 @@ from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import cut
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
 from gpufleet.warehouse.ingest.fanned import LoadFanOut, adopt
-from gpufleet.warehouse.ingest.files import record_loaded, split_new_files
 from gpufleet.warehouse.ingest.insert import BatchOutcome, insert_batch
-from gpufleet.warehouse.ingest.quarantine import record_quarantined
 from gpufleet.warehouse.ingest.read import Oversized
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.sliced import load_sliced
 from gpufleet.warehouse.ingest.values import TimeLimits, folder_problem, time_limits
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+from gpufleet.warehouse.raw.loaded import record_loaded, split_new_files
+from gpufleet.warehouse.raw.quarantine import record_quarantined
 
 logger = logging.getLogger("gpufleet.ingest")
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufleet.console import printable
-from gpufleet.warehouse.ingest.quarantine import QuarantinedFile
 from gpufleet.warehouse.lake.compact import CompactionResult
+from gpufleet.warehouse.raw.quarantine import QuarantinedFile
 
 Log = Callable[[str], None]
 
@@ -38,7 +38,7 @@ class IngestResult:
     # files written): it overlaps the steps, so it is not part of their sum.
     alongside_seconds: tuple[tuple[str, float], ...] = ()
     # The raw location missing or unmounted, or no new file within [ingest]
-    # stale_after_minutes: one line (`arrival.py`); "" when the input is fine.
+    # stale_after_minutes: one line (`raw/arrival.py`); "" when the input is fine.
     input_problem: str = ""
     input_note: str = ""  # no sample files yet (nothing ever loaded): no failure
     # Files left in `date=` folders before this UTC date, past [retention] samples_days:

@@ -16,18 +16,18 @@ from gpufleet.config import Config
 from gpufleet.integrations.mirror import mirror_raw_location
 from gpufleet.warehouse.base.sample_files import SampleFile, Unreadable
 from gpufleet.warehouse.build.models import apply_table_docs
-from gpufleet.warehouse.ingest.arrival import check_input
 from gpufleet.warehouse.ingest.fanned import LoadFanOut
-from gpufleet.warehouse.ingest.files import check_listing
 from gpufleet.warehouse.ingest.pipeline import load_samples
-from gpufleet.warehouse.ingest.quarantine import move_to_quarantine, record_set_aside
 from gpufleet.warehouse.ingest.result import IngestResult, Log
-from gpufleet.warehouse.ingest.scan import list_sample_files
 from gpufleet.warehouse.ingest.values import time_limits
 from gpufleet.warehouse.lake.compact import compact_completed_days
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
 from gpufleet.warehouse.lake.fanout import CompactFanOut
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
+from gpufleet.warehouse.raw.arrival import check_input
+from gpufleet.warehouse.raw.loaded import check_listing
+from gpufleet.warehouse.raw.quarantine import move_to_quarantine, record_set_aside
+from gpufleet.warehouse.raw.scan import list_sample_files
 from gpufleet.warehouse.refs.listing import read_references
 from gpufleet.warehouse.refs.read import stray_host_teams
 from gpufleet.warehouse.refs.records import HOSTS_FILE, References, SetAside

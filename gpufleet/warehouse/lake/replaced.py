@@ -5,7 +5,7 @@ to the compacted file's. A file of one of those names that appears again (an obj
 overwritten in the bucket and copied again, a file put back from a backup) would then look
 new. So each compacted file keeps, in its Parquet key-value metadata, the name and size of
 every file it replaced as they were loaded, and the ingest judges such a file by them as it
-judges a loaded file (`ingest/files.py`). A host-day compacted again (a late file) keeps
+judges a loaded file (`raw/loaded.py`). A host-day compacted again (a late file) keeps
 the names its compacted file named before; a file written again from the warehouse
 (`content.py`) keeps those its edited file still names.
 """

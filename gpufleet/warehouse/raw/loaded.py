@@ -1,9 +1,6 @@
-"""The raw sample files an ingest works through, and `loaded_files`, its record of them.
-
-Telling new files from loaded ones (and from loaded ones that changed since, judged by their
-content), and recording the files loaded. The files are found by
-`scan.py`.
-"""
+"""`loaded_files`, the record of the raw sample files loaded: a listing (`scan.py`) judged
+against it (new files, and loaded ones that changed since, judged by their content), and
+the files loaded recorded in it."""
 
 from __future__ import annotations
 
@@ -21,12 +18,6 @@ from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile, Unreadable
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
-from gpufleet.warehouse.ingest.quarantine import (
-    QUARANTINE_CHANGED,
-    QuarantinedFile,
-    record_quarantined,
-)
-from gpufleet.warehouse.ingest.scan import list_sample_files
 from gpufleet.warehouse.lake.content import (
     ChangedFile,
     is_compacted,
@@ -35,6 +26,12 @@ from gpufleet.warehouse.lake.content import (
     settle_compacted,
 )
 from gpufleet.warehouse.lake.replaced import replaced_files
+from gpufleet.warehouse.raw.quarantine import (
+    QUARANTINE_CHANGED,
+    QuarantinedFile,
+    record_quarantined,
+)
+from gpufleet.warehouse.raw.scan import list_sample_files
 
 logger = logging.getLogger("gpufleet.ingest")
 
