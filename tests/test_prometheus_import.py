@@ -14,6 +14,7 @@ import http.server
 import json
 import math
 import re
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -47,6 +48,7 @@ from tests.prometheus_stack import (
     Scrape,
     free_port,
     prometheus_stack,
+    start_prometheus,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
@@ -452,7 +454,7 @@ def test_a_live_pod_that_comes_and_goes_is_one_allocation(
 def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     stack: PrometheusStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Prometheus stops in the middle of the second window (after the first host's queries):
+    """Prometheus stops in the middle of the second window (after ten of its queries):
     one line names the query that failed; the first window is whole, nothing of the second
     is written, and the record of imported windows holds the first alone."""
     server = stack.another_prometheus("stopped-mid-run")
@@ -461,7 +463,8 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     queries: list[str] = []
     query_range = PrometheusApi.query_range
 
-    per_window = 2 * (len(ALL_NAMES) + 1)  # 2 hosts: a query per series name, and the pods'
+    # Both hosts in one batch: a query per series name, and the pods'.
+    per_window = len(ALL_NAMES) + 1
 
     def then_stop(api: PrometheusApi, query: str, **kwargs: float) -> list:
         queries.append(query)
@@ -498,6 +501,54 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     assert not [f for f in files if f.name.startswith(".")]
     state = json.loads((config.data_dir / "imports" / "prometheus.json").read_text())
     assert state == {server.url: [[history.start, first_end]]}
+
+
+# Host names a regex would misread unescaped: "n.1" would match "nx1", "a|b" "a" and "b".
+ODD_HOSTS = ("n.1", "nx1", "a|b", "a", "b", "c+", "cc", "(d)", "d", "e\\f", "g h", "é*", "^z$")
+
+
+@pytest.fixture(scope="module")
+def odd_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A Prometheus with ten minutes of one GPU on each of ODD_HOSTS, the i-th at a
+    utilization of 5 i + 1; its URL and the ten minutes' start."""
+    workdir = tmp_path_factory.mktemp("odd-hosts")
+    start = int(time.time()) // 3600 * 3600 - 3 * 3600
+    lines = [f"# TYPE {GPU_UTIL} gauge"]
+    for i, host in enumerate(ODD_HOSTS):
+        quoted = host.replace("\\", "\\\\").replace('"', '\\"')
+        labels = f'Hostname="{quoted}",UUID="GPU-odd-{i}",gpu="0",modelName="{MODEL}"'
+        lines += [f"{GPU_UTIL}{{{labels}}} {5 * i + 1} {t}" for t in range(start, start + 600, 15)]
+    source = workdir / "history.om"
+    source.write_text("\n".join([*lines, "# EOF"]) + "\n", encoding="utf-8")
+    tsdb = workdir / "backfilled"
+    command = ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    server = start_prometheus(workdir / "server", tsdb, free_port())
+    try:
+        yield server.url, start
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("per_query", [1, 4, 32])
+def test_hosts_asked_in_batches_get_their_own_rows_whatever_their_names(
+    odd_hosts: tuple[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_query: int
+) -> None:
+    """A query asks for a batch of hosts by a regex of their names: each host, whatever
+    characters its name holds, gets its own GPU's rows, all of them, and no other host's."""
+    monkeypatch.setattr("gpufleet.integrations.prometheus.queries.HOSTS_PER_QUERY", per_query)
+    url, start = odd_hosts
+    config = Config(data_dir=tmp_path / "data", prometheus=PrometheusConfig(delay_seconds=0))
+    result = import_prometheus(config, url=url, since=utc(start), until=utc(start + 600))
+    assert result.hosts == len(ODD_HOSTS) and result.rows == 10 * len(ODD_HOSTS)
+    files = ds.dataset(config.data_dir / "raw" / "samples", format="parquet")  # the rows' host
+    rows = files.to_table(columns=["host", "gpu_uuid", "gpu_util_pct", "ts"]).to_pylist()
+    got = sorted((r["host"], r["gpu_uuid"], r["gpu_util_pct"], r["ts"]) for r in rows)
+    assert got == sorted(
+        (host, f"GPU-odd-{i}", 5.0 * i + 1, utc(start + 60 * step))
+        for i, host in enumerate(ODD_HOSTS)
+        for step in range(10)
+    )
 
 
 def test_a_mig_enabled_gpu_is_a_row_per_mig_device_and_one_of_its_own(

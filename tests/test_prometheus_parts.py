@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,13 @@ from gpufleet.integrations.prometheus.pods import (
     namespace_team,
     read_namespaces,
 )
-from gpufleet.integrations.prometheus.queries import METRICS, step_query
+from gpufleet.integrations.prometheus.queries import (
+    HOSTS_PATTERN_CHARS,
+    HOSTS_PER_QUERY,
+    METRICS,
+    host_batches,
+    step_query,
+)
 from gpufleet.integrations.prometheus.samples import HostSteps, gpu_of
 
 
@@ -86,14 +93,36 @@ def test_a_mean_is_over_every_series_of_a_gpu_in_the_step_and_one_ms_short() -> 
     gauge = next(m for m in METRICS if m.column == "power_w")
     counter = next(m for m in METRICS if m.column == "energy_mj")
     settings = PrometheusConfig(step_seconds=30)
-    assert step_query(gauge, "P", host='a"b', prometheus=settings) == (
+    assert step_query(gauge, "P", hosts=['a"b'], prometheus=settings) == (
         'sum by (Hostname, UUID, gpu, modelName) (sum_over_time(P{Hostname="a\\"b"}[29999ms]))'
         ' / sum by (Hostname, UUID, gpu, modelName) (count_over_time(P{Hostname="a\\"b"}'
         "[29999ms]))"
     )
-    assert step_query(counter, "E", host="h", prometheus=settings) == (
+    assert step_query(counter, "E", hosts=["h"], prometheus=settings) == (
         'max by (Hostname, UUID, gpu, modelName) (last_over_time(E{Hostname="h"}[29999ms]))'
     )
+
+
+def test_a_query_asks_for_a_batch_of_hosts_by_a_regex_of_their_escaped_names() -> None:
+    """Several hosts: one regex of their names, each escaped (a name is matched whole, as it
+    is: "n.1" is not "nx1", "a|b" not "a"); at most HOSTS_PER_QUERY a batch, and a batch's
+    regex at most HOSTS_PATTERN_CHARS long, one long name a batch of its own."""
+    power = next(m for m in METRICS if m.column == "power_w")
+    settings = PrometheusConfig(step_seconds=30)
+    assert step_query(power, "P", hosts=["n.1", "a|b", 'q"'], prometheus=settings) == (
+        "sum by (Hostname, UUID, gpu, modelName) "
+        '(sum_over_time(P{Hostname=~"n\\\\.1|a\\\\|b|q\\""}[29999ms])) / '
+        "sum by (Hostname, UUID, gpu, modelName) "
+        '(count_over_time(P{Hostname=~"n\\\\.1|a\\\\|b|q\\""}[29999ms]))'
+    )
+    hosts = [f"node{i:03d}" for i in range(HOSTS_PER_QUERY * 2 + 1)]
+    assert list(host_batches(hosts)) == [
+        hosts[:HOSTS_PER_QUERY],
+        hosts[HOSTS_PER_QUERY:-1],
+        hosts[-1:],
+    ]
+    long = "x" * HOSTS_PATTERN_CHARS
+    assert list(host_batches(["a", long, "b", "c"])) == [["a"], [long], ["b", "c"]]
 
 
 def test_a_mig_devices_own_columns_are_grouped_by_its_labels_and_xids_are_new_codes() -> None:
@@ -105,12 +134,12 @@ def test_a_mig_devices_own_columns_are_grouped_by_its_labels_and_xids_are_new_co
     used = next(m for m in METRICS if m.column == "mem_used_bytes")
     xid = next(m for m in METRICS if m.column == "xid_errors")
     by = "by (Hostname, UUID, gpu, modelName, gi, GPU_I_PROFILE)"
-    assert step_query(used, "U", host="h", prometheus=settings) == (
+    assert step_query(used, "U", hosts=["h"], prometheus=settings) == (
         f'sum {by} (sum_over_time(U{{Hostname="h"}}[29999ms])) / '
         f'sum {by} (count_over_time(U{{Hostname="h"}}[29999ms]))'
     )
     gpu = "by (Hostname, UUID, gpu, modelName)"
-    assert step_query(xid, "X", host="h", prometheus=settings) == (
+    assert step_query(xid, "X", hosts=["h"], prometheus=settings) == (
         f'(count_values {gpu} ("gpufleet_xid", last_over_time(X{{Hostname="h"}}[29999ms])) '
         f'unless count_values {gpu} ("gpufleet_xid", X{{Hostname="h"}} offset 30s)) '
         f'or count {gpu} (last_over_time(X{{Hostname="h"}}[29999ms]))'
@@ -222,6 +251,25 @@ def test_a_row_the_previous_window_ended_is_extended_and_a_known_row_not_repeate
     assert merged(existing, [_row("ns/a", 10, 60)]) == existing  # imported before
     assert merged(existing, [_row("ns/a", 70, 90)]) == [*existing, _row("ns/a", 70, 90)]
     assert merged(existing, [_row("ns/b", 60, 90)]) == [*existing, _row("ns/b", 60, 90)]
+
+
+def test_merging_a_window_into_a_days_rows_takes_time_in_proportion_to_the_rows() -> None:
+    """A day's file of 1,000 GPUs holds thousands of rows, and each window adds one per pod on
+    a GPU: a row finds its pod's rows by key, not by a scan of the day's (20,000 x 4,000
+    comparisons: seconds)."""
+    day = [
+        _row(f"ns/p{i}", 60 * hour, 60 * hour + 60)._replace(gpu_index=i)
+        for hour in range(5)
+        for i in range(4_000)
+    ]
+    later = [_row(f"ns/p{i}", 300, 360)._replace(gpu_index=i) for i in range(4_000)]
+    began = time.process_time()
+    rows = merged(day, later)
+    assert time.process_time() - began < 2.0
+    assert rows == sorted(
+        [*day[:-4_000], *(r._replace(end_ts=later[0].end_ts) for r in day[-4_000:])],
+        key=lambda r: (r.start_ts, r.host, r.gpu_index, r.gpu_uuid or "", r.job_id),
+    )
 
 
 def test_a_run_over_utc_midnight_is_one_row_a_day_whatever_the_windows(tmp_path: Path) -> None:

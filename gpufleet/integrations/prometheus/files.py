@@ -71,19 +71,28 @@ def merged(existing: list[PodAllocation], new: Iterable[PodAllocation]) -> list[
     """`existing` with `new` added: a row continuing one that ends where it starts extends
     it; a row already covered adds nothing."""
     rows = list(existing)
+    # Each pod-on-GPU's rows (their places in `rows`, in order): a day's file holds thousands
+    # of rows, and a window adds a row per pod on a GPU.
+    places: dict[tuple[object, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        places.setdefault(_pod_on_gpu(row), []).append(i)
     for row in new:
-        key = (row.job_id, row.host, row.gpu_index, row.cluster, row.gpu_uuid)
-        for i, old in enumerate(rows):
-            if (old.job_id, old.host, old.gpu_index, old.cluster, old.gpu_uuid) != key:
-                continue
+        same = places.setdefault(_pod_on_gpu(row), [])
+        for i in same:
+            old = rows[i]
             if old.start_ts <= row.start_ts and row.end_ts <= old.end_ts:
                 break
             if old.end_ts == row.start_ts:
                 rows[i] = old._replace(end_ts=row.end_ts)
                 break
         else:
+            same.append(len(rows))
             rows.append(row)
     return sorted(rows, key=lambda r: (r.start_ts, r.host, r.gpu_index, r.gpu_uuid or "", r.job_id))
+
+
+def _pod_on_gpu(row: PodAllocation) -> tuple[object, ...]:
+    return (row.job_id, row.host, row.gpu_index, row.cluster, row.gpu_uuid)
 
 
 def by_utc_day(row: PodAllocation) -> Iterator[tuple[dt.date, PodAllocation]]:

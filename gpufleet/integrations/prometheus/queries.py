@@ -1,4 +1,5 @@
-"""What the importer asks Prometheus: each contract column's series, reduced over a step.
+"""What the importer asks Prometheus: each contract column's series, reduced over a step,
+for a batch of hosts at a time.
 
 A row of the contract covers `(ts - step, ts]`. Prometheus evaluates a range query at
 `start, start + step, ...`; the range selector `[step - 1ms]` at `ts` holds the samples in
@@ -19,11 +20,17 @@ collector writes a MIG-enabled GPU.
 When a pod starts or ends, dcgm-exporter's series for a GPU changes its labels (namespace,
 pod); the sums and counts of all of a GPU's series in a step are added up before dividing,
 so the mean is over every scrape of the step whichever series carried it.
+
+A query covers up to `HOSTS_PER_QUERY` hosts (a regex of their names): Prometheus' work is
+about the same for one host or many, but the importer's per request (a connection, an
+answer's parse, the Arrow calls that turn it into rows) is paid once for all of them.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from gpufleet.config import KubernetesConfig, PrometheusConfig
@@ -32,6 +39,10 @@ MEAN = "mean"
 LAST = "last"
 NEW = "new"
 XID_LABEL = "gpufleet_xid"  # the label of a code in the answer of a NEW query
+# Hosts a query asks about (8 GPUs each: 256 series a query), and the longest regex of their
+# names (a URL well under a proxy's 8 KB limit; a longer name is a query of its own).
+HOSTS_PER_QUERY = 32
+HOSTS_PATTERN_CHARS = 2000
 _MIB = 1024 * 1024
 _US_TO_NS = 1000
 _RATIO_TO_PCT = 100.0
@@ -113,9 +124,36 @@ def _row_labels(metric: Metric, prometheus: PrometheusConfig) -> list[str]:
     return labels
 
 
-def step_query(metric: Metric, name: str, *, host: str, prometheus: PrometheusConfig) -> str:
-    """The PromQL of `metric` (series `name`) on `host`, per GPU (or MIG device) and step."""
-    selector = f"{name}{{{prometheus.host_label}={promql_string(host)}}}"
+def host_batches(hosts: Sequence[str]) -> Iterator[list[str]]:
+    """`hosts` in order, in batches of at most HOSTS_PER_QUERY whose names' regex is at most
+    HOSTS_PATTERN_CHARS long (one host, whatever its name's length, is a batch)."""
+    batch: list[str] = []
+    chars = 0
+    for host in hosts:
+        length = len(re.escape(host)) + 1
+        if batch and (len(batch) == HOSTS_PER_QUERY or chars + length > HOSTS_PATTERN_CHARS):
+            yield batch
+            batch, chars = [], 0
+        batch.append(host)
+        chars += length
+    if batch:
+        yield batch
+
+
+def host_matcher(hosts: Sequence[str], prometheus: PrometheusConfig) -> str:
+    """The matcher of the series of `hosts`: the name of one, a regex of several (each name
+    escaped: a name is matched whole, as it is)."""
+    if len(hosts) == 1:
+        return f"{prometheus.host_label}={promql_string(hosts[0])}"
+    pattern = "|".join(re.escape(host) for host in hosts)
+    return f"{prometheus.host_label}=~{promql_string(pattern)}"
+
+
+def step_query(
+    metric: Metric, name: str, *, hosts: Sequence[str], prometheus: PrometheusConfig
+) -> str:
+    """The PromQL of `metric` (series `name`) on `hosts`, per GPU (or MIG device) and step."""
+    selector = f"{name}{{{host_matcher(hosts, prometheus)}}}"
     over = selector + _range(prometheus.step_seconds)
     labels = ", ".join(dict.fromkeys(_row_labels(metric, prometheus)))
     by = f"by ({labels})"
@@ -133,15 +171,15 @@ def step_query(metric: Metric, name: str, *, host: str, prometheus: PrometheusCo
 
 
 def pod_query(
-    name: str, *, host: str, prometheus: PrometheusConfig, kubernetes: KubernetesConfig
+    name: str, *, hosts: Sequence[str], prometheus: PrometheusConfig, kubernetes: KubernetesConfig
 ) -> str:
-    """Per GPU (a MIG device: per GPU instance) of `host`, pod and step: a point when the
+    """Per GPU (a MIG device: per GPU instance) of `hosts`, pod and step: a point when the
     pod's labels are on the GPU's series `name` in the step."""
     k = kubernetes
     labels = [*_gpu_labels(prometheus), prometheus.mig_instance_label, k.namespace_label]
     labels.append(k.pod_label)
     labels += [label for label in (k.user_label, team_label(k)) if label]
-    selector = f'{name}{{{prometheus.host_label}={promql_string(host)}, {k.pod_label}!=""}}'
+    selector = f'{name}{{{host_matcher(hosts, prometheus)}, {k.pod_label}!=""}}'
     return (
         f"count by ({', '.join(dict.fromkeys(labels))}) "
         f"(count_over_time({selector}{_range(prometheus.step_seconds)}))"

@@ -7,12 +7,13 @@ scraped would be recorded as imported). Without `--since` it starts where the la
 this URL ended, or a day before `until` on the first run. Spans imported before are skipped,
 so running the import again writes nothing twice.
 
-Each window (`window_minutes`, aligned to the epoch) is read whole, host by host, before
-anything is written: a failure (Prometheus gone, a bad series) writes nothing of the window,
-and the windows before it stay imported. Then one sample file per host (per UTC date), the
-pods' allocation rows, and the window's entry in `<data_dir>/imports/prometheus.json`,
-written while the next window is read (a read that fails waits for the window before it
-to be written and recorded), so that no more than two windows are ever held.
+Each window (`window_minutes`, aligned to the epoch) is read whole, a batch of hosts at a
+time (`queries.HOSTS_PER_QUERY`), before anything is written: a failure (Prometheus gone, a
+bad series) writes nothing of the window, and the windows before it stay imported. Then one
+sample file per host (per UTC date), the pods' allocation rows, and the window's entry in
+`<data_dir>/imports/prometheus.json`, written while the next window is read (a read that
+fails waits for the window before it to be written and recorded), so that no more than two
+windows are ever held.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from gpufleet.integrations.prometheus.queries import (
     METRICS,
     PRESENCE_COLUMN,
     Metric,
+    host_batches,
     name_matcher,
     pod_query,
     step_query,
@@ -242,35 +244,41 @@ def _read_window(
         settings.host_label, matchers=[selector], start_s=start - step, end_s=last_ts
     )
     presence = chosen.get(PRESENCE_COLUMN) or names[0]
-    # Each host's queries, in order: its series, then its pods (metric None).
-    queries: list[tuple[str, Metric | None, str]] = []
-    for host in sorted(host_names):
+    # Each batch of hosts' queries, in order: its series, then its pods (metric None).
+    queries: list[tuple[Metric | None, str]] = []
+    for hosts in host_batches(sorted(host_names)):
         for metric in METRICS:
             name = chosen.get(metric.column)
             if name is not None:  # else not exported: the column stays null
-                queries.append(
-                    (host, metric, step_query(metric, name, host=host, prometheus=settings))
-                )
-        pods = pod_query(presence, host=host, prometheus=settings, kubernetes=config.kubernetes)
-        queries.append((host, None, pods))
+                queries.append((metric, step_query(metric, name, hosts=hosts, prometheus=settings)))
+        pods = pod_query(presence, hosts=hosts, prometheus=settings, kubernetes=config.kubernetes)
+        queries.append((None, pods))
 
-    def ask(item: tuple[str, Metric | None, str]) -> list[dict[str, Any]]:
-        return api.query_range(item[2], start_s=first_ts, end_s=last_ts, step_s=step)
+    def ask(item: tuple[Metric | None, str]) -> list[dict[str, Any]]:
+        return api.query_range(item[1], start_s=first_ts, end_s=last_ts, step_s=step)
 
     tables: dict[str, pa.Table] = {}
     pod_answers: list[tuple[str, list[dict[str, Any]]]] = []
     steps = HostSteps(step, first_ts, (end - start) // step)
-    for (host, series, query), answer in read_ahead(queries, ask, depth=READ_AHEAD):
+    for (series, query), answer in read_ahead(queries, ask, depth=READ_AHEAD):
         if series is not None:
             steps.add(series, answer, query=query, prometheus=settings)
             continue
-        pod_answers.append((query, answer))  # the host's last query: its rows are complete
-        table = steps.table(METRICS)
-        if table.num_rows:
-            tables[host] = table
+        pod_answers.append((query, answer))  # the batch's last query: its rows are complete
+        tables |= _by_host(steps.table(METRICS))
         steps = HostSteps(step, first_ts, (end - start) // step)
     allocations = pod_allocations(pod_answers, config=config, namespaces=namespaces)
     return _Window(tables, allocations)
+
+
+def _by_host(table: pa.Table) -> dict[str, pa.Table]:
+    """The rows of each host in `table`, in their order."""
+    if not table.num_rows:
+        return {}
+    hosts = pc.unique(table["host"]).to_pylist()
+    if len(hosts) == 1:
+        return {hosts[0]: table}
+    return {host: table.filter(pc.equal(table["host"], host)) for host in hosts}
 
 
 Item = TypeVar("Item")

@@ -1,4 +1,4 @@
-"""Range-query answers -> one host's contract sample table for a window, one row per GPU and
+"""Range-query answers -> some hosts' contract sample table for a window, one row per GPU and
 step, built column by column in Arrow (a day of a thousand GPUs is tens of millions of
 points: a Python loop per point would take most of the import).
 
@@ -214,7 +214,7 @@ def _bounds(column: str) -> tuple[float, float]:
 
 @dataclass
 class HostSteps:
-    """One host's values in a window of `steps` steps from `first_s`: per column, the
+    """Some hosts' values in a window of `steps` steps from `first_s`: per column, the
     (row key, value) pairs its answer gave, a row key being GPU number * steps + step (a
     MIG device has a number of its own)."""
 
