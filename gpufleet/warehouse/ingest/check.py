@@ -1,11 +1,7 @@
-"""A batch read and checked, its rows made ready to load.
-
-The rules (`values.py`) set aside each file with a bad row, with the reason of its first;
-the rows of the other files take their folder's site where they name none
-(`base/folder_sites.py`), each file its part (the host-day it is compacted into as it
-loads, `CompactAhead.parts`), and are sorted by (part, gpu_uuid, ts), as the load writes
-them. This runs where the batch was read: in a thread ahead of the load, or on a Dask worker.
-"""
+"""A batch read and checked (`values.py`'s rules: each file with a bad row set aside, with
+its first one's reason), its other rows made ready to load: their folder's site filled in,
+each file's part (the host-day it is compacted into as it loads, `CompactAhead.parts`), and
+sorted by (part, gpu_uuid, ts)."""
 
 from __future__ import annotations
 

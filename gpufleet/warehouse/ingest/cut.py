@@ -1,7 +1,5 @@
-"""How a batch is cut: the new files into batches, and a batch too large to read at once
-into pieces of whole files, each file larger than a piece alone, read in slices
-(`sliced.py`).
-"""
+"""How a batch is cut: the new files into batches, and a batch too large to read at once into
+pieces of whole files, each file larger than a piece alone (read in slices, `sliced.py`)."""
 
 from __future__ import annotations
 
@@ -25,12 +23,8 @@ def plan_batches(
     files: Sequence[SampleFile], max_files: int = MAX_FILES_PER_BATCH
 ) -> list[list[SampleFile]]:
     """Runs of files (sorted by path) of one `date=` partition, at most `max_files`, made of
-    whole directories: a host-day's files stay in one batch unless they alone are more.
-
-    One day per batch keeps each batch's time range, and so the part of `samples` that
-    deduplication has to look at, about one day wide; a whole host-day in one batch can be
-    compacted from the rows as they are loaded (`CompactAhead`).
-    """
+    whole directories: a host-day's files stay in one batch (to be compacted from its rows,
+    `CompactAhead`) unless they alone are more, and deduplication looks at one day."""
     directories: dict[str, list[SampleFile]] = {}
     for file in sorted(files, key=lambda f: f.path):
         directories.setdefault(file.path.rsplit("/", 1)[0], []).append(file)

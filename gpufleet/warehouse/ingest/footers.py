@@ -1,14 +1,6 @@
-"""What a raw file's footer says: whether it may load, and how its rows are read.
-
-Each file's footer is read once (`read_footer`: polars reads its key-value metadata, which
-holds the Arrow schema its writer stored; only a file that stored none has its Parquet
-schema read instead). The schema decides, by the rules of type acceptance
-(`schema_problem`, docs/warehouse.md), whether the file is set aside, read by polars
-(`FilePlan.columns`: its contract columns as polars reads them, cast afterwards to the
-contract's types), or read by DuckDB (a column polars would not cast without loss, such as
-a process list of other fields: `read.py`). A fleet's files share a few schemas, so each
-distinct one is decided once.
-"""
+"""What a raw file's footer says: whether it may load (the type rules, `schema_problem`),
+and whether polars reads it (`FilePlan.columns`) or DuckDB does (a column polars would not
+cast without loss). Each footer is read once, each distinct schema decided once."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""A batch's checked rows deduplicated and inserted, and what loading it gives.
-
-A sample (gpu_uuid, ts) is kept once: the first row of it by file, then row, among the
-rows read, and none whose key is loaded already (`samples_stored`, the lake's files of the
-rows' days and the files this ingest wrote ahead for them: `create_existing_view`). Most
-batches repeat no key and none loaded before, which two cheap checks show
-(`keys_are_new`): their rows go in as read, those of a whole completed host-day into its
-compacted file (`lake/compact_ahead.py`), the others into `samples_stored`
-(`insert_rows`). Any other is deduplicated first, and goes into `samples_stored`
-(`insert_first_new`). `insert_batch` decides.
-"""
+"""A checked batch deduplicated and inserted: a sample (gpu_uuid, ts) is kept once, the
+first row of it by file, then row, and none whose key is loaded already
+(`create_existing_view`). A batch that repeats no key and none loaded before
+(`keys_are_new`, the usual case) goes in as read, a whole completed host-day into its
+compacted file (`lake/compact_ahead.py`); any other is deduplicated first
+(`insert_first_new`)."""
 
 from __future__ import annotations
 
@@ -39,6 +34,12 @@ class BatchOutcome:
     rows_inserted: int = 0
     loaded: list[LoadedFile] = field(default_factory=list)
     bad: dict[str, str] = field(default_factory=dict)  # path -> reason
+
+    def add(self, other: BatchOutcome) -> None:
+        self.rows_read += other.rows_read
+        self.rows_inserted += other.rows_inserted
+        self.loaded += other.loaded
+        self.bad.update(other.bad)
 
 
 # The keys already loaded that rows of a batch (in table {batch}) could repeat: read only
@@ -127,6 +128,23 @@ def create_existing_view(
     )
 
 
+def any_loaded(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    min_ts: dt.datetime,
+    max_ts: dt.datetime,
+    ahead: CompactAhead | None,
+    gpus: list[str],
+) -> bool:
+    """Whether a sample of one of `gpus` from `min_ts` to `max_ts` is loaded already (as
+    `create_existing_view` finds them; `_ingest_existing` is left as that view)."""
+    create_existing_view(con, config, min_ts, max_ts, ahead, gpus=set(gpus))
+    found = con.execute(
+        ANY_EXISTING_SQL, {"min_ts": min_ts, "max_ts": max_ts, "gpus": gpus}
+    ).fetchall()
+    return bool(found and found[0][0])
+
+
 def loaded_files(batch: Sequence[SampleFile], rows: pa.Table) -> list[LoadedFile]:
     """Each file of `batch` with its rows in `rows` (by `_file_index`): count, first and
     last ts."""
@@ -180,17 +198,14 @@ def keys_are_new(
     times = pc.min_max(rows.column("ts"))
     min_ts, max_ts = times["min"].as_py(), times["max"].as_py()
     gpu_names = distinct.to_pylist()
+    if not any_loaded(con, config, min_ts, max_ts, ahead, gpu_names):
+        return True
     con.register(_ROWS, rows)
     try:
-        create_existing_view(con, config, min_ts, max_ts, ahead, _ROWS, gpus=set(gpu_names))
-        params = {"min_ts": min_ts, "max_ts": max_ts}
-        overlap = con.execute(ANY_EXISTING_SQL, {**params, "gpus": gpu_names}).fetchall()
-        if overlap and not overlap[0][0]:
-            return True
         existing = con.execute(
             f"with existing as ({EXISTING_KEYS_SQL.format(batch=_ROWS)}) "
             f"select count(*) from {_ROWS} semi join existing using (gpu_uuid, ts)",
-            params,
+            {"min_ts": min_ts, "max_ts": max_ts},
         ).fetchall()
     finally:
         con.unregister(_ROWS)
@@ -198,12 +213,10 @@ def keys_are_new(
 
 
 def repeats_a_key(rows: pa.Table, gpus: pa.Array, distinct: pa.Array) -> bool:
-    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts) twice; `gpus`
-    is its gpu_uuid column, `distinct` that column's distinct values.
-
-    When each GPU's rows are together (its files are in one part, as a host's are) and in
-    strictly increasing time, no key repeats: two comparisons of neighbours, no hash table
-    of the batch's keys. Otherwise the keys are counted."""
+    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts; `gpus` its
+    gpu_uuid column, `distinct` their distinct values) twice: when each GPU's rows are
+    together and in increasing time, none is (two comparisons of neighbours, no hash
+    table); otherwise the keys are counted."""
     if len(gpus) < 2:
         return False
     together = len(pc.run_end_encode(gpus).values) == len(distinct)

@@ -1,18 +1,8 @@
 """The one way a batch of new sample files loads: listed, read, checked, deduplicated and
-inserted.
-
-`load_samples` sets aside the files whose `date=` folder names a day outside the times a
-sample may have (`values.folder_problem`), cuts the other new files into batches
-(`cut.plan_batches`) and puts each through the same steps: read (`read.read_batch`: polars,
-or DuckDB for a file polars does not read), checked (`check.check_batch`: its bad files set
-aside for quarantine, with their reasons), deduplicated and inserted
-(`insert.insert_batch`: its rows as read when no key repeats or was loaded before, else the
-first row of each new key). Two batches are read and checked ahead, in threads, while one
-loads. Where a batch's steps run and how it is cut are the only other differences: the
-batches of whole host-days can be read and checked on Dask workers (`fanned.py`), and a
-batch of more rows than one read may hold is cut in pieces of whole files (`cut.pieces`),
-a larger file in slices (`sliced.py`).
-"""
+inserted (docs/warehouse.md#ingest). How a batch is cut (`cut.py`: a batch too large to read
+at once in pieces of whole files, a larger file in slices, `sliced.py`) and where its steps
+run (here, two batches read ahead in threads; on Dask workers, `fanned.py`) are all that
+differ."""
 
 from __future__ import annotations
 
@@ -72,10 +62,7 @@ def load_batch(
             assert not isinstance(read, Oversized)
             loaded = insert_batch(con, config, read, ahead)
             del read
-        outcome.rows_read += loaded.rows_read
-        outcome.rows_inserted += loaded.rows_inserted
-        outcome.loaded += loaded.loaded
-        outcome.bad.update(loaded.bad)
+        outcome.add(loaded)
     return outcome
 
 
@@ -137,16 +124,13 @@ def load_samples(
     if batches:
         plural = "batch" if len(batches) == 1 else "batches"
         say(f"ingest: {len(new):,} new files in {len(batches)} {plural}")
-    total = BatchOutcome()
+    total = BatchOutcome(bad=bad)
     by_duckdb = 0
     waited = on_workers = 0.0
 
     def add(outcome: BatchOutcome) -> None:
-        bad.update(outcome.bad)
         record_loaded(con, outcome.loaded, now)
-        total.loaded += outcome.loaded
-        total.rows_read += outcome.rows_read
-        total.rows_inserted += outcome.rows_inserted
+        total.add(outcome)
 
     if fan_out is not None and ahead is not None:
         sending = time.perf_counter()
@@ -180,7 +164,7 @@ def load_samples(
             add(load_batch(con, config, batch, checked, ahead, limits))
             del checked, future  # its rows are loaded or written ahead
 
-    quarantined = record_quarantined(con, config, sorted(bad.items()), now)
+    quarantined = record_quarantined(con, config, sorted(total.bad.items()), now)
     return IngestResult(
         files_loaded=len(total.loaded),
         samples_loaded=total.rows_inserted,

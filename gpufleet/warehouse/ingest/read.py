@@ -1,17 +1,9 @@
 """Reading a batch: its rows in the contract's columns and types, whoever wrote its files.
 
-Each file's footer is read once (`footers.read_footer`): a file that cannot load (its footer
-does not read, a column of a type the contract refuses, a required column missing) is set
-aside from it alone. polars reads the others in one pass per distinct set of column types
-(a collector's files share one; a fleet of other writers' files a few): their contract
-columns only, cast to the contract's types (times to UTC microseconds, float64 to float32,
-any integer width, dictionary text to text; a missing nullable column as NULLs), a value
-that does not fit its type named in `_unfit`. A file polars does not read so (a process
-list of other fields, an integer list of another width, data pages that do not decode) is
-read by DuckDB instead, which casts what the type rules accept and finds the file whose
-data does not decode (`_read_with_duckdb`). Both give the same frame, which the batch's
-checks take (`values.value_problems`).
-"""
+polars reads the files whose footer allows it (`footers.py`), one scan per distinct set of
+column types, cast to the contract's types, a value that does not fit named in `_unfit`;
+DuckDB reads the others (`_read_with_duckdb`), `try_cast`ing what the type rules accept and
+finding a file whose data does not decode. Both give the same frame."""
 
 from __future__ import annotations
 

@@ -115,13 +115,11 @@ def load_warehouse(
     load_fan_out: LoadFanOut | None = None,
     unreadable: Sequence[Unreadable] = (),
 ) -> IngestResult:
-    """One write transaction: new samples, loaded/quarantined files, reference tables,
-    and the compaction of host-days before `today` (UTC; default: the real today; a later
-    one is also the earliest time the ingest takes for now, from which a sample more than
-    `[ingest] max_clock_skew_minutes` on is in the future), those
-    compacted from their files on `compact_fan_out`'s workers when given (`lake/fanout.py`),
-    and the batches of whole host-days read and compacted on `load_fan_out`'s
-    (`fanned.py`). `unreadable`: what the listing of `files` could not read."""
+    """One write transaction: new samples, loaded/quarantined files, reference tables, and
+    the compaction of host-days before `today` (UTC, default the real today; a later one is
+    also the earliest "now" of the times a sample may have), on `compact_fan_out`'s workers
+    when given, the batches of whole host-days on `load_fan_out`'s (`fanned.py`).
+    `unreadable`: what the listing of `files` could not read."""
     started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
         # Capped by the writer's connection (`WRITER_MEMORY_LIMIT`, `publish/slots.py`): DuckDB
@@ -194,13 +192,9 @@ def load_warehouse(
         ("compaction", compacted - compacting),
         ("publish", time.perf_counter() - compacted),
     )
-    return IngestResult(
-        files_loaded=result.files_loaded,
-        samples_loaded=result.samples_loaded,
-        duplicates_skipped=result.duplicates_skipped,
+    return replace(
+        result,
         quarantined=quarantined,
-        batches=result.batches,
-        batches_read_by_duckdb=result.batches_read_by_duckdb,
         users=len(references.users),
         host_rules=len(references.hosts),
         price_rules=len(references.prices),

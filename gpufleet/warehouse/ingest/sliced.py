@@ -1,18 +1,8 @@
-"""A file too large to read at once (more rows than a batch may hold), cut in slices.
-
-The file is read twice, a slice of rows at a time, so that memory holds one slice, not the
-file. First the columns the rules check (`_survey`): a file that breaks a rule is set aside
-whole, nothing of it loaded; the survey also notes whether the file lists each key once in
-(gpu_uuid, ts) order, as a collector writes it, and whether a key was loaded before. Then
-every contract column: when its host-day is to be written ahead (the file is the day's
-only one, `CompactAhead.parts`), in order and new, its slices are written straight into
-the day's compacted file, as a batch's rows are; otherwise each slice is sorted and
-inserted into `samples_stored` without the keys loaded before (its own earlier slices'
-too: the first row of a key in the file wins, as in a batch: `insert.insert_first_new`),
-and the host-day is compacted from its files later. Each slice is cast as a batch is
-(`read.cast_slice`: by polars, or by DuckDB for a file polars does not read) and checked
-by the same rules (`values.value_problems`).
-"""
+"""A file too large to read at once, read a slice of rows at a time, twice: its checked
+columns first (`_survey`: a file that breaks a rule is set aside whole, nothing loaded),
+then every column, written straight into its host-day's compacted file when it is the day's
+only file and new and in key order, else inserted slice by slice without the keys loaded
+before (its own earlier slices' too)."""
 
 from __future__ import annotations
 
@@ -27,15 +17,11 @@ import pyarrow.parquet as pq
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.folder_sites import folder_site
+from gpufleet.warehouse.base.raw_tables import SAMPLE_TYPES
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
-from gpufleet.warehouse.ingest.footers import CONTRACT_TYPES, contract_schema, read_footer
-from gpufleet.warehouse.ingest.insert import (
-    ANY_EXISTING_SQL,
-    BatchOutcome,
-    create_existing_view,
-    insert_first_new,
-)
-from gpufleet.warehouse.ingest.read import cast_slice, duckdb_schema_problem
+from gpufleet.warehouse.ingest.footers import contract_schema, read_footer
+from gpufleet.warehouse.ingest.insert import BatchOutcome, any_loaded, insert_first_new
+from gpufleet.warehouse.ingest.read import FILE_INDEX, UNFIT, cast_slice, duckdb_schema_problem
 from gpufleet.warehouse.ingest.values import (
     CHECKED_COLUMNS,
     TimeLimits,
@@ -45,7 +31,6 @@ from gpufleet.warehouse.ingest.values import (
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError, duckdb.Error)
-_SLICE = "_ingest_slice"
 
 
 @dataclass
@@ -77,12 +62,10 @@ def load_sliced(
     if by_duckdb and (problem := duckdb_schema_problem(config, file)) is not None:
         outcome.bad[file.path] = problem
         return outcome
-    written_ahead = ahead is not None and ahead.parts(
-        [file], {file.path: dict.fromkeys(footer.plan.names, "")}, CONTRACT_TYPES
-    ) != [NOT_AHEAD]
+    names = {file.path: dict.fromkeys(footer.plan.names, "")}
+    written_ahead = ahead is not None and ahead.parts([file], names, SAMPLE_TYPES) != [NOT_AHEAD]
     try:
         source = pq.ParquetFile(path)
-        present = [name for name in source.schema_arrow.names if name in CONTRACT_TYPES]
         survey = _survey(
             con,
             config,
@@ -96,18 +79,20 @@ def load_sliced(
         if survey.problem is not None:
             outcome.bad[file.path] = survey.problem
             return outcome
+        present = [name for name in source.schema_arrow.names if name in SAMPLE_TYPES]
         slices = source.iter_batches(batch_size=slice_rows, columns=present)
         site = folder_site(file.path)
         if ahead is not None and written_ahead and survey.in_key_order and not survey.loaded_before:
-            contract = _arrow_slices(slices, site, by_duckdb)
-            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), contract)
+            rows = pa.RecordBatchReader.from_batches(
+                _arrow_schema(), _arrow_slices(slices, site, by_duckdb)
+            )
             ahead.write_file(file, rows, footer.version)
             inserted = survey.rows
         else:
-            inserted = 0
-            for batch in slices:
-                rows = _contract_rows(batch, site, by_duckdb)
-                inserted += insert_first_new(con, config, rows, ahead)
+            inserted = sum(
+                insert_first_new(con, config, _contract_rows(batch, site, by_duckdb), ahead)
+                for batch in slices
+            )
     except _READ_ERRORS:
         return None
     outcome.loaded.append(LoadedFile(file, survey.rows, survey.first, survey.last))
@@ -117,8 +102,7 @@ def load_sliced(
 
 def _contract_rows(batch: pa.RecordBatch, site: str | None, by_duckdb: bool) -> pl.DataFrame:
     """A slice's contract columns, a NULL or empty `cluster` its folder's `site`."""
-    rows = cast_slice(batch, by_duckdb=by_duckdb)
-    rows = rows.select(contract_schema().names())
+    rows = cast_slice(batch, by_duckdb=by_duckdb).select(contract_schema().names())
     if site is None:
         return rows
     own = pl.col("cluster")  # empty text names no site either
@@ -127,9 +111,8 @@ def _contract_rows(batch: pa.RecordBatch, site: str | None, by_duckdb: bool) -> 
 
 def _arrow_schema() -> pa.Schema:
     """The contract's columns as the slices hand them over (polars' oldest Arrow types)."""
-    return (
-        pl.DataFrame(schema=contract_schema()).to_arrow(compat_level=pl.CompatLevel.oldest()).schema
-    )
+    empty = pl.DataFrame(schema=contract_schema())
+    return empty.to_arrow(compat_level=pl.CompatLevel.oldest()).schema
 
 
 def _arrow_slices(
@@ -137,8 +120,7 @@ def _arrow_slices(
 ) -> Iterator[pa.RecordBatch]:
     for batch in slices:
         rows = _contract_rows(batch, site, by_duckdb)
-        table = rows.to_arrow(compat_level=pl.CompatLevel.oldest())
-        yield from table.to_batches()
+        yield from rows.to_arrow(compat_level=pl.CompatLevel.oldest()).to_batches()
 
 
 def _survey(
@@ -160,12 +142,9 @@ def _survey(
     columns = [n for n in source.schema_arrow.names if n in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
-        frame = cast_slice(batch, by_duckdb=by_duckdb)
-        frame = frame.with_columns(pl.lit(0).alias("_file_index"))
-        unfit = "_unfit" if "_unfit" in frame.columns else None
-        problems = value_problems(
-            frame, windows, file_index="_file_index", unfit=unfit, sites=sites
-        )
+        frame = cast_slice(batch, by_duckdb=by_duckdb).with_columns(pl.lit(0).alias(FILE_INDEX))
+        unfit = UNFIT if UNFIT in frame.columns else None
+        problems = value_problems(frame, windows, file_index=FILE_INDEX, unfit=unfit, sites=sites)
         if problems:
             survey.problem = problems[0]
             return survey
@@ -181,37 +160,15 @@ def _survey(
             survey.in_key_order = _in_key_order(keys, previous)
             previous = keys.row(-1)
         if ahead is not None and not survey.loaded_before:
-            survey.loaded_before = _any_loaded(con, config, keys, low, high, ahead)
+            gpus = keys.get_column("gpu_uuid").unique().to_list()
+            survey.loaded_before = any_loaded(con, config, low, high, ahead, gpus)
     return survey
 
 
 def _in_key_order(keys: pl.DataFrame, previous: tuple[str, dt.datetime] | None) -> bool:
     """Whether `keys` (gpu_uuid, ts) increase strictly, from `previous` on."""
-    if previous is not None:
-        gpu, ts = keys.row(0)
-        if (gpu, ts) <= previous:
-            return False
+    if previous is not None and keys.row(0) <= previous:
+        return False
     gpu, ts = pl.col("gpu_uuid"), pl.col("ts")
     later = (gpu > gpu.shift()) | ((gpu == gpu.shift()) & (ts > ts.shift()))
     return bool(keys.select(later.slice(1).all()).item())
-
-
-def _any_loaded(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    keys: pl.DataFrame,
-    low: dt.datetime,
-    high: dt.datetime,
-    ahead: CompactAhead,
-) -> bool:
-    """Whether a sample of one of these keys' GPUs in their time range is loaded already."""
-    gpus = keys.get_column("gpu_uuid").unique().to_list()
-    con.register(_SLICE, keys.to_arrow(compat_level=pl.CompatLevel.oldest()))
-    try:
-        create_existing_view(con, config, low, high, ahead, _SLICE, gpus=set(gpus))
-        found = con.execute(
-            ANY_EXISTING_SQL, {"min_ts": low, "max_ts": high, "gpus": gpus}
-        ).fetchall()
-    finally:
-        con.unregister(_SLICE)
-    return bool(found and found[0][0])

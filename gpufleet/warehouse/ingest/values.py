@@ -1,18 +1,9 @@
-"""The values a sample may hold, and the checks that set aside a file holding any other.
-
-The rules (docs/reference.md#valid-values): every measured number within its range
-(`VALUE_RANGES`; NaN and the infinities are within none), and `ts` within the UTC day that
-the file's `date=` folder names, with a day of clock skew either side, and within the times
-any sample may have (`TimeLimits`: from `[ingest] earliest` to the ingest's time plus
-`[ingest] max_clock_skew_minutes`). A file with one row outside them is quarantined, as one
-with a NULL in a required column, a value that does not fit its type or a `cluster` of
-another site than its folder's is: its reason names the first bad row's column and value;
-so is a file whose `date=` folder names a day outside those times, whatever it holds
-(`folder_problem`). The rules are checked here alone, on a batch's rows as read
-(`value_problems`, polars, vectorised), in this order: a NULL in a required column, a value
-that does not fit, a time out of its window, a value out of its range (in the table's
-order), another site.
-"""
+"""The values a sample may hold (docs/reference.md#valid-values), and the checks that set
+aside a file holding any other: one line per measured column in `VALUE_RANGES`, the times of
+a file from its `date=` folder's day (`TimeWindow`) and of any sample (`TimeLimits`).
+`value_problems` checks a batch's rows, vectorised, in this order: a NULL in a required
+column, a value that does not fit, a time out of its window, a value out of its range (in
+the table's order), another site."""
 
 from __future__ import annotations
 
