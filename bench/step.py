@@ -82,7 +82,13 @@ def step_build(args: argparse.Namespace) -> dict[str, Any]:
 
     config = _config(args.data_dir)
     result = build(config, full=args.full)
-    return {"models": len(result.models), "mode": result.mode, "reason": result.reason}
+    return {
+        "models": len(result.models),
+        "mode": result.mode,
+        "reason": result.reason,
+        # each step's wall and CPU seconds and rows, as build_state.build_steps keeps them
+        "steps": [[s.name, s.seconds, s.cpu_s, s.rows] for s in result.steps],
+    }
 
 
 def step_cycle(args: argparse.Namespace) -> dict[str, Any]:

@@ -12,10 +12,14 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gpufleet.cli.collect import cluster_name
 from gpufleet.cli.common import config_source, iso_week, progress
 from gpufleet.config import Config
+
+if TYPE_CHECKING:
+    from gpufleet.warehouse.build import BuildResult
 
 
 def run_engine_or_flow(*, engine: Callable[[], object], flow: Callable[[], object]) -> int:
@@ -81,27 +85,48 @@ def add_build(commands: argparse._SubParsersAction) -> None:
             "any build after the SQL, the configuration or the reference data changed, "
             "rebuilds everything."
         ),
-        epilog="examples:\n  gpufleet build\n  gpufleet build --full",
+        epilog="examples:\n  gpufleet build\n  gpufleet build --full --verbose",
     )
     parser.add_argument(
         "--full",
         action="store_true",
         help="rebuild every model from all samples, even when an incremental build would do",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print each step's wall time, CPU time and rows (kept in "
+        "build_state.build_steps either way)",
+    )
     parser.set_defaults(handler=run_build)
 
 
+class _WithSteps:
+    """A build's result, printed with its steps (`--verbose`)."""
+
+    def __init__(self, result: BuildResult) -> None:
+        self.result = result
+
+    def __str__(self) -> str:
+        return "\n".join([str(self.result), *self.result.step_lines()])
+
+
 def run_build(args: argparse.Namespace, config: Config) -> int:
+    def shown(result: BuildResult) -> object:
+        return _WithSteps(result) if args.verbose else result
+
     def engine() -> object:
         from gpufleet.warehouse.build import build
 
-        return build(config, full=args.full)
+        return shown(build(config, full=args.full))
 
     def flow() -> object:
         from gpufleet.flows.build import build_flow
 
-        return build_flow(
-            data_dir=str(config.data_dir), config_path=config_source(config), full=args.full
+        return shown(
+            build_flow(
+                data_dir=str(config.data_dir), config_path=config_source(config), full=args.full
+            )
         )
 
     # [compute] dask: a full build's partitions are Prefect tasks, with or without a server

@@ -20,6 +20,7 @@ from gpufleet.warehouse.build.memory import fit_memory_limit
 from gpufleet.warehouse.build.models import (
     DOCS_FILE_NAME,
     PERSISTENT,
+    TABLES,
     Model,
     apply_docs,
     create_empty,
@@ -28,6 +29,7 @@ from gpufleet.warehouse.build.models import (
     load_docs,
     render,
 )
+from gpufleet.warehouse.build.steps import StepClock
 from gpufleet.warehouse.lake.ranges import uuid_ranges
 from gpufleet.warehouse.lake.samples import LakeFiles, samples_sql
 
@@ -58,12 +60,15 @@ def build_all_models(
     *,
     fan_out: FanOut | None = None,
     lake: LakeFiles | None = None,
+    clock: StepClock | None = None,
 ) -> None:
     """A full build: every model from scratch; the marts end up as documented tables (and
     views). The caller starts the id tables afresh first (ids.forget_ids). With `fan_out`,
     the CHUNKED_MODELS are built a GPU range per partition on its workers (`fanout.py`).
     `lake`: the files the `samples` view names (lake.samples.evicted_files), of which a
-    slice reads only those that may hold its GPUs; None reads the view as it is."""
+    slice reads only those that may hold its GPUs; None reads the view as it is. `clock`
+    times each model (its step named after it) and the build's own steps (`steps.py`)."""
+    clock = clock or StepClock.start()
     docs = load_docs(sql_dir)
     marts = [name for name in order if models[name].layer == "marts"]
     undocumented = sorted(set(marts) - docs.keys())
@@ -76,25 +81,31 @@ def build_all_models(
     if lake is None or len(lake) <= METADATA_CACHE_FILES:
         con.execute("set parquet_metadata_cache = true")
     try:
-        row = con.execute("select count(*) from samples").fetchone()  # the lake's footers
-        samples = int(row[0] if row else 0)
+        with clock.step("count_samples") as counted:
+            row = con.execute("select count(*) from samples").fetchone()  # the lake's footers
+            samples = counted.rows = int(row[0] if row else 0)
         chunks = max(1, -(-samples // FULL_BUILD_CHUNK_SAMPLES))
         fanned = [name for name in order if name in CHUNKED_MODELS] if fan_out else []
         for name in order:
             if name in fanned:
                 if fan_out and name == fanned[0]:  # all at once, where the first is due
-                    fan_out.build_models(con, models, order, fanned, samples, sql_dir)
-            elif chunks > 1 and name in CHUNKED_MODELS:
-                _create_in_chunks(con, models, name, chunks, lake)  # fits the cap per slice
-            else:
-                fit_memory_limit(con)
-                create_model(con, models[name])
-            record_new_ids(con, name)
-        for name in marts:
-            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
-        # The tables ingest writes that users query too (samples, quarantined_files).
-        for name in sorted(docs.keys() - set(marts)):
-            apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
+                    with clock.step("+".join(fanned), is_model=True):
+                        fan_out.build_models(con, models, order, fanned, samples, sql_dir)
+                record_new_ids(con, name)
+                continue
+            with clock.model(con, name, is_table=models[name].materialized in TABLES):
+                if chunks > 1 and name in CHUNKED_MODELS:
+                    _create_in_chunks(con, models, name, chunks, lake)  # fits the cap per slice
+                else:
+                    fit_memory_limit(con)
+                    create_model(con, models[name])
+                record_new_ids(con, name)
+        with clock.step("comments"):
+            for name in marts:
+                apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
+            # The tables ingest writes that users query too (samples, quarantined_files).
+            for name in sorted(docs.keys() - set(marts)):
+                apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
     finally:
         con.execute("reset parquet_metadata_cache")
         for name in reversed(order):

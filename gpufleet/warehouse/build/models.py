@@ -32,6 +32,7 @@ MACROS_FILE_NAME = "_macros.sql"  # shared macros, run before the models
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZATIONS = ("temp_view", "temp_table", "table", "view")
 PERSISTENT = ("table", "view")  # the materializations that stay in the warehouse
+TABLES = ("temp_table", "table")  # the materializations that hold rows
 DEFAULT_MATERIALIZATION = {"staging": "temp_view", "intermediate": "temp_table", "marts": "table"}
 
 # The one mart an intermediate may read: the per-sample window (int_samples_sequenced),

@@ -12,7 +12,6 @@ lake (`lake/samples.py`) and expiring samples past `[retention] samples_days`
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +46,7 @@ from gpufleet.warehouse.build.state import (
     record_full_build,
     samples_load_top,
 )
+from gpufleet.warehouse.build.steps import Step, StepClock, record_steps, step_lines
 from gpufleet.warehouse.lake.samples import (
     evict_built_days,
     refresh_samples_view,
@@ -62,7 +62,8 @@ from gpufleet.warehouse.publish.slots import (
 @dataclass(frozen=True, kw_only=True)
 class BuildResult:
     """What a build did: full, incremental or nothing; rows per mart (an incremental
-    build's without the views over several marts: `models.count_mart_rows`); wall time."""
+    build's without the views over several marts: `models.count_mart_rows`); wall time, and
+    each step's (`steps.py`; `gpufleet build --verbose` prints them)."""
 
     mode: str  # "full", "incremental" or "up to date"
     reason: str
@@ -72,6 +73,7 @@ class BuildResult:
     evicted: int = 0  # samples of compacted days moved from the warehouse file to the lake
     kept: tuple[str, ...] = ()  # per closed month the build computed differently: one line
     expired: tuple[str, ...] = ()  # what retention deleted: one line each
+    steps: tuple[Step, ...] = ()  # in the order they ran; a standalone build's publish last
 
     def __str__(self) -> str:
         moved = f"; {self.evicted:,} samples of compacted days moved to the lake" * bool(
@@ -82,6 +84,10 @@ class BuildResult:
         lines += [f"  {name:<{width}}  {rows:>12,} rows" for name, rows in self.mart_rows.items()]
         return "\n".join([*lines, *self.kept, *self.expired])
 
+    def step_lines(self) -> list[str]:
+        """Each step's wall time, share, CPU time and rows, in the order they ran."""
+        return [f"steps ({len(self.steps)}):", *step_lines(self.steps)]
+
 
 def build_models(
     con: duckdb.DuckDBPyConnection,
@@ -90,27 +96,36 @@ def build_models(
     full: bool = False,
     sql_dir: Path = SQL_DIR,
     fan_out: FanOut | None = None,
+    clock: StepClock | None = None,
 ) -> BuildResult:
     """Update the marts on `con`: incrementally when the last build allows, else in full
-    (the per-series models on the workers of `fan_out` when given: `fanout.py`)."""
-    started = time.perf_counter()
-    models = discover_models(sql_dir)
-    order = build_order(models)
-    prepare(con, config, sql_dir=sql_dir)
-    ensure_state_tables(con)
-    ensure_kept_tables(con)
-    if not samples_view_is_current(con):
-        # A warehouse of an older release: its samples_stored has just gained the newer
-        # columns (`ensure_raw_tables`); the `samples` view the models read lists them too.
-        refresh_samples_view(con, config)
-        apply_table_docs(con, "samples", sql_dir)
-    sql_files = [path for path in sql_dir.rglob("*") if path.suffix in (".sql", ".toml")]
-    digest = fingerprint(con, model_variables(config), sql_files)
-    state = read_state(con)
-    top = samples_load_top(con)
-    dated_since = None if state is None else dated_references_since(con)
-    reopened = reopened_since(con)  # a month reopened: recomputed from its first day on
-    refs_since = min((day for day in (dated_since, reopened) if day is not None), default=None)
+    (the per-series models on the workers of `fan_out` when given: `fanout.py`). Each step's
+    time is kept in `build_state.build_steps` (`steps.py`); `clock`: one started earlier."""
+    clock = clock or StepClock.start()
+    with clock.step("prepare"):
+        models = discover_models(sql_dir)
+        order = build_order(models)
+        prepare(con, config, sql_dir=sql_dir)
+        ensure_state_tables(con)
+        ensure_kept_tables(con)
+        if not samples_view_is_current(con):
+            # A warehouse of an older release: its samples_stored has just gained the newer
+            # columns (`ensure_raw_tables`); the `samples` view the models read lists them too.
+            refresh_samples_view(con, config)
+            apply_table_docs(con, "samples", sql_dir)
+    with clock.step("decide"):  # full, incremental or up to date
+        sql_files = [path for path in sql_dir.rglob("*") if path.suffix in (".sql", ".toml")]
+        digest = fingerprint(con, model_variables(config), sql_files)
+        state = read_state(con)
+        top = samples_load_top(con)
+        dated_since = None if state is None else dated_references_since(con)
+        reopened = reopened_since(con)  # a month reopened: recomputed from its first day on
+        refs_since = min((day for day in (dated_since, reopened) if day is not None), default=None)
+        changed = (
+            state is not None
+            and state.fingerprint == digest
+            and (top != state.samples_load_id or allocations_changed(con) or refs_since is not None)
+        )
     if full:
         mode, reason = "full", "asked for"
     elif state is None:
@@ -120,7 +135,7 @@ def build_models(
             "full",
             "the SQL, the configuration or the reference data (users, hosts, prices) changed",
         )
-    elif top == state.samples_load_id and not allocations_changed(con) and refs_since is None:
+    elif not changed:
         mode, reason = "up to date", "no new samples or allocations"
     else:
         outcome = build_incrementally(
@@ -131,6 +146,7 @@ def build_models(
             after=state.samples_load_id,
             top=top,
             refs_since=refs_since,
+            clock=clock,
         )
         if isinstance(outcome, str):
             mode, reason = "full", outcome
@@ -146,29 +162,45 @@ def build_models(
             if reopened is not None:
                 reason += f"; reopened days from {reopened} on"
     if mode == "full":
-        forget_ids(con)
-        _free_marts(con, models, order)
-        lake = refresh_samples_view(con, config)  # the lake's files by their paths as of now
-        build_all_models(con, models, order, sql_dir, fan_out=fan_out, lake=lake)
-        record_full_build(con, top=top, digest=digest)
-    kept = restore_kept(con, models, full=mode == "full") if mode != "up to date" else []
-    if mode != "up to date":  # a failure is raised before anything is published
-        check_marts(con, sql_dir, incremental=mode == "incremental")
+        with clock.step("free_marts"):
+            forget_ids(con)
+            _free_marts(con, models, order)
+        with clock.step("list_lake_files"):
+            lake = refresh_samples_view(con, config)  # the lake's files by their paths as of now
+        build_all_models(con, models, order, sql_dir, fan_out=fan_out, lake=lake, clock=clock)
+        with clock.step("record_state"):
+            record_full_build(con, top=top, digest=digest)
+    kept: list[str] = []
+    if mode != "up to date":
+        with clock.step("kept_rows"):
+            kept = restore_kept(con, models, full=mode == "full")
+        with clock.step("data_tests"):  # a failure is raised before anything is published
+            check_marts(con, sql_dir, incremental=mode == "incremental")
     # Every row of samples_stored is in the marts now: compacted host-days may leave it.
-    evicted = evict_built_days(con, config)
-    expired = expire_samples(con, config)
-    if evicted or expired.samples:
-        apply_table_docs(con, "samples", sql_dir)  # a view made afresh has no comments
+    with clock.step("evict_to_lake") as step:
+        evicted = step.rows = evict_built_days(con, config)
+    with clock.step("expire_samples") as step:
+        expired = expire_samples(con, config)
+        step.rows = expired.samples
+        if evicted or expired.samples:
+            apply_table_docs(con, "samples", sql_dir)  # a view made afresh has no comments
+    with clock.step("count_marts"):
+        # an incremental build's leave out the views over several marts (job_efficiency)
+        mart_rows = count_mart_rows(con, models, order, views=mode != "incremental")
+    with clock.step("checkpoint"):  # the build's changes written to the file
+        con.execute("checkpoint")
+    record_steps(con, clock, mode=mode, reason=reason)
+    seconds, _ = clock.elapsed()
     return BuildResult(
         mode=mode,
         reason=reason,
         models=tuple(order),
-        # an incremental build's leave out the views over several marts (job_efficiency)
-        mart_rows=count_mart_rows(con, models, order, views=mode != "incremental"),
-        seconds=time.perf_counter() - started,
+        mart_rows=mart_rows,
+        seconds=seconds,
         evicted=evicted,
         kept=tuple(kept),
         expired=(str(expired),) if expired.samples or expired.files else (),
+        steps=tuple(clock.steps),
     )
 
 
@@ -198,10 +230,26 @@ def build(
     Inside a caller's `write_transaction` the build joins it: the caller publishes, then
     runs `after_publish` (as `cycle.ingest_then_build` does)."""
     joined = in_write_transaction(config)
+    clock = StepClock.start()
     # A full build replaces every mart: the other slot's stale marts need no catching up.
     with write_transaction(config, lock_timeout_s=lock_timeout_s, rebuild=full) as con:
-        result = build_models(con, config, full=full, fan_out=fan_out)
+        if not joined:  # waiting for the lock, then catching the slot up or copying the file
+            seconds, cpu_s = clock.elapsed()
+            clock.add(Step(name="open_warehouse", is_model=False, seconds=seconds, cpu_s=cpu_s))
+        result = build_models(con, config, full=full, fan_out=fan_out, clock=clock)
+        built = clock.elapsed()
     if joined:
         return result
+    # Published (checkpointed, synced, renamed) after its steps were recorded in it: the
+    # result has this step, build_state.build_steps not.
+    seconds, cpu_s = clock.elapsed()
+    publish = Step(
+        name="publish", is_model=False, seconds=seconds - built[0], cpu_s=cpu_s - built[1]
+    )
     # Once published: the raw files of expired days, and weekly reports past reports_weeks.
-    return replace(result, expired=result.expired + after_publish(config))
+    return replace(
+        result,
+        expired=result.expired + after_publish(config),
+        steps=(*result.steps, publish),
+        seconds=seconds,
+    )

@@ -41,8 +41,15 @@ from gpufleet.warehouse.build.incremental.window import (
     window_is_a_suffix,
 )
 from gpufleet.warehouse.build.memory import fit_memory_limit
-from gpufleet.warehouse.build.models import Model, build_order, create_model, drop_model
+from gpufleet.warehouse.build.models import (
+    TABLES,
+    Model,
+    build_order,
+    create_model,
+    drop_model,
+)
 from gpufleet.warehouse.build.state import record_incremental_build
+from gpufleet.warehouse.build.steps import StepClock
 
 # Every mart an incremental build knows how to replace; any other means a full build.
 INCREMENTAL_MARTS = frozenset(
@@ -73,10 +80,12 @@ def build_incrementally(
     after: int,
     top: int,
     refs_since: dt.date | None = None,
+    clock: StepClock | None = None,
 ) -> IncrementalOutcome | str:
     """Bring the marts up to load `top` of samples_stored, and every GPU up to date from the
     local day `refs_since` on (dated reference rows changed); or why only a full build
-    can."""
+    can. `clock` times each model and the selection of the slice (`build/steps.py`)."""
+    clock = clock or StepClock.start()
     order = incremental_order(models, order)
     marts = {
         name
@@ -85,13 +94,14 @@ def build_incrementally(
     }
     if marts != INCREMENTAL_MARTS:
         return "a mart has no incremental plan"
-    select_new_samples(con, config, after=after, top=top, refs_since=refs_since)
-    if names_would_change(con):
-        return "a GPU's name changed"
+    with clock.step("select_new_samples"):
+        select_new_samples(con, config, after=after, top=top, refs_since=refs_since)
+        if names_would_change(con):
+            return "a GPU's name changed"
     con.execute("create or replace temp table _inc_days (day date)")
     created: list[Model] = []
     try:
-        why_not = _run_models(con, models, order, created)
+        why_not = _run_models(con, models, order, created, clock)
         if why_not is not None:
             return why_not
         totals = con.execute(
@@ -128,43 +138,61 @@ def _run_models(
     models: Mapping[str, Model],
     order: list[str],
     created: list[Model],
+    clock: StepClock,
 ) -> str | None:
     """Each model in order on the slice: the temp ones created (and added to `created`), the
-    marts' rows replaced; None, or why only a full build can."""
-    remap = {"samples": "_inc_samples"}
+    marts' rows replaced; None, or why only a full build can. Each timed on `clock`."""
+    remap: dict[str, str] = {"samples": "_inc_samples"}
     for name in order:
         model = models[name]
         if model.materialized == "view":
             continue  # a view of other marts: nothing to recompute
-        fit_memory_limit(con)
-        if model.layer != "marts":
-            create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
-            created.append(model)
-            if name == "int_series_ids":
-                keep_series_names(con)
-            record_new_ids(con, name)
-        elif name == PER_SAMPLE_MART:
-            replace_sample_rows(con, model, remap)
-            create_window(con, PER_SAMPLE_MART)
-            if not window_is_a_suffix(con, PER_SAMPLE_MART):
-                return "local hours go back where the new samples begin (a clock change)"
-            remap = {**remap, PER_SAMPLE_MART: "_inc_window"}
-        elif name == PIECES_MART:
-            if not replace_pieces(con, model, remap):
-                return "the start of a run open before the new samples is unknown"
-            # The runs' models read the pieces of the touched runs only.
-            remap = {**remap, PIECES_MODEL: "_inc_idle_pieces"}
-        elif name in RUN_MARTS:
-            replace_runs(con, model, remap)
-        elif name == GPU_DAY_MART:
-            replace_gpu_days(con, model, models, remap)
-        elif name == GPU_HOUR_MART:
-            replace_gpu_hours(con, model, remap)
-        elif name == ALLOC_ONLY_MART:
-            replace_alloc_only_days(con, model, remap)
-        else:
-            replace_period_rows(con, model, remap, per_week=name in PER_WEEK_MARTS)
+        with clock.model(con, name, is_table=model.materialized in TABLES):
+            remap, why_not = _run_model(con, models, name, remap, created)
+        if why_not is not None:
+            return why_not
     return None
+
+
+def _run_model(
+    con: duckdb.DuckDBPyConnection,
+    models: Mapping[str, Model],
+    name: str,
+    remap: dict[str, str],
+    created: list[Model],
+) -> tuple[dict[str, str], str | None]:
+    """One model of `_run_models`: the remap the models after it read with, and None or
+    why only a full build can."""
+    model = models[name]
+    fit_memory_limit(con)
+    if model.layer != "marts":
+        create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
+        created.append(model)
+        if name == "int_series_ids":
+            keep_series_names(con)
+        record_new_ids(con, name)
+    elif name == PER_SAMPLE_MART:
+        replace_sample_rows(con, model, remap)
+        create_window(con, PER_SAMPLE_MART)
+        if not window_is_a_suffix(con, PER_SAMPLE_MART):
+            return remap, "local hours go back where the new samples begin (a clock change)"
+        return {**remap, PER_SAMPLE_MART: "_inc_window"}, None
+    elif name == PIECES_MART:
+        if not replace_pieces(con, model, remap):
+            return remap, "the start of a run open before the new samples is unknown"
+        # The runs' models read the pieces of the touched runs only.
+        return {**remap, PIECES_MODEL: "_inc_idle_pieces"}, None
+    elif name in RUN_MARTS:
+        replace_runs(con, model, remap)
+    elif name == GPU_DAY_MART:
+        replace_gpu_days(con, model, models, remap)
+    elif name == GPU_HOUR_MART:
+        replace_gpu_hours(con, model, remap)
+    elif name == ALLOC_ONLY_MART:
+        replace_alloc_only_days(con, model, remap)
+    else:
+        replace_period_rows(con, model, remap, per_week=name in PER_WEEK_MARTS)
+    return remap, None
 
 
 def _drop_temps(con: duckdb.DuckDBPyConnection, created: list[Model]) -> None:
