@@ -55,7 +55,7 @@ def test_the_wheel_adds_exactly_one_top_level_name(wheel: zipfile.ZipFile) -> No
 
 
 @pytest.mark.slow
-def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_shtab_and_ijson(
+def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_shtab_ijson_and_msgspec(
     wheel: zipfile.ZipFile,
 ) -> None:
     [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
@@ -64,5 +64,6 @@ def test_a_plain_install_pulls_only_nvidia_ml_py_pyarrow_shtab_and_ijson(
     plain = sorted(
         r.split(">")[0].split("=")[0].split("<")[0].strip() for r in required if "extra ==" not in r
     )
-    # shtab: `gpufleet completion`; ijson: `gpufleet import slurm` (sacct's JSON as a stream)
-    assert plain == ["ijson", "nvidia-ml-py", "pyarrow", "shtab"]
+    # shtab: `gpufleet completion`; ijson: `gpufleet import slurm` (sacct's JSON as a stream);
+    # msgspec: `gpufleet import prometheus` (range-query answers decoded typed)
+    assert plain == ["ijson", "msgspec", "nvidia-ml-py", "pyarrow", "shtab"]

@@ -19,13 +19,37 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from gpufleet.errors import GpufleetError
 
 
 class PrometheusError(GpufleetError):
     """Prometheus could not answer a query, or answered something the importer cannot use."""
+
+
+# A range query's answer in the shape Prometheus gives it, each point decoded as a tuple: the
+# garbage collector stops tracking a tuple of a number and a text, never a list (a window of
+# a thousand GPUs is 700,000 points, and collections over lists of them took as long as the
+# parse). An answer of any other shape is read as any JSON and checked as such.
+class _Series(TypedDict):
+    metric: dict[str, str]
+    values: list[tuple[float, str]]
+
+
+class _Matrix(TypedDict):
+    resultType: str
+    result: list[_Series]
+
+
+class _MatrixAnswer(TypedDict):
+    status: str
+    data: _Matrix
+
+
+_MATRIX_ANSWER = msgspec.json.Decoder(_MatrixAnswer)
 
 
 class PrometheusApi:
@@ -57,6 +81,7 @@ class PrometheusApi:
                 ("step", _num(step_s)),
             ],
             what=f"query '{query}'",
+            decoder=_MATRIX_ANSWER,
         )
         if not isinstance(data, dict) or data.get("resultType") != "matrix":
             raise PrometheusError(f"query '{query}': the answer is not a matrix")
@@ -96,7 +121,14 @@ class PrometheusApi:
             raise PrometheusError(f"{what}: the answer is not a list of strings")
         return data
 
-    def _get(self, path: str, params: list[tuple[str, str]], *, what: str) -> Any:
+    def _get(
+        self,
+        path: str,
+        params: list[tuple[str, str]],
+        *,
+        what: str,
+        decoder: msgspec.json.Decoder[Any] | None = None,
+    ) -> Any:
         address = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(address, headers={"Accept": "application/json"})
         _request_deadline.at = time.monotonic() + self.timeout_s
@@ -116,7 +148,7 @@ class PrometheusApi:
         except (OSError, ValueError, http.client.HTTPException) as exc:  # cut off mid-answer
             raise PrometheusError(f"{what}: cannot read the answer of {self.url}: {exc}") from exc
         try:
-            answer = json.loads(body)
+            answer = _decoded(body, decoder)
         except ValueError as exc:
             raise PrometheusError(
                 f"{what}: {self.url} did not answer with Prometheus API JSON"
@@ -210,6 +242,16 @@ class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(  # the default TLS context, as urlopen's
             functools.partial(_DeadlineHTTPSConnection, deadline=deadline), req
         )
+
+
+def _decoded(body: bytes, decoder: msgspec.json.Decoder[Any] | None) -> Any:
+    """`body` as `decoder` reads it, or, when it does not fit (or no decoder), as any JSON."""
+    if decoder is not None:
+        try:
+            return decoder.decode(body)
+        except msgspec.MsgspecError:
+            pass
+    return json.loads(body)
 
 
 def _num(value: float) -> str:

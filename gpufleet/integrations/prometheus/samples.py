@@ -158,10 +158,10 @@ def point_times(series: dict[str, Any], *, query: str) -> list[float]:
 
 
 def _pairs(values: Any) -> bool:
-    """Whether `values` is a non-empty list of [time, value] lists, as Prometheus answers."""
+    """Whether `values` is a non-empty list of [time, value] pairs, as Prometheus answers."""
     if not isinstance(values, list) or not values:
         return False
-    return set(map(type, values)) == {list} and set(map(len, values)) == {2}
+    return set(map(type, values)) <= {list, tuple} and set(map(len, values)) == {2}
 
 
 def _times(times: list[Any], answer: list[dict[str, Any]], *, query: str) -> pa.Array:
