@@ -16,6 +16,9 @@ after one untimed query over every sample (so that neither reads a cold TSDB):
   READ_AHEAD at a time, as the import keeps its range queries in flight), each answer read
   to its end and not parsed;
 - the ratio of the two, against the target of 1.5x;
+- with `--also-replay FILE`, Prometheus alone on another recorded set of requests (the
+  `asked.txt` a run of an earlier version left in the workdir, copied aside): an import that
+  asks fewer, larger queries changes Prometheus' side too, and this times both sets alike;
 - Prometheus' own CPU time (/proc) while it answers alone and during the import: on a
   machine shared with other work, the wall times depend on the share each gets.
 """
@@ -122,7 +125,7 @@ def backfill(workdir: Path, gpus: int, hours: int, scrape_s: int, start: int) ->
     began = time.monotonic()
     for process in [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in commands]:
         if process.wait():
-            raise RuntimeError(f"promtool failed: {process.args}")
+            raise RuntimeError(f"promtool failed: {process.args!r}")
     for part in range(parts):
         for block in (workdir / f"part-{part}").iterdir():
             block.rename(tsdb / block.name)
@@ -169,7 +172,7 @@ def child(url: str, data_dir: Path, args: argparse.Namespace, start: int, record
             asked.write(f"{api.url}{path}?{urllib.parse.urlencode(params)}\n")
         return plain_get(api, path, params, **kw)
 
-    PrometheusApi._get = recorded  # type: ignore[method-assign]
+    PrometheusApi._get = recorded  # type: ignore[method-assign, assignment]
     config = Config(
         data_dir=data_dir,
         prometheus=PrometheusConfig(
@@ -204,11 +207,12 @@ def measure_import(url: str, workdir: Path, args: argparse.Namespace, start: int
     return figures | {"process_s": time.monotonic() - began, "asked": record}
 
 
-def replay(record: Path) -> tuple[float, int, int]:
+def replay(record: Path, url: str) -> tuple[float, int, int]:
     """Prometheus alone: every request the import made (the same URLs, in the same order,
     READ_AHEAD at a time, as the import keeps its range queries in flight), each answer
-    read to its end and not parsed. Returns the seconds, the requests and the bytes."""
-    urls = record.read_text().split()
+    read to its end and not parsed, asked of the Prometheus at `url`. Returns the seconds,
+    the requests and the bytes."""
+    urls = [url + address[address.index("/api/") :] for address in record.read_text().split()]
 
     def ask(url: str) -> int:
         with urllib.request.urlopen(url, timeout=600) as response:
@@ -248,6 +252,11 @@ def main() -> int:
     parser.add_argument(
         "--span", type=int, help="hours imported, from the first (default: --hours): memory"
     )
+    parser.add_argument(
+        "--also-replay",
+        type=Path,
+        help="another run's recorded requests (its asked.txt), timed alone after this run's",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # URL, data directory
     parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -266,8 +275,12 @@ def main() -> int:
         before = cpu_seconds(process.pid)
         imported = measure_import(url, workdir, args, start)
         between = cpu_seconds(process.pid)
-        alone, requests, answered = replay(imported["asked"])
+        alone, requests, answered = replay(imported["asked"], url)
         served = {"import": between - before, "alone": cpu_seconds(process.pid) - between}
+        if args.also_replay:
+            before = cpu_seconds(process.pid)
+            other = replay(args.also_replay, url)
+            served["other"] = cpu_seconds(process.pid) - before
     finally:
         process.terminate()
         process.wait()
@@ -278,6 +291,11 @@ def main() -> int:
         f"Prometheus' own CPU: {served['alone']:.1f} s to answer them alone, "
         f"{served['import']:.1f} s during the import"
     )
+    if args.also_replay:
+        log(
+            f"{args.also_replay}: {other[1]:,} requests, {other[2] / 1e6:,.0f} MB of answers, "
+            f"Prometheus alone {other[0]:.1f} s (its CPU {served['other']:.1f} s)"
+        )
     print(
         f"| {args.gpus} GPUs, {args.span or args.hours} h at {args.scrape} s, "
         f"step {args.step} s | "
