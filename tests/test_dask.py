@@ -25,7 +25,6 @@ from gpufleet.simulate.fleet import (
     simulate_window,
     write_reference_files,
 )
-from gpufleet.warehouse.base.kill_hook import KILL_ENV
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.build.fanout import SCRATCH_DIR_NAME, partition_bounds
@@ -33,6 +32,7 @@ from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.ingest.fanned import load_runs
 from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
+from tests.dask_kill import KillAtStart
 from tests.test_incremental import _mart
 
 pytest.importorskip("prefect_dask")
@@ -103,19 +103,29 @@ def cluster(
 ) -> Iterator[tuple[str, Path]]:
     """One LocalCluster of 2 worker processes for the module's tests that name its
     scheduler (tcp://): its workers report to the session's Prefect server and die as the
-    files in the folder returned say (base/kill_hook.py); a task may die once, not twice."""
+    files in the folder returned say (tests/dask_kill.py); a task may die once, not twice.
+    A killed worker's nanny starts a new one, which may take the loaded test machine more
+    than the 15 s after which the cluster would otherwise close that nanny for good (and
+    a task waiting for a worker would wait forever)."""
     import dask
-    from distributed import LocalCluster
+    from distributed import Client, LocalCluster
     from prefect.settings import get_current_settings
 
     kill_dir = tmp_path_factory.mktemp("kill")
-    env = {"PREFECT_API_URL": str(get_current_settings().api.url), KILL_ENV: str(kill_dir)}
+    env = {"PREFECT_API_URL": str(get_current_settings().api.url)}
     with (
-        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        dask.config.set(
+            {
+                "distributed.scheduler.allowed-failures": 1,
+                "distributed.deploy.lost-worker-timeout": "1 hour",
+            }
+        ),
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env
         ) as running,
     ):
+        with Client(running.scheduler_address) as client:
+            client.register_plugin(KillAtStart(kill_dir))
         yield running.scheduler_address, kill_dir
 
 
@@ -158,7 +168,7 @@ def test_a_worker_killed_once_is_retried_with_the_same_rows(
     from gpufleet.flows.build import build_flow
 
     config, embedded = fleet
-    once = cluster[1] / "0.once"
+    once = cluster[1] / "partition-0.once"
     once.touch()
     result = build_flow(data_dir=str(_dask(config, scheduler).data_dir), full=True)
     assert not once.exists() and result.mode == "full"  # partition 1 died, then ran again
@@ -173,7 +183,7 @@ def test_a_worker_killed_on_every_try_fails_the_build_and_changes_nothing(
 ) -> None:
     config, embedded = fleet
     before = _generation(config)
-    (cluster[1] / "1").touch()
+    (cluster[1] / "partition-1").touch()
     _dask(config, scheduler)
     assert main(["--data-dir", str(config.data_dir), "build", "--full"]) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if "gpufleet: error" in line]

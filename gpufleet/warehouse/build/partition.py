@@ -19,7 +19,6 @@ from pathlib import Path
 
 import duckdb
 
-from gpufleet.warehouse.base.kill_hook import maybe_kill
 from gpufleet.warehouse.base.sql_text import literal
 
 
@@ -64,7 +63,6 @@ class PartitionResult:
 def run_partition(partition: Partition) -> PartitionResult:
     """Build the partition's models in a DuckDB of its own and write them as Parquet."""
     started = time.perf_counter()
-    maybe_kill(str(partition.index))  # a test's killed worker: base/kill_hook.py
     # Never the build's own folder: a build that failed has removed it, and a task still
     # running on a remote worker then fails here instead of leaving files behind.
     for folder in (Path(partition.output_dir), Path(partition.temp_dir).parent):

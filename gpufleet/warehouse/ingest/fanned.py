@@ -31,7 +31,6 @@ import duckdb
 import pyarrow.compute as pc
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.kill_hook import maybe_kill
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
 from gpufleet.warehouse.ingest.insert import (
@@ -94,7 +93,6 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
     """Read, check and compact the task's batches (on a worker). A retried task writes the
     same bytes under the same names (`write_compacted` writes beside, then renames)."""
     started = time.perf_counter()
-    maybe_kill(f"load-{task.index}")  # a test's killed worker: base/kill_hook.py
     config = Config(data_dir=Path(task.data_dir))
     taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
     return LoadTaskResult(

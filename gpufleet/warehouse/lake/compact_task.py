@@ -16,7 +16,6 @@ import duckdb
 import pyarrow as pa
 
 from gpufleet.errors import GpufleetError
-from gpufleet.warehouse.base.kill_hook import maybe_kill
 from gpufleet.warehouse.lake.compact import compact_from_files
 from gpufleet.warehouse.lake.fanout import CompactTask, CompactTaskResult
 
@@ -30,7 +29,6 @@ def run_compact_task(task: CompactTask) -> CompactTaskResult:
     compaction leaves it (`failed`); the staging directories are the host's: a task still
     running after the ingest failed finds them gone and writes nothing."""
     started = time.perf_counter()
-    maybe_kill(f"compact-{task.index}")  # a test's killed worker: base/kill_hook.py
     Path(task.temp_dir).mkdir(exist_ok=True)  # its parent lives as long as the ingest
     settings: dict[str, str | bool | int | float | list[str]] = {"temp_directory": task.temp_dir}
     if task.threads:
