@@ -12,11 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from gpufleet.warehouse.base import deletes
@@ -230,6 +232,41 @@ def _mart(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[Any, ...]]:
     return normal
 
 
+def mart_table(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
+    """The rows of `name` as `_mart` orders them, as one Arrow table: a tenth of the time of
+    `_mart` on 100,000 samples, which builds a Python tuple a row."""
+    con.complete()  # a result of execute() left unread (a fetchone's) would refuse sql()
+    return con.sql(f"select * from {name} order by all").to_arrow_table()
+
+
+def assert_same_rows(got: pa.Table, expected: pa.Table, name: str) -> None:
+    """`got` holds `expected`'s rows, compared as `_mart` compares them (floats rounded, NaN
+    as null): at once when the tables are equal as they are, else row by row, so that a
+    difference shows as pytest shows one of two lists."""
+    if got.equals(expected):
+        return
+    assert _table_rows(got) == _table_rows(expected), name
+
+
+def assert_same_marts(
+    con: duckdb.DuckDBPyConnection, other: duckdb.DuckDBPyConnection, names: Iterable[str]
+) -> None:
+    """Each mart of `names` holds the same rows in both warehouses (`assert_same_rows`)."""
+    for name in names:
+        assert_same_rows(mart_table(con, name), mart_table(other, name), name)
+
+
+def _table_rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """`_mart`'s rows of an Arrow table: a tuple a row, its float values `_normal`."""
+    columns = [
+        [_normal(value) for value in column.to_pylist()]
+        if pa.types.is_floating(column.type) or pa.types.is_union(column.type)
+        else column.to_pylist()
+        for column in table.columns
+    ]
+    return list(zip(*columns, strict=True))
+
+
 def _built_chunk_by_chunk() -> tuple[Fleet, list[str]]:
     """The fleet built as its chunks arrive, one late; each build's mode."""
     incremental = _fleet()
@@ -271,9 +308,9 @@ def test_incremental_build_equals_full_build(
     built: tuple[Fleet, Fleet, list[str]], mart: str
 ) -> None:
     incremental, full, _ = built
-    expected = _mart(full.con, mart)
-    assert expected, f"{mart} is empty: the data does not exercise it"
-    assert _mart(incremental.con, mart) == expected
+    expected = mart_table(full.con, mart)
+    assert expected.num_rows, f"{mart} is empty: the data does not exercise it"
+    assert_same_rows(mart_table(incremental.con, mart), expected, mart)
 
 
 def test_incremental_builds_deleting_a_few_series_at_a_time_equal_a_full_build(
@@ -284,8 +321,7 @@ def test_incremental_builds_deleting_a_few_series_at_a_time_equal_a_full_build(
     _, full, _ = built
     monkeypatch.setattr(deletes, "BATCH_ROWS", 300)
     incremental, _ = _built_chunk_by_chunk()
-    for mart in MARTS:
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(incremental.con, full.con, MARTS)
 
 
 def test_data_has_names_first_seen_in_an_incremental_build(
@@ -514,10 +550,10 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     assert len(inodes) == 4
     assert len(set(inodes)) == 2, "each publish after the first two reuses a file in place"
     assert inodes[2:] == inodes[:-2]
-    expected = {mart: _mart(full.con, mart) for mart in MARTS}
+    expected = {mart: mart_table(full.con, mart) for mart in MARTS}
     with connect_read_only(config) as con:
         for mart in MARTS:
-            assert _mart(con, mart) == expected[mart], mart
+            assert_same_rows(mart_table(con, mart), expected[mart], mart)
     # A full build after a full build reuses the other file too (its stale marts are all
     # replaced), where any other write after a full build copies the file.
     for _ in range(2):
@@ -526,7 +562,7 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     assert set(inodes[-2:]) == set(inodes[:2])
     with connect_read_only(config) as con:
         for mart in MARTS:
-            assert _mart(con, mart) == expected[mart], mart
+            assert_same_rows(mart_table(con, mart), expected[mart], mart)
     with write_transaction(config) as con:
         _arrive(con, 0, 10, "false")
     assert config.warehouse_path.stat().st_ino not in inodes
@@ -541,8 +577,7 @@ def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
     sliced = _fleet()
     _arrive(sliced.con, 0, SAMPLES_PER_GPU * 10, "true")
     assert build_models(sliced.con, sliced.config).mode == "full"
-    for mart in MARTS:
-        assert _mart(sliced.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(sliced.con, full.con, MARTS)
     runs, series = _stored_runs(sliced.con)
     assert runs <= 4 * series  # each slice's rows in series and time order, too
     temps = sliced.con.execute(
@@ -592,8 +627,7 @@ def test_changed_allocations_recompute_their_gpus_incrementally(
         "select distinct gpu_uuid from samples_attributed where job_id = 'ns/pod-9'"
     ).fetchall()
     assert pod_9 == [("GPU-6",)]
-    for mart in MARTS:
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(incremental.con, full.con, MARTS)
 
 
 def test_a_run_open_across_a_day_without_samples_keeps_its_start() -> None:
@@ -615,8 +649,7 @@ def test_a_run_open_across_a_day_without_samples_keeps_its_start() -> None:
     assert episodes == _mart(full.con, "idle_episodes")
     one = incremental.con.execute("select samples, idle_seconds from idle_episodes").fetchall()
     assert one == [(5, 5 * 54_000.0)]  # one episode of all five samples
-    for mart in ("run_pieces", "gpu_team_daily", "team_daily"):
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(incremental.con, full.con, ("run_pieces", "gpu_team_daily", "team_daily"))
 
 
 def _built_by_the_minute(
@@ -654,8 +687,7 @@ def test_builds_cut_inside_the_hour_repeated_when_clocks_go_back() -> None:
         "select samples from gpu_hourly where day = date '2026-10-25' and hour = 2"
     ).fetchall()
     assert repeated == [(120,)]  # both passes of 02:00-03:00, one sample a minute
-    for mart in MARTS:
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(incremental.con, full.con, MARTS)
 
 
 def test_a_clock_going_back_two_hours_means_a_full_build_that_equals_one() -> None:
@@ -673,5 +705,4 @@ def test_a_clock_going_back_two_hours_means_a_full_build_that_equals_one() -> No
     assert changes == [0, 1, 2, 1, 2, 3]  # the local hours going back two
     assert [r.mode for r in results] == ["full", "incremental", "full", "full", "incremental"]
     assert "clock change" in results[2].reason
-    for mart in MARTS:
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(incremental.con, full.con, MARTS)
