@@ -33,7 +33,8 @@ from gpufleet.warehouse.lake.ranges import ranges_of, uuid_ranges
 from gpufleet.warehouse.lake.samples import evicted_files
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.warehouse.publish import slots as warehouse
-from tests.test_incremental import MARTS, _mart
+from tests.templates import made_once
+from tests.test_incremental import MARTS, assert_same_rows, mart_table
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY2 = DAY1 + dt.timedelta(days=1)
@@ -52,10 +53,21 @@ def _arrive(config: Config, start: dt.datetime, end: dt.datetime, today: dt.date
 
 
 _SCENARIO = scenario_for(SPEC)
+_COMPARED = (*MARTS, "samples")
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
     return con.execute(sql).fetchall()
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, pa.Table]:
+    """The marts and the samples, each as one table (tests/test_incremental.mart_table)."""
+    return {name: mart_table(con, name) for name in _COMPARED}
+
+
+def _assert_holds(con: duckdb.DuckDBPyConnection, expected: dict[str, pa.Table]) -> None:
+    for name, rows in expected.items():
+        assert_same_rows(mart_table(con, name), rows, name)
 
 
 def _lake_dir(config: Config, day: dt.datetime) -> list[Path]:
@@ -79,6 +91,33 @@ def evicted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, list[Any]
     return config, results, day1
 
 
+def _loaded_at_once(config: Config, to: Path) -> Config:
+    """config's raw and ref files loaded into a new warehouse in `to` and built at once,
+    kept there whole: no lake."""
+    plain = Config(data_dir=to)
+    shutil.copytree(config.data_dir / "raw", plain.data_dir / "raw")
+    shutil.copytree(config.data_dir / "ref", plain.data_dir / "ref")
+    for compacted in plain.samples_dir.glob("*/*/compacted-*.parquet"):
+        compacted.rename(compacted.with_name("day.parquet"))  # a file like any other
+    ingest(plain, compact=False)
+    result = build(plain)
+    assert (result.mode, result.evicted) == ("full", 0)
+    return plain
+
+
+@pytest.fixture(scope="module")
+def everything(
+    evicted: tuple[Config, list[Any], int], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, pa.Table]:
+    """The marts and samples of `evicted`'s files (day 1 and day 2's morning) loaded into a
+    warehouse that keeps them all, and built at once."""
+    config, _, _ = evicted
+    plain = _loaded_at_once(config, tmp_path_factory.mktemp("plain"))
+    with connect_read_only(plain) as con:
+        assert _rows(con, "select count(*) from build_state.lake_files") == [(0,)]
+        return _tables(con)
+
+
 def test_a_built_compacted_day_leaves_the_warehouse_file(
     evicted: tuple[Config, list[Any], int],
 ) -> None:
@@ -99,29 +138,17 @@ def test_a_built_compacted_day_leaves_the_warehouse_file(
 
 
 def test_the_lake_and_the_warehouse_equal_one_warehouse_of_everything(
-    evicted: tuple[Config, list[Any], int], tmp_path: Path
+    evicted: tuple[Config, list[Any], int], everything: dict[str, pa.Table]
 ) -> None:
     """Incremental builds over the lake, and a full build reading it, equal a full build
     of the same files loaded into a warehouse that keeps them all."""
     config, _, _ = evicted
-    plain = Config(data_dir=tmp_path)
-    shutil.copytree(config.data_dir / "raw", plain.data_dir / "raw")
-    shutil.copytree(config.data_dir / "ref", plain.data_dir / "ref")
-    for compacted in plain.samples_dir.glob("*/*/compacted-*.parquet"):
-        compacted.rename(compacted.with_name("day.parquet"))  # a file like any other
-    ingest(plain, compact=False)
-    assert build(plain).evicted == 0
-    with connect_read_only(plain) as con:
-        expected = {mart: _mart(con, mart) for mart in (*MARTS, "samples")}
-        assert _rows(con, "select count(*) from build_state.lake_files") == [(0,)]
     with connect_read_only(config) as con:
-        for mart, rows in expected.items():
-            assert _mart(con, mart) == rows, mart
+        _assert_holds(con, everything)
     rebuilt = build(config, full=True)
     assert rebuilt.mode == "full"
     with connect_read_only(config) as con:
-        for mart, rows in expected.items():
-            assert _mart(con, mart) == rows, mart
+        _assert_holds(con, everything)
         # the view still carries the contract's column comments after the lake changed it
         comments = _rows(
             con,
@@ -138,7 +165,7 @@ def test_a_full_build_in_slices_reads_each_slices_gpus_from_their_hosts_lake_fil
     and a full build in such slices equals the build before it."""
     config, _, _ = evicted
     with connect_read_only(config) as con:
-        expected = {mart: _mart(con, mart) for mart in (*MARTS, "samples")}
+        expected = _tables(con)
         files = evicted_files(con, config)
         ranges = uuid_ranges(con, files)
     assert len(files) == 2  # day 1 of two hosts
@@ -148,8 +175,7 @@ def test_a_full_build_in_slices_reads_each_slices_gpus_from_their_hosts_lake_fil
     monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 20_000)  # 4 slices
     assert build(config, full=True).mode == "full"
     with connect_read_only(config) as con:
-        for mart, rows in expected.items():
-            assert _mart(con, mart) == rows, mart
+        _assert_holds(con, expected)
 
 
 def test_the_files_holding_a_range_are_those_a_pass_over_every_row_group_finds() -> None:
@@ -160,9 +186,9 @@ def test_the_files_holding_a_range_are_those_a_pass_over_every_row_group_finds()
     rows: list[tuple[str, str | None, str | None]] = []
     for n in range(300):
         for _ in range(pick.choice((1, 1, 2, 3))):
-            low = pick.randrange(200)
-            high = min(199, low + pick.choice((0, 3, 7, 40, 150)))
-            rows.append((f"f{n}", uuids[low], uuids[high]))
+            first_n = pick.randrange(200)
+            last_n = min(199, first_n + pick.choice((0, 3, 7, 40, 150)))
+            rows.append((f"f{n}", uuids[first_n], uuids[last_n]))
     rows += [("f300", None, None), ("f301", "GPU-0001", None), ("f301", "GPU-0001", "GPU-0002")]
     files = {f"f{n}": n for n in range(303)}  # f302: no row group listed (any GPU)
     ranges = ranges_of(files, rows)
@@ -209,12 +235,24 @@ def test_a_reader_of_the_publish_before_still_reads_every_sample(
     assert kept[0][0] >= 2 and described[0][0]  # loaded_files' and lake_files' keys; comments
 
 
+def _backfilled(tmp_path: Path) -> Config:
+    """Day 1's first two hours arriving on day 2 (a backfill), ingested and built: made
+    once per test process and copied (tests/templates.py). The copy's `samples` view names
+    the files of the first until a build of the copy makes it anew."""
+    made_once("test_lake._backfilled", _backfill, tmp_path)
+    return Config(data_dir=tmp_path)
+
+
+def _backfill(data_dir: Path) -> None:
+    config = Config(data_dir=data_dir)
+    write_reference_files(_SCENARIO, SPEC, config.data_dir)
+    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=2), today=DAY2)
+
+
 def test_a_late_file_for_a_day_in_the_lake_loads_once_and_leaves_the_lake_file_alone(
     tmp_path: Path,
 ) -> None:
-    config = Config(data_dir=tmp_path)
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=2), today=DAY2)
+    config = _backfilled(tmp_path)
     (lake_file,) = _lake_dir(config, DAY1)[:1]
     before = lake_file.stat()
     late = pq.read_table(lake_file).slice(0, 2)
@@ -246,10 +284,15 @@ def test_a_late_file_for_a_day_in_the_lake_loads_once_and_leaves_the_lake_file_a
         assert _rows(con, "select count(*) from samples_attributed") == [(total + 1,)]
 
 
-def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    config = Config(data_dir=tmp_path)
+def _compacted_unbuilt(tmp_path: Path) -> Config:
+    """Day 1's first hour in two ingests, the second on day 2, and no build yet: made once
+    per test process and copied (tests/templates.py)."""
+    made_once("test_lake._compacted_unbuilt", _compact_unbuilt, tmp_path)
+    return Config(data_dir=tmp_path)
+
+
+def _compact_unbuilt(data_dir: Path) -> None:
+    config = Config(data_dir=data_dir)
     write_reference_files(_SCENARIO, SPEC, config.data_dir)
     # The day arrives in two ingests, as a live one does: compaction reads its files and a
     # build checks them before they join the lake (a backfill's go there at once).
@@ -258,6 +301,12 @@ def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
     ingest(config, today=DAY1.date())
     simulate_window(SPEC, data_dir=config.data_dir, start=half, end=DAY1 + dt.timedelta(hours=1))
     ingest(config, today=DAY2.date())
+
+
+def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _compacted_unbuilt(tmp_path)
     changed, unchanged = _lake_dir(config, DAY1)
     table = pq.read_table(changed)
     power = table.column("power_w").to_pylist()
@@ -283,13 +332,7 @@ def test_a_compacted_file_that_differs_from_the_warehouse_stays_out_of_the_lake(
 def test_compacted_files_changed_by_hand_are_named_in_one_line_a_build(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = Config(data_dir=tmp_path)
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    half = DAY1 + dt.timedelta(minutes=30)
-    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=half)
-    ingest(config, today=DAY1.date())
-    simulate_window(SPEC, data_dir=config.data_dir, start=half, end=DAY1 + dt.timedelta(hours=1))
-    ingest(config, today=DAY2.date())
+    config = _compacted_unbuilt(tmp_path)
     for changed in _lake_dir(config, DAY1):
         table = pq.read_table(changed)
         index = table.schema.get_field_index("power_w")
@@ -305,9 +348,7 @@ def test_compacted_files_changed_by_hand_are_named_in_one_line_a_build(
 
 
 def test_a_missing_lake_file_stops_a_build_with_its_name(tmp_path: Path) -> None:
-    config = Config(data_dir=tmp_path)
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=1), today=DAY2)  # a backfill
+    config = _backfilled(tmp_path)
     with connect_read_only(config) as con:
         lake = _rows(con, "select count(*) from build_state.lake_files where load_id > 0")
     assert lake == [(2,)]  # straight from the ingest: 16 GPUs on 2 hosts
@@ -318,14 +359,15 @@ def test_a_missing_lake_file_stops_a_build_with_its_name(tmp_path: Path) -> None
 
 
 def test_a_whole_day_arriving_late_goes_straight_to_the_lake_and_builds_incrementally(
-    tmp_path: Path,
+    tmp_path: Path, everything: dict[str, pa.Table]
 ) -> None:
     """Day 2's morning is built first; then all of day 1 arrives (a host's backfill): the
     ingest writes day 1 compacted from the rows it loads, straight into the lake, and the
-    next build takes its samples as new. The marts equal a warehouse of everything."""
+    next build takes its samples as new. The marts equal a warehouse of everything (the
+    same samples as `evicted`'s, which arrived in another order)."""
     config = Config(data_dir=tmp_path / "lake")
     write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    first = _arrive(config, DAY2, DAY2 + dt.timedelta(hours=6), today=DAY2)
+    first = _arrive(config, DAY2, DAY2 + dt.timedelta(hours=12), today=DAY2)
     late = _arrive(config, DAY1, DAY2, today=DAY2)
 
     assert (first.mode, late.mode, late.evicted) == ("full", "incremental", 0)
@@ -333,15 +375,5 @@ def test_a_whole_day_arriving_late_goes_straight_to_the_lake_and_builds_incremen
         lake = _rows(con, "select count(*), sum(row_count) from build_state.lake_files")
         stored = _rows(con, f"select count(*) from samples_stored where ts < '{DAY2}'")
         in_view = _rows(con, f"select count(*) from samples where ts < '{DAY2}'")
-        got = {mart: _mart(con, mart) for mart in (*MARTS, "samples")}
+        _assert_holds(con, everything)
     assert stored == [(0,)] and lake == [(2, in_view[0][0])] and in_view[0][0] > 0
-    plain = Config(data_dir=tmp_path / "plain")  # the same files, loaded and built at once
-    shutil.copytree(config.data_dir / "raw", plain.data_dir / "raw")
-    shutil.copytree(config.data_dir / "ref", plain.data_dir / "ref")
-    for compacted in plain.samples_dir.glob("*/*/compacted-*.parquet"):
-        compacted.rename(compacted.with_name("day.parquet"))  # a file like any other
-    ingest(plain, compact=False)
-    assert build(plain).mode == "full"
-    with connect_read_only(plain) as con:
-        for mart, rows in got.items():
-            assert _mart(con, mart) == rows, mart
