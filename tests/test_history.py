@@ -17,8 +17,8 @@ import pytest
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.build import build_models
 from gpufleet.warehouse.refs.read import read_hosts, read_prices, read_users
-from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, _mart
-from tests.test_models_fixtures import Fleet
+from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, assert_same_marts
+from tests.test_models_fixtures import Fleet, built_once
 
 MOVE_DAY = dt.date(2026, 11, 16)  # alice moves from ml to vision
 PRICE_DAY = dt.date(2026, 11, 17)  # a Tuesday: the H100 price goes from 2.5 to 4.0
@@ -75,12 +75,18 @@ def test_a_bad_valid_from_names_file_and_line(tmp_path: Path, text: str, problem
 
 
 def _built(dated: bool) -> Fleet:
-    fleet = _fleet()
-    _arrive(fleet.con, 0, SAMPLES_PER_GPU * 10, "true")
-    if dated:
-        fleet.con.execute(DATED_SQL)
-    assert build_models(fleet.con, fleet.config).mode == "full"
-    return fleet
+    """The fleet with every sample (and the dated rows), built in full: a copy of one built
+    once per test process (tests/test_models_fixtures.py's built_once)."""
+
+    def make() -> Fleet:
+        fleet = _fleet()
+        _arrive(fleet.con, 0, SAMPLES_PER_GPU * 10, "true")
+        if dated:
+            fleet.con.execute(DATED_SQL)
+        assert build_models(fleet.con, fleet.config).mode == "full"
+        return fleet
+
+    return built_once(f"test_history._built(dated={dated})", make)
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +105,7 @@ def test_a_dated_edit_is_not_a_full_build_and_equals_one(
 ) -> None:
     _, after, full, mode = edited
     assert mode == "incremental"
-    for mart in MARTS:
-        assert _mart(after.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(after.con, full.con, MARTS)
     assert build_models(after.con, after.config).mode == "up to date"
 
 
