@@ -18,8 +18,8 @@ from typing import Any
 import duckdb
 
 from gpufleet.warehouse.build import BuildResult, build_models
-from tests.test_incremental import MARTS, _mart
-from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet
+from tests.test_incremental import MARTS, assert_same_marts
+from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet, built_once
 
 START = dt.datetime(2026, 11, 16, 0, 0, tzinfo=dt.UTC)
 TICKS = 6 * 60 * 8  # eight hours at 10 s
@@ -103,18 +103,22 @@ def _arrive(con: duckdb.DuckDBPyConnection, start_s: int, end_s: int) -> None:
 
 
 def _full(*changes: str) -> Fleet:
-    """One full build of every sample, with the records `changes` leave."""
-    fleet = _fleet()
-    for sql in changes:
-        fleet.con.execute(sql)
-    _arrive(fleet.con, 0, TICKS * 10)
-    assert build_models(fleet.con, fleet.config).mode == "full"
-    return fleet
+    """One full build of every sample, with the records `changes` leave: a copy of one built
+    once per test process (tests/test_models_fixtures.py's built_once)."""
+
+    def make() -> Fleet:
+        fleet = _fleet()
+        for sql in changes:
+            fleet.con.execute(sql)
+        _arrive(fleet.con, 0, TICKS * 10)
+        assert build_models(fleet.con, fleet.config).mode == "full"
+        return fleet
+
+    return built_once(f"test_slurm_jobs_incremental._full{changes}", make)
 
 
 def _assert_equal(incremental: Fleet, full: Fleet) -> None:
-    for mart in MARTS:
-        assert _mart(incremental.con, mart) == _mart(full.con, mart), mart
+    assert_same_marts(incremental.con, full.con, MARTS)
 
 
 def _teams(fleet: Fleet) -> dict[str, Any]:
@@ -158,10 +162,7 @@ def test_job_records_arriving_changing_and_going_recompute_what_they_attribute()
 
 
 def test_a_changed_record_recomputes_only_the_gpus_of_its_hosts() -> None:
-    fleet = _fleet()
-    fleet.con.execute(FIRST_RECORDS)
-    _arrive(fleet.con, 0, TICKS * 10)
-    assert build_models(fleet.con, fleet.config).mode == "full"
+    fleet = _full(FIRST_RECORDS)  # every sample and the first records, built in full
     fleet.con.execute("update slurm_jobs set state = 'COMPLETED' where job_id = 'J1'")
     # node-a's two GPUs (J1's host), none of node-b's
     assert _recomputed(build_models(fleet.con, fleet.config)).startswith("0 new samples; 2 GPUs")
