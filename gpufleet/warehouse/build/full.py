@@ -50,6 +50,22 @@ CHUNKED_MODELS = {
     "samples_attributed_rows": ("samples", "stg_samples"),
     "int_run_pieces": ("samples_attributed_rows", ""),
 }
+# model: (the view it reads through, the relation that view joins which grows with the
+# history, the SQL of a slice's part of it). The allocations' hour pieces are joined on the
+# sample's host_id: a slice joins those of its own hosts only. Joined whole, every slice
+# built its three joins' hash tables over the whole history's pieces, a cost that grows with
+# slices x history, the square of the samples (bench/sizing.md, 2026-11-29).
+SLICE_JOINS = {
+    "samples_attributed_rows": (
+        "int_samples_attributed",
+        "int_allocation_segments",
+        """
+        select * from int_allocation_segments
+        where host_id in (select host_id from int_hosts where host in (
+            select host from stg_samples
+        ))""",
+    ),
+}
 
 
 def build_all_models(
@@ -154,6 +170,10 @@ def _create_in_chunks(
     read_slice(source)
     # the raw samples: a slice names only the lake files that may hold its GPUs
     ranges = uuid_ranges(con, lake) if source_model is None and lake is not None else None
+    joined = SLICE_JOINS.get(name)
+    if joined is not None:  # the view reads the slice's part of the relation (_chunk_joined)
+        con.execute(f"create or replace temp table _chunk_joined as from {joined[1]} limit 0")
+        create_model(con, models[joined[0]], {joined[1]: "_chunk_joined"})
     try:
         for first, last in bounds:
             fit_memory_limit(con)
@@ -170,12 +190,18 @@ def _create_in_chunks(
                     )
             if source_model is None:  # a raw table: the staging view reads the slice
                 create_model(con, models[view], {source: "_chunk"})
+            if joined is not None:
+                con.execute(f"create or replace temp table _chunk_joined as {joined[2]}")
+            if source_model is None:
                 con.execute(f"insert into {name} by name\n{model.sql}")
             else:
                 con.execute(f"insert into {name} by name\n{render(model, {source: '_chunk'})}")
     finally:
         if source_model is None:
             create_model(con, models[view])
+        if joined is not None:
+            create_model(con, models[joined[0]])
+            con.execute("drop table if exists temp._chunk_joined")
         con.execute("drop view if exists temp._chunk")
         for variable in ("uuid", "id"):
             con.execute(f"reset variable chunk_first_{variable}")
