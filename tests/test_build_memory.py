@@ -16,7 +16,7 @@ import pytest
 from gpufleet.warehouse.build import build_models, memory
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build import models as models_module
-from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, _mart
+from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, assert_same_marts
 
 MIB = memory.MIB
 SHOWN = 103 * MIB  # DuckDB shows its cap to a tenth of a GiB ('1.0 GiB' for 1.09)
@@ -133,8 +133,7 @@ def test_a_build_in_a_process_holding_memory_caps_duckdb_and_builds_the_same(
     assert build_models(capped.con, capped.config).mode == "incremental"
     assert full_steps > 4 and len(caps) > full_steps  # every model, every slice, and then some
     assert all(memory.MIN_BUILD_MEMORY <= cap <= full_cap - 200 * MIB for cap in caps)
-    for mart in MARTS:
-        assert _mart(capped.con, mart) == _mart(reference.con, mart), mart
+    assert_same_marts(capped.con, reference.con, MARTS)
     del held
     limit = memory.fit_memory_limit(capped.con)  # what it sets is what it works out
     assert _limit_bytes(capped.con) == pytest.approx(limit, abs=SHOWN)
