@@ -146,7 +146,7 @@ def test_serve_registers_the_schedules_and_runs_the_report(
         env = {
             **os.environ,
             "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-            "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+            "PREFECT_RUNNER_POLL_FREQUENCY": "1",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         }
         with log.open("wb") as output:
@@ -175,7 +175,7 @@ def test_serve_registers_the_schedules_and_runs_the_report(
                     REPORT_NAME,
                     parameters={"week": fx.WEEK},
                     timeout=300,
-                    poll_interval=2,
+                    poll_interval=1,
                     as_subflow=False,
                 )
                 assert isinstance(flow_run, FlowRun)
@@ -244,6 +244,21 @@ def test_ingest_and_build_builds_only_after_an_ingest_that_loaded_samples(
 
 # --- serve with no Prefect server: its own, a scheduled run, and signals -------------------
 
+# Prefect's own settings, for the serve processes of the test below only (its server and its
+# flow-run processes inherit them), so that the runs come within seconds, not minutes: the
+# server's scheduler looks for schedules that need runs every 2 s (not 60: the schedule the
+# test adds gets its runs at once) and puts in the next 5 of each, 30 s ahead at least (not
+# up to 100 within an hour); the runner asks for due runs every second and runs one at a
+# time, so the run after the first starts as soon as the first has ended.
+QUICK_SCHEDULES = {
+    "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
+    "PREFECT_SERVER_SERVICES_SCHEDULER_MAX_RUNS": "5",
+    "PREFECT_SERVER_SERVICES_SCHEDULER_MIN_SCHEDULED_TIME": "PT30S",
+    "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+    "PREFECT_RUNNER_PROCESS_LIMIT": "1",
+}
+QUICK_INTERVAL = dt.timedelta(seconds=10)
+
 
 def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
     return [
@@ -261,7 +276,7 @@ def _serve_without_server(
         for key, value in os.environ.items()
         if not key.startswith("PREFECT_") or key == "PREFECT_SERVER_ANALYTICS_ENABLED"
     }
-    env.update(PREFECT_HOME=str(home), PREFECT_RUNNER_POLL_FREQUENCY="2")
+    env.update(PREFECT_HOME=str(home), **QUICK_SCHEDULES)
     with log.open("wb") as output:
         return subprocess.Popen(
             [sys.executable, "-m", "gpufleet", "--config", str(config_path), "serve"],
@@ -362,13 +377,13 @@ def test_serve_without_a_server_runs_its_schedules_and_stops_on_signals(tmp_path
                 assert time.monotonic() < deadline, f"no scheduled runs:\n{log.read_text()}"
                 time.sleep(2)
 
-            # A schedule every minute besides the 15 minutes', so that one comes in the test.
+            # A schedule every 10 s besides the 15 minutes', so that one comes in the test.
             ingest = deployments[INGEST_NAME]
             client.create_deployment_schedules(
                 ingest.id,
                 [
                     DeploymentScheduleCreate(
-                        schedule=IntervalSchedule(interval=dt.timedelta(minutes=1)), active=True
+                        schedule=IntervalSchedule(interval=QUICK_INTERVAL), active=True
                     )
                 ],
             )
