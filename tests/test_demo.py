@@ -1,17 +1,21 @@
 """`gpufleet demo`, and with it the whole pipeline: simulate -> ingest -> build -> report.
 
-A small fleet (16 GPUs, 2 days of the last complete week) goes through the real simulator,
-`import slurm` of its saved sacct/squeue output, ingest, SQL models and report; the page is
-then opened in headless Chromium.
+A small fleet (8 GPUs, the command's 7 days of the last complete week and 3 weeks before it)
+goes through the real simulator, `import slurm` of its saved sacct/squeue output, ingest, SQL
+models and report; the page is then opened in headless Chromium. The command runs once for
+the module (`demo_run`); the tests read what it printed and wrote, and one runs it again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 import json
 import re
 from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -20,14 +24,33 @@ from gpufleet.config import load_config
 from gpufleet.demo import run_demo
 from gpufleet.reports.data import load_week
 from gpufleet.reports.mail import read_message
+from gpufleet.simulate.demo import HISTORY_WEEKS
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import last_complete_week, week_monday
 from tests.test_browser import BlackHoleProxy, rendered_dom
 
 pytestmark = pytest.mark.slow
 
-GPUS = 16
-DAYS = 2
+GPUS = 8
+DAYS = 7  # the command's, as HISTORY_WEEKS
+
+
+class DemoRun(NamedTuple):
+    data_dir: Path
+    status: int
+    out: str  # what it printed: where its outputs are
+    err: str  # its progress lines
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`gpufleet demo --gpus 8` into a folder of the module's, run once for its tests. The
+    test that runs the demo again over it changes none of what the other one reads."""
+    data_dir = tmp_path_factory.mktemp("demo") / "data"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["--data-dir", str(data_dir), "demo", "--gpus", str(GPUS)])
+    return DemoRun(data_dir, status, out.getvalue(), err.getvalue())
 
 
 def _slurm_files(data_dir: Path) -> dict[str, bytes]:
@@ -37,16 +60,14 @@ def _slurm_files(data_dir: Path) -> dict[str, bytes]:
     return {path.relative_to(raw).as_posix(): path.read_bytes() for path in files}
 
 
-def test_demo_runs_the_whole_pipeline_and_again(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    data_dir = tmp_path / "data"
+def test_demo_runs_the_whole_pipeline_and_again(demo_run: DemoRun, tmp_path: Path) -> None:
+    data_dir = demo_run.data_dir
     config = load_config(data_dir=data_dir, environ={})
     week = last_complete_week(config.timezone)
-    messages: list[str] = []
 
-    assert run_demo(config, gpus=GPUS, days=DAYS, history_weeks=1, progress=messages.append) == 0
-    out = capsys.readouterr().out.splitlines()
+    assert demo_run.status == 0
+    out = demo_run.out.splitlines()
+    messages = demo_run.err.splitlines()
     page = (data_dir / "reports" / week / "index.html").resolve()
     email = page.parent / "report.eml"
     notices = page.parent / "idle-notices-dry-run.txt"
@@ -65,7 +86,7 @@ def test_demo_runs_the_whole_pipeline_and_again(
     assert summary and int(summary.group(1)) > 0, preview[-2000:]
     steps = [m.split("] ", 1)[1] for m in messages if m.startswith("[")]
     assert steps[0].startswith(f"simulating {GPUS} GPUs from ")
-    assert f"(1 week before {week} and {DAYS} days of it" in steps[0]
+    assert f"({HISTORY_WEEKS} weeks before {week} and {DAYS} days of it" in steps[0]
     assert any(step.startswith("ingest: ") for step in steps)
     assert any(" build (" in step for step in steps)
     assert steps[-1].startswith(f"done: gpufleet weekly report {week}: $")
@@ -99,8 +120,8 @@ def test_demo_runs_the_whole_pipeline_and_again(
 
     first = load_week(config, week)
     assert first.totals.gpus_seen == GPUS
-    # 16 GPUs x 48 hours, less the simulated collector gap (at most 1.5 hours of one host)
-    assert GPUS * 48 - 8 * 1.5 - 0.1 <= first.totals.gpu_hours <= GPUS * 48 + 0.1
+    # 8 GPUs x 7 days, less the simulated collector gap (at most 1.5 hours of one host)
+    assert GPUS * DAYS * 24 - 8 * 1.5 - 0.1 <= first.totals.gpu_hours <= GPUS * DAYS * 24 + 0.1
     assert first.totals.waste_usd > 0 and first.totals.thermal_events > 0
     assert first.previous.gpu_hours == pytest.approx(GPUS * 7 * 24, rel=0.02)  # the week before
     assert not (first.waste_jobs.is_empty() or first.teams.is_empty() or first.heatmap.is_empty())
@@ -108,7 +129,7 @@ def test_demo_runs_the_whole_pipeline_and_again(
 
     # again, over the same data directory: the same numbers, nothing loaded twice
     messages.clear()
-    assert run_demo(config, gpus=GPUS, days=DAYS, history_weeks=1, progress=messages.append) == 0
+    assert run_demo(config, gpus=GPUS, progress=messages.append) == 0
     second = load_week(config, week)
     assert asdict(second.totals) == pytest.approx(asdict(first.totals))
     assert second.teams["team"].to_list() == first.teams["team"].to_list()
@@ -132,18 +153,14 @@ def test_demo_runs_the_whole_pipeline_and_again(
     assert all(int(attrs.get("data-marks") or 0) > 0 for attrs in parsed.charts.values())
 
 
-def test_demo_command_prints_where_the_report_is(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    data_dir = tmp_path / "data"
-    assert main(["--data-dir", str(data_dir), "demo", "--gpus", "8"]) == 0
-    captured = capsys.readouterr()
+def test_demo_command_prints_where_the_report_is(demo_run: DemoRun) -> None:
+    assert demo_run.status == 0
     week = last_complete_week("UTC")
-    page = (data_dir / "reports" / week / "index.html").resolve()
-    assert f"report page:  {page}" in captured.out
-    assert f"report email: {page.parent / 'report.eml'}" in captured.out
-    assert "simulating 8 GPUs from " in captured.err  # progress goes to stderr
-    assert f"(3 weeks before {week} and 7 days of it" in captured.err
+    page = (demo_run.data_dir / "reports" / week / "index.html").resolve()
+    assert f"report page:  {page}" in demo_run.out
+    assert f"report email: {page.parent / 'report.eml'}" in demo_run.out
+    assert "simulating 8 GPUs from " in demo_run.err  # progress goes to stderr
+    assert f"(3 weeks before {week} and 7 days of it" in demo_run.err
     assert page.is_file()
 
 
