@@ -12,7 +12,6 @@ import pytest
 
 from gpufleet.cli import main
 from gpufleet.config import load_config
-from gpufleet.demo import run_demo_steps
 from gpufleet.errors import GpufleetError
 from gpufleet.reports.mail import read_message
 from gpufleet.reports.render import format_usd
@@ -23,6 +22,9 @@ from gpufleet.reports.team import (
     team_file_name,
     write_team_emails,
 )
+from gpufleet.simulate.demo import demo_spec, import_demo_jobs, simulate_demo
+from gpufleet.warehouse.build import build
+from gpufleet.warehouse.ingest import ingest
 from gpufleet.weeks import last_complete_week
 from tests import report_fixtures as fx
 from tests.report_fixtures import REFUSAL_REPLY, RefusingInbox, smtp_inbox
@@ -402,7 +404,12 @@ def test_waste_by_user_and_job_adds_up_to_team_weekly_on_a_built_fleet(tmp_path:
     team's waste by user and job sums to its team_weekly waste hours and dollars."""
     config = load_config(data_dir=tmp_path, environ={})
     week = last_complete_week(config.timezone)
-    run_demo_steps(config, gpus=16, days=2, history_weeks=1, progress=lambda _: None)
+    # the demo's steps up to its build (run_demo_steps), not its report and emails
+    simulate_demo(config, week=week, gpus=16, days=2, history_weeks=1, progress=_quiet)
+    spec = demo_spec(config, week=week, gpus=16, days=2, history_weeks=1)
+    import_demo_jobs(config, at=spec.end, progress=_quiet)
+    ingest(config, progress=_quiet)
+    build(config)
     teams = {team.team: team for team in load_team_weeks(config, week)}
     weekly = _team_weekly(tmp_path, week)
     assert teams and set(teams) == set(weekly) - NOT_TEAMS
@@ -411,6 +418,10 @@ def test_waste_by_user_and_job_adds_up_to_team_weekly_on_a_built_fleet(tmp_path:
         assert team.by_user["waste_gpu_hours"].sum() == pytest.approx(hours, rel=1e-9, abs=1e-9)
         assert team.by_user["waste_usd"].sum() == pytest.approx(usd, rel=1e-9, abs=1e-9)
     assert any(hours > 0 for hours, _ in weekly.values())
+
+
+def _quiet(message: str) -> None:
+    pass
 
 
 def _team_weekly(data_dir: Path, week: str) -> dict[str, tuple[float, float]]:
