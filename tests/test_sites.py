@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from html import unescape
 from pathlib import Path
@@ -41,7 +42,8 @@ from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import connect_read_only
 from tests.fake_nvml import ManualClock, fleet_scenario, install_fake
-from tests.test_incremental import MARTS, _mart
+from tests.templates import made_once
+from tests.test_incremental import MARTS, assert_same_rows, mart_table
 from tests.test_ingest import T0, query, sample
 
 DAY = T0.date()  # 2026-11-16, from 09:00 UTC
@@ -115,12 +117,29 @@ def _setup(tmp_path: Path, **settings: Any) -> Config:
 def assert_incremental_equals_full(config: Config) -> None:
     """The marts as the last (incremental) build left them are those of a full build."""
     with connect_read_only(config) as con:
-        incremental = {name: _mart(con, name) for name in MARTS}
+        incremental = {name: mart_table(con, name) for name in MARTS}
     assert build(config, full=True).mode == "full"
     with connect_read_only(config) as con:
-        full = {name: _mart(con, name) for name in MARTS}
-    for name in MARTS:
-        assert incremental[name] == full[name], name
+        for name in MARTS:
+            assert_same_rows(incremental[name], mart_table(con, name), name)
+
+
+def _two_sites_built(tmp_path: Path, **settings: Any) -> Config:
+    """`_two_sites` of DAY ingested on NEXT (straight into the lake) and built in full, with
+    these settings: made once per test process and copied (tests/templates.py). The copy's
+    `samples` view names the first's lake files until a build of the copy makes it anew."""
+    made_once(f"test_sites._two_sites_built({settings})", _build_two_sites(settings), tmp_path)
+    return Config(data_dir=tmp_path / "data", **settings)
+
+
+def _build_two_sites(settings: dict[str, Any]) -> Callable[[Path], None]:
+    def fill(folder: Path) -> None:
+        config = _setup(folder, **settings)
+        _two_sites(config, DAY, stem="a")
+        ingest(config, today=NEXT)
+        assert build(config).mode == "full"
+
+    return fill
 
 
 # --- names and folders -----------------------------------------------------------------
@@ -372,10 +391,7 @@ def test_an_edited_compacted_file_of_a_site_host_is_written_again(tmp_path: Path
 def test_an_incremental_build_with_sites_equals_a_full_one(
     tmp_path: Path, zones: dict[str, Any]
 ) -> None:
-    config = _setup(tmp_path, **zones)
-    _two_sites(config, DAY, stem="a")
-    ingest(config, today=NEXT)
-    assert build(config).mode == "full"
+    config = _two_sites_built(tmp_path, **zones)  # built in full
     # the next day: more of every host, node01 of siteB idle long enough to be waste
     _two_sites(config, NEXT, stem="b")
     idle = _rows(NEXT, "node01", "GPU-B0", "siteB", util=0.0, count=200, step_s=10)
@@ -389,10 +405,7 @@ def test_an_incremental_build_with_sites_equals_a_full_one(
 
 
 def test_a_hosts_csv_site_change_makes_a_full_build(tmp_path: Path) -> None:
-    config = _setup(tmp_path)
-    _two_sites(config, DAY, stem="a")
-    ingest(config, today=NEXT)
-    build(config)
+    config = _two_sites_built(tmp_path)
     (config.ref_dir / "hosts.csv").write_text(HOSTS_CSV.replace("b-*,beta,siteB", "b-*,beta,siteC"))
     ingest(config, today=NEXT)
     assert build(config).mode == "full"
@@ -496,8 +509,8 @@ def test_a_sites_own_price_row_wins_for_its_gpus_in_waste_and_showback(tmp_path:
         (site, seconds / 3600 * price[site]) for site, seconds, _, _ in episodes
     ]
     frame = showback(config, "2026-11")
-    rows = frame.select("x_cluster", "RegionName", "SubAccountName", "ListUnitPrice").rows()
-    assert rows == [("siteA", "siteA", "alpha", 2.0), ("siteB", "siteB", "beta", 5.0)]
+    billed = frame.select("x_cluster", "RegionName", "SubAccountName", "ListUnitPrice").rows()
+    assert billed == [("siteA", "siteA", "alpha", 2.0), ("siteB", "siteB", "beta", 5.0)]
     for row in frame.iter_rows(named=True):
         assert row["BilledCost"] == pytest.approx(row["ConsumedQuantity"] * price[row["x_cluster"]])
 
@@ -681,10 +694,7 @@ def test_the_analyst_api_and_status_know_the_sites(tmp_path: Path) -> None:
     import gpufleet
     from gpufleet.status import read_status
 
-    config = _setup(tmp_path)
-    _two_sites(config, DAY, stem="a")
-    ingest(config, today=NEXT)
-    build(config)
+    config = _two_sites_built(tmp_path)
     fleet = gpufleet.open(config.data_dir)
     assert set(fleet.team_daily(cluster="siteB")["cluster"]) == {"siteB"}
     assert fleet.host_daily(cluster="siteA").select("cluster", "host").rows() == [
