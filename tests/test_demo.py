@@ -81,8 +81,8 @@ def test_demo_runs_the_whole_pipeline_and_again(demo_run: DemoRun, tmp_path: Pat
     }
     preview = notices.read_text()
     assert "dry run: nothing written, sent or recorded" in preview
-    second_day = week_monday(week) + dt.timedelta(days=DAYS - 1)  # the last one simulated
-    summary = re.search(rf"idle notices for {second_day} \(UTC\): (\d+) notices?,", preview)
+    last_day = week_monday(week) + dt.timedelta(days=DAYS - 1)  # the last one simulated
+    summary = re.search(rf"idle notices for {last_day} \(UTC\): (\d+) notices?,", preview)
     assert summary and int(summary.group(1)) > 0, preview[-2000:]
     steps = [m.split("] ", 1)[1] for m in messages if m.startswith("[")]
     assert steps[0].startswith(f"simulating {GPUS} GPUs from ")
