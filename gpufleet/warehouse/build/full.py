@@ -52,18 +52,18 @@ CHUNKED_MODELS = {
 }
 # model: (the view it reads through, the relation that view joins which grows with the
 # history, the SQL of a slice's part of it). The allocations' hour pieces are joined on the
-# sample's host_id: a slice joins those of its own hosts only. Joined whole, every slice
-# built its three joins' hash tables over the whole history's pieces, a cost that grows with
-# slices x history, the square of the samples (bench/sizing.md, 2026-11-29).
+# sample's host_id: a slice joins those of its own hosts only (the hosts of its raw rows,
+# `_chunk`, which stg_samples passes as they are: reading them through stg_samples would
+# run its MIG join). Joined whole, every slice built its three joins' hash tables over the
+# whole history's pieces: a cost that grows with slices x history, the square of the
+# samples (bench/sizing.md, 2026-11-29).
 SLICE_JOINS = {
     "samples_attributed_rows": (
         "int_samples_attributed",
         "int_allocation_segments",
         """
         select * from int_allocation_segments
-        where host_id in (select host_id from int_hosts where host in (
-            select host from stg_samples
-        ))""",
+        where host_id in (select host_id from int_hosts where host in (select host from _chunk))""",
     ),
 }
 
