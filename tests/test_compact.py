@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import duckdb
@@ -12,8 +13,11 @@ import pytest
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
+from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base import ensure_raw_tables
 from gpufleet.warehouse.lake import compact_completed_days
+from gpufleet.warehouse.lake.compact_task import run_compact_task
+from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
 
 DAY = dt.date(2026, 11, 16)
 
@@ -446,3 +450,77 @@ def test_a_replaced_file_back_with_the_same_rows_loads_and_is_compacted_in_again
 
     assert [item.path for item in result.quarantined] == [back.relative_to(tmp_path).as_posix()]
     assert _samples(config) == before
+
+
+def _fan_out(
+    config: Config, run: Callable[[Sequence[CompactTask]], list[CompactTaskResult]]
+) -> CompactFanOut:
+    return CompactFanOut(config=config, run=run, workers=lambda: 1)
+
+
+def test_a_late_task_of_a_compaction_given_up_writes_nothing_the_next_one_swaps_in(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    """A compaction on Dask given up while its task still runs on a (remote) worker, then a
+    late file, and the next compaction: the old task, ending late, writes the day without the
+    late file's rows into its own run's staging folder, never into the new run's."""
+    config, con = lake
+    today = DAY + dt.timedelta(days=1)
+    write_and_record(config, con, DAY, "a.parquet", sample_rows(midnight(DAY), 6, ("GPU-a",)))
+    write_and_record(config, con, DAY, "b.parquet", sample_rows(midnight(DAY), 6, ("GPU-b",)))
+    given_up: list[CompactTask] = []
+
+    def give_up(tasks: Sequence[CompactTask]) -> list[CompactTaskResult]:
+        given_up.extend(tasks)
+        raise GpufleetError("ingest failed: no answer from the Dask workers")
+
+    with pytest.raises(GpufleetError, match="no answer"):
+        compact_completed_days(con, config, today=today, fan_out=_fan_out(config, give_up))
+    write_and_record(config, con, DAY, "late.parquet", sample_rows(midnight(DAY), 6, ("GPU-c",)))
+
+    def with_a_late_writer(tasks: Sequence[CompactTask]) -> list[CompactTaskResult]:
+        results = [run_compact_task(task) for task in tasks]
+        for task in given_up:  # past its checks before it was given up: its folders are there
+            Path(task.temp_dir).mkdir(parents=True, exist_ok=True)
+            for host_day in task.host_days:
+                Path(host_day.target).parent.mkdir(exist_ok=True)
+            run_compact_task(task)
+        return results
+
+    result = compact_completed_days(
+        con, config, today=today, fan_out=_fan_out(config, with_a_late_writer)
+    )
+    directory = config.samples_dir / f"date={DAY}" / "host=node-1"
+    assert result.partitions == 1
+    assert [p.name for p in directory.iterdir()] == [f"compacted-{DAY}.parquet"]
+    assert pq.read_table(directory / f"compacted-{DAY}.parquet").num_rows == 18
+    assert con.execute("select sum(row_count) from loaded_files").fetchone() == (18,)
+    assert [p.name for p in directory.parent.iterdir()] == ["host=node-1"]  # the late one's too
+
+
+def test_what_dead_runs_left_goes_at_the_next_compaction(
+    lake: tuple[Config, duckdb.DuckDBPyConnection],
+) -> None:
+    """Staging folders of runs that died (either naming) and their scratch folders go; the
+    lake's folders and files stay, and so does a build's scratch folder (a build's own)."""
+    config, con = lake
+    write_and_record(config, con, DAY, "a.parquet", sample_rows(midnight(DAY), 6, ("GPU-a",)))
+    other = config.samples_dir / "date=2026-11-10"
+    for name in (".host=node-1.compacting", ".host=node 2.compacting-0123456789ab"):
+        (other / name).mkdir(parents=True)
+        (other / name / f"compacted-{DAY}.parquet").write_bytes(b"a dead run's")
+    (other / "host=node-1").mkdir()
+    scratch = config.data_dir / "scratch"
+    for name in ("compact-0123/spill/00000", "build-4567/partials"):
+        (scratch / name).mkdir(parents=True)
+
+    def here(tasks: Sequence[CompactTask]) -> list[CompactTaskResult]:
+        return [run_compact_task(task) for task in tasks]
+
+    fan_out = _fan_out(config, here)
+    result = compact_completed_days(con, config, today=DAY + dt.timedelta(days=1), fan_out=fan_out)
+
+    assert result.partitions == 1 and fan_out.last is not None and fan_out.last.tasks == 1
+    assert [p.name for p in other.iterdir()] == ["host=node-1"]
+    assert [p.name for p in (config.samples_dir / f"date={DAY}").iterdir()] == ["host=node-1"]
+    assert [p.name for p in scratch.iterdir()] == ["build-4567"]

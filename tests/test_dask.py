@@ -151,6 +151,8 @@ def test_the_same_full_build_on_two_local_workers_gives_the_same_marts(
     from gpufleet.flows.build import build_flow
 
     config, embedded = fleet
+    dead = config.data_dir / SCRATCH_DIR_NAME / "build-0123456789ab" / "partials"
+    dead.mkdir(parents=True)  # what a build whose host died left
     result = build_flow(data_dir=str(_dask(config, "local:2").data_dir), full=True)
     assert result.mode == "full"
     assert _marts(config) == embedded
@@ -312,6 +314,10 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
     config = _copy(before_backfill, tmp_path, "local:2")
+    dead = config.data_dir / "raw/samples/date=2026-10-05/.host=gpu-r01n01.compacting-0123abcd"
+    dead.mkdir()  # what an ingest that died left: a late task's file too
+    (dead / "compacted-2026-10-05.parquet").write_bytes(b"a dead run's")
+    (config.data_dir / SCRATCH_DIR_NAME / "compact-0123abcd" / "spill").mkdir(parents=True)
     assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0  # the ingest flow
     _, embedded = embedded_backfill
     lake = _compacted(config)

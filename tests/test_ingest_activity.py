@@ -5,6 +5,7 @@ beside them with NULL there (docs/reference.md#sample-files)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from pathlib import Path
@@ -155,12 +156,20 @@ def test_a_dask_worker_writes_the_v1_2_columns_into_the_compacted_file(config: C
         listed={DAY1: tuple(file.path for file in files)},
         today=dt.date(2026, 11, 17),
         limits=time_limits(config.ingest, dt.datetime.now(dt.UTC)),
+        run="0123456789ab",
     )
-    staging = staging_directory(config.data_dir / DAY1)
+    staging = staging_directory(config.data_dir / DAY1, task.run)
     staging.mkdir()  # as the ingest's host makes it
     (taken,) = run_load_task(task).batches
     assert taken is not None and taken.rows == 4
     (written,) = staging.glob("compacted-*.parquet")
+    # A task of an ingest given up (its staging folders gone), ending late, finds its own
+    # run's folder gone and writes nothing: it never replaces the live run's folder or file.
+    given_up = dataclasses.replace(task, run="ba9876543210")
+    with pytest.raises(FileNotFoundError, match="the ingest is over"):
+        run_load_task(given_up)
+    assert list(staging.parent.glob(".*")) == [staging]
+    assert list(staging.iterdir()) == [written]
     table = pq.read_table(written)
     assert table.schema.names == SAMPLE_SCHEMA.names
     mig = table.filter(pa.compute.equal(table.column("gpu_uuid"), "MIG-a1"))

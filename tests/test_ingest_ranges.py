@@ -324,6 +324,7 @@ def test_a_dask_worker_checks_times_against_the_limits_of_the_ingest(config: Con
         listed={DAY1: tuple(file.path for file in files)},
         today=dt.date(2026, 11, 17),
         limits=time_limits(LIMITED, dt.datetime.now(dt.UTC)),
+        run="0123456789ab",
     )
     assert run_load_task(task).batches == (None,)
 

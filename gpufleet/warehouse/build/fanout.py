@@ -4,18 +4,19 @@ With `[compute] dask` set, the flows pass a `FanOut` into the build: `run` runs 
 somewhere (Prefect tasks on a Dask cluster: gpufleet/flows/fanout.py) and returns what each
 wrote. This module is the pipeline host's side: when the build reaches the first of the
 CHUNKED_MODELS, it writes the inputs every worker needs as Parquet under
-`<data_dir>/scratch/` (the intermediate and reference tables the models read, and each
-range's rows of `samples_stored`: the lake's files the workers read where they lie), runs
-the partitions, and loads their Parquet partials into the build's private copy of the
-warehouse, which is published once as every build is. A failed partition fails the build
-before anything is published; the scratch folder goes either way.
+`<data_dir>/scratch/build-<id>/` (the intermediate and reference tables the models read,
+and each range's rows of `samples_stored`: the lake's files the workers read where they
+lie), runs the partitions, and loads their Parquet partials into the build's private copy
+of the warehouse, which is published once as every build is. A failed partition fails the
+build before anything is published; the scratch folder goes either way. The folder is new
+for each build (a late partition of a build given up writes nowhere a later one reads),
+and what earlier builds left in `scratch/build-*` goes as a build starts.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from gpufleet.warehouse.build import models as models_module
 from gpufleet.warehouse.build.memory import fit_memory_limit
 from gpufleet.warehouse.build.models import BUILD_SETTINGS, Model, create_empty
 from gpufleet.warehouse.build.partition import Partition, PartitionResult
+from gpufleet.warehouse.lake.fanout import scratch_folder
 from gpufleet.warehouse.lake.ranges import uuid_ranges
 from gpufleet.warehouse.lake.samples import STORED, evicted_files, samples_sql
 
@@ -86,7 +88,7 @@ class FanOut:
         self.last = FanOutReport()
         count = max(1, self.workers(), -(-samples // full_module.FULL_BUILD_CHUNK_SAMPLES))
         macros = (sql_dir / models_module.MACROS_FILE_NAME).read_text(encoding="utf-8")
-        scratch = self.config.data_dir.absolute() / SCRATCH_DIR_NAME / f"build-{uuid.uuid4().hex}"
+        scratch = scratch_folder(self.config, "build")
         try:
             partitions = _write_inputs(con, self, models, order, fanned, count, scratch, macros)
             self.last.partitions = partitions

@@ -57,6 +57,7 @@ class LoadTask:
     listed: dict[str, tuple[str, ...]]  # each host-day's files (directory -> relative paths)
     today: dt.date  # host-days before it are over
     limits: TimeLimits  # the times a sample may have (the host's [ingest] keys, its time)
+    run: str  # the ingest's run, which names its staging directories (`CompactAhead.run`)
 
     @property
     def label(self) -> str:
@@ -104,12 +105,12 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
 
 
 def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
-    ahead = CompactAhead(config, task.today, task.listed)
+    ahead = CompactAhead(config, task.today, task.listed, run=task.run)
     checked = read_and_check(config, batch, ahead, task.limits)
     if not isinstance(checked, Checked) or checked.bad or NOT_AHEAD in checked.parts:
         return None
     for directory in {file.path.rsplit("/", 1)[0] for file in batch}:
-        if not staging_directory(config.data_dir / directory).is_dir():  # the host made it
+        if not staging_directory(config.data_dir / directory, task.run).is_dir():  # the host's
             raise FileNotFoundError(f"{config.data_dir / directory}: the ingest is over")
     rows = checked.rows
     gpus = rows.column("gpu_uuid").combine_chunks()
@@ -170,7 +171,9 @@ class LoadFanOut:
         if not sent:
             return found
         directories = {f.path.rsplit("/", 1)[0] for i in sent for f in batches[i]}
-        self._staging = [staging_directory(self.config.data_dir / d) for d in directories]
+        self._staging = [
+            staging_directory(self.config.data_dir / d, ahead.run) for d in directories
+        ]
         for folder in self._staging:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
@@ -187,6 +190,7 @@ class LoadFanOut:
                 },
                 today=ahead.today,
                 limits=limits,
+                run=ahead.run,
             )
             for index, run in enumerate(runs)
         ]
@@ -208,7 +212,8 @@ class LoadFanOut:
             if batch is None:  # the host loads it: its (empty) staging directories go
                 for directory in {file.path.rsplit("/", 1)[0] for file in batches[index]}:
                     shutil.rmtree(
-                        staging_directory(self.config.data_dir / directory), ignore_errors=True
+                        staging_directory(self.config.data_dir / directory, ahead.run),
+                        ignore_errors=True,
                     )
         self.last = LoadReport(
             tasks=len(tasks),
@@ -264,7 +269,9 @@ def adopt(
     directories = sorted(taken.written)
     if overlap and overlap[0][0]:
         for directory in directories:
-            shutil.rmtree(staging_directory(config.data_dir / directory), ignore_errors=True)
+            shutil.rmtree(
+                staging_directory(config.data_dir / directory, ahead.run), ignore_errors=True
+            )
         return None
     for directory in directories:
         files = tuple(sorted(f.path for f in batch if f.path.rsplit("/", 1)[0] == directory))

@@ -7,7 +7,6 @@ The encodings, the swap and how a crash heals: `docs/warehouse.md` (compaction).
 
 from __future__ import annotations
 
-import ctypes
 import datetime as dt
 import logging
 import os
@@ -28,8 +27,11 @@ from gpufleet.warehouse.lake.compact_ahead import CompactAhead
 from gpufleet.warehouse.lake.compacted_file import (
     collector_versions,
     compacted_name,
+    exchange_directories,
     joined_versions,
     partition_day,
+    remove_other_staging,
+    run_id,
     staging_directory,
     write_compacted_batches,
 )
@@ -40,8 +42,6 @@ from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish.log import current_generation
 
 logger = logging.getLogger("gpufleet.compact")
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
 
 
 @dataclass(frozen=True)
@@ -69,20 +69,6 @@ class _Partition:
     # The collector files its compacted file replaces (size by name, as loaded), those its
     # compacted file named before included (`replaced.py`).
     replaced: tuple[tuple[str, int], ...] = ()
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Atomically swap two directories (Linux renameat2); two renames where unsupported."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is not None:
-        result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-        if result == 0:
-            return
-    parked = a.with_name(a.name + ".swap")
-    os.rename(a, parked)
-    os.rename(b, a)
-    os.rename(parked, b)
 
 
 def _candidates(
@@ -203,6 +189,7 @@ def _compact_one(
     partition: _Partition,
     *,
     ready: bool,
+    run: str,
     failure: str | None = None,
 ) -> tuple[int, int] | None:
     """Swap in one partition's single file (`ready` in its staging directory: written ahead
@@ -210,7 +197,7 @@ def _compact_one(
     after), or None when its files could not be read (`failure`: why, where a worker read
     them; they stay as they are, with a warning)."""
     directory = partition.directory
-    staging = staging_directory(directory)
+    staging = staging_directory(directory, run)
     target_name = compacted_name(partition.day)
     try:
         if failure is None and not ready:
@@ -228,7 +215,7 @@ def _compact_one(
         relative = directory.relative_to(config.data_dir).as_posix()
         logger.warning("compact: left %s as it is: %s", printable(relative), printable(failure))
         return None
-    _exchange(directory, staging)
+    exchange_directories(directory, staging)
     # `staging` now holds the originals; a file that arrived meanwhile goes back to the lake.
     names = {path.rsplit("/", 1)[-1] for path in partition.files}
     for entry in os.scandir(staging):
@@ -245,11 +232,13 @@ def _compact_on_workers(
     fan_out: CompactFanOut,
     partitions: list[_Partition],
     progress: Callable[[str], None] | None,
+    run: str,
 ) -> dict[Path, str]:
-    """Write the partitions' compacted files into their staging directories on `fan_out`'s
-    workers; those whose files could not be read, with why (raises when a task failed)."""
+    """Write the partitions' compacted files into run `run`'s staging directories on
+    `fan_out`'s workers; those whose files could not be read, with why (raises when a task
+    failed)."""
     host_days = [
-        HostDay.of(config, p.directory, p.day, p.files, p.size_bytes, replaced=p.replaced)
+        HostDay.of(config, p.directory, p.day, p.files, p.size_bytes, replaced=p.replaced, run=run)
         for p in partitions
     ]
     failed = fan_out.compact(con, host_days, progress=progress)
@@ -352,9 +341,11 @@ def compact_completed_days(
     files `ahead` wrote from the load are swapped in where they were written from the same
     files, and join the lake; the rows of the others go into samples_stored. The host-days
     compacted from their files are so on `fan_out`'s workers when given (`fanout.py`), all
-    before the first is swapped in.
+    before the first is swapped in. The staging directories are named by the run (`ahead`'s,
+    else a new one): those of any other run are removed at the end.
     """
     day = today or dt.datetime.now(dt.UTC).date()
+    run = ahead.run if ahead is not None else run_id()
     partitions = _candidates(con, config, day, set(exclude))
     written = [
         ahead is not None
@@ -365,11 +356,13 @@ def compact_completed_days(
     if fan_out is not None:
         reread = [p for p, ahead_of in zip(partitions, written, strict=True) if not ahead_of]
         try:
-            failures = _compact_on_workers(con, config, fan_out, reread, progress) if reread else {}
+            failures = (
+                _compact_on_workers(con, config, fan_out, reread, progress, run) if reread else {}
+            )
         except BaseException:  # nothing is swapped in yet: the files written ahead go too
             taken = [p.directory for p, w in zip(partitions, written, strict=True) if w]
             left = [item.target.parent for item in ahead.written.values()] if ahead else []
-            for folder in [*map(staging_directory, taken), *left]:
+            for folder in [*(staging_directory(d, run) for d in taken), *left]:
                 shutil.rmtree(folder, ignore_errors=True)
             raise
     compacted = before_total = after_total = replaced = from_load = 0
@@ -380,6 +373,7 @@ def compact_completed_days(
             config,
             partition,
             ready=ahead_of or failures is not None,
+            run=run,
             failure=None if failures is None else failures.get(partition.directory),
         )
         if outcome is not None:
@@ -394,6 +388,7 @@ def compact_completed_days(
     _record(con, config, done)
     if ahead is not None:
         ahead.load_rest(con)
+    remove_other_staging(config.samples_dir, run)  # dead runs' (a crash, a late Dask task)
     if from_load:
         refresh_samples_view(con, config)
     return CompactionResult(compacted, replaced, before_total, after_total, from_load)

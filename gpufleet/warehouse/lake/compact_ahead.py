@@ -33,6 +33,7 @@ from gpufleet.warehouse.lake.compacted_file import (
     compacted_name,
     joined_versions,
     partition_day,
+    run_id,
     staging_directory,
     write_compacted,
     write_compacted_batches,
@@ -85,6 +86,7 @@ class CompactAhead:
     config: Config
     today: dt.date
     listed: dict[str, tuple[str, ...]]  # directory -> every file listed there, relative
+    run: str = field(default_factory=run_id)  # names its staging directories (and compaction's)
     written: dict[str, _Written] = field(default_factory=dict)  # by directory
     write_seconds: float = 0.0  # how long the writer thread spent writing, so far
     _writer: ThreadPoolExecutor | None = None
@@ -116,7 +118,7 @@ class CompactAhead:
         written here (`ingest/fanned.py`)."""
         day = partition_day(directory)
         assert day is not None
-        target = staging_directory(self.config.data_dir / directory) / compacted_name(day)
+        target = staging_directory(self.config.data_dir / directory, self.run) / compacted_name(day)
         if not target.is_file():
             raise FileNotFoundError(f"{target}: the worker's compacted file is missing")
         self.written[directory] = _Written(files, target, gpus, day)
@@ -170,7 +172,7 @@ class CompactAhead:
                 continue
             files = tuple(sorted(file.path for file in members[part]))
             directory = files[0].rsplit("/", 1)[0]
-            staging = staging_directory(self.config.data_dir / directory)
+            staging = staging_directory(self.config.data_dir / directory, self.run)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             day = partition_day(directory)
@@ -205,7 +207,7 @@ class CompactAhead:
         and now: a file too large to hold (`ingest/sliced.py`)."""
         self.wait()
         directory = file.path.rsplit("/", 1)[0]
-        staging = staging_directory(self.config.data_dir / directory)
+        staging = staging_directory(self.config.data_dir / directory, self.run)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         day = partition_day(directory)

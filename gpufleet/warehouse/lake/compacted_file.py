@@ -1,11 +1,15 @@
-"""A host-day's compacted file: its name, the staging directory it is built in, and writing
-it (one row group per GPU, the encodings and statistics the lake's readers want), from a
-table or from batches of rows."""
+"""A host-day's compacted file: its name, the staging directory it is built in (named by
+the run), writing it (one row group per GPU, the encodings and statistics the lake's readers
+want) from a table or from batches of rows, and swapping the directory in."""
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import itertools
+import os
+import shutil
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -18,6 +22,9 @@ from gpufleet.collectors.writer import write_row_groups_atomically, write_table_
 from gpufleet.warehouse.lake.replaced import replaced_metadata
 
 COMPACTED_PREFIX = "compacted-"
+STAGING_SUFFIX = ".compacting"  # of a staging directory's name, before its run's id
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 # Parquet encodings of the compacted files; every other column keeps pyarrow's dictionary
 # (the process lists' fields are plain: dictionaries cost the writer time and save them
 # nothing).
@@ -43,9 +50,38 @@ COMPACTED_STATISTICS = ("ts", "gpu_uuid", "host", "gpu_index", "status")
 COMPACTED_COMPRESSION = "lz4"
 
 
-def staging_directory(directory: Path) -> Path:
-    """Where a partition's compacted file is built before the swap (hidden from listings)."""
-    return directory.with_name(f".{directory.name}.compacting")
+def run_id() -> str:
+    """A new id for one ingest's compaction, naming its staging directories."""
+    return uuid.uuid4().hex[:12]
+
+
+def staging_directory(directory: Path, run: str) -> Path:
+    """Where run `run` builds a partition's compacted file before the swap (hidden from
+    listings): `.host=H.compacting-<run>`. Named by the run, so that a late task of a run
+    given up (a remote Dask worker's) writes where no later run reads."""
+    return directory.with_name(f".{directory.name}{STAGING_SUFFIX}-{run}")
+
+
+def remove_other_staging(samples_dir: Path, run: str) -> None:
+    """Remove every staging directory under `samples_dir` but run `run`'s: those of runs
+    that died or were given up (late tasks' files), and of the naming without a run."""
+    for folder in samples_dir.glob(f"date=*/.host=*{STAGING_SUFFIX}*"):
+        if not folder.name.endswith(f"{STAGING_SUFFIX}-{run}"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def exchange_directories(a: Path, b: Path) -> None:
+    """Atomically swap two directories (Linux renameat2); two renames where unsupported."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+        if result == 0:
+            return
+    parked = a.with_name(a.name + ".swap")
+    os.rename(a, parked)
+    os.rename(b, a)
+    os.rename(parked, b)
 
 
 def compacted_name(day: dt.date) -> str:

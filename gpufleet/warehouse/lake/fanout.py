@@ -4,10 +4,11 @@ With `[compute] dask` set, the ingest flows pass a `CompactFanOut` into compacti
 (`compact.py`): `run` runs tasks somewhere (Prefect tasks on a Dask cluster:
 gpufleet/flows/fanout.py) and returns what each did. A task is a run of host-days; its
 worker (`compact_task.py`) reads each one's collector files where they lie and writes its
-compacted file into the host-day's staging directory (`.host=H.compacting`, made here,
-hidden from every listing), under the name and with the bytes the pipeline host's own
-compaction writes. The pipeline host then swaps them in and records them in one step, as
-it does its own. A task that fails, or whose worker dies on every try, fails the ingest
+compacted file into the host-day's staging directory (`.host=H.compacting-<run>`, made
+here, hidden from every listing, named by the ingest's run: a late task of a run given up
+writes where no later run reads), under the name and with the bytes the pipeline host's
+own compaction writes. The pipeline host then swaps them in and records them in one step,
+as it does its own. A task that fails, or whose worker dies on every try, fails the ingest
 before anything is swapped in: the staging directories go, the lake and the warehouse stay
 as they were.
 """
@@ -35,6 +36,16 @@ SCRATCH_DIR_NAME = "scratch"  # under the data directory, as a fanned-out build'
 TASK_SOURCE_BYTES = 1 << 30
 
 
+def scratch_folder(config: Config, kind: str) -> Path:
+    """A new scratch folder for one fanned-out run of `kind` (build, compact), named by the
+    run: `scratch/<kind>-<id>`. The folders of `kind`'s earlier runs go first (dead ones':
+    a crash of the pipeline host, a late task's spill); the caller holds the writer lock."""
+    root = config.data_dir.absolute() / SCRATCH_DIR_NAME
+    for folder in root.glob(f"{kind}-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+    return root / f"{kind}-{uuid.uuid4().hex}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostDay:
     """One host-day to compact: absolute paths, so that any worker finds them."""
@@ -56,15 +67,16 @@ class HostDay:
         size_bytes: int,
         *,
         replaced: tuple[tuple[str, int], ...] = (),
+        run: str,
     ) -> HostDay:
         """The host-day of `directory` (under the data directory) and its `files` (relative
-        to it)."""
+        to it), compacted into run `run`'s staging directory."""
         data_dir = config.data_dir.absolute()
         absolute = data_dir / directory.relative_to(config.data_dir)
         return cls(
             directory=str(absolute),
             sources=tuple(literal_path(str(data_dir / path)) for path in files),
-            target=str(staging_directory(absolute) / compacted_name(day)),
+            target=str(staging_directory(absolute, run) / compacted_name(day)),
             size_bytes=size_bytes,
             replaced=replaced,
         )
@@ -157,7 +169,7 @@ class CompactFanOut:
         could not be read, by directory (their staging directories removed). Raises, every
         staging directory removed, when a task failed."""
         [(time_zone,)] = con.execute("select current_setting('TimeZone')").fetchall()
-        scratch = self.config.data_dir.absolute() / SCRATCH_DIR_NAME / f"compact-{uuid.uuid4().hex}"
+        scratch = scratch_folder(self.config, "compact")
         staging = [Path(day.target).parent for day in host_days]
         try:
             for folder in staging:
