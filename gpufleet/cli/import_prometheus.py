@@ -30,10 +30,11 @@ def add_prometheus(imports: argparse._SubParsersAction) -> None:
         help="GPU samples and pods from Prometheus (NVIDIA dcgm-exporter)",
         description=(
             "Read the DCGM series (dcgm-exporter's names, or those of [prometheus.series])\n"
-            "from Prometheus with query_range, host by host and window by window, and write\n"
-            "one sample file per host and window under <data-dir>/raw/samples: a row per GPU\n"
-            "and step ([prometheus] step_seconds), the mean of the step's scrapes. Pods that\n"
-            "hold GPUs become allocation rows (job id namespace/pod) under raw/allocations.\n"
+            "from Prometheus with query_range, up to 32 hosts a query, window by window,\n"
+            "and write one sample file per host and window under <data-dir>/raw/samples: a\n"
+            "row per GPU and step ([prometheus] step_seconds), the mean of the step's\n"
+            "scrapes. Pods that hold GPUs become allocation rows (job id namespace/pod)\n"
+            "under raw/allocations.\n"
             "The span is [--since, --until): what is new since the last import from this\n"
             "URL by default; a span imported before is never written twice. Then run\n"
             "'gpufleet ingest' and 'gpufleet build'."

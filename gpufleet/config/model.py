@@ -117,7 +117,7 @@ class PrometheusConfig:
 
     url: str = ""  # the Prometheus server; `--url` wins
     step_seconds: int = 60  # a row's interval_s: each row is the mean of the scrapes in its step
-    window_minutes: int = 60  # one query per series and host covers at most this much
+    window_minutes: int = 60  # one query per series and batch of hosts covers at most this much
     delay_seconds: int = 120  # steps younger than this wait for the next run
     timeout_seconds: float = 30.0  # per HTTP request
     host_label: str = "Hostname"
