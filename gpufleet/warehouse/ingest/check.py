@@ -13,9 +13,9 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
+from gpufleet.warehouse.base.raw_tables import SAMPLE_TYPES
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import cut
-from gpufleet.warehouse.ingest.footers import CONTRACT_TYPES
 from gpufleet.warehouse.ingest.read import FILE_INDEX, UNFIT, Oversized, Read, read_batch
 from gpufleet.warehouse.ingest.values import TimeLimits, time_window, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
@@ -27,13 +27,11 @@ _NO_GPU = _PART_STEP - 1
 
 @dataclass(frozen=True)
 class Checked:
-    """A batch ready to load: the rows of the files that load (the contract's columns,
-    then `_file_index` and `_part`, sorted by _part, gpu_uuid, ts), those files, each one's
-    part, and the files set aside with their reasons."""
+    """A batch ready to load (the module's docstring)."""
 
-    rows: pa.Table
-    files: list[SampleFile]
-    parts: list[int]
+    rows: pa.Table  # the contract's columns, then `_file_index` and `_part`, sorted
+    files: list[SampleFile]  # the files that load
+    parts: list[int]  # each one's part
     versions: dict[str, str]  # collector version by absolute path (files written ahead)
     bad: dict[str, str]  # path -> reason
     by_duckdb: bool  # whether DuckDB read a file of it (`read.py`)
@@ -87,7 +85,7 @@ def check_batch(
             file.path: dict.fromkeys(footer.plan.names, "")
             for file, footer in zip(files, footers, strict=True)
         }
-        parts = ahead.parts(files, names, CONTRACT_TYPES)
+        parts = ahead.parts(files, names, SAMPLE_TYPES)
     else:
         parts = [NOT_AHEAD] * len(files)
     versions = {

@@ -10,8 +10,7 @@ from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.footers import read_footer
 from gpufleet.warehouse.ingest.read import row_count
 
-# Two batches are read at once (`pipeline.READ_AHEAD`): 1,000 files each keep the rows in
-# memory as 2,000 did with one.
+# Two batches are read at once (`pipeline.READ_AHEAD`): 1,000 files each bound their rows.
 MAX_FILES_PER_BATCH = 1000
 # The most rows read at once: a batch of 1,000 ten-minute files of 8 GPUs at 10 s holds
 # 480,000. At up to three batches in memory at once (one loading, two read ahead) and about

@@ -1,20 +1,10 @@
 """Where a backfill's batches of whole host-days run: on Dask workers (`[compute] dask`,
-docs/dask.md).
-
-Most of a backfill is batches of whole host-days whose days are over: embedded, the load
-reads each such batch once and writes its host-days' compacted files from the rows
-(`CompactAhead`), and no row enters `samples_stored`. With a `LoadFanOut`, the pipeline host
-sends those batches to the workers instead (`run_load_task`, no Prefect here): a worker
-puts each batch through the pipeline's steps as the host would (`check.read_and_check`,
-`insert.repeats_a_key`, `CompactAhead.write`), writing the compacted files into the
-host-days' staging directories with the bytes the host would write. It sends back only
-what the host records: each file's rows and time range, and each compacted file's GPUs.
-
-A batch a worker does not take whole (a file set aside, one too large to read at once, a
-repeated key) writes nothing and comes back refused; so does one whose keys the host
-finds loaded already. The host then loads it itself, as embedded, with every quarantine
-reason and deduplication. A task that fails, or whose worker dies on every try,
-fails the ingest before anything is published; the staging directories go.
+docs/dask.md). A worker puts each batch through the pipeline's steps as the host would
+(`read_and_check`, `repeats_a_key`, `CompactAhead.write`) into the host-days' staging
+directories, and sends back only what the host records. A batch it does not take whole (a
+file set aside, too large to read at once, a repeated key) writes nothing and comes back
+refused, as does one whose keys the host finds loaded already: the host loads it itself.
+A task that fails fails the ingest before anything is published; the staging directories go.
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ import datetime as dt
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,13 +23,7 @@ import pyarrow.compute as pc
 from gpufleet.config import Config
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
-from gpufleet.warehouse.ingest.insert import (
-    ANY_EXISTING_SQL,
-    BatchOutcome,
-    create_existing_view,
-    loaded_files,
-    repeats_a_key,
-)
+from gpufleet.warehouse.ingest.insert import BatchOutcome, any_loaded, loaded_files, repeats_a_key
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.compacted_file import staging_directory
@@ -109,7 +93,7 @@ def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken
     checked = read_and_check(config, batch, ahead, task.limits)
     if not isinstance(checked, Checked) or checked.bad or NOT_AHEAD in checked.parts:
         return None
-    for directory in {file.path.rsplit("/", 1)[0] for file in batch}:
+    for directory in _directories(batch):
         if not staging_directory(config.data_dir / directory, task.run).is_dir():  # the host's
             raise FileNotFoundError(f"{config.data_dir / directory}: the ingest is over")
     rows = checked.rows
@@ -170,7 +154,7 @@ class LoadFanOut:
         found: list[BatchTaken | None] = [None] * len(batches)
         if not sent:
             return found
-        directories = {f.path.rsplit("/", 1)[0] for i in sent for f in batches[i]}
+        directories = {d for i in sent for d in _directories(batches[i])}
         self._staging = [
             staging_directory(self.config.data_dir / d, ahead.run) for d in directories
         ]
@@ -185,9 +169,7 @@ class LoadFanOut:
                 data_dir=str(self.config.data_dir.absolute()),
                 batches=tuple(tuple(batch) for batch in run),
                 # the run's host-days (whole: every one is listed)
-                listed={
-                    d: ahead.listed[d] for d in {f.path.rsplit("/", 1)[0] for b in run for f in b}
-                },
+                listed={d: ahead.listed[d] for b in run for d in _directories(b)},
                 today=ahead.today,
                 limits=limits,
                 run=ahead.run,
@@ -210,11 +192,7 @@ class LoadFanOut:
         for index, batch in zip(sent, taken, strict=True):
             found[index] = batch
             if batch is None:  # the host loads it: its (empty) staging directories go
-                for directory in {file.path.rsplit("/", 1)[0] for file in batches[index]}:
-                    shutil.rmtree(
-                        staging_directory(self.config.data_dir / directory, ahead.run),
-                        ignore_errors=True,
-                    )
+                _remove_staging(self.config, _directories(batches[index]), ahead.run)
         self.last = LoadReport(
             tasks=len(tasks),
             batches=len(sent),
@@ -261,19 +239,20 @@ def adopt(
     """Record a batch a worker took as written `ahead` (compaction swaps its files in), or
     None, its staging directories removed, when one of its keys is loaded already (the
     host loads it then, and drops the repeats)."""
-    create_existing_view(con, config, taken.min_ts, taken.max_ts, ahead, gpus=set(taken.gpus))
-    overlap = con.execute(
-        ANY_EXISTING_SQL,
-        {"min_ts": taken.min_ts, "max_ts": taken.max_ts, "gpus": list(taken.gpus)},
-    ).fetchall()
-    directories = sorted(taken.written)
-    if overlap and overlap[0][0]:
-        for directory in directories:
-            shutil.rmtree(
-                staging_directory(config.data_dir / directory, ahead.run), ignore_errors=True
-            )
+    if any_loaded(con, config, taken.min_ts, taken.max_ts, ahead, list(taken.gpus)):
+        _remove_staging(config, taken.written, ahead.run)
         return None
-    for directory in directories:
+    for directory in sorted(taken.written):
         files = tuple(sorted(f.path for f in batch if f.path.rsplit("/", 1)[0] == directory))
         ahead.adopt(directory, files, taken.written[directory])
     return BatchOutcome(rows_read=taken.rows, rows_inserted=taken.rows, loaded=list(taken.loaded))
+
+
+def _directories(batch: Sequence[SampleFile]) -> set[str]:
+    """The host-day directories of a batch's files."""
+    return {file.path.rsplit("/", 1)[0] for file in batch}
+
+
+def _remove_staging(config: Config, directories: Iterable[str], run: str) -> None:
+    for directory in directories:
+        shutil.rmtree(staging_directory(config.data_dir / directory, run), ignore_errors=True)

@@ -18,19 +18,17 @@ from gpufleet.collectors.schema import SAMPLE_SCHEMA
 from gpufleet.warehouse.base.raw_tables import (
     REQUIRED_SAMPLE_COLUMNS,
     SAMPLE_COLUMNS,
-    SAMPLE_TYPES,
     literal_path,
 )
 
 _ARROW_SCHEMA_KEY = "ARROW:schema"
 _VERSION_KEY = "gpufleet.collector_version"
-_READ_ERRORS = (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException)
+READ_ERRORS = (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException)
 _INTEGER_TYPES = frozenset(
     {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
 )
 _FLOAT_TYPES = frozenset({"FLOAT", "DOUBLE"})
 _TZ_TIMESTAMP_TYPES = frozenset({"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"})
-CONTRACT_TYPES = SAMPLE_TYPES
 _RESERVED_COLUMNS = ("file_index", "file_row_number")  # read_parquet's virtual columns
 # Text columns that may come as integers (a foreign writer's Slurm job ids): they load as
 # their decimal text, which loses nothing.
@@ -101,7 +99,7 @@ def read_footer(path: str, relative: str) -> Footer:
         plan = _plan_from_stored(encoded) if encoded else None
         if plan is None:  # no Arrow schema stored, or one that does not decode
             plan = _plan_from_polars(tuple(pl.read_parquet_schema(path).items()))
-    except _READ_ERRORS as exc:
+    except READ_ERRORS as exc:
         text = one_line(exc).replace(path, relative)
         return Footer(FilePlan(problem=f"cannot read Parquet: {text}"))
     return Footer(plan, metadata.get(_VERSION_KEY))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -76,9 +76,7 @@ order by gpu_uuid, ts
 def insert_batch(
     con: duckdb.DuckDBPyConnection, config: Config, checked: Checked, ahead: CompactAhead | None
 ) -> BatchOutcome:
-    """Insert a checked batch's rows: as read when no key repeats or was loaded before
-    (`insert_rows`), else the first row of each new key into samples_stored
-    (`insert_first_new`)."""
+    """Insert a checked batch's rows, as read or deduplicated (the module's docstring)."""
     outcome = BatchOutcome(bad=dict(checked.bad))
     if not checked.files:
         return outcome
@@ -102,26 +100,18 @@ def insert_batch(
 def create_existing_view(
     con: duckdb.DuckDBPyConnection,
     config: Config,
-    min_ts: dt.datetime | None,
-    max_ts: dt.datetime | None,
+    min_ts: dt.datetime,
+    max_ts: dt.datetime,
     ahead: CompactAhead | None = None,
-    batch: str = "",
-    gpus: set[str] | None = None,
+    gpus: Collection[str] = (),
 ) -> None:
-    """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows from
-    `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those days and
-    the files this ingest wrote `ahead` for them with a GPU of the table `batch`; `gpus`:
-    the batch's distinct GPUs, when the caller has them already)."""
-    if min_ts is None or max_ts is None:
-        paths: list[str] = []
-    else:
-        first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
-        paths = evicted_paths(con, config, first_day=first, last_day=last)
-        if ahead is not None and ahead.written:
-            if gpus is None:
-                rows = con.execute(f"select distinct gpu_uuid from {batch}").fetchall()
-                gpus = {row[0] for row in rows}
-            paths += ahead.paths_between(first, last, gpus)
+    """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows of
+    `gpus` from `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those
+    days and the files this ingest wrote `ahead` for them with one of `gpus`)."""
+    first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
+    paths = evicted_paths(con, config, first_day=first, last_day=last)
+    if ahead is not None and ahead.written:
+        paths += ahead.paths_between(first, last, set(gpus))
     con.execute(
         "create or replace temp view _ingest_existing as "
         + samples_sql(paths, columns=("gpu_uuid", "ts"))
@@ -138,7 +128,7 @@ def any_loaded(
 ) -> bool:
     """Whether a sample of one of `gpus` from `min_ts` to `max_ts` is loaded already (as
     `create_existing_view` finds them; `_ingest_existing` is left as that view)."""
-    create_existing_view(con, config, min_ts, max_ts, ahead, gpus=set(gpus))
+    create_existing_view(con, config, min_ts, max_ts, ahead, gpus)
     found = con.execute(
         ANY_EXISTING_SQL, {"min_ts": min_ts, "max_ts": max_ts, "gpus": gpus}
     ).fetchall()
@@ -167,10 +157,8 @@ def insert_rows(
     parts: list[int],
     versions: Mapping[str, str],
 ) -> None:
-    """Insert a batch's rows, each key new (`keys_are_new`; the contract's columns, then
-    `_file_index` and `_part`, sorted by _part, gpu_uuid, ts): the host-days of `parts` as
-    compacted files written `ahead` (`versions`: each file's collector version, by absolute
-    path), the other rows into samples_stored."""
+    """Insert a `Checked` batch's rows, each key new: the host-days of `parts` as compacted
+    files written `ahead`, the other rows into samples_stored."""
     if ahead is not None:
         ahead.write(rows, batch, parts, versions)
     if NOT_AHEAD in parts:  # (a backfill writes every part ahead: nothing to insert)
@@ -253,9 +241,10 @@ def insert_first_new(
         rows = rows.unique(["gpu_uuid", "ts"], keep="first", maintain_order=True)
     low, high = rows.get_column("ts").min(), rows.get_column("ts").max()
     assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
+    gpus = rows.get_column("gpu_uuid").unique().to_list()
     con.register(_ROWS, rows.to_arrow(compat_level=pl.CompatLevel.oldest()))
     try:
-        create_existing_view(con, config, low, high, ahead, _ROWS)
+        create_existing_view(con, config, low, high, ahead, gpus)
         inserted = con.execute(
             INSERT_NEW_SQL, {"min_ts": low, "max_ts": high, "load_id": current_generation(con)}
         ).fetchall()

@@ -46,8 +46,7 @@ def load_batch(
     ahead: CompactAhead | None,
     limits: TimeLimits,
 ) -> BatchOutcome:
-    """Load a batch as it was read and checked; one too large to read at once in pieces of
-    whole files, read here one at a time, and each larger file alone, in slices."""
+    """Load a batch as read and checked, or an `Oversized` one piece by piece (`cut.pieces`)."""
     if not isinstance(checked, Oversized):
         return insert_batch(con, config, checked, ahead)
     outcome = BatchOutcome()
@@ -72,9 +71,8 @@ def read_ahead(
     read: Callable[[Sequence[SampleFile]], Checked | Oversized],
     depth: int = READ_AHEAD,
 ) -> Iterator[Iterator[Future[Checked | Oversized]]]:
-    """Each batch's read, while up to `depth` later reads run in as many threads (they keep
-    the cores busy that the load's own steps leave idle); the reads not started are
-    cancelled on the way out."""
+    """Each batch's read, while up to `depth` later reads run in as many threads; the reads
+    not started are cancelled on the way out."""
     with ThreadPoolExecutor(depth, thread_name_prefix="gpufleet-read") as reader:
         reads: deque[Future[Checked | Oversized]] = deque(
             reader.submit(read, batch) for batch in batches[:depth]

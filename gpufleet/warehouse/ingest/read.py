@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
+from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, SAMPLE_TYPES, literal_path
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.footers import (
-    CONTRACT_TYPES,
+    READ_ERRORS,
     Footer,
     contract_schema,
     read_footer,
@@ -32,7 +32,6 @@ from gpufleet.warehouse.ingest.values import unfit_reason
 FILE_INDEX = "_file_index"  # each row's file, its index in the batch
 UNFIT = "_unfit"  # why a row's value did not fit its type (null where all did)
 _PATH = "_path"  # the column polars names each row's file in (no contract column starts _)
-_READ_ERRORS = (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException)
 # The files DuckDB reads go through a connection of their own, capped.
 READER_MEMORY_LIMIT = "1GB"
 
@@ -86,7 +85,7 @@ def read_batch(
             scan = scan.head(max_rows + 1 - read)
         try:
             frame = scan.collect()
-        except _READ_ERRORS:
+        except READ_ERRORS:
             by_duckdb += members  # a file's data does not read: DuckDB finds which
             continue
         read += frame.height
@@ -129,7 +128,7 @@ def to_contract(frame: pl.DataFrame) -> pl.DataFrame:
             lossy.append(name)
         else:
             selects.append(pl.col(name).cast(target))
-    others = [pl.col(name) for name in frame.columns if name not in CONTRACT_TYPES]
+    others = [pl.col(name) for name in frame.columns if name not in SAMPLE_TYPES]
     cast = frame.select(*selects, *others)
     lost = {n: cast.get_column(n).is_null() & frame.get_column(n).is_not_null() for n in lossy}
     hit = [name for name, rows in lost.items() if rows.any()]
@@ -164,7 +163,7 @@ def _read_with_duckdb(
             if isinstance(columns, str):
                 bad[batch[index].path] = columns
                 continue
-            key = tuple((n, t) for n, t in columns.items() if n in CONTRACT_TYPES)
+            key = tuple((n, t) for n, t in columns.items() if n in SAMPLE_TYPES)
             groups.setdefault(key, []).append(index)
         for key, members in groups.items():
             try:

@@ -122,8 +122,6 @@ def load_warehouse(
     `unreadable`: what the listing of `files` could not read."""
     started = time.perf_counter()
     with write_transaction(config, lock_timeout_s=lock_timeout_s) as con:
-        # Capped by the writer's connection (`WRITER_MEMORY_LIMIT`, `publish/slots.py`): DuckDB
-        # then evicts the pages it has written instead of holding a backfill's every page.
         opened = time.perf_counter()
         # Listed before the lock was taken: judged again now.
         listing = check_listing(con, config, files, unreadable=unreadable)
