@@ -181,20 +181,18 @@ def _create_in_chunks(
                 read_slice(f"({samples_sql(ranges.holding(first, last))})")
             con.execute("set variable chunk_first_uuid = ?", [first])
             con.execute("set variable chunk_last_uuid = ?", [last])
-            if source_model is not None:
+            if joined is not None:
+                con.execute(f"create or replace temp table _chunk_joined as {joined[2]}")
+            if source_model is None:  # a raw table: the staging view reads the slice
+                create_model(con, models[view], {source: "_chunk"})
+                con.execute(f"insert into {name} by name\n{model.sql}")
+            else:
                 for variable, extreme in (("chunk_first_id", "min"), ("chunk_last_id", "max")):
                     con.execute(
                         f"set variable {variable} = (select {extreme}(series_id) "
                         "from int_series_ids where gpu_uuid between ? and ?)",
                         [first, last],
                     )
-            if source_model is None:  # a raw table: the staging view reads the slice
-                create_model(con, models[view], {source: "_chunk"})
-            if joined is not None:
-                con.execute(f"create or replace temp table _chunk_joined as {joined[2]}")
-            if source_model is None:
-                con.execute(f"insert into {name} by name\n{model.sql}")
-            else:
                 con.execute(f"insert into {name} by name\n{render(model, {source: '_chunk'})}")
     finally:
         if source_model is None:
