@@ -210,30 +210,13 @@ def split_new_files(
     con: duckdb.DuckDBPyConnection, files: Sequence[SampleFile]
 ) -> tuple[list[SampleFile], list[tuple[SampleFile, str]]]:
     """(files never loaded, files loaded before that changed since, with the reason)."""
-    con.register("_ingest_listing", _listing_table(files))
-    try:
-        rows = con.execute(
-            """
-            select
-                listing.path,
-                loaded.path is null as is_new,
-                loaded.size_bytes as loaded_size_bytes,
-                loaded.mtime_ns as loaded_mtime_ns,
-            from _ingest_listing as listing
-            left join loaded_files as loaded using (path)
-            where loaded.path is null
-                or loaded.size_bytes <> listing.size_bytes
-                or loaded.mtime_ns <> listing.mtime_ns
-            """
-        ).fetchall()
-    finally:
-        con.unregister("_ingest_listing")
+    rows = _unsettled_rows(con, files)
     by_path = {f.path: f for f in files}
     new: list[SampleFile] = []
     changed: list[tuple[SampleFile, str]] = []
-    for path, is_new, size_bytes, mtime_ns in rows:
+    for path, size_bytes, mtime_ns, *_ in rows:
         file = by_path[path]
-        if is_new:
+        if size_bytes is None:  # never loaded (loaded_files.size_bytes is NOT NULL)
             new.append(file)
         else:
             changed.append((file, changed_reason(size_bytes, mtime_ns, file)))
