@@ -16,8 +16,8 @@ from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_TYPES
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import cut
-from gpufleet.warehouse.ingest.read import FILE_INDEX, UNFIT, Oversized, Read, read_batch
-from gpufleet.warehouse.ingest.values import TimeLimits, time_window, value_problems
+from gpufleet.warehouse.ingest.read import Oversized, read_batch
+from gpufleet.warehouse.ingest.values import FILE_INDEX, UNFIT, TimeLimits, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 
 # The sort key of a row: (_part + 1) * _PART_STEP + its GPU's number (_NO_GPU for none, last).
@@ -50,24 +50,8 @@ def read_and_check(
     read = read_batch(config, batch, max_rows=None if whole else cut.MAX_ROWS_PER_READ)
     if isinstance(read, Oversized):
         return read
-    return check_batch(config, batch, read, ahead, limits)
-
-
-def check_batch(
-    config: Config,
-    batch: Sequence[SampleFile],
-    read: Read,
-    ahead: CompactAhead | None,
-    limits: TimeLimits,
-) -> Checked:
-    """`read` (the rows of `batch`) checked against the rules (a time outside `limits`
-    among them), its good files' rows ready to load."""
     frame, bad = read.frame, dict(read.bad)
-    windows = [time_window(file.path, limits) for file in batch]
-    sites = [folder_site(file.path) for file in batch]
-    unfit = UNFIT if UNFIT in frame.columns else None
-    problems = value_problems(frame, windows, file_index=FILE_INDEX, unfit=unfit, sites=sites)
-    for index, reason in problems.items():
+    for index, reason in value_problems(frame, [file.path for file in batch], limits).items():
         bad[batch[index].path] = reason
     frame = frame.drop(UNFIT, strict=False)
     kept = [index for index, file in enumerate(batch) if file.path not in bad]
@@ -101,7 +85,7 @@ def check_batch(
         gpus.cast(pl.Enum(gpus.unique().drop_nulls().sort())).to_physical().alias("_gpu"),
     )
     rows = sort_rows(frame).drop("_gpu").to_arrow(compat_level=pl.CompatLevel.oldest())
-    rows = fill_sites(rows, [sites[index] for index in kept], FILE_INDEX)
+    rows = fill_sites(rows, [folder_site(file.path) for file in files], FILE_INDEX)
     return Checked(rows, files, parts, versions, bad, read.by_duckdb)
 
 

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import pyarrow.compute as pc
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
-from gpufleet.warehouse.ingest.insert import BatchOutcome, any_loaded, loaded_files, repeats_a_key
+from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loaded_files, new_keys
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.compacted_file import staging_directory
@@ -58,9 +57,7 @@ class BatchTaken:
 
     loaded: tuple[LoadedFile, ...]  # each file with its rows and time range
     rows: int
-    gpus: tuple[str, ...]  # the batch's distinct GPUs
-    min_ts: dt.datetime
-    max_ts: dt.datetime
+    keys: Keys  # its GPUs and times
     written: dict[str, frozenset[str]]  # host-day directory -> the GPUs of its file
 
 
@@ -97,22 +94,18 @@ def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken
         if not staging_directory(config.data_dir / directory, task.run).is_dir():  # the host's
             raise FileNotFoundError(f"{config.data_dir / directory}: the ingest is over")
     rows = checked.rows
-    gpus = rows.column("gpu_uuid").combine_chunks()
-    distinct = pc.unique(gpus)
-    if repeats_a_key(rows, gpus, distinct):
+    keys = new_keys(rows)
+    if keys is None:
         return None
     try:
         ahead.write(rows, checked.files, checked.parts, checked.versions)
         ahead.wait()
     finally:
         ahead.close()
-    times = pc.min_max(rows.column("ts"))
     return BatchTaken(
         loaded=tuple(loaded_files(checked.files, rows)),
         rows=rows.num_rows,
-        gpus=tuple(distinct.to_pylist()),
-        min_ts=times["min"].as_py(),
-        max_ts=times["max"].as_py(),
+        keys=keys,
         written={directory: item.gpus for directory, item in ahead.written.items()},
     )
 
@@ -239,7 +232,7 @@ def adopt(
     """Record a batch a worker took as written `ahead` (compaction swaps its files in), or
     None, its staging directories removed, when one of its keys is loaded already (the
     host loads it then, and drops the repeats)."""
-    if any_loaded(con, config, taken.min_ts, taken.max_ts, ahead, list(taken.gpus)):
+    if any_loaded(con, config, taken.keys, ahead):
         _remove_staging(config, taken.written, ahead.run)
         return None
     for directory in sorted(taken.written):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import duckdb
 import polars as pl
@@ -85,15 +86,24 @@ def insert_batch(
     outcome.rows_read = rows.num_rows
     if keys_are_new(con, config, ahead, rows):
         logger.debug("ingest: %d files loaded as read", len(checked.files))
-        insert_rows(
-            con, rows, checked.files, ahead=ahead, parts=checked.parts, versions=checked.versions
-        )
+        # The host-days of its parts as compacted files written `ahead`, the rest inserted.
+        if ahead is not None:
+            ahead.write(rows, checked.files, checked.parts, checked.versions)
+        if NOT_AHEAD in checked.parts:  # (a backfill writes every part ahead: none)
+            con.register(_ROWS, rows)
+            try:
+                con.execute(
+                    f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
+                    f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from {_ROWS} "
+                    f"where _part = {NOT_AHEAD} order by gpu_uuid, ts",
+                    {"load_id": current_generation(con)},
+                ).fetchall()
+            finally:
+                con.unregister(_ROWS)
         outcome.rows_inserted = rows.num_rows
     else:
         logger.debug("ingest: %d files deduplicated", len(checked.files))
-        frame = pl.from_arrow(rows)
-        assert isinstance(frame, pl.DataFrame)
-        outcome.rows_inserted = insert_first_new(con, config, frame, ahead)
+        outcome.rows_inserted = insert_first_new(con, config, rows, ahead)
     return outcome
 
 
@@ -118,20 +128,21 @@ def create_existing_view(
     )
 
 
+class Keys(NamedTuple):
+    """A batch's distinct GPUs and the range of its times."""
+
+    gpus: list[str]
+    min_ts: dt.datetime
+    max_ts: dt.datetime
+
+
 def any_loaded(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    min_ts: dt.datetime,
-    max_ts: dt.datetime,
-    ahead: CompactAhead | None,
-    gpus: list[str],
+    con: duckdb.DuckDBPyConnection, config: Config, keys: Keys, ahead: CompactAhead | None
 ) -> bool:
-    """Whether a sample of one of `gpus` from `min_ts` to `max_ts` is loaded already (as
+    """Whether a sample of one of the `keys`' GPUs within their times is loaded already (as
     `create_existing_view` finds them; `_ingest_existing` is left as that view)."""
-    create_existing_view(con, config, min_ts, max_ts, ahead, gpus)
-    found = con.execute(
-        ANY_EXISTING_SQL, {"min_ts": min_ts, "max_ts": max_ts, "gpus": gpus}
-    ).fetchall()
+    create_existing_view(con, config, keys.min_ts, keys.max_ts, ahead, keys.gpus)
+    found = con.execute(ANY_EXISTING_SQL, keys._asdict()).fetchall()
     return bool(found and found[0][0])
 
 
@@ -148,90 +159,64 @@ def loaded_files(batch: Sequence[SampleFile], rows: pa.Table) -> list[LoadedFile
     ]
 
 
-def insert_rows(
-    con: duckdb.DuckDBPyConnection,
-    rows: pa.Table,
-    batch: Sequence[SampleFile],
-    *,
-    ahead: CompactAhead | None,
-    parts: list[int],
-    versions: Mapping[str, str],
-) -> None:
-    """Insert a `Checked` batch's rows, each key new: the host-days of `parts` as compacted
-    files written `ahead`, the other rows into samples_stored."""
-    if ahead is not None:
-        ahead.write(rows, batch, parts, versions)
-    if NOT_AHEAD in parts:  # (a backfill writes every part ahead: nothing to insert)
-        con.register(_ROWS, rows)
-        try:
-            con.execute(
-                f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
-                f"select {QUOTED_SAMPLE_COLUMNS}, $load_id from {_ROWS} "
-                f"where _part = {NOT_AHEAD} order by gpu_uuid, ts",
-                {"load_id": current_generation(con)},
-            ).fetchall()
-        finally:
-            con.unregister(_ROWS)
-
-
 def keys_are_new(
     con: duckdb.DuckDBPyConnection, config: Config, ahead: CompactAhead | None, rows: pa.Table
 ) -> bool:
     """Whether the rows (sorted by _part, gpu_uuid, ts) hold no (gpu_uuid, ts) twice and
     none already loaded."""
-    gpus = rows.column("gpu_uuid").combine_chunks()
-    distinct = pc.unique(gpus)
-    if len(rows) == 0 or repeats_a_key(rows, gpus, distinct):
-        return len(rows) == 0
-    times = pc.min_max(rows.column("ts"))
-    min_ts, max_ts = times["min"].as_py(), times["max"].as_py()
-    gpu_names = distinct.to_pylist()
-    if not any_loaded(con, config, min_ts, max_ts, ahead, gpu_names):
+    if len(rows) == 0:
         return True
+    keys = new_keys(rows)
+    if keys is None or not any_loaded(con, config, keys, ahead):
+        return keys is not None
     con.register(_ROWS, rows)
     try:
         existing = con.execute(
             f"with existing as ({EXISTING_KEYS_SQL.format(batch=_ROWS)}) "
             f"select count(*) from {_ROWS} semi join existing using (gpu_uuid, ts)",
-            {"min_ts": min_ts, "max_ts": max_ts},
+            {"min_ts": keys.min_ts, "max_ts": keys.max_ts},
         ).fetchall()
     finally:
         con.unregister(_ROWS)
     return bool(existing) and not existing[0][0]
 
 
-def repeats_a_key(rows: pa.Table, gpus: pa.Array, distinct: pa.Array) -> bool:
-    """Whether a (gpu_uuid, ts) is in `rows` (sorted by _part, gpu_uuid, ts; `gpus` its
-    gpu_uuid column, `distinct` their distinct values) twice: when each GPU's rows are
-    together and in increasing time, none is (two comparisons of neighbours, no hash
-    table); otherwise the keys are counted."""
-    if len(gpus) < 2:
-        return False
-    together = len(pc.run_end_encode(gpus).values) == len(distinct)
-    times = rows.column("ts").combine_chunks()
-    earlier, later = slice(0, len(gpus) - 1), slice(1, None)
-    increasing = pc.or_(
-        pc.not_equal(gpus[later], gpus[earlier]),
-        pc.greater(times[later], times[earlier]),
-    )
-    if together and pc.all(increasing).as_py():
-        return False
-    keys = pl.from_arrow(rows.select(["gpu_uuid", "ts"]))
-    assert isinstance(keys, pl.DataFrame)
-    return bool(keys.is_duplicated().any())
+def new_keys(rows: pa.Table) -> Keys | None:
+    """The keys of `rows` (sorted by _part, gpu_uuid, ts), or None when a (gpu_uuid, ts) is
+    in them twice: when each GPU's rows are together and in increasing time, none is (two
+    comparisons of neighbours, no hash table); otherwise the keys are counted."""
+    gpus = rows.column("gpu_uuid").combine_chunks()
+    distinct = pc.unique(gpus)
+    if len(gpus) > 1:
+        together = len(pc.run_end_encode(gpus).values) == len(distinct)
+        times = rows.column("ts").combine_chunks()
+        earlier, later = slice(0, len(gpus) - 1), slice(1, None)
+        increasing = pc.or_(
+            pc.not_equal(gpus[later], gpus[earlier]),
+            pc.greater(times[later], times[earlier]),
+        )
+        if not together or not pc.all(increasing).as_py():
+            keys = pl.from_arrow(rows.select(["gpu_uuid", "ts"]))
+            assert isinstance(keys, pl.DataFrame)
+            if keys.is_duplicated().any():
+                return None
+    span = pc.min_max(rows.column("ts"))
+    return Keys(distinct.to_pylist(), span["min"].as_py(), span["max"].as_py())
 
 
 def insert_first_new(
     con: duckdb.DuckDBPyConnection,
     config: Config,
-    rows: pl.DataFrame,
+    table: pa.Table,
     ahead: CompactAhead | None,
 ) -> int:
-    """Insert into samples_stored the first row of each (gpu_uuid, ts) of `rows` (each
+    """Insert into samples_stored the first row of each (gpu_uuid, ts) of `table` (each
     file's rows in their order; by `_file_index` first when it is there) not loaded yet;
     how many."""
-    if rows.height == 0:
+    if table.num_rows == 0:
         return 0
+    rows = pl.from_arrow(table)
+    assert isinstance(rows, pl.DataFrame)
     by = ["gpu_uuid", "ts", *(["_file_index"] if "_file_index" in rows.columns else [])]
     rows = rows.sort(by, maintain_order=True)
     repeated = (pl.col("gpu_uuid") == pl.col("gpu_uuid").shift()) & (

@@ -27,10 +27,8 @@ from gpufleet.warehouse.ingest.footers import (
     schema_problem,
     unreadable_reason,
 )
-from gpufleet.warehouse.ingest.values import unfit_reason
+from gpufleet.warehouse.ingest.values import FILE_INDEX, UNFIT, unfit_reason
 
-FILE_INDEX = "_file_index"  # each row's file, its index in the batch
-UNFIT = "_unfit"  # why a row's value did not fit its type (null where all did)
 _PATH = "_path"  # the column polars names each row's file in (no contract column starts _)
 # The files DuckDB reads go through a connection of their own, capped.
 READER_MEMORY_LIMIT = "1GB"
@@ -165,21 +163,19 @@ def _read_with_duckdb(
                 continue
             key = tuple((n, t) for n, t in columns.items() if n in SAMPLE_TYPES)
             groups.setdefault(key, []).append(index)
-        for key, members in groups.items():
+        reads = [(members, dict(key)) for key, members in groups.items()]
+        while reads:
+            members, columns = reads.pop(0)
             try:
-                frames.append(_duckdb_rows(con, config, batch, members, dict(key)))
+                frames.append(_duckdb_rows(con, config, batch, members, columns))
             except duckdb.OutOfMemoryException:
-                raise
-            except duckdb.Error:
-                for index in members:  # a file whose footer reads but whose data does not
-                    try:
-                        frames.append(_duckdb_rows(con, config, batch, [index], dict(key)))
-                    except duckdb.OutOfMemoryException:
-                        raise
-                    except duckdb.Error as exc:
-                        relative = batch[index].path
-                        path = str(config.data_dir / relative)
-                        bad[relative] = unreadable_reason(exc, path, relative)
+                raise  # the machine's problem, not a file's
+            except duckdb.Error as exc:
+                if len(members) > 1:  # a file's footer reads but its data does not: which?
+                    reads[:0] = [([index], columns) for index in members]
+                else:
+                    path = batch[members[0]].path
+                    bad[path] = unreadable_reason(exc, str(config.data_dir / path), path)
     return frames
 
 

@@ -7,8 +7,8 @@ before (its own earlier slices' too)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 import duckdb
 import polars as pl
@@ -16,18 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.folder_sites import folder_site
+from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_TYPES
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.footers import contract_schema, read_footer
-from gpufleet.warehouse.ingest.insert import BatchOutcome, any_loaded, insert_first_new
-from gpufleet.warehouse.ingest.read import FILE_INDEX, UNFIT, cast_slice, duckdb_schema_problem
-from gpufleet.warehouse.ingest.values import (
-    CHECKED_COLUMNS,
-    TimeLimits,
-    time_window,
-    value_problems,
-)
+from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, insert_first_new
+from gpufleet.warehouse.ingest.read import cast_slice, duckdb_schema_problem
+from gpufleet.warehouse.ingest.values import CHECKED_COLUMNS, FILE_INDEX, TimeLimits, value_problems
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 
 _READ_ERRORS = (pa.ArrowException, OSError, pl.exceptions.PolarsError, duckdb.Error)
@@ -83,9 +78,8 @@ def load_sliced(
         slices = source.iter_batches(batch_size=slice_rows, columns=present)
         site = folder_site(file.path)
         if ahead is not None and written_ahead and survey.in_key_order and not survey.loaded_before:
-            rows = pa.RecordBatchReader.from_batches(
-                _arrow_schema(), _arrow_slices(slices, site, by_duckdb)
-            )
+            written = (_contract_rows(batch, site, by_duckdb).to_batches() for batch in slices)
+            rows = pa.RecordBatchReader.from_batches(_arrow_schema(), chain.from_iterable(written))
             ahead.write_file(file, rows, footer.version)
             inserted = survey.rows
         else:
@@ -100,27 +94,19 @@ def load_sliced(
     return outcome
 
 
-def _contract_rows(batch: pa.RecordBatch, site: str | None, by_duckdb: bool) -> pl.DataFrame:
-    """A slice's contract columns, a NULL or empty `cluster` its folder's `site`."""
+def _contract_rows(batch: pa.RecordBatch, site: str | None, by_duckdb: bool) -> pa.Table:
+    """A slice's contract columns (polars' oldest Arrow types), a NULL or empty `cluster`
+    its folder's `site`."""
     rows = cast_slice(batch, by_duckdb=by_duckdb).select(contract_schema().names())
-    if site is None:
-        return rows
-    own = pl.col("cluster")  # empty text names no site either
-    return rows.with_columns(pl.when(own != "").then(own).otherwise(pl.lit(site, pl.String)))
+    rows = rows.with_columns(pl.lit(0, pl.Int32).alias(FILE_INDEX))
+    filled = fill_sites(rows.to_arrow(compat_level=pl.CompatLevel.oldest()), [site], FILE_INDEX)
+    return filled.drop_columns(FILE_INDEX)
 
 
 def _arrow_schema() -> pa.Schema:
     """The contract's columns as the slices hand them over (polars' oldest Arrow types)."""
     empty = pl.DataFrame(schema=contract_schema())
     return empty.to_arrow(compat_level=pl.CompatLevel.oldest()).schema
-
-
-def _arrow_slices(
-    slices: Iterator[pa.RecordBatch], site: str | None, by_duckdb: bool
-) -> Iterator[pa.RecordBatch]:
-    for batch in slices:
-        rows = _contract_rows(batch, site, by_duckdb)
-        yield from rows.to_arrow(compat_level=pl.CompatLevel.oldest()).to_batches()
 
 
 def _survey(
@@ -137,14 +123,12 @@ def _survey(
     rest unread), else the file's rows and times, whether its keys are in order, and, with
     `ahead` (a file to write ahead), whether one was loaded before."""
     survey = _Survey()
-    windows, sites = [time_window(file.path, limits)], [folder_site(file.path)]
-    checked = CHECKED_COLUMNS if sites[0] else CHECKED_COLUMNS - {"cluster"}
+    checked = CHECKED_COLUMNS if folder_site(file.path) else CHECKED_COLUMNS - {"cluster"}
     columns = [n for n in source.schema_arrow.names if n in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
     for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
         frame = cast_slice(batch, by_duckdb=by_duckdb).with_columns(pl.lit(0).alias(FILE_INDEX))
-        unfit = UNFIT if UNFIT in frame.columns else None
-        problems = value_problems(frame, windows, file_index=FILE_INDEX, unfit=unfit, sites=sites)
+        problems = value_problems(frame, [file.path], limits)
         if problems:
             survey.problem = problems[0]
             return survey
@@ -161,7 +145,7 @@ def _survey(
             previous = keys.row(-1)
         if ahead is not None and not survey.loaded_before:
             gpus = keys.get_column("gpu_uuid").unique().to_list()
-            survey.loaded_before = any_loaded(con, config, low, high, ahead, gpus)
+            survey.loaded_before = any_loaded(con, config, Keys(gpus, low, high), ahead)
     return survey
 
 

@@ -15,13 +15,15 @@ import numpy as np
 import polars as pl
 
 from gpufleet.config import IngestConfig
-from gpufleet.warehouse.base.folder_sites import site_reason
+from gpufleet.warehouse.base.folder_sites import folder_site, site_reason
 from gpufleet.warehouse.base.raw_tables import (
     REQUIRED_SAMPLE_COLUMNS,
     SAMPLE_COLUMNS,
     SAMPLE_TYPES,
 )
 
+FILE_INDEX = "_file_index"  # each row's file, its index in the batch
+UNFIT = "_unfit"  # why a row's value did not fit its type (null where all did)
 # No GPU board draws 5 kW (the largest draw about 1.4 kW): a higher figure is a unit error.
 MAX_POWER_W = 5000.0
 MAX_INTERVAL_S = 86_400.0  # a day
@@ -203,11 +205,6 @@ def _shown_micros(micros: int) -> str:
         return f"{micros} microseconds from 1970-01-01 (past year 9999 or before year 1)"
 
 
-def _as_read(column: str) -> pl.Expr:
-    """`column` as value_problems reads it back: `ts` as microseconds since the epoch."""
-    return pl.col("ts").dt.epoch("us") if column == "ts" else pl.col(column)
-
-
 def _out_of_range(rule: ValueRange) -> pl.Expr:
     column = pl.col(rule.column)
     inside = column >= rule.low if rule.low_included else column > rule.low
@@ -219,29 +216,21 @@ def _out_of_range(rule: ValueRange) -> pl.Expr:
     return outside.fill_null(False)
 
 
-def value_problems(
-    frame: pl.DataFrame,
-    windows: Sequence[TimeWindow],
-    *,
-    file_index: str,
-    unfit: str | None = None,
-    sites: Sequence[str | None] = (),
-) -> dict[int, str]:
-    """{file index: reason} for the files of `frame` (contract columns, rows in file and row
-    order, `file_index` naming each row's file, an index into `windows`) with a row that
-    breaks the rules; `unfit`: a column holding, per row, the reason a value did not fit its
-    type (null where all did); `sites`: each file's folder site (`base/folder_sites.py`),
-    which a row's `cluster` must not contradict. One pass over the checked columns when
-    every row is good."""
+def value_problems(frame: pl.DataFrame, paths: Sequence[str], limits: TimeLimits) -> dict[int, str]:
+    """{file index: reason} for the files at `paths` (relative or absolute) with a row of
+    `frame` that breaks the rules (a time outside `limits` or its folder's window, a
+    `cluster` other than its folder's site among them): `frame` holds the contract columns,
+    rows in file and row order, `_file_index` naming each row's file (an index into
+    `paths`), and `_unfit` when a value did not fit its type (the reason, per row). One
+    pass over the checked columns when every row is good."""
+    unfit = UNFIT if UNFIT in frame.columns else None
+    windows = [time_window(path, limits) for path in paths]
+    sites = [folder_site(path) for path in paths]
     checks: list[tuple[pl.Expr, str, str]] = []  # (bad, kind, column)
     for name in REQUIRED_SAMPLE_COLUMNS:
         # (A value that did not fit its type is NULL after the cast: `unfit` names it.)
-        null = (
-            pl.col(name).is_null()
-            if unfit is None
-            else pl.col(name).is_null() & pl.col(unfit).is_null()
-        )
-        checks.append((null, "null", name))
+        null = pl.col(name).is_null()
+        checks.append((null if unfit is None else null & pl.col(unfit).is_null(), "null", name))
     if unfit is not None:
         checks.append((pl.col(unfit).is_not_null(), "unfit", unfit))
     # Compared as microseconds since the epoch: whatever name the rows' zone has for UTC.
@@ -249,8 +238,8 @@ def value_problems(
     if len(set(lows)) <= 1 and len(set(highs)) <= 1 and windows:
         low, high = pl.lit(lows[0]), pl.lit(highs[0])
     else:
-        low = pl.lit(pl.Series(lows, dtype=pl.Int64)).gather(pl.col(file_index))
-        high = pl.lit(pl.Series(highs, dtype=pl.Int64)).gather(pl.col(file_index))
+        low = pl.lit(pl.Series(lows, dtype=pl.Int64)).gather(pl.col(FILE_INDEX))
+        high = pl.lit(pl.Series(highs, dtype=pl.Int64)).gather(pl.col(FILE_INDEX))
     micros = pl.col("ts").dt.epoch("us")
     checks.append((((micros < low) | (micros >= high)).fill_null(False), "ts", "ts"))
     for rule in VALUE_RANGES:
@@ -259,7 +248,7 @@ def value_problems(
         site = (
             pl.lit(sites[0], pl.String)
             if len(set(sites)) == 1
-            else pl.lit(pl.Series(sites, dtype=pl.String)).gather(pl.col(file_index))
+            else pl.lit(pl.Series(sites, dtype=pl.String)).gather(pl.col(FILE_INDEX))
         )
         other = (pl.col("cluster") != "") & (pl.col("cluster") != site)  # "": no site
         checks.append((other.fill_null(False), "site", "cluster"))
@@ -269,20 +258,21 @@ def value_problems(
         return {}
     first = pl.coalesce([pl.when(checks[n][0]).then(pl.lit(n)) for n in failing])
     columns = sorted({checks[n][2] for n in failing})
+    # a time as microseconds: one past Python's years 1-9999 would not convert
+    read_back = [pl.col(n).dt.epoch("us") if n == "ts" else pl.col(n) for n in columns]
     rows = (
         frame.lazy()
         .with_columns(first.alias("_check"))
         .filter(pl.col("_check").is_not_null())
-        .group_by(file_index, maintain_order=True)
+        .group_by(FILE_INDEX, maintain_order=True)
         .first()
-        # a time as microseconds: one past Python's years 1-9999 would not convert
-        .select(file_index, "_check", *(_as_read(name) for name in columns))
+        .select(FILE_INDEX, "_check", *read_back)
         .collect()
     )
     problems: dict[int, str] = {}
     for row in rows.iter_rows(named=True):
         _, kind, column = checks[row["_check"]]
-        index = int(row[file_index])
+        index = int(row[FILE_INDEX])
         if kind == "null":
             problems[index] = f"null in required column {column}"
         elif kind == "unfit":
