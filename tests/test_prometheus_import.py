@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import http.server
+import itertools
 import json
 import math
 import re
@@ -24,14 +25,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 import gpufleet
 from gpufleet.cli import main
 from gpufleet.config import Config, KubernetesConfig, PrometheusConfig, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.integrations.prometheus import PrometheusApi, import_prometheus
+from gpufleet.integrations.prometheus import ImportResult, PrometheusApi, import_prometheus
+from gpufleet.integrations.prometheus.run import READ_AHEAD
 from tests.prometheus_stack import (
     ALL_NAMES,
     ENGINE_ACTIVE,
@@ -503,6 +507,85 @@ def test_prometheus_stopped_mid_run_fails_in_one_line_and_writes_no_half_window(
     assert not [f for f in files if f.name.startswith(".")]
     state = json.loads((config.data_dir / "imports" / "prometheus.json").read_text())
     assert state == {server.url: [[history.start, first_end]]}
+
+
+def test_queries_in_flight_across_windows_write_what_one_at_a_time_writes(
+    stack: PrometheusStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Range queries are asked `READ_AHEAD` at a time, the next window's while the last of
+    one is still out (here each window's pods query, its last, answers a second late):
+    the files, the record of imported windows and the result are those of one at a time."""
+    history = stack.history
+    query_range = PrometheusApi.query_range
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, at most
+    asked: dict[float, list[tuple[float, float]]] = {}  # window start -> (asked, answered)
+
+    def timed(api: PrometheusApi, query: str, **kwargs: float) -> list:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+        began = time.monotonic()
+        try:
+            if 'pod!=""' in query:  # each window's last query
+                time.sleep(1.0)
+            return query_range(api, query, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+                asked.setdefault(kwargs["start_s"], []).append((began, time.monotonic()))
+
+    def imported(name: str, read_ahead: int) -> tuple[ImportResult, dict[str, object], int]:
+        monkeypatch.setattr("gpufleet.integrations.prometheus.run.READ_AHEAD", read_ahead)
+        in_flight[:] = [0, 0]
+        asked.clear()
+        config = load_config(data_dir=data_dir_with_config(tmp_path / name), environ={})
+        result = import_prometheus(
+            config, url=stack.url, since=utc(history.start), until=utc(history.end)
+        )
+        files: dict[str, object] = {
+            str(path.relative_to(config.data_dir)): (
+                pq.read_table(path) if path.suffix == ".parquet" else path.read_bytes()
+            )
+            for path in sorted(config.data_dir.rglob("*"))
+            if path.is_file()
+        }
+        return result, files, in_flight[1]
+
+    monkeypatch.setattr(PrometheusApi, "query_range", timed)
+    one_result, one_files, one_most = imported("one", 1)
+    many_result, many_files, many_most = imported("many", READ_AHEAD)
+    assert one_most == 1 and 1 < many_most <= READ_AHEAD
+    starts = sorted(asked)
+    assert len(starts) >= 4
+    for before, start in itertools.pairwise(starts):  # asked before the last one answered
+        assert min(a for a, _ in asked[start]) < max(b for _, b in asked[before])
+    assert many_result == one_result and many_result.rows > 0
+    assert many_files.keys() == one_files.keys()
+    for name, content in one_files.items():
+        if isinstance(content, pa.Table):
+            assert content.equals(many_files[name]), name
+        else:
+            assert content == many_files[name], name
+
+
+def test_a_window_whose_hosts_cannot_be_listed_fails_after_the_one_before_is_written(
+    stack: PrometheusStack, tmp_path: Path
+) -> None:
+    """The next window's series are checked and its hosts listed while a window is read: a
+    failure there is raised in its turn, once the window before it is written and recorded."""
+    bad_start, bad_end = stack.history.bad_stretches()["UUID"]
+    since = (bad_start // 3600 - 1) * 3600  # a whole window before the bad series
+    config = Config(data_dir=tmp_path / "data", prometheus=PrometheusConfig(delay_seconds=0))
+    windows: list[str] = []
+    with pytest.raises(GpufleetError) as failure:
+        import_prometheus(
+            config, url=stack.url, since=utc(since), until=utc(bad_end), progress=windows.append
+        )
+    assert "has no 'UUID' label" in str(failure.value)
+    assert len(windows) == 1
+    state = json.loads((config.data_dir / "imports" / "prometheus.json").read_text())
+    assert state == {stack.url: [[since, since + 3600]]}
 
 
 # Host names a regex would misread unescaped: "n.1" would match "nx1", "a|b" "a" and "b".

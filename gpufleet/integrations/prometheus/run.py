@@ -14,6 +14,9 @@ sample file per host (per UTC date), the pods' allocation rows, and the window's
 `<data_dir>/imports/prometheus.json`, written while the next window is read (a read that
 fails waits for the window before it to be written and recorded), so that no more than two
 windows are ever held.
+
+The range queries run `READ_AHEAD` at a time, across windows, their answers taken in the
+order asked: the rows, and the window a failure stops at, are those of one at a time.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import itertools
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,8 +64,8 @@ from gpufleet.integrations.prometheus.queries import (
 )
 from gpufleet.integrations.prometheus.samples import HostSteps
 
-# Queries in flight while the answers before them are turned into rows: Prometheus
-# evaluates and encodes them on its own cores meanwhile.
+# Range queries in flight (across windows) while the answers before them are turned into
+# rows: Prometheus evaluates and encodes them on its own cores meanwhile.
 READ_AHEAD = 3
 FIRST_IMPORT = dt.timedelta(days=1)  # how far back a first import without --since reaches
 STATE_FILE = ("imports", "prometheus.json")
@@ -95,6 +99,23 @@ class _Window:
 
     tables: dict[str, pa.Table]  # host -> its sample rows
     allocations: list[PodAllocation]
+
+
+class _Query(NamedTuple):
+    """A range query of the window [start, end): a batch's series of `metric`, or its pods."""
+
+    start: int
+    end: int
+    metric: Metric | None
+    text: str
+
+
+class _WindowEnd(NamedTuple):
+    """After a window's queries; or in their place, the error that listing them raised."""
+
+    start: int
+    end: int
+    error: Exception | None = None
 
 
 def source_name(url: str) -> str:
@@ -181,12 +202,13 @@ def import_prometheus(
     # the one before it is, and is recorded imported, before the failure is raised.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-write") as writer:
         written: Future[None] | None = None
+        windows = _read_windows(api, config, chosen, namespaces, _windows(pending, window_s))
         try:
-            for start_s, end_s in _windows(pending, window_s):
-                window = _read_window(api, config, chosen, namespaces, start_s, end_s)
-                if written is not None:
-                    written.result()
-                written = writer.submit(write, window, start_s, end_s)
+            with closing(windows):
+                for start_s, end_s, window in windows:
+                    if written is not None:
+                        written.result()
+                    written = writer.submit(write, window, start_s, end_s)
             if written is not None:
                 written.result()
         finally:
@@ -224,51 +246,78 @@ def series_names(api: PrometheusApi, config: Config) -> dict[str, str]:
     return chosen
 
 
-def _read_window(
+def _read_windows(
     api: PrometheusApi,
     config: Config,
     chosen: dict[str, str],
     namespaces: tuple[NamespaceTeam, ...],
-    start: int,
-    end: int,
-) -> _Window:
-    """Every host's rows and pods with `ts` in [start, end)."""
+    windows: Iterable[tuple[int, int]],
+) -> Generator[tuple[int, int, _Window], None, None]:
+    """Each window with its hosts' rows and pods, in order; the next window's queries are
+    listed while this one's run, and asked while its last answers become rows."""
+    step = config.prometheus.step_seconds
+
+    def listed(window: tuple[int, int]) -> list[_Query | _WindowEnd]:
+        try:
+            return [*_window_queries(api, config, chosen, *window), _WindowEnd(*window)]
+        except Exception as exc:  # raised in its turn: the windows before it are written
+            return [_WindowEnd(*window, error=exc)]
+
+    def ask(request: _Query | _WindowEnd) -> list[dict[str, Any]]:
+        if isinstance(request, _WindowEnd):
+            if request.error is not None:
+                raise request.error
+            return []
+        last_ts = request.end - step
+        return api.query_range(request.text, start_s=request.start, end_s=last_ts, step_s=step)
+
+    tables: dict[str, pa.Table] = {}
+    pod_answers: list[tuple[str, list[dict[str, Any]]]] = []
+    steps: HostSteps | None = None
+    plans = read_ahead(windows, listed, depth=1)
+    requests = itertools.chain.from_iterable(plan for _, plan in plans)
+    answers = read_ahead(requests, ask, depth=READ_AHEAD)
+    with closing(plans), closing(answers):
+        for request, answer in answers:
+            if isinstance(request, _WindowEnd):
+                allocations = pod_allocations(pod_answers, config=config, namespaces=namespaces)
+                yield request.start, request.end, _Window(tables, allocations)
+                tables, pod_answers = {}, []
+                continue
+            if steps is None:  # a batch's first query
+                steps = HostSteps(step, request.start, (request.end - request.start) // step)
+            if request.metric is not None:
+                steps.add(request.metric, answer, query=request.text, prometheus=config.prometheus)
+                continue
+            pod_answers.append((request.text, answer))  # the batch's last: its rows complete
+            tables |= _by_host(steps.table(METRICS))
+            steps = None
+
+
+def _window_queries(
+    api: PrometheusApi, config: Config, chosen: dict[str, str], start: int, end: int
+) -> list[_Query]:
+    """The range queries of [start, end): each batch of hosts' series, then its pods."""
     settings = config.prometheus
     step = settings.step_seconds
-    first_ts, last_ts = start, end - step
-    # The scrapes the window's steps cover: (start - step, end - step].
     names = sorted(set(chosen.values()))
     selector = name_matcher(names)
-    _check_key_labels(api, config, selector, start - step, last_ts)
+    first, last = start - step, end - step  # the scrapes the window's steps cover: (first, last]
+    _check_key_labels(api, config, selector, first, last)
     host_names = api.label_values(
-        settings.host_label, matchers=[selector], start_s=start - step, end_s=last_ts
+        settings.host_label, matchers=[selector], start_s=first, end_s=last
     )
     presence = chosen.get(PRESENCE_COLUMN) or names[0]
-    # Each batch of hosts' queries, in order: its series, then its pods (metric None).
-    queries: list[tuple[Metric | None, str]] = []
+    queries: list[_Query] = []
     for hosts in host_batches(sorted(host_names)):
         for metric in METRICS:
             name = chosen.get(metric.column)
             if name is not None:  # else not exported: the column stays null
-                queries.append((metric, step_query(metric, name, hosts=hosts, prometheus=settings)))
+                text = step_query(metric, name, hosts=hosts, prometheus=settings)
+                queries.append(_Query(start, end, metric, text))
         pods = pod_query(presence, hosts=hosts, prometheus=settings, kubernetes=config.kubernetes)
-        queries.append((None, pods))
-
-    def ask(item: tuple[Metric | None, str]) -> list[dict[str, Any]]:
-        return api.query_range(item[1], start_s=first_ts, end_s=last_ts, step_s=step)
-
-    tables: dict[str, pa.Table] = {}
-    pod_answers: list[tuple[str, list[dict[str, Any]]]] = []
-    steps = HostSteps(step, first_ts, (end - start) // step)
-    for (series, query), answer in read_ahead(queries, ask, depth=READ_AHEAD):
-        if series is not None:
-            steps.add(series, answer, query=query, prometheus=settings)
-            continue
-        pod_answers.append((query, answer))  # the batch's last query: its rows are complete
-        tables |= _by_host(steps.table(METRICS))
-        steps = HostSteps(step, first_ts, (end - start) // step)
-    allocations = pod_allocations(pod_answers, config=config, namespaces=namespaces)
-    return _Window(tables, allocations)
+        queries.append(_Query(start, end, None, pods))
+    return queries
 
 
 def _by_host(table: pa.Table) -> dict[str, pa.Table]:
@@ -287,7 +336,7 @@ Answer = TypeVar("Answer")
 
 def read_ahead(
     items: Iterable[Item], read: Callable[[Item], Answer], depth: int = 2
-) -> Iterator[tuple[Item, Answer]]:
+) -> Generator[tuple[Item, Answer], None, None]:
     """Each item with its read, in order, while up to `depth` later reads run. A read that
     fails raises where its item comes; the reads after it are cancelled or waited for."""
     remaining = iter(items)
