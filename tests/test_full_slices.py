@@ -1,17 +1,22 @@
 """A full build in slices of the GPUs joins each slice's samples with the allocations' hour
 pieces of the slice's own hosts, not the whole history's (build/full.py SLICE_JOINS): the
-marts are those of a build in one go."""
+marts are those of a build in one go. So does each partition of a fanned-out build
+(build/fanout.py), run here in this process as a Dask worker runs it."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from gpufleet.warehouse.build import build_models
 from gpufleet.warehouse.build import full as full_module
+from gpufleet.warehouse.build.fanout import FanOut
+from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
 from tests.scans import ScanCounter
 from tests.test_models_fixtures import Fleet
 
@@ -65,3 +70,32 @@ def test_each_slice_joins_its_own_hosts_allocation_pieces(
     # every slice's three joins would be 4 x 3 x 8 = 96 rows.
     read = counter.read("_chunk_joined")
     assert 0 < read <= 3 * 8, read
+
+
+def test_each_partition_joins_its_own_hosts_allocation_pieces(tmp_path: Path) -> None:
+    whole = _fleet()
+    assert whole.build().mode == "full"
+    fanned = _fleet()
+    joined: list[int] = []
+
+    def run(partitions: Sequence[Partition]) -> list[PartitionResult]:
+        """Each partition as its worker runs it; first its models once more, counting the
+        allocation pieces their joins read."""
+        for partition in partitions:
+            con = duckdb.connect(":memory:")
+            for statement, parameters in partition.setup:
+                con.execute(statement, list(parameters))
+            counter = ScanCounter(con, tmp_path / f"profile-{partition.index}.json")
+            for name, select in partition.models:
+                counter.execute(f"create table {name} as\n{select}")
+            joined.append(counter.read("_chunk_joined") + counter.read("int_allocation_segments"))
+            con.close()
+        return [run_partition(partition) for partition in partitions]
+
+    fan_out = FanOut(config=fanned.config, run=run, workers=lambda: len(HOSTS))
+    assert build_models(fanned.con, fanned.config, fan_out=fan_out).mode == "full"
+    for mart in MARTS:
+        assert _rows(fanned, mart) == _rows(whole, mart), mart
+    # A partition a GPU, so a host: its 2 pieces, at most once a join (three). The whole
+    # history's 8 pieces in every join would be 3 x 8 = 24 rows a partition.
+    assert len(joined) == len(HOSTS) and all(0 < read <= 3 * 2 for read in joined), joined

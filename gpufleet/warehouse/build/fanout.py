@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,8 +231,14 @@ def _write_inputs(
     inputs_dir.mkdir(parents=True)
     needed = _worker_inputs(con, models, order, set(fanned))
     setup = _settings(con, macros, models_module.model_variables(fan_out.config))
+    # model read through a view: (that view, the relation it joins that grows with the
+    # history, the SQL of a slice's part of it), as the embedded slices have them
+    joins = {join[0]: join for name, join in full_module.SLICE_JOINS.items() if name in fanned}
+    joined = {relation for _, relation, _ in joins.values()}
     for n, table in enumerate(needed.tables):  # the host's temp tables are plain ones there
-        setup += _export(con, table, f"select * from {table}", inputs_dir / f"t{n:04d}.parquet")
+        path = inputs_dir / f"t{n:04d}.parquet"
+        # a relation a partition joins only part of: a view of its file, read once for it
+        setup += _export(con, table, f"select * from {table}", path, view=table in joined)
     # each partition's view names only the lake files that may hold its GPUs
     ranges = uuid_ranges(con, evicted_files(con, fan_out.config))
     partitions = []
@@ -250,7 +256,11 @@ def _write_inputs(
                 (),
             )
         )
-        own += [(f"create view {name} as\n{models[name].sql}", ()) for name in needed.views]
+        own += _own_pieces(joins.values())
+        own += [
+            (f"create view {name} as\n{_joined_view(models[name], joins)}", ())
+            for name in needed.views
+        ]
         partitions.append(
             Partition(
                 index=index,
@@ -268,3 +278,22 @@ def _write_inputs(
     fan_out.last.input_bytes = sum(path.stat().st_size for path in inputs_dir.iterdir())
     fan_out.last.export_seconds = time.perf_counter() - started
     return partitions
+
+
+def _own_pieces(joins: Collection[tuple[str, str, str]]) -> list[tuple[str, tuple[object, ...]]]:
+    """The partition's part of the relation its views join (`_chunk_joined`; full.SLICE_JOINS
+    reads a slice's raw rows as `_chunk`, here the partition's `samples`), so that the joins
+    build their hash tables over its own hosts' rows, not the whole history's."""
+    if not joins:
+        return []
+    ((_, _, part),) = joins  # one relation, as each embedded slice has
+    return [
+        ("create temp view _chunk as select * from samples", ()),
+        (f"create temp table _chunk_joined as {part}", ()),
+    ]
+
+
+def _joined_view(model: Model, joins: Mapping[str, tuple[str, str, str]]) -> str:
+    """The select of `model`, a view, reading its partition's part of what it joins."""
+    join = joins.get(model.name)
+    return models_module.render(model, {join[1]: "_chunk_joined"} if join else None)
