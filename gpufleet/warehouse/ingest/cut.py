@@ -42,11 +42,9 @@ def plan_batches(
     return batches
 
 
-def pieces(
-    config: Config, batch: Sequence[SampleFile], limit: int
-) -> list[tuple[list[SampleFile], bool]]:
-    """The batch as runs of whole files of at most `limit` rows together (by their footers'
-    row counts), and each file of more alone, marked to be read in slices."""
+def pieces(config: Config, batch: Sequence[SampleFile]) -> list[tuple[list[SampleFile], bool]]:
+    """The batch as runs of whole files of at most `MAX_ROWS_PER_READ` rows together (by
+    their footers' row counts), and each file of more alone, marked to be read in slices."""
     found: list[tuple[list[SampleFile], bool]] = []
     current: list[SampleFile] = []
     rows = 0
@@ -54,10 +52,10 @@ def pieces(
         path = str(config.data_dir / file.path)
         footer = read_footer(path, file.path)
         count = 0 if footer.plan.problem else row_count([path])
-        if count > limit:
+        if count > MAX_ROWS_PER_READ:
             found.append(([file], True))
             continue
-        if current and rows + count > limit:
+        if current and rows + count > MAX_ROWS_PER_READ:
             found.append((current, False))
             current, rows = [], 0
         current.append(file)

@@ -176,11 +176,7 @@ class LoadFanOut:
                 f"the Dask workers in {len(tasks)} tasks"
             )
         started = time.perf_counter()
-        try:
-            results = tuple(self.run(tasks))
-        except BaseException:
-            self.discard()
-            raise
+        results = tuple(self.run(tasks))  # (the caller discards the staging when it fails)
         taken = [batch for result in results for batch in result.batches]
         for index, batch in zip(sent, taken, strict=True):
             found[index] = batch

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 import duckdb
 
@@ -26,7 +27,7 @@ from gpufleet.warehouse.ingest.insert import BatchOutcome, insert_batch
 from gpufleet.warehouse.ingest.read import Oversized
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.sliced import load_sliced
-from gpufleet.warehouse.ingest.values import TimeLimits, folder_problem, time_limits
+from gpufleet.warehouse.ingest.values import TimeLimits, folder_problem
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
 from gpufleet.warehouse.raw.loaded import record_loaded, split_new_files
 from gpufleet.warehouse.raw.quarantine import record_quarantined
@@ -50,12 +51,8 @@ def load_batch(
     if not isinstance(checked, Oversized):
         return insert_batch(con, config, checked, ahead)
     outcome = BatchOutcome()
-    for piece, sliced in cut.pieces(config, batch, cut.MAX_ROWS_PER_READ):
-        loaded = None
-        if sliced:
-            loaded = load_sliced(
-                con, config, piece[0], slice_rows=cut.MAX_ROWS_PER_READ, ahead=ahead, limits=limits
-            )
+    for piece, sliced in cut.pieces(config, batch):
+        loaded = load_sliced(con, config, piece[0], ahead=ahead, limits=limits) if sliced else None
         if loaded is None:
             read = read_and_check(config, piece, ahead, limits, whole=True)
             assert not isinstance(read, Oversized)
@@ -96,18 +93,16 @@ def load_samples(
     config: Config,
     files: Sequence[SampleFile],
     *,
-    now: dt.datetime | None = None,
-    progress: Log | None = None,
-    ahead: CompactAhead | None = None,
-    fan_out: LoadFanOut | None = None,
-    limits: TimeLimits | None = None,
+    progress: Log | None,
+    ahead: CompactAhead | None,
+    fan_out: LoadFanOut | None,
+    limits: TimeLimits,
 ) -> IngestResult:
     """Load the files not loaded yet into `samples` through `con` (inside a transaction),
     writing the compacted files `ahead` asks for from the rows loaded; the batches of whole
     host-days read and written on `fan_out`'s workers when given (`fanned.py`). `limits`:
-    the times a sample may have (default: `config`'s at `now`)."""
-    now = now or dt.datetime.now(dt.UTC)
-    limits = limits or time_limits(config.ingest, now)
+    the times a sample may have."""
+    now = dt.datetime.now(dt.UTC)
     say = progress or logger.info
     started = time.perf_counter()
     new, changed = split_new_files(con, files)
@@ -147,10 +142,7 @@ def load_samples(
         batches = left  # refused or never sent: loaded here, as embedded
         on_workers = time.perf_counter() - sending
 
-    def read(batch: Sequence[SampleFile]) -> Checked | Oversized:
-        return read_and_check(config, batch, ahead, limits)
-
-    with read_ahead(batches, read) as reads:
+    with read_ahead(batches, partial(read_and_check, config, ahead=ahead, limits=limits)) as reads:
         for number, (batch, future) in enumerate(zip(batches, reads, strict=True), start=1):
             first = batch[0].path.split("/")
             where = printable(next((p for p in first if p.startswith("date=")), first[-1]))

@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TypedDict, Unpack
 
 from gpufleet.config import Config
 from gpufleet.integrations.mirror import mirror_raw_location
@@ -34,54 +35,37 @@ from gpufleet.warehouse.refs.records import HOSTS_FILE, References, SetAside
 from gpufleet.warehouse.refs.tables import published_allocation_files, replace_references
 
 
+class LoadOptions(TypedDict, total=False):
+    """The keywords of `load_warehouse` that `ingest` and `load_new_files` pass on."""
+
+    progress: Log | None
+    lock_timeout_s: float
+    compact: bool
+    today: dt.date | None
+    compact_fan_out: CompactFanOut | None
+    load_fan_out: LoadFanOut | None
+
+
 def ingest(
-    config: Config,
-    *,
-    progress: Log | None = None,
-    warn: Log | None = None,
-    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-    compact: bool = True,
-    today: dt.date | None = None,
+    config: Config, *, warn: Log | None = None, **options: Unpack[LoadOptions]
 ) -> IngestResult:
     """The whole ingest without Prefect: validate refs, load, compact, publish, quarantine
     (`warn`: where each quarantined file is reported; default: a log line and a
     QuarantineWarning)."""
-    loaded = load_new_files(
-        config, progress=progress, lock_timeout_s=lock_timeout_s, compact=compact, today=today
-    )
-    return quarantine_after_publish(config, loaded, warn=warn)
+    return quarantine_after_publish(config, load_new_files(config, **options), warn=warn)
 
 
-def load_new_files(
-    config: Config,
-    *,
-    progress: Log | None = None,
-    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-    compact: bool = True,
-    today: dt.date | None = None,
-    compact_fan_out: CompactFanOut | None = None,
-    load_fan_out: LoadFanOut | None = None,
-) -> IngestResult:
+def load_new_files(config: Config, **options: Unpack[LoadOptions]) -> IngestResult:
     """Validate the reference files, list the raw files and load the new ones (published
     with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
-    `quarantine_after_publish` does, once the caller's transaction is published
-    (`compact_fan_out`, `load_fan_out`: as for `load_warehouse`)."""
+    `quarantine_after_publish` does, once the caller's transaction is published."""
     started = time.perf_counter()
     mirror_raw_location(config)  # raw_location = "s3://..." (a site's too): new files into raw/
     references = read_references(config, known=published_allocation_files(config))
     listing = list_sample_files(config)
     listed = time.perf_counter()
     result = load_warehouse(
-        config,
-        references,
-        listing.files,
-        unreadable=listing.unreadable,
-        progress=progress,
-        lock_timeout_s=lock_timeout_s,
-        compact=compact,
-        today=today,
-        compact_fan_out=compact_fan_out,
-        load_fan_out=load_fan_out,
+        config, references, listing.files, unreadable=listing.unreadable, **options
     )
     return replace(
         result,

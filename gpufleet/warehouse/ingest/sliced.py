@@ -19,6 +19,7 @@ from gpufleet.config import Config
 from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_TYPES
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
+from gpufleet.warehouse.ingest import cut
 from gpufleet.warehouse.ingest.footers import contract_schema, read_footer
 from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, insert_first_new
 from gpufleet.warehouse.ingest.read import cast_slice, duckdb_schema_problem
@@ -43,13 +44,12 @@ def load_sliced(
     config: Config,
     file: SampleFile,
     *,
-    slice_rows: int,
     ahead: CompactAhead | None,
     limits: TimeLimits,
 ) -> BatchOutcome | None:
-    """Load one large file `slice_rows` rows at a time (or set it aside, a time outside
-    `limits` among the reasons); None when a slice does not read (the file is then read
-    whole, and set aside if it does not)."""
+    """Load one large file `cut.MAX_ROWS_PER_READ` rows at a time (or set it aside, a time
+    outside `limits` among the reasons); None when a slice does not read (the file is then
+    read whole, and set aside if it does not)."""
     path = str(config.data_dir / file.path)
     outcome = BatchOutcome()
     footer = read_footer(path, file.path)
@@ -58,29 +58,21 @@ def load_sliced(
         outcome.bad[file.path] = problem
         return outcome
     names = {file.path: dict.fromkeys(footer.plan.names, "")}
-    written_ahead = ahead is not None and ahead.parts([file], names, SAMPLE_TYPES) != [NOT_AHEAD]
+    parts = ahead.parts([file], names, SAMPLE_TYPES) if ahead is not None else [NOT_AHEAD]
+    written_ahead = ahead if parts != [NOT_AHEAD] else None  # its host-day compacted as it loads
     try:
         source = pq.ParquetFile(path)
-        survey = _survey(
-            con,
-            config,
-            source,
-            file,
-            slice_rows,
-            ahead if written_ahead else None,
-            limits,
-            by_duckdb,
-        )
+        survey = _survey(con, config, source, file, written_ahead, limits, by_duckdb)
         if survey.problem is not None:
             outcome.bad[file.path] = survey.problem
             return outcome
         present = [name for name in source.schema_arrow.names if name in SAMPLE_TYPES]
-        slices = source.iter_batches(batch_size=slice_rows, columns=present)
+        slices = source.iter_batches(batch_size=cut.MAX_ROWS_PER_READ, columns=present)
         site = folder_site(file.path)
-        if ahead is not None and written_ahead and survey.in_key_order and not survey.loaded_before:
+        if written_ahead is not None and survey.in_key_order and not survey.loaded_before:
             written = (_contract_rows(batch, site, by_duckdb).to_batches() for batch in slices)
             rows = pa.RecordBatchReader.from_batches(_arrow_schema(), chain.from_iterable(written))
-            ahead.write_file(file, rows, footer.version)
+            written_ahead.write_file(file, rows, footer.version)
             inserted = survey.rows
         else:
             inserted = sum(
@@ -114,7 +106,6 @@ def _survey(
     config: Config,
     source: pq.ParquetFile,
     file: SampleFile,
-    slice_rows: int,
     ahead: CompactAhead | None,
     limits: TimeLimits,
     by_duckdb: bool,
@@ -126,7 +117,7 @@ def _survey(
     checked = CHECKED_COLUMNS if folder_site(file.path) else CHECKED_COLUMNS - {"cluster"}
     columns = [n for n in source.schema_arrow.names if n in checked]
     previous: tuple[str, dt.datetime] | None = None  # the last key of the slice before
-    for batch in source.iter_batches(batch_size=slice_rows, columns=columns):
+    for batch in source.iter_batches(batch_size=cut.MAX_ROWS_PER_READ, columns=columns):
         frame = cast_slice(batch, by_duckdb=by_duckdb).with_columns(pl.lit(0).alias(FILE_INDEX))
         problems = value_problems(frame, [file.path], limits)
         if problems:
