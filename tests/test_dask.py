@@ -29,7 +29,6 @@ from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.build.fanout import SCRATCH_DIR_NAME, partition_bounds
 from gpufleet.warehouse.ingest import ingest
-from gpufleet.warehouse.ingest.fanned import load_runs
 from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
 from tests.dask_kill import KillAtStart
@@ -422,7 +421,7 @@ def test_batches_are_sent_in_runs_each_once_in_order() -> None:
         for i, s in enumerate([10, 10, 10, 70, 5, 5])
     ]
     for workers in (1, 2, 3, 6, 9):
-        runs = load_runs(batches, workers)
+        runs = task_runs(batches, workers, lambda batch: sum(f.size_bytes for f in batch))
         assert [batch for run in runs for batch in run] == batches
         assert len(runs) == min(len(batches), workers) and all(runs)
 
@@ -435,7 +434,10 @@ def test_host_days_are_split_in_runs_of_about_equal_bytes() -> None:
         ]
 
     def runs(sizes: tuple[int, ...], workers: int) -> list[list[int]]:
-        return [[day.size_bytes for day in run] for run in task_runs(days(*sizes), workers)]
+        return [
+            [day.size_bytes for day in run]
+            for run in task_runs(days(*sizes), workers, lambda day: day.size_bytes)
+        ]
 
     assert runs((1,) * 10, 3) == [[1, 1, 1, 1], [1, 1, 1], [1, 1, 1]]
     assert runs((100, 1, 1, 1), 2) == [[100], [1, 1, 1]]

@@ -26,7 +26,7 @@ from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loa
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.compacted_file import staging_directory
-from gpufleet.warehouse.lake.fanout import TASK_SOURCE_BYTES
+from gpufleet.warehouse.lake.fanout import task_runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +154,9 @@ class LoadFanOut:
         for folder in self._staging:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
-        runs = load_runs([list(batches[i]) for i in sent], self.workers())
+        runs = task_runs(
+            [batches[i] for i in sent], self.workers(), lambda b: sum(f.size_bytes for f in b)
+        )
         tasks = [
             LoadTask(
                 index=index,
@@ -195,27 +197,6 @@ class LoadFanOut:
         """Remove the staging directories of the batches sent (the ingest failed)."""
         for folder in self._staging:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def load_runs(batches: list[list[SampleFile]], workers: int) -> list[list[list[SampleFile]]]:
-    """The batches (in order) in runs of about equal bytes: at least one per worker (as far
-    as there are batches), and one per TASK_SOURCE_BYTES of files."""
-    sizes = [sum(file.size_bytes for file in batch) for batch in batches]
-    total = sum(sizes)
-    count = min(len(batches), max(1, workers, -(-total // TASK_SOURCE_BYTES)))
-    runs: list[list[list[SampleFile]]] = [[]]
-    done = 0
-    for position, (batch, size) in enumerate(zip(batches, sizes, strict=True)):
-        left = len(batches) - position
-        if (
-            runs[-1]
-            and len(runs) < count
-            and (done * count >= total * len(runs) or left <= count - len(runs))
-        ):
-            runs.append([])
-        runs[-1].append(batch)
-        done += size
-    return runs
 
 
 def adopt(

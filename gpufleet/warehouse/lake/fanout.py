@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
@@ -30,6 +31,7 @@ from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import literal_path
 from gpufleet.warehouse.lake.compacted_file import compacted_name, staging_directory
 
+T = TypeVar("T")
 SCRATCH_DIR_NAME = "scratch"  # under the data directory, as a fanned-out build's
 # Collector bytes one task reads at most (a task holds at least one host-day): a daily
 # compaction of a thousand hosts is a few dozen tasks, not a thousand Prefect task runs.
@@ -113,18 +115,22 @@ class CompactTaskResult:
     worker: str = ""  # host:pid of the process that ran it
 
 
-def task_runs(host_days: Sequence[HostDay], workers: int) -> list[tuple[HostDay, ...]]:
-    """`host_days` (in their order) in runs of about equal bytes: at least one per worker
-    (as far as there are host-days), and one per TASK_SOURCE_BYTES."""
-    total = sum(day.size_bytes for day in host_days)
-    count = min(len(host_days), max(1, workers, -(-total // TASK_SOURCE_BYTES)))
-    runs: list[tuple[HostDay, ...]] = []
-    pending: list[HostDay] = []
+def task_runs(
+    items: Sequence[T], workers: int, size_bytes: Callable[[T], int]
+) -> list[tuple[T, ...]]:
+    """`items` (host-days, a backfill's batches: `ingest/fanned.py`), in their order, in runs
+    of about equal bytes: at least one per worker (as far as there are items), and one per
+    TASK_SOURCE_BYTES."""
+    sizes = [size_bytes(item) for item in items]
+    total = sum(sizes)
+    count = min(len(items), max(1, workers, -(-total // TASK_SOURCE_BYTES)))
+    runs: list[tuple[T, ...]] = []
+    pending: list[T] = []
     done = 0  # bytes of the runs closed, and of `pending`
-    for position, day in enumerate(host_days):
-        pending.append(day)
-        done += day.size_bytes
-        left = len(host_days) - position - 1
+    for position, (item, size) in enumerate(zip(items, sizes, strict=True)):
+        pending.append(item)
+        done += size
+        left = len(items) - position - 1
         if len(runs) == count - 1:
             continue  # the last run takes the rest
         # A run closes at its share of the bytes, or when each run still to come needs one.
@@ -176,7 +182,7 @@ class CompactFanOut:
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir()
             (scratch / "spill").mkdir(parents=True)
-            runs = task_runs(host_days, self.workers())
+            runs = task_runs(host_days, self.workers(), lambda day: day.size_bytes)
             tasks = [
                 CompactTask(
                     index=index,
