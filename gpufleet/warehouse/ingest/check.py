@@ -57,12 +57,8 @@ def read_and_check(
     kept = [index for index, file in enumerate(batch) if file.path not in bad]
     files = [batch[index] for index in kept]
     if len(kept) < len(batch):  # renumber the rows' files among the files kept
-        number = [-1] * len(batch)
-        for new, old in enumerate(kept):
-            number[old] = new
-        frame = frame.filter(pl.col(FILE_INDEX).is_in(kept))
-        renumbered = pl.Series(FILE_INDEX, number, pl.Int32).gather(frame.get_column(FILE_INDEX))
-        frame = frame.with_columns(renumbered)
+        number = pl.col(FILE_INDEX).replace_strict(kept, range(len(kept)), return_dtype=pl.Int32)
+        frame = frame.filter(pl.col(FILE_INDEX).is_in(kept)).with_columns(number)
     footers = [read.footers[index] for index in kept]
     if ahead is not None:
         names = {

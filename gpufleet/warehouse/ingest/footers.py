@@ -127,15 +127,11 @@ _DUCKDB = threading.Lock()
 @functools.lru_cache(maxsize=64)
 def _duckdb_types(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
     """Each column's type as DuckDB names it (the names the type rules and reasons use)."""
-    with _DUCKDB:
-        con = duckdb.connect()
-        try:
-            relation = con.from_arrow(schema.empty_table())
-            return tuple(
-                (str(n), str(t)) for n, t in zip(relation.columns, relation.types, strict=True)
-            )
-        finally:
-            con.close()
+    with _DUCKDB, duckdb.connect() as con:
+        relation = con.from_arrow(schema.empty_table())
+        return tuple(
+            (str(n), str(t)) for n, t in zip(relation.columns, relation.types, strict=True)
+        )
 
 
 def plan_for_schema(schema: pa.Schema) -> FilePlan:

@@ -189,8 +189,6 @@ def _micros(moment: dt.datetime) -> int:
 
 def _shown(column: str, value: object) -> str:
     """A value as a reason shows it (a float32 column's as its shortest form, as DuckDB does)."""
-    if isinstance(value, dt.datetime):
-        return f"{value.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
     if column in _FLOAT32_COLUMNS and isinstance(value, float):
         return str(np.float32(value))
     return str(value)
@@ -200,7 +198,7 @@ def _shown_micros(micros: int) -> str:
     """A time given as microseconds since the epoch, as a reason shows it; one outside
     Python's years 1 to 9999 as its microseconds."""
     try:
-        return _shown("ts", _EPOCH + dt.timedelta(microseconds=micros))
+        return f"{_EPOCH + dt.timedelta(microseconds=micros):%Y-%m-%d %H:%M:%S} UTC"
     except OverflowError:
         return f"{micros} microseconds from 1970-01-01 (past year 9999 or before year 1)"
 
