@@ -14,7 +14,6 @@ from prefect.states import Failed
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.flows.schedules import import_schedule
-from gpufleet.integrations.prometheus import import_prometheus
 
 PROMETHEUS_DEPLOYMENT = "every-15-minutes"
 
@@ -24,6 +23,9 @@ def import_prometheus_flow(
     data_dir: str = "data", config_path: str | None = None, url: str | None = None
 ) -> str:
     """Import what is new since the last import (`url`, else `[prometheus] url`)."""
+    # when the flow runs, not when serve imports this module for the deployment
+    from gpufleet.integrations.prometheus import import_prometheus
+
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
         result = import_prometheus(config, url=url, progress=get_run_logger().info)

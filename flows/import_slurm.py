@@ -15,7 +15,6 @@ from prefect.states import Failed
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.flows.schedules import import_schedule
-from gpufleet.integrations.slurm import import_slurm
 
 FIRST_WINDOW = dt.timedelta(days=1)  # the first scheduled run, with no watermark yet
 SLURM_DEPLOYMENT = "every-15-minutes"
@@ -24,6 +23,9 @@ SLURM_DEPLOYMENT = "every-15-minutes"
 @flow(name="import-slurm", log_prints=False)
 def import_slurm_flow(data_dir: str = "data", config_path: str | None = None) -> str:
     """Import the jobs since the last import (the last day, the first time)."""
+    # when the flow runs, not when serve imports this module for the deployment
+    from gpufleet.integrations.slurm import import_slurm
+
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
         logger = get_run_logger()

@@ -1,6 +1,9 @@
 """The `ingest-and-build` flow the 15-minute deployment runs: load new raw files, and
 update the models when anything was loaded, in one warehouse transaction; then fail when the
-raw location is missing or no new file arrived in time (the models are updated first)."""
+raw location is missing or no new file arrived in time (the models are updated first).
+
+The engine (duckdb, sqlglot, pyarrow) is imported when the flow runs, not with this module:
+`gpufleet serve` imports it for the deployment alone."""
 
 from __future__ import annotations
 
@@ -9,14 +12,15 @@ from prefect.states import Failed
 
 from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
-from gpufleet.flows.fanout import dask_fan_out
-from gpufleet.warehouse.cycle import ingest_then_build
 
 
 @flow(name="ingest-and-build", log_prints=False)
 def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
     """Load new raw files; update the models when the ingest loaded anything (samples, refs)."""
+    from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
+    from gpufleet.flows.fanout import dask_fan_out
+    from gpufleet.warehouse.cycle import ingest_then_build
+
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
         logger = get_run_logger()

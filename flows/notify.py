@@ -1,8 +1,12 @@
-"""The daily idle notices flow: mail each user the waste episodes of a day, once."""
+"""The daily idle notices flow: mail each user the waste episodes of a day, once.
+
+The notices' modules are imported when the flow runs, not with this module: `gpufleet
+serve` imports it for the deployment alone."""
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -10,7 +14,9 @@ from prefect.states import Failed
 
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.notices.idle import SEND, WRITE, NoticeRun, notify_idle
+
+if TYPE_CHECKING:
+    from gpufleet.notices.idle import NoticeRun
 
 
 def check_day(day: str) -> dt.date:
@@ -27,6 +33,8 @@ def send_idle_notices(
 ) -> NoticeRun:
     """Write the day's notices, send them and record what the server accepted (no retries:
     a failure is reported at once, and a re-run sends only what was not sent)."""
+    from gpufleet.notices.idle import SEND, WRITE, notify_idle
+
     return notify_idle(config, day=day, mode=SEND if send else WRITE, zone=zone)
 
 

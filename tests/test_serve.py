@@ -93,6 +93,26 @@ def test_deployments_carry_their_schedules_and_parameters(tmp_path: Path) -> Non
     assert notices.entrypoint == "gpufleet.flows.notify.idle_notices_flow"
 
 
+def test_serve_builds_its_deployments_without_importing_the_engine(tmp_path: Path) -> None:
+    """serve's start (and each of its restarts) pays for Prefect, not for the report's,
+    ingest's or integrations' modules: those load in the flow-run process that needs them."""
+    config_path = fx.write_config(
+        tmp_path, '[prometheus]\nurl = "http://127.0.0.1:9090"\n[slurm]\nenabled = true\n'
+    )
+    code = (
+        "import sys\n"
+        "from gpufleet.config import load_config\n"
+        "from gpufleet.flows.serve import build_deployments\n"
+        f"deployments = build_deployments(load_config(config_path={str(config_path)!r}))\n"
+        "engine = {'altair', 'duckdb', 'jinja2', 'polars', 'pyarrow', 'sqlglot'}\n"
+        "print(len(deployments), sorted(engine & set(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "5 []"
+
+
 def test_serve_refuses_a_dask_scheduler_without_a_prefect_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
