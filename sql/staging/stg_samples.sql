@@ -11,7 +11,11 @@
 -- device, 0 for the GPU's own row when it has MIG devices (its processes and job are its
 -- devices': it is attributed by its host alone), 1 otherwise. A MIG device's row keeps its
 -- GPU's UUID (parent_gpu_uuid): an allocation may name either (int_samples_attributed).
-with source as (
+-- `not materialized`: read twice below (the MIG devices, then every sample), DuckDB would
+-- otherwise hold every column of every sample, processes included, before the join and
+-- spill it to disk: about a quarter of a full build's CPU (bench/sizing.md). Read twice,
+-- the count reads only the two columns it needs.
+with source as not materialized (
     select * from samples
 ),
 
