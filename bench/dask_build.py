@@ -6,8 +6,11 @@ python -m bench.dask_build --gpus 256 --days 2 --backfill  # a backfill's ingest
 
 Simulates the fleet (once per data folder), backfills it (its days go to the lake), then
 times full builds embedded, on `local:1` and on `local:2`, each partition's worker time and
-bytes, and projects the time at 8, 32 and 128 workers for 10,000 and 50,000 GPUs x 90 days
-from what it measured, with the assumptions printed beside the figures. Without
+bytes, where each build's wall and CPU time went (the per-series models or their fan-out:
+inputs, partitions, the workers' start, the load of the partials; the rest of the build;
+the machine's load average beside), and projects the time at 8, 32 and 128 workers for
+10,000 and 50,000 GPUs x 90 days from what it measured, with the assumptions printed beside
+the figures. Without
 PREFECT_API_URL it starts a temporary Prefect server that the workers report to.
 
 With --backfill it times instead the backfill of the simulated fleet's files (every day of
@@ -22,6 +25,7 @@ import argparse
 import contextlib
 import datetime as dt
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -30,7 +34,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.step import simulation_spec
 from gpufleet.config import ComputeConfig, Config, load_config
@@ -76,14 +80,37 @@ def _prefect_server() -> Iterator[None]:
         yield
 
 
-def _time_build(config: Config, dask: str) -> tuple[float, Any]:
-    """One full build's wall time, and the fan-out's report (None embedded)."""
+class Timed(NamedTuple):
+    """One full build: its wall time and where the CPU went."""
+
+    seconds: float
+    report: Any  # the fan-out's report (None embedded)
+    result: Any  # the BuildResult: each step's wall and CPU time on the pipeline host
+    host_cpu_s: float  # this process: the build, the Prefect client, the Dask scheduler
+    workers_cpu_s: float  # the processes it started and reaped: the local:N workers
+    load_average: tuple[float, float]  # the machine's 1-minute load at the start and end
+
+
+def _time_build(config: Config, dask: str) -> Timed:
+    """One full build, embedded or on `dask`."""
+    load = os.getloadavg()[0]
+    own, children = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    result, report = _build(config, dask)
+    seconds = time.perf_counter() - started
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers = reaped.ru_utime + reaped.ru_stime - children.ru_utime - children.ru_stime
+    return Timed(
+        seconds, report, result, time.process_time() - own, workers, (load, os.getloadavg()[0])
+    )
+
+
+def _build(config: Config, dask: str) -> tuple[Any, Any]:
+    """One full build's result, and the fan-out's report (None embedded)."""
     from gpufleet.warehouse.build import build
 
     if not dask:
-        started = time.perf_counter()
-        build(config, full=True)
-        return time.perf_counter() - started, None
+        return build(config, full=True), None
     from prefect import flow
 
     from gpufleet.flows.fanout import dask_fan_out
@@ -92,12 +119,46 @@ def _time_build(config: Config, dask: str) -> tuple[float, Any]:
     fan_out = dask_fan_out(on_dask)
 
     @flow(name="bench-dask-build")
-    def full_build() -> None:
-        build(on_dask, full=True, fan_out=fan_out)
+    def full_build() -> Any:
+        return build(on_dask, full=True, fan_out=fan_out)
 
-    started = time.perf_counter()
-    full_build()
-    return time.perf_counter() - started, fan_out.last
+    return full_build(), fan_out.last
+
+
+def _where(dask: str, timed: Timed) -> list[str]:
+    """Where a build's time and CPU went: the per-series models (embedded) or their
+    fan-out (inputs, partitions, the load of the partials), and the rest of the build."""
+    from gpufleet.warehouse.build.full import CHUNKED_MODELS
+
+    lines = [
+        f"  {dask or 'embedded'}: {timed.seconds:.1f} s wall; CPU {timed.host_cpu_s:.1f} s "
+        f"pipeline host + {timed.workers_cpu_s:.1f} s workers; load average "
+        f"{timed.load_average[0]:.1f} -> {timed.load_average[1]:.1f}"
+    ]
+    steps = timed.result.steps
+    series = [step for step in steps if set(step.name.split("+")) & CHUNKED_MODELS.keys()]
+    rest = [step for step in steps if step not in series]
+    for step in series:
+        lines.append(f"    {step.name}: {step.seconds:.1f} s wall, {step.cpu_s:.1f} s CPU here")
+    report = timed.report
+    if report is not None:
+        longest = max((result.seconds for result in report.results), default=0.0)
+        partitions_cpu = sum(result.cpu_seconds for result in report.results)
+        lines.append(
+            f"      the workers' CPU: {partitions_cpu:.1f} s in the partitions, "
+            f"{timed.workers_cpu_s - partitions_cpu:.1f} s starting and running the tasks"
+        )
+        lines.append(
+            f"      of which: inputs written {report.export_seconds:.1f} s "
+            f"({report.input_bytes / 1e6:.1f} MB); partitions {report.run_seconds:.1f} s, "
+            f"the cluster's start and Prefect's task runs ~{report.run_seconds - longest:.1f} s "
+            f"of it (beyond the longest partition); partials loaded {report.load_seconds:.1f} s "
+            f"wall, {report.load_cpu_seconds:.1f} s CPU"
+        )
+    wall = sum(step.seconds for step in rest)
+    cpu = sum(step.cpu_s for step in rest)
+    lines.append(f"    the rest of the build: {wall:.1f} s wall, {cpu:.1f} s CPU here")
+    return lines
 
 
 def _partitions(report: Any) -> list[str]:
@@ -107,7 +168,10 @@ def _partitions(report: Any) -> list[str]:
             f"{name} {result.rows[name]:,} rows {result.bytes[name] / 1e6:.1f} MB"
             for name in result.rows
         )
-        lines.append(f"    {partition.label.split(' (')[0]}: {result.seconds:.2f} s; {written}")
+        lines.append(
+            f"    {partition.label.split(' (')[0]}: {result.seconds:.2f} s "
+            f"({result.cpu_seconds:.2f} s CPU); {written}"
+        )
     return lines
 
 
@@ -235,14 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     ]
     walls: dict[str, float] = {}
     reports: dict[str, Any] = {}
+    where: list[str] = ["where the time went (the last run of each):"]
     with _prefect_server():
         for dask in ("", "local:1", "local:2"):
             times = []
             for _ in range(args.repeat):
-                seconds, report = _time_build(config, dask)
-                times.append(seconds)
-                reports[dask] = report
+                timed = _time_build(config, dask)
+                times.append(timed.seconds)
+                reports[dask] = timed.report
             walls[dask] = statistics.median(times)
+            where += _where(dask, timed)
             log(f"{dask or 'embedded'}: {walls[dask]:.1f} s")
     lines.append(f"  embedded: {walls['']:.1f} s")
     for dask in ("local:1", "local:2"):
@@ -256,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += _partitions(report)
     one = reports["local:1"]
     worker_s = sum(result.seconds for result in one.results) / max(samples, 1)
+    lines += where
     lines += _projection(worker_s, one.load_seconds / max(samples, 1), walls[""] / max(samples, 1))
     print("\n".join(lines))
     return 0

@@ -55,6 +55,7 @@ class PartitionResult:
 
     index: int
     seconds: float
+    cpu_seconds: float = 0.0  # the worker process's, DuckDB's threads included
     rows: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     worker: str = ""  # host:pid of the process that ran it
@@ -62,7 +63,7 @@ class PartitionResult:
 
 def run_partition(partition: Partition) -> PartitionResult:
     """Build the partition's models in a DuckDB of its own and write them as Parquet."""
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     # Never the build's own folder: a build that failed has removed it, and a task still
     # running on a remote worker then fails here instead of leaving files behind.
     for folder in (Path(partition.output_dir), Path(partition.temp_dir).parent):
@@ -93,6 +94,7 @@ def run_partition(partition: Partition) -> PartitionResult:
     return PartitionResult(
         index=partition.index,
         seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - started_cpu,
         rows=rows,
         bytes=written,
         worker=f"{os.uname().nodename}:{os.getpid()}",
