@@ -10,8 +10,8 @@ bytes, where each build's wall and CPU time went (the per-series models or their
 inputs, partitions, the workers' start, the load of the partials; the rest of the build;
 the machine's load average beside), and projects the time at 8, 32 and 128 workers for
 10,000 and 50,000 GPUs x 90 days from what it measured, with the assumptions printed beside
-the figures. Without
-PREFECT_API_URL it starts a temporary Prefect server that the workers report to.
+the figures. Without PREFECT_API_URL it starts a temporary Prefect server that the workers
+report to.
 
 With --backfill it times instead the backfill of the simulated fleet's files (every day of
 it over, none loaded yet), each on a copy of the same data folder: embedded (most host-days
