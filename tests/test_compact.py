@@ -298,6 +298,11 @@ def test_compacted_file_encodes_times_and_counters_compactly_and_reads_back_the_
                 pa.array([300.0 + 0.37 * (t % 11) for t in ticks for _ in uuids], pa.float32()),
             )
             .set_column(
+                table.schema.get_field_index("pcie_rx_bytes_s"),
+                "pcie_rx_bytes_s",
+                pa.array([2e7 + 1.3e5 * (t % 7) for t in ticks for _ in uuids], pa.float64()),
+            )
+            .set_column(
                 table.schema.get_field_index("processes"),
                 "processes",
                 pa.array(
@@ -320,8 +325,11 @@ def test_compacted_file_encodes_times_and_counters_compactly_and_reads_back_the_
     }
     for column in ("ts", "energy_mj"):
         assert "DELTA_BINARY_PACKED" in encodings[column]
-    for column in ("power_w", "gpu_util_pct"):
-        assert "BYTE_STREAM_SPLIT" in encodings[column]
+    # every float of the contract: the measured ones, the activity columns among them
+    floats = [field.name for field in SAMPLE_SCHEMA if pa.types.is_floating(field.type)]
+    assert {"power_w", "sm_active_pct", "pcie_rx_bytes_s"} <= set(floats)
+    for column in floats:
+        assert "BYTE_STREAM_SPLIT" in encodings[column], column
     for column in ("host", "gpu_uuid"):
         assert "RLE_DICTIONARY" in encodings[column]
     assert "RLE_DICTIONARY" not in encodings["processes.list.element.user"]
@@ -330,14 +338,15 @@ def test_compacted_file_encodes_times_and_counters_compactly_and_reads_back_the_
     assert pq.read_table(path).select(names).equals(before.select(names))
     reader = duckdb.connect()
     read_back = reader.execute(
-        "select sum(epoch_us(ts)), sum(energy_mj), sum(power_w::double), count(*) "
-        "from read_parquet(?)",
+        "select sum(epoch_us(ts)), sum(energy_mj), sum(power_w::double), "
+        "sum(pcie_rx_bytes_s), count(*) from read_parquet(?)",
         [str(path)],
     ).fetchone()
     assert read_back == (
         sum(int(ts.timestamp() * 1_000_000) for ts in before["ts"].to_pylist()),
         sum(before["energy_mj"].to_pylist()),
         pytest.approx(sum(before["power_w"].to_pylist())),
+        pytest.approx(sum(before["pcie_rx_bytes_s"].to_pylist())),
         before.num_rows,
     )
 
