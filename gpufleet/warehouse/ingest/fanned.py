@@ -1,6 +1,6 @@
 """Where a backfill's batches of whole host-days run: on Dask workers (`[compute] dask`,
 docs/dask.md). A worker puts each batch through the pipeline's steps as the host would
-(`read_and_check`, `repeats_a_key`, `CompactAhead.write`) into the host-days' staging
+(`read_and_check`, `new_keys`, `CompactAhead.write`) into the host-days' staging
 directories, and sends back only what the host records. A batch it does not take whole (a
 file set aside, too large to read at once, a repeated key) writes nothing and comes back
 refused, as does one whose keys the host finds loaded already: the host loads it itself.
