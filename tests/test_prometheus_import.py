@@ -272,6 +272,14 @@ def test_import_ingest_build_matches_the_fixtures_series(
     rows = expected_rows(history, history.start, history.end)
     samples = sample_table(data)
     assert len(samples) == len(rows) == 4 * 240 - 2 * 15  # gpu-b's outage is a gap
+    # A column no series fills is written plain and uncompressed, a filled one with zstd.
+    for path in (data / "raw" / "samples").rglob("*.parquet"):
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        codecs = {
+            group.column(i).path_in_schema: group.column(i).compression
+            for i in range(group.num_columns)
+        }
+        assert (codecs["sm_clock_max_mhz"], codecs["power_w"]) == ("UNCOMPRESSED", "ZSTD")
     scrapes = {(s.gpu.uuid, s.t): s for s in history.scrapes}
     for sample in samples:
         ts = int(sample["ts"].timestamp())

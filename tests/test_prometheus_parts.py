@@ -10,11 +10,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from gpufleet.config import DEFAULT_PROMETHEUS_SERIES, PrometheusConfig, load_config
 from gpufleet.errors import GpufleetError
-from gpufleet.integrations.prometheus.files import ImportedWindows, allocation_files, merged
+from gpufleet.integrations.prometheus.files import (
+    ImportedWindows,
+    allocation_files,
+    merged,
+    rows_by_date,
+    rows_by_host,
+)
 from gpufleet.integrations.prometheus.pods import (
     PodAllocation,
     namespace_team,
@@ -348,3 +355,30 @@ def test_the_points_of_an_answer_read_in_bulk_as_one_by_one() -> None:
     assert table(numbers).num_rows == 3
     assert table(texts).equals(table(numbers))
     assert table(numbers).column("power_w").to_pylist() == [100.5, 100.5, 101.5]
+
+
+def test_a_windows_rows_are_cut_per_host_and_utc_date_in_their_order() -> None:
+    """rows_by_host keeps each host's rows in the order they came (GPU, then time), hosts
+    interleaved or not; rows_by_date cuts a window over UTC midnight in two, and leaves a
+    window within a day whole."""
+    midnight = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+    minutes = [-2, -1, 0, 1, -1, 0]
+    table = pa.table(
+        {
+            "ts": pa.array(
+                [midnight + dt.timedelta(minutes=m) for m in minutes], pa.timestamp("us", "UTC")
+            ),
+            "host": ["b", "a", "b", "a", "b", "c"],
+            "gpu_uuid": ["GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-5", "GPU-6"],
+        }
+    )
+    hosts = rows_by_host(table)
+    assert sorted(hosts) == ["a", "b", "c"]
+    assert hosts["a"]["gpu_uuid"].to_pylist() == ["GPU-2", "GPU-4"]
+    assert hosts["b"]["gpu_uuid"].to_pylist() == ["GPU-1", "GPU-3", "GPU-5"]
+    assert rows_by_host(table.slice(0, 0)) == {}
+    dates = {date: part["gpu_uuid"].to_pylist() for date, part in rows_by_date(hosts["b"])}
+    assert dates == {"2026-11-28": ["GPU-1", "GPU-5"], "2026-11-29": ["GPU-3"]}
+    [(date, whole)] = rows_by_date(hosts["c"])
+    assert date == "2026-11-29" and whole.equals(hosts["c"])
+    assert list(rows_by_date(table.slice(0, 0))) == []

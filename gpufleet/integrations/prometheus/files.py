@@ -1,4 +1,5 @@
-"""Writing what a window imported: allocation files and the record of imported windows.
+"""Writing what a window imported: its rows cut per host and UTC date (a sample file
+each), allocation files and the record of imported windows.
 
 Allocation rows go to one CSV per source and UTC day, `raw/allocations/prometheus-<source>-
 <YYYY-MM-DD>.csv`, in the format ingest reads, each with the site the import writes into
@@ -18,6 +19,9 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations.files import write_text_atomically
@@ -139,6 +143,35 @@ def allocation_files(
             )
         contents[path] = out.getvalue()
     return contents
+
+
+def rows_by_host(table: pa.Table) -> dict[str, pa.Table]:
+    """The rows of each host in `table`, in their order: a stable sort by host, cut where
+    the host changes (a filter per host read the whole table once per host)."""
+    if not table.num_rows:
+        return {}
+    grouped = table.take(pc.sort_indices(table, [("host", "ascending")]))
+    runs = pc.run_end_encode(grouped["host"].combine_chunks())
+    ends = runs.run_ends.to_pylist()
+    starts = [0, *ends[:-1]]
+    return {
+        host: grouped.slice(start, end - start)
+        for host, start, end in zip(runs.values.to_pylist(), starts, ends, strict=True)
+    }
+
+
+def rows_by_date(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """The rows of each UTC date of `ts` in `table`, as the collector's writer splits its
+    own files: the whole table when its rows are of one date (a window within a day)."""
+    if not table.num_rows:
+        return
+    first, last = (value.as_py() for value in pc.min_max(table["ts"]).values())
+    if first.date() == last.date():
+        yield first.date().isoformat(), table
+        return
+    dates = pc.strftime(table["ts"], format="%Y-%m-%d")
+    for date in pc.unique(dates).to_pylist():
+        yield date, table.filter(pc.equal(dates, date))
 
 
 class ImportedWindows:

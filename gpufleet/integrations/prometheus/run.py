@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpufleet.collectors.schema import host_folder, partition_dir
 from gpufleet.collectors.writer import safe_host, write_table_atomically
@@ -45,6 +44,8 @@ from gpufleet.integrations.prometheus.api import PrometheusApi, PrometheusError
 from gpufleet.integrations.prometheus.files import (
     ImportedWindows,
     allocation_files,
+    rows_by_date,
+    rows_by_host,
 )
 from gpufleet.integrations.prometheus.pods import (
     NAMESPACES_FILE,
@@ -290,7 +291,7 @@ def _read_windows(
                 steps.add(request.metric, answer, query=request.text, prometheus=config.prometheus)
                 continue
             pod_answers.append((request.text, answer))  # the batch's last: its rows complete
-            tables |= _by_host(steps.table(METRICS))
+            tables |= rows_by_host(steps.table(METRICS))
             steps = None
 
 
@@ -318,16 +319,6 @@ def _window_queries(
         pods = pod_query(presence, hosts=hosts, prometheus=settings, kubernetes=config.kubernetes)
         queries.append(_Query(start, end, None, pods))
     return queries
-
-
-def _by_host(table: pa.Table) -> dict[str, pa.Table]:
-    """The rows of each host in `table`, in their order."""
-    if not table.num_rows:
-        return {}
-    hosts = pc.unique(table["host"]).to_pylist()
-    if len(hosts) == 1:
-        return {hosts[0]: table}
-    return {host: table.filter(pc.equal(table["host"], host)) for host in hosts}
 
 
 Item = TypeVar("Item")
@@ -387,13 +378,10 @@ def _write_window(config: Config, url: str, window: _Window, start: int, end: in
             where = table.schema.get_field_index("cluster")
             value = pa.array([cluster] * len(table), pa.string())
             table = table.set_column(where, table.schema.field(where), value)
-        # One file per UTC date of `ts`, as the collector's writer splits its own.
-        dates = pc.strftime(table["ts"], format="%Y-%m-%d")
         folder = host_folder(safe_host(host), cluster)
-        for date in pc.unique(dates).to_pylist():
+        for date, part in rows_by_date(table):
             directory = Path(partition_dir(str(config.samples_dir), date, folder))
-            part = table.filter(pc.equal(dates, date))
-            write_table_atomically(part, directory / f"{stem}.parquet")
+            write_table_atomically(part, directory / f"{stem}.parquet", plain_nulls=True)
             written += 1
     for path, text in allocations.items():
         write_text_atomically(path, text)
