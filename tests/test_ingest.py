@@ -30,7 +30,7 @@ from gpufleet.warehouse.ingest import (
 )
 from gpufleet.warehouse.ingest import read as read_module
 from gpufleet.warehouse.ingest.footers import Footer, schema_problem
-from gpufleet.warehouse.ingest.insert import INSERT_NEW_SQL, create_existing_view
+from gpufleet.warehouse.ingest.insert import INSERT_NEW_SQL, Keys, create_existing_view
 from gpufleet.warehouse.publish import write_transaction
 from tests.refused_reads import run_gpufleet
 
@@ -723,7 +723,8 @@ def test_dedup_reads_only_the_new_rows_time_range(config: Config) -> None:
             "create temp table _ingest_rows as select * from samples where ts = $t",
             {"t": T0 + dt.timedelta(days=1)},
         )
-        create_existing_view(con, config, T0 + dt.timedelta(days=1), T0 + dt.timedelta(days=1))
+        day = T0 + dt.timedelta(days=1)
+        create_existing_view(con, config, Keys([], day, day), None)
         plan = con.execute(
             f"explain analyze {INSERT_NEW_SQL}",
             {

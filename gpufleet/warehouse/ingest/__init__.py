@@ -1,9 +1,8 @@
 """`gpufleet ingest`: new raw sample files found, read, checked and loaded batch by batch,
 the reference tables replaced, completed host-days compacted, bad files quarantined."""
 
-from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing, Unreadable
+from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing
 from gpufleet.warehouse.ingest.cut import plan_batches
-from gpufleet.warehouse.ingest.pipeline import load_batch, load_samples
 from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.run import (
     ingest,
@@ -25,13 +24,10 @@ __all__ = [
     "QuarantinedFile",
     "SampleFile",
     "SampleListing",
-    "Unreadable",
     "find_sample_files",
     "ingest",
     "list_sample_files",
-    "load_batch",
     "load_new_files",
-    "load_samples",
     "load_warehouse",
     "move_to_quarantine",
     "plan_batches",

@@ -10,7 +10,6 @@ A task that fails fails the ingest before anything is published; the staging dir
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -65,10 +64,8 @@ class BatchTaken:
 class LoadTaskResult:
     """What a task did: per batch, what it took, or None (the host loads that batch)."""
 
-    index: int
     seconds: float
     batches: tuple[BatchTaken | None, ...]
-    worker: str = ""  # host:pid of the process that ran it
 
 
 def run_load_task(task: LoadTask) -> LoadTaskResult:
@@ -77,12 +74,7 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
     started = time.perf_counter()
     config = Config(data_dir=Path(task.data_dir))
     taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
-    return LoadTaskResult(
-        index=task.index,
-        seconds=time.perf_counter() - started,
-        batches=taken,
-        worker=f"{os.uname().nodename}:{os.getpid()}",
-    )
+    return LoadTaskResult(seconds=time.perf_counter() - started, batches=taken)
 
 
 def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
@@ -115,8 +107,6 @@ class LoadReport:
     """What the last fanned-out load did, for `bench/dask_build.py`."""
 
     tasks: int = 0
-    batches: int = 0  # sent to the workers
-    refused: int = 0  # of those, loaded by the host after all
     results: tuple[LoadTaskResult, ...] = ()
     run_seconds: float = 0.0  # from the first task submitted to the last done
 
@@ -138,7 +128,7 @@ class LoadFanOut:
         ahead: CompactAhead,
         limits: TimeLimits,
         *,
-        progress: Callable[[str], None] | None = None,
+        progress: Callable[[str], None],
     ) -> list[BatchTaken | None]:
         """Each batch read (its times checked against `limits`) and compacted on the workers
         (None: left to the host). Batches whose host-days are not all whole and over here
@@ -171,12 +161,11 @@ class LoadFanOut:
             )
             for index, run in enumerate(runs)
         ]
-        if progress:
-            files = sum(len(batches[i]) for i in sent)
-            progress(
-                f"ingest: {len(sent)} batches of whole host-days ({files:,} files) read on "
-                f"the Dask workers in {len(tasks)} tasks"
-            )
+        files = sum(len(batches[i]) for i in sent)
+        progress(
+            f"ingest: {len(sent)} batches of whole host-days ({files:,} files) read on "
+            f"the Dask workers in {len(tasks)} tasks"
+        )
         started = time.perf_counter()
         results = tuple(self.run(tasks))  # (the caller discards the staging when it fails)
         taken = [batch for result in results for batch in result.batches]
@@ -185,11 +174,7 @@ class LoadFanOut:
             if batch is None:  # the host loads it: its (empty) staging directories go
                 _remove_staging(self.config, _directories(batches[index]), ahead.run)
         self.last = LoadReport(
-            tasks=len(tasks),
-            batches=len(sent),
-            refused=sum(batch is None for batch in taken),
-            results=results,
-            run_seconds=time.perf_counter() - started,
+            tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
         )
         return found
 
@@ -200,21 +185,17 @@ class LoadFanOut:
 
 
 def adopt(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    batch: Sequence[SampleFile],
-    taken: BatchTaken,
-    ahead: CompactAhead,
+    con: duckdb.DuckDBPyConnection, config: Config, taken: BatchTaken, ahead: CompactAhead
 ) -> BatchOutcome | None:
-    """Record a batch a worker took as written `ahead` (compaction swaps its files in), or
-    None, its staging directories removed, when one of its keys is loaded already (the
-    host loads it then, and drops the repeats)."""
+    """Record a batch a worker took as written `ahead` (compaction swaps its files in; a
+    worker writes only whole host-days, each of the files `ahead` listed), or None, its
+    staging directories removed, when one of its keys is loaded already (the host loads it
+    then, and drops the repeats)."""
     if any_loaded(con, config, taken.keys, ahead):
         _remove_staging(config, taken.written, ahead.run)
         return None
-    for directory in sorted(taken.written):
-        files = tuple(sorted(f.path for f in batch if f.path.rsplit("/", 1)[0] == directory))
-        ahead.adopt(directory, files, taken.written[directory])
+    for directory, gpus in sorted(taken.written.items()):
+        ahead.adopt(directory, ahead.listed[directory], gpus)
     return BatchOutcome(rows_read=taken.rows, rows_inserted=taken.rows, loaded=list(taken.loaded))
 
 

@@ -100,8 +100,7 @@ def read_footer(path: str, relative: str) -> Footer:
         if plan is None:  # no Arrow schema stored, or one that does not decode
             plan = _plan_from_polars(tuple(pl.read_parquet_schema(path).items()))
     except READ_ERRORS as exc:
-        text = one_line(exc).replace(path, relative)
-        return Footer(FilePlan(problem=f"cannot read Parquet: {text}"))
+        return Footer(FilePlan(problem=unreadable_reason(exc, path, relative)))
     return Footer(plan, metadata.get(_VERSION_KEY))
 
 
@@ -181,12 +180,9 @@ def reads_without_loss(name: str, source: pl.DataType, target: pl.DataType) -> b
 
 
 def unreadable_reason(exc: BaseException, full: str, relative: str) -> str:
-    """The quarantine reason for a file DuckDB could not read, naming it by `relative`."""
-    text = one_line(exc).replace(literal_path(full), relative).replace(full, relative)
-    return f"cannot read Parquet: {text}"
-
-
-def one_line(exc: BaseException) -> str:
-    """An error's text on one line, at most 300 characters."""
+    """The quarantine reason for the file at `full` that did not read: the error's text on
+    one line, at most 300 characters, naming the file by `relative`."""
     text = " ".join(str(exc).split())
-    return text if len(text) <= 300 else text[:297] + "..."
+    text = text if len(text) <= 300 else text[:297] + "..."
+    text = text.replace(literal_path(full), relative).replace(full, relative)
+    return f"cannot read Parquet: {text}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -56,13 +56,8 @@ where ts between $min_ts and $max_ts
 # Whether EXISTING_KEYS_SQL has any row, the batch's GPUs given as a list ($gpus): most
 # batches (a backfill's, a cycle's new flush) have none, and asking first spares them the
 # join of their keys, which costs ten times as much.
-ANY_EXISTING_SQL = """
-select exists (
-    select 1
-    from _ingest_existing
-    where ts between $min_ts and $max_ts and gpu_uuid in (select unnest($gpus))
-)
-"""
+_GPUS = "(select unnest($gpus) as gpu_uuid)"
+ANY_EXISTING_SQL = f"select exists ({EXISTING_KEYS_SQL.format(batch=_GPUS)})"
 _ROWS = "_ingest_rows"
 # The rows of _ingest_rows (each key once) not loaded yet, in (gpu_uuid, ts) order.
 INSERT_NEW_SQL = f"""
@@ -107,27 +102,6 @@ def insert_batch(
     return outcome
 
 
-def create_existing_view(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    min_ts: dt.datetime,
-    max_ts: dt.datetime,
-    ahead: CompactAhead | None = None,
-    gpus: Collection[str] = (),
-) -> None:
-    """Temp view `_ingest_existing`: the samples loaded so far that a batch of rows of
-    `gpus` from `min_ts` to `max_ts` could repeat (samples_stored, the lake's files of those
-    days and the files this ingest wrote `ahead` for them with one of `gpus`)."""
-    first, last = min_ts.astimezone(dt.UTC).date(), max_ts.astimezone(dt.UTC).date()
-    paths = evicted_paths(con, config, first_day=first, last_day=last)
-    if ahead is not None and ahead.written:
-        paths += ahead.paths_between(first, last, set(gpus))
-    con.execute(
-        "create or replace temp view _ingest_existing as "
-        + samples_sql(paths, columns=("gpu_uuid", "ts"))
-    )
-
-
 class Keys(NamedTuple):
     """A batch's distinct GPUs and the range of its times."""
 
@@ -136,12 +110,28 @@ class Keys(NamedTuple):
     max_ts: dt.datetime
 
 
+def create_existing_view(
+    con: duckdb.DuckDBPyConnection, config: Config, keys: Keys, ahead: CompactAhead | None
+) -> None:
+    """Temp view `_ingest_existing`: the samples loaded so far that a batch of these `keys`
+    could repeat (samples_stored, the lake's files of their days and the files this ingest
+    wrote `ahead` for them with one of their GPUs)."""
+    first, last = keys.min_ts.astimezone(dt.UTC).date(), keys.max_ts.astimezone(dt.UTC).date()
+    paths = evicted_paths(con, config, first_day=first, last_day=last)
+    if ahead is not None and ahead.written:
+        paths += ahead.paths_between(first, last, set(keys.gpus))
+    con.execute(
+        "create or replace temp view _ingest_existing as "
+        + samples_sql(paths, columns=("gpu_uuid", "ts"))
+    )
+
+
 def any_loaded(
     con: duckdb.DuckDBPyConnection, config: Config, keys: Keys, ahead: CompactAhead | None
 ) -> bool:
     """Whether a sample of one of the `keys`' GPUs within their times is loaded already (as
     `create_existing_view` finds them; `_ingest_existing` is left as that view)."""
-    create_existing_view(con, config, keys.min_ts, keys.max_ts, ahead, keys.gpus)
+    create_existing_view(con, config, keys, ahead)
     found = con.execute(ANY_EXISTING_SQL, keys._asdict()).fetchall()
     return bool(found and found[0][0])
 
@@ -226,10 +216,10 @@ def insert_first_new(
         rows = rows.unique(["gpu_uuid", "ts"], keep="first", maintain_order=True)
     low, high = rows.get_column("ts").min(), rows.get_column("ts").max()
     assert isinstance(low, dt.datetime) and isinstance(high, dt.datetime)
-    gpus = rows.get_column("gpu_uuid").unique().to_list()
+    keys = Keys(rows.get_column("gpu_uuid").unique().to_list(), low, high)
     con.register(_ROWS, rows.to_arrow(compat_level=pl.CompatLevel.oldest()))
     try:
-        create_existing_view(con, config, low, high, ahead, gpus)
+        create_existing_view(con, config, keys, ahead)
         inserted = con.execute(
             INSERT_NEW_SQL, {"min_ts": low, "max_ts": high, "load_id": current_generation(con)}
         ).fetchall()

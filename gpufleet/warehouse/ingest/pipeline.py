@@ -131,7 +131,7 @@ def load_samples(
         try:
             taken_all = fan_out.load(batches, ahead, limits, progress=say)
             for batch, taken in zip(batches, taken_all, strict=True):
-                outcome = adopt(con, config, batch, taken, ahead) if taken else None
+                outcome = adopt(con, config, taken, ahead) if taken else None
                 if outcome is None:
                     left.append(batch)
                 else:

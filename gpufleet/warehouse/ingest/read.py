@@ -139,8 +139,6 @@ def to_contract(frame: pl.DataFrame) -> pl.DataFrame:
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
     if not frames:
         return pl.DataFrame(schema={**contract_schema(), FILE_INDEX: pl.Int32})
-    if len(frames) == 1:
-        return frames[0]
     same = all(frame.columns == frames[0].columns for frame in frames)
     return pl.concat(frames, how="vertical" if same else "diagonal")
 

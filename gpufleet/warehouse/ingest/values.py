@@ -82,17 +82,13 @@ _FLOAT32_COLUMNS = frozenset(name for name, kind in SAMPLE_COLUMNS if kind == "f
 _FLOAT_COLUMNS = _FLOAT32_COLUMNS | {name for name, kind in SAMPLE_COLUMNS if kind == "double"}
 
 
-def _number(value: float) -> str:
-    return f"{value:g}"
-
-
 def range_text(rule: ValueRange) -> str:
     """The range as a reason names it: `0 to 100`, `> 0 and <= 86400`, `>= 0`."""
     if rule.high is None:
-        return f"{'>=' if rule.low_included else '>'} {_number(rule.low)}"
+        return f"{'>=' if rule.low_included else '>'} {rule.low:g}"
     if rule.low_included:
-        return f"{_number(rule.low)} to {_number(rule.high)}"
-    return f"> {_number(rule.low)} and <= {_number(rule.high)}"
+        return f"{rule.low:g} to {rule.high:g}"
+    return f"> {rule.low:g} and <= {rule.high:g}"
 
 
 class TimeLimits(NamedTuple):
@@ -240,8 +236,7 @@ def value_problems(frame: pl.DataFrame, paths: Sequence[str], limits: TimeLimits
         high = pl.lit(pl.Series(highs, dtype=pl.Int64)).gather(pl.col(FILE_INDEX))
     micros = pl.col("ts").dt.epoch("us")
     checks.append((((micros < low) | (micros >= high)).fill_null(False), "ts", "ts"))
-    for rule in VALUE_RANGES:
-        checks.append((_out_of_range(rule), "range", rule.column))
+    checks += [(_out_of_range(rule), "range", rule.column) for rule in VALUE_RANGES]
     if any(sites):
         site = (
             pl.lit(sites[0], pl.String)
