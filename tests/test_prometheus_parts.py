@@ -27,6 +27,7 @@ from gpufleet.integrations.prometheus.pods import (
     namespace_team,
     read_namespaces,
 )
+from gpufleet.integrations.prometheus.points import all_points
 from gpufleet.integrations.prometheus.queries import (
     HOSTS_PATTERN_CHARS,
     HOSTS_PER_QUERY,
@@ -382,3 +383,20 @@ def test_a_windows_rows_are_cut_per_host_and_utc_date_in_their_order() -> None:
     [(date, whole)] = rows_by_date(hosts["c"])
     assert date == "2026-11-29" and whole.equals(hosts["c"])
     assert list(rows_by_date(table.slice(0, 0))) == []
+
+
+def test_the_usual_answers_points_are_taken_at_once_and_no_other_shape() -> None:
+    """all_points unzips every point of an answer whose series all hold [time, value]
+    pairs, in the order of its series; any other shape is left to be read series by series
+    (where a point that is no pair fails naming the query)."""
+
+    def answer(*values: Any) -> list[Any]:
+        return [{"metric": {}, "values": list(points)} for points in values]
+
+    usual = answer([[1, "a"], (2, "b")], [], [[3.5, "c"]])
+    assert all_points(usual) == ([1, 2, 3.5], ["a", "b", "c"])
+    assert all_points([]) == ([], [])
+    for odd in ([[1, "a", 2]], ["ab"], [{"t": 1, "v": 2}], [[1]]):
+        assert all_points(answer([[0, "x"]], odd)) is None, odd
+    assert all_points([None]) is None
+    assert all_points([{"metric": {}}]) is None

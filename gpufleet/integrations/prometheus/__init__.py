@@ -4,8 +4,10 @@ contract's sample files, and the pods that hold GPUs become allocation rows
 
 - `api.py`: the HTTP API calls, each failure one line naming the query;
 - `queries.py`: each contract column's series and the PromQL that reduces it over a step;
-- `samples.py`: range-query answers -> sample rows; `pods.py`: pods -> allocation rows;
-- `files.py`: allocation files and the record of imported windows; `run.py`: the windows.
+- `points.py`: an answer's points as Arrow arrays; `samples.py`: answers -> sample rows;
+  `pods.py`: pods -> allocation rows;
+- `files.py`: rows cut per sample file, allocation files and the record of imported
+  windows; `run.py`: the windows.
 """
 
 from gpufleet.integrations.prometheus.api import PrometheusApi, PrometheusError

@@ -23,8 +23,9 @@ from typing import Any, NamedTuple
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.prometheus.points import point_times
 from gpufleet.integrations.prometheus.queries import team_label
-from gpufleet.integrations.prometheus.samples import gpu_of, label, labels_of, point_times
+from gpufleet.integrations.prometheus.samples import gpu_of, label, labels_of
 from gpufleet.integrations.refmap import read_team_rows, team_on
 
 NAMESPACES_FILE = "namespaces.csv"

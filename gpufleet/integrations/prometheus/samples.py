@@ -17,6 +17,7 @@ the profile's leading slice count (`3g.40gb`: 3) over the GPU's 7 (4 on an A30).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,11 +31,17 @@ from gpufleet.collectors.schema import (
 )
 from gpufleet.config import PrometheusConfig
 from gpufleet.integrations.prometheus.api import PrometheusError
+from gpufleet.integrations.prometheus.points import (
+    all_points,
+    numbers_array,
+    pairs,
+    point_times,
+    times_array,
+)
 from gpufleet.integrations.prometheus.queries import NEW, XID_LABEL, Metric
 
 _MAX_GPU_INDEX = 65535
 _FLOAT32_MAX = 3.4e38
-_LAST_TIME_S = 253402300800.0  # 10000-01-01: no point of a range query is later
 # Columns whose value is their series' as it is (after scale and rounding).
 _PLAIN_COLUMNS = (
     "mem_util_pct",
@@ -139,68 +146,6 @@ def gpu_of(series: dict[str, Any], *, prometheus: PrometheusConfig, query: str) 
     return Gpu(f"MIG-{uuid}/{int(instance)}", host, index, model, uuid, profile)
 
 
-def point_times(series: dict[str, Any], *, query: str) -> list[float]:
-    """The times (seconds) of a series' points, each a time since the epoch before
-    `_LAST_TIME_S`."""
-    values = series.get("values")
-    try:
-        if not isinstance(values, list):
-            raise TypeError("no values")
-        times = [float(time) for time, _ in values]
-    except (TypeError, ValueError):
-        raise PrometheusError(
-            f"query '{query}': a series whose points are not [time, value]"
-        ) from None
-    for time in times:
-        if not 0 <= time < _LAST_TIME_S:  # NaN too
-            raise PrometheusError(f"query '{query}': a point at time {time!r}, not a time")
-    return times
-
-
-def _pairs(values: Any) -> bool:
-    """Whether `values` is a non-empty list of [time, value] pairs, as Prometheus answers."""
-    if not isinstance(values, list) or not values:
-        return False
-    return set(map(type, values)) <= {list, tuple} and set(map(len, values)) == {2}
-
-
-def _times(times: list[Any], answer: list[dict[str, Any]], *, query: str) -> pa.Array:
-    """The points' times as float64, each a time since the epoch before `_LAST_TIME_S`; a
-    time that is not fails as `point_times` says."""
-    try:
-        array = pa.array(times, pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not a number (or a text of one)
-        array = None
-    if array is not None and (
-        not len(array)
-        or (
-            array.null_count == 0
-            and not pc.any(pc.is_nan(array)).as_py()
-            and pc.min(array).as_py() >= 0
-            and pc.max(array).as_py() < _LAST_TIME_S
-        )
-    ):
-        return array
-    # One by one, as point_times reads them: it fails on the first that is no time.
-    flat = [time for series in answer for time in point_times(series, query=query)]
-    return pa.array(flat, pa.float64())  # none refused: texts of times, as float() reads
-
-
-def _numbers(texts: list[Any], *, query: str) -> pa.Array:
-    """The values as float64; one that is not a number fails, naming it."""
-    try:
-        return pa.array(texts, pa.string()).cast(pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        for text in texts:
-            try:
-                float(text)
-            except (TypeError, ValueError):
-                raise PrometheusError(
-                    f"query '{query}': a value that is not a number: {text!r}"
-                ) from None
-        raise PrometheusError(f"query '{query}': values that are not numbers") from None
-
-
 def _bounds(column: str) -> tuple[float, float]:
     """The values a column's Arrow type holds (helper values that are no column: int64's)."""
     kind = COLLECTOR_SCHEMA.field(column).type if column in COLLECTOR_SCHEMA.names else pa.int64()
@@ -237,7 +182,7 @@ class HostSteps:
             self._add_codes(metric, answer, query=query, prometheus=prometheus)
             return
         rows, times, texts, _ = self._points(answer, query=query, prometheus=prometheus)
-        values = _numbers(texts, query=query)
+        values = numbers_array(texts, query=query)
         keys = self._keys(rows, times, query=query)
         finite = pc.is_finite(values)  # Prometheus' NaN and infinities: no value
         keys, values = pc.filter(keys, finite), pc.multiply(pc.filter(values, finite), metric.scale)
@@ -253,29 +198,34 @@ class HostSteps:
 
     def _points(
         self, answer: list[dict[str, Any]], *, query: str, prometheus: PrometheusConfig
-    ) -> tuple[list[int], pa.Array, list[Any], list[tuple[int, dict[str, Any]]]]:
+    ) -> tuple[list[int], pa.Array, Sequence[Any], list[tuple[int, dict[str, Any]]]]:
         """Each point's GPU number, time (float64) and value text, and each series' (point
         count, labels)."""
         rows: list[int] = []
         times: list[Any] = []
         texts: list[Any] = []
         counts: list[tuple[int, dict[str, Any]]] = []
+        every = all_points(answer)  # the usual answer: its points unzipped at once, in C
         for series in answer:
             gpu = gpu_of(series, prometheus=prometheus, query=query)
             number = self._numbers.setdefault(gpu, len(self.gpus))
             if number == len(self.gpus):
                 self.gpus.append(gpu)
             values: Any = series.get("values")
-            if _pairs(values):  # the usual answer: the points unzipped in C, not one by one
+            if every is not None:
+                rows.extend([number] * len(values))
+            elif pairs(values):  # a series of the usual shape in an odd answer
                 series_times, series_texts = zip(*values, strict=True)
                 times.extend(series_times)
                 texts.extend(series_texts)
             else:  # no points, or points of odd shapes: read (or refused) one by one
                 times.extend(point_times(series, query=query))
                 texts.extend(value for _, value in values)
-            rows.extend([number] * (len(times) - len(rows)))
+            if every is None:
+                rows.extend([number] * (len(times) - len(rows)))
             counts.append((len(values), labels_of(series, query=query)))
-        return rows, _times(times, answer, query=query), texts, counts
+        all_times, all_texts = (times, texts) if every is None else every
+        return rows, times_array(all_times, answer, query=query), all_texts, counts
 
     def _keys(self, rows: list[int], times: pa.Array, *, query: str) -> pa.Array:
         """The row key of each point (GPU number and time); one outside the window fails."""
