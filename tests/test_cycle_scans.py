@@ -25,6 +25,8 @@ from gpufleet.warehouse.build.data_tests import (
     run_data_tests,
 )
 from gpufleet.warehouse.build.incremental.marts import log_replaced
+from gpufleet.warehouse.build.incremental.pieces import replace_runs
+from gpufleet.warehouse.build.models import Model
 from gpufleet.warehouse.build.run import build
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.publish.catch_up import catch_up
@@ -92,13 +94,14 @@ def test_catching_up_reads_the_hours_replaced_not_the_whole_table(
     assert 0 < own < HOURLY_ROWS / 3, own
 
 
-def _series_rows(con: duckdb.DuckDBPyConnection) -> int:
+def _series_rows(con: duckdb.DuckDBPyConnection, start: str = "2026-11-01 00:00") -> int:
     """A table in series order, as a full build writes samples_attributed_rows: 8 row groups
-    of 100 series' hours, then each series' newest minute appended as a cycle does."""
+    of 100 series' 27 hours from `start` (UTC), then each series' newest minute appended as
+    a cycle does."""
     con.execute(
         f"""
         create table samples_attributed_rows as
-        select s as series_id, timestamptz '2026-11-01' + to_seconds(k * 10) as ts,
+        select s as series_id, timestamptz '{start}+00' + to_seconds(k * 10) as ts,
         from range(100) as ss(s), range({8 * ROW_GROUP_ROWS // 100}) as ks(k)
         order by series_id, ts;
         insert into samples_attributed_rows
@@ -216,3 +219,122 @@ def test_an_incremental_build_leaves_the_views_over_several_marts_uncounted(
     assert "job_efficiency" in full.mart_rows
     assert set(full.mart_rows) - set(incremental.mart_rows) == {"job_efficiency"}
     assert incremental.mart_rows["samples_attributed"] == 12
+
+
+RUNS = 10 * ROW_GROUP_ROWS  # idle_episodes: an episode a GPU-hour, ten row groups
+
+
+def _episodes(con: duckdb.DuckDBPyConnection) -> None:
+    """idle_episodes in order of their end, as a full build writes them (ORDERED_MARTS): an
+    episode a GPU and hour up to the last day, ids hashed as the build's are."""
+    con.execute(GENERATION_DDL)
+    con.execute(
+        f"""
+        create table idle_episodes as
+        select (hash(gpu_uuid, start_ts) >> 1)::bigint as episode_id, gpu_uuid, start_ts,
+            start_ts + interval 50 minutes as end_ts, false as is_waste,
+        from (
+            select 'GPU-' || g as gpu_uuid,
+                timestamptz '{LAST_DAY} 00:00:00+00' - to_hours(h) as start_ts,
+            from range({RUNS // GPUS}) as hs(h), range({GPUS}) as gs(g)
+        )
+        order by end_ts, gpu_uuid
+        """
+    )
+
+
+def _touch_last_episode(con: duckdb.DuckDBPyConnection) -> None:
+    """_inc_touched_idle as an incremental build leaves it: GPU-7's last episode, which
+    this build extends (the new row), with the bound on its end (ends_from_ts)."""
+    con.execute(
+        f"""
+        create or replace temp table _inc_touched_idle as
+        select gpu_uuid, start_ts as run_start_ts, episode_id as run_id,
+            start_ts as ends_from_ts,
+        from idle_episodes
+        where gpu_uuid = 'GPU-7' and start_ts = timestamptz '{LAST_DAY} 00:00:00+00';
+        create or replace temp table _inc_new_runs as
+        select episode_id, gpu_uuid, start_ts, end_ts + interval 9 minutes as end_ts, true
+            as is_waste,
+        from idle_episodes
+        semi join _inc_touched_idle on _inc_touched_idle.run_id = idle_episodes.episode_id
+        """
+    )
+
+
+def test_the_runs_an_incremental_build_replaces_are_looked_up_by_their_end(
+    tmp_path: Path,
+) -> None:
+    """A run's id is a hash (no zone map skips anything by it): the build looks up the runs
+    it replaces (their waste before, the delete) and the data tests read them by the id and
+    a bound on their end, reading the row groups of recent ends only; the same rows."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    _episodes(con)
+    _touch_last_episode(con)
+    model = Model(
+        name="idle_episodes",
+        layer="marts",
+        path=tmp_path / "idle_episodes.sql",
+        sql="select * from _inc_new_runs",
+        materialized="table",
+        reads=frozenset({"_inc_new_runs"}),
+        depends_on=frozenset(),
+    )
+    counter = ScanCounter(con, tmp_path / "profile.json")
+    replace_runs(counter, model, {})  # type: ignore[arg-type]
+    assert 0 < counter.read("main.idle_episodes") < RUNS / 3
+    counter.rows.clear()
+    tests = parse_data_tests(
+        "idle_episodes",
+        [{"unique": ["gpu_uuid", "episode_id"]}, {"not_null": "end_ts"}],
+        tmp_path / "_docs.toml",
+    )
+    replaced = {"idle_episodes": replaced_rows(counter, "idle_episodes", 0)}  # type: ignore[arg-type]
+    run_data_tests(counter, tests, replaced)  # type: ignore[arg-type]
+    counter.execute("select 1")  # the last statement's profile is written now
+    assert 0 < counter.read("main.idle_episodes") < RUNS / 3
+    ((touched,),) = con.execute("select run_id from _inc_touched_idle").fetchall()
+    assert con.execute("select * from _inc_old_waste").fetchall() == [("GPU-7", touched, False)]
+    ((rows, waste),) = con.execute(
+        "select count(*), count(*) filter (where is_waste) from idle_episodes"
+    ).fetchall()
+    assert (rows, waste) == (RUNS, 1)
+
+
+def test_catching_up_reads_the_runs_replaced_not_the_whole_table(
+    config: Config, tmp_path: Path
+) -> None:
+    """The other slot replays the runs a build replaced by their ids and the bound on their
+    end it logged: the row groups of recent ends only, on its side and the published one."""
+    with write_transaction(config) as con:
+        _episodes(con)
+    with write_transaction(config):
+        pass  # both slots exist now: the next write catches the other one up in place
+    with write_transaction(config) as con:
+        _touch_last_episode(con)
+        con.execute(
+            """
+            delete from idle_episodes
+            where episode_id in (select run_id from _inc_touched_idle);
+            insert into idle_episodes select * from _inc_new_runs;
+            """
+        )
+        log_replaced(
+            con,
+            "idle_episodes",
+            "gpu_episode",
+            "select gpu_uuid, run_id, ends_from_ts as since_ts from _inc_touched_idle",
+        )
+    con = duckdb.connect(str(_stale_slot(config)))
+    try:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        assert catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
+        published = counter.read("_published.main.idle_episodes")
+        own = counter.read("main.idle_episodes") - published
+        caught_up = con.execute("select * from idle_episodes order by all").fetchall()
+    finally:
+        con.close()
+    with connect_read_only(config) as reader:
+        assert caught_up == reader.execute("select * from idle_episodes order by all").fetchall()
+    assert 0 < published < RUNS / 3, published
+    assert 0 < own < RUNS / 3, own

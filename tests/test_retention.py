@@ -244,3 +244,46 @@ def test_a_build_inside_a_callers_transaction_leaves_the_clean_up_to_its_publish
     assert late.exists()
     after_publish(retaining)
     assert not late.exists()
+
+
+def test_cycles_after_a_kept_run_is_restored_leave_it_one_row(tmp_path: Path) -> None:
+    """A simulated fleet's spare GPUs idle from the first day on: the full build expires
+    that day and keeps their runs, each build after gives them their kept rows back (their
+    end the full build's last sample). A cycle looks the runs it touches up by a bound on
+    their end (#60 item 2): the second cycle's bound, past the kept rows' ends, must still
+    find them, or the waste of today counts twice (data test waste_s <= idle_s)."""
+    from gpufleet.simulate.fleet import SimulationSpec, simulate_fleet, simulate_window
+
+    today = dt.datetime.now(dt.UTC).date()
+    (tmp_path / "gpufleet.toml").write_text("[retention]\nsamples_days = 2\n")
+    config = load_config(data_dir=str(tmp_path), environ={})
+
+    def spec(flush_s: float) -> SimulationSpec:
+        return SimulationSpec.from_cli(
+            config=config,
+            gpus=16,
+            gpus_per_host=8,
+            week=None,
+            start=today - dt.timedelta(days=3),
+            days=3,
+            interval_s=10.0,
+            flush_s=flush_s,
+            seed=7,
+        )
+
+    simulate_fleet(spec(86400.0), data_dir=tmp_path, progress=lambda _: None)
+    ingest(config)
+    assert build(config).expired  # the first day: the spare GPUs' runs are kept
+    midnight = dt.datetime.combine(today, dt.time(), dt.UTC)
+    for hour in (0, 1):
+        start = midnight + dt.timedelta(hours=hour)
+        simulate_window(
+            spec(600.0), data_dir=tmp_path, start=start, end=start + dt.timedelta(hours=1)
+        )
+        _, built = ingest_then_build(config, today=today)
+        assert built is not None and built.mode == "incremental"
+    with connect_read_only(config) as con:
+        ((rows, runs),) = con.execute(
+            "select count(*), count(distinct (gpu_uuid, episode_id)) from idle_episodes"
+        ).fetchall()
+    assert rows == runs

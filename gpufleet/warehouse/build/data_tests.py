@@ -19,7 +19,9 @@ An incremental build right after a publish whose marts passed the tests (the las
 of the keys it logged for the other slot, `publish/log.py`): every other row is as it was
 tested, and a cycle reads what it changed, not every retained day. A `unique` test is
 restricted so only where each key it logged names columns of the test's (a repeat of a
-replaced row then has the same key, and is replaced too); otherwise it reads the table.
+replaced row then has the same key, and is replaced too); otherwise it reads the table. (A
+run's key comes with a bound on its end, `publish/log.py` REPLAY_BOUNDS: a repeat of a
+replaced run's id among runs that ended before the bound is not read.)
 After any other publish (one that may have changed the marts untested) every row is tested.
 """
 
@@ -37,7 +39,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.build.models import DOCS_FILE_NAME, load_docs
 from gpufleet.warehouse.build.sql_tree import parse
-from gpufleet.warehouse.publish.log import REPLAY_KEYS, current_generation
+from gpufleet.warehouse.publish.log import REPLAY_KEYS, current_generation, replay_match
 
 _KINDS = ("unique", "not_null", "accepted_values", "expression")
 _SHOWN_CHARS = 300  # of the failing row, in the one-line message
@@ -180,7 +182,7 @@ def replaced_rows(con: duckdb.DuckDBPyConnection, table: str, generation: int) -
                 select * from build_state.replaced
                 where generation = {int(generation)} and table_name = {literal(table)}
                     and key = {literal(kind)}
-            ) as keys on {REPLAY_KEYS[kind].format(t="rows", k="keys")}"""
+            ) as keys on {replay_match(kind, t="rows", k="keys")}"""
         for kind in kinds
     )
     rows = f"""(

@@ -67,6 +67,18 @@ SLICE_JOINS = {
     ),
 }
 
+# Marts a cycle looks rows up in by a column that grows with time (`incremental/`, the other
+# slot's replay, the data tests, the kept runs): a full build writes them in that order, so
+# that DuckDB's zone maps skip the row groups of older days (or runs that ended earlier);
+# the rows a cycle adds are appended after them. A hash aggregate leaves them in no order.
+ORDERED_MARTS = {
+    "idle_episodes": "end_ts",
+    "thermal_events": "end_ts",
+    "run_pieces": "day",
+    "gpu_hourly": "day",
+    "gpu_team_daily": "day",
+}
+
 
 def build_all_models(
     con: duckdb.DuckDBPyConnection,
@@ -114,7 +126,7 @@ def build_all_models(
                     _create_in_chunks(con, models, name, chunks, lake)  # fits the cap per slice
                 else:
                     fit_memory_limit(con)
-                    create_model(con, models[name])
+                    create_model(con, models[name], order_by=ORDERED_MARTS.get(name, ""))
                 record_new_ids(con, name)
         with clock.step("comments"):
             for name in marts:

@@ -267,11 +267,17 @@ def _restore_runs(
     kept = kept_table(mart)
     built, kept_rows = mart, kept
     if not full:
+        # each run's bound on its end as the build logged it (publish/log.py REPLAY_BOUNDS):
+        # the mart's row groups of runs that ended before are skipped (a kept row may be
+        # older than the bound: the kept table is read whole)
         con.execute(
             """
             create or replace temp table _kept_runs as
-            select distinct gpu_uuid, run_id from build_state.replaced
+            select gpu_uuid, run_id,
+                min(coalesce(since_ts, '-infinity'::timestamptz)) as since_ts,
+            from build_state.replaced
             where generation = ? and table_name = ?
+            group by all
             """,
             [current_generation(con), mart],
         )
@@ -279,26 +285,33 @@ def _restore_runs(
             con.execute("drop table temp._kept_runs")
             return
         built, kept_rows = "_kept_built", "_kept_rows"
-        for source, target in ((mart, built), (kept, kept_rows)):
+        for source, target, ended in (
+            (mart, built, "and rows.end_ts >= runs.since_ts"),
+            (kept, kept_rows, ""),
+        ):
+            after = "where rows.end_ts >= (select min(since_ts) from _kept_runs)" if ended else ""
             con.execute(
                 f"""
                 create or replace temp table {target} as
                 select {columns} from {source} as rows
                 semi join _kept_runs as runs
-                    on runs.gpu_uuid = rows.gpu_uuid and runs.run_id = rows.{id_column}
+                    on runs.gpu_uuid = rows.gpu_uuid and runs.run_id = rows.{id_column} {ended}
+                {after}
                 """
             )
     scope = _KEPT.format(day=RUN_DAY)
+    # since_ts: the earliest end of the run's rows compared, built and kept (those replaced)
     con.execute(
         f"""
         create or replace temp table _kept_changed as
-        select distinct gpu_uuid, {id_column} as run_id, from (
+        select gpu_uuid, {id_column} as run_id, min(end_ts) as since_ts, from (
             (select {columns} from {built} where {scope}
              except all select {columns} from {kept_rows} where {scope})
             union all
             (select {columns} from {kept_rows} where {scope}
              except all select {columns} from {built} where {scope})
         )
+        group by all
         """
     )
     if not full:
@@ -306,9 +319,10 @@ def _restore_runs(
             con.execute(f"drop table temp.{table}")
     if con.execute("select count(*) from _kept_changed").fetchone() != (0,):
         match = f"(gpu_uuid, {id_column}) in (select (gpu_uuid, run_id) from _kept_changed)"
-        con.execute(f"delete from {mart} where {match}")
+        ended = "end_ts >= (select min(since_ts) from _kept_changed)"
+        con.execute(f"delete from {mart} where {match} and {ended}")
         con.execute(f"insert into {mart} by name select * from {kept} where {match}")
-        log_replaced(con, mart, key, "select gpu_uuid, run_id from _kept_changed")
+        log_replaced(con, mart, key, "select gpu_uuid, run_id, since_ts from _kept_changed")
     con.execute("drop table temp._kept_changed")
 
 

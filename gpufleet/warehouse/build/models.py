@@ -259,13 +259,20 @@ _KIND = {"temp_view": "temp view", "temp_table": "temp table", "table": "table",
 
 
 def create_model(
-    con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str] | None = None
+    con: duckdb.DuckDBPyConnection,
+    model: Model,
+    remap: Mapping[str, str] | None = None,
+    *,
+    order_by: str = "",
 ) -> None:
+    """The model's table or view; a table's rows written in the order of `order_by`'s
+    columns when given."""
     if model.materialized in PERSISTENT:
         drop_other_kind(con, model)
-    con.execute(
-        f"create or replace {_KIND[model.materialized]} {model.name} as\n{render(model, remap)}"
-    )
+    sql = render(model, remap)
+    if order_by:
+        sql = f"select * from (\n{sql}\n) order by {order_by}"
+    con.execute(f"create or replace {_KIND[model.materialized]} {model.name} as\n{sql}")
 
 
 def create_empty(con: duckdb.DuckDBPyConnection, model: Model) -> None:

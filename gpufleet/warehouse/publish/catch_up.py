@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.warehouse.base.deletes import delete_in_key_ranges
-from gpufleet.warehouse.publish.log import LOG_KEPT, REPLAY_KEYS, current_generation
+from gpufleet.warehouse.publish.log import LOG_KEPT, current_generation, replay_match
 
 # Tables only ever changed by incremental builds (which log what they replace) or full
 # builds (after which the other slot is copied afresh); every other table is copied whole.
@@ -219,7 +219,7 @@ def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
     )
     kinds = [row[0] for row in con.execute("select distinct key from _sync_keys").fetchall()]
     for kind in kinds:
-        match = REPLAY_KEYS[kind].format(t="rows", k="keys")
+        match = replay_match(kind, t="rows", k="keys")
         keys = f"(select * from _sync_keys where key = '{kind}') as keys"
         if table == _SERIES_ORDERED:  # a few rows of every series: a statement per range
             delete_in_key_ranges(con, f"{name} as rows", match, key="rows.series_id", using=keys)

@@ -19,7 +19,7 @@ create table if not exists build_state.replaced (
     table_name varchar not null,
     key varchar not null,          -- a name in REPLAY_KEYS
     gpu_uuid varchar,
-    since_ts timestamptz,
+    since_ts timestamptz,          -- from when (series_since_ts); a run ended at or after it
     day date,
     run_id bigint,                 -- an episode or event id; a series id for series_since_ts
     iso_week varchar,
@@ -47,7 +47,21 @@ REPLAY_KEYS = {
     "day": "{t}.day = {k}.day",
     "iso_week": "{t}.iso_week = {k}.iso_week",
 }
+# A bound beside a key no zone map helps with (an episode's or event's id is a hash): the
+# rows of a run a build touched ended at or after the `since_ts` it logged, before the build
+# and after it (`build/incremental/pieces.py`), so the row groups of runs that ended earlier
+# are skipped. A key logged by an older release has none: every row group is read.
+RUN_ENDS = "{t}.end_ts >= coalesce({k}.since_ts, '-infinity'::timestamptz)"
+REPLAY_BOUNDS = {"gpu_episode": RUN_ENDS, "gpu_event": RUN_ENDS}
 LOG_KEPT = 16  # generations of the log kept: a slot further behind is copied afresh
+
+
+def replay_match(kind: str, *, t: str, k: str) -> str:
+    """SQL: the row `t` of a table is one that the logged key `k` (of kind `kind`, a name in
+    REPLAY_KEYS) selects."""
+    bound = REPLAY_BOUNDS.get(kind)
+    match = REPLAY_KEYS[kind] if bound is None else f"{REPLAY_KEYS[kind]} and {bound}"
+    return match.format(t=t, k=k)
 
 
 def current_generation(con: duckdb.DuckDBPyConnection) -> int:

@@ -170,9 +170,13 @@ def _create_extra_days(con: duckdb.DuckDBPyConnection) -> None:
         left join _inc_old_waste
             on _inc_old_waste.gpu_uuid = _inc_touched_idle.gpu_uuid
             and _inc_old_waste.run_id = _inc_touched_idle.run_id
-        left join idle_episodes
+        left join (
+            select * from idle_episodes
+            where end_ts >= (select min(ends_from_ts) from _inc_touched_idle)
+        ) as idle_episodes
             on idle_episodes.gpu_uuid = _inc_touched_idle.gpu_uuid
             and idle_episodes.episode_id = _inc_touched_idle.run_id
+            and idle_episodes.end_ts >= _inc_touched_idle.ends_from_ts
         where pieces.day < _inc_cut.from_day
             and coalesce(_inc_old_waste.is_waste, false)
                 <> coalesce(idle_episodes.is_waste, false)
