@@ -8,13 +8,14 @@ groups only. No timing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from gpufleet.config import Config
+from gpufleet.config import Config, RetentionConfig
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base import deletes
 from gpufleet.warehouse.base.deletes import ROW_GROUP_ROWS, delete_in_key_ranges
@@ -26,7 +27,9 @@ from gpufleet.warehouse.build.data_tests import (
 )
 from gpufleet.warehouse.build.incremental.marts import log_replaced
 from gpufleet.warehouse.build.incremental.pieces import replace_runs
+from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.models import Model
+from gpufleet.warehouse.build.retention import expire_samples
 from gpufleet.warehouse.build.run import build
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.publish.catch_up import catch_up
@@ -338,3 +341,42 @@ def test_catching_up_reads_the_runs_replaced_not_the_whole_table(
         assert caught_up == reader.execute("select * from idle_episodes order by all").fetchall()
     assert 0 < published < RUNS / 3, published
     assert 0 < own < RUNS / 3, own
+
+
+def test_an_expiry_with_nothing_to_expire_reads_no_sample_row(
+    config: Config, tmp_path: Path
+) -> None:
+    """Once a build has expired the samples before a day, the next builds' expiry deletes
+    nothing from samples_attributed_rows unless they added rows before that day: it knows so
+    from build_state (the cut expired, the publish's log) and reads none of the table (a
+    delete would read every row group's `ts`: they keep the least `ts` of the rows deleted).
+    A build that adds a row before the cut has it deleted."""
+    retaining = dataclasses.replace(
+        config, retention=RetentionConfig(samples_days=1, reports_weeks=0)
+    )
+    today = dt.date(2026, 11, 3)  # samples before 2026-11-02 go
+    cut = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    with write_transaction(config) as con:
+        ensure_kept_tables(con)
+        rows = _series_rows(con, "2026-11-01 22:40")  # 80 of each series' 1,638 minutes go
+        expire_samples(con, retaining, today=today)
+        ((left,),) = con.execute("select count(*) from samples_attributed_rows").fetchall()
+    assert left == rows - 100 * 80 * 6
+    with write_transaction(config) as con:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        expire_samples(counter, retaining, today=today)  # type: ignore[arg-type]
+        counter.execute("select 1")  # the last statement's profile is written now
+        assert counter.read("main.samples_attributed_rows") == 0
+    with write_transaction(config) as con:
+        con.execute(
+            "insert into samples_attributed_rows values (7, ?)", [cut - dt.timedelta(hours=1)]
+        )
+        log_replaced(
+            con,
+            "samples_attributed_rows",
+            "series_since_ts",
+            f"select 7 as run_id, timestamptz '{cut - dt.timedelta(hours=1)}' as since_ts",
+        )
+        expire_samples(con, retaining, today=today)
+        ((after,),) = con.execute("select count(*) from samples_attributed_rows").fetchall()
+    assert after == left

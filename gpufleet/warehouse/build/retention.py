@@ -78,8 +78,10 @@ def expire_samples(
         dt.datetime.combine(oldest, dt.time(), zoneinfo.ZoneInfo(zone)) for zone in zones
     )
     expired_before = midnight.astimezone(dt.UTC).date()
-    row = con.execute("select max(retained_from) from build_state.retention").fetchone()
-    before = row[0] if row else None
+    row = con.execute(
+        "select max(retained_from), max(expired_before) from build_state.retention"
+    ).fetchone()
+    before, expired_already = row if row else (None, None)
     if before is None or oldest > before:
         # a run's day is the local day of its start at its site (kept.RUN_DAY)
         set_variables(con, config)
@@ -94,7 +96,9 @@ def expire_samples(
     cut = dt.datetime.combine(expired_before, dt.time(), dt.UTC)
     deleted = con.execute("delete from samples_stored where ts < ?", [cut]).fetchone()
     samples = int(deleted[0]) if deleted else 0
-    if has_table(con, "samples_attributed_rows"):
+    if has_table(con, "samples_attributed_rows") and not _none_before(
+        con, cut, expired_already is not None and expired_already >= expired_before
+    ):
         # a few rows of every series: a statement per range of series (base/deletes.py)
         delete_in_key_ranges(con, "samples_attributed_rows", "ts < ?", [cut], key="series_id")
     lake = con.execute(
@@ -115,6 +119,27 @@ def expire_samples(
         # Rows left samples_attributed_rows by no key the other slot can replay: it copies.
         con.execute("insert into build_state.full_builds values (?)", [current_generation(con)])
     return Expired(retained_from=oldest, samples=samples, files=files, size_bytes=size_bytes)
+
+
+def _none_before(con: duckdb.DuckDBPyConnection, cut: dt.datetime, expired: bool) -> bool:
+    """Whether samples_attributed_rows is known to hold no row before `cut` without reading
+    it: an earlier build deleted them (`expired`: build_state.retention records that cut or
+    a later one, committed with its deletes), and this publish is no full build and added
+    rows from `cut` on only (each series' since_ts it logged, publish/log.py). A delete
+    would read every retained day's `ts` to find nothing: the row groups it deleted from
+    keep their old least `ts`, which the zone maps go by."""
+    if not expired or not has_table(con, "build_state.replaced"):
+        return False
+    ((full, added_from),) = con.execute(
+        """
+        select
+            exists (from build_state.full_builds where generation = $generation),
+            (select min(since_ts) from build_state.replaced
+             where generation = $generation and table_name = 'samples_attributed_rows'),
+        """,
+        {"generation": current_generation(con)},
+    ).fetchall()
+    return not full and (added_from is None or added_from >= cut)
 
 
 def expired_before(con: duckdb.DuckDBPyConnection) -> dt.date | None:
