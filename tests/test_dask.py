@@ -255,8 +255,8 @@ def _compacted(config: Config) -> dict[str, tuple[bytes, pa.Table]]:
     found = {}
     for path in sorted((config.data_dir / "raw").glob("samples/date=*/host=*/compacted-*")):
         with duckdb.connect() as con:
-            rows = con.execute(
-                "select * from read_parquet(?) order by gpu_uuid, ts", [str(path)]
+            rows = con.sql(
+                "select * from read_parquet(?) order by gpu_uuid, ts", params=[str(path)]
             ).to_arrow_table()
         found[path.relative_to(config.data_dir).as_posix()] = (path.read_bytes(), rows)
     return found
