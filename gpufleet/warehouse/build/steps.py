@@ -128,12 +128,24 @@ def record_steps(
         "insert into build_state.builds values (?, now(), ?, ?, ?, ?)",
         [build_id, mode, reason, seconds, cpu_s],
     )
-    con.executemany(
-        "insert into build_state.build_steps values (?, ?, ?, ?, ?, ?, ?)",
-        [
-            [build_id, number, step.name, step.is_model, step.seconds, step.cpu_s, step.rows]
-            for number, step in enumerate(clock.steps, start=1)
-        ],
+    # one statement for every step: executemany ran one a step, about 0.5 ms each, 50 to
+    # 100 ms of a small build
+    steps = clock.steps
+    con.execute(
+        """
+        insert into build_state.build_steps
+        select $build_id, unnest($numbers), unnest($names), unnest($is_model),
+            unnest($seconds), unnest($cpu_s), unnest($rows)
+        """,
+        {
+            "build_id": build_id,
+            "numbers": list(range(1, len(steps) + 1)),
+            "names": [step.name for step in steps],
+            "is_model": [step.is_model for step in steps],
+            "seconds": [step.seconds for step in steps],
+            "cpu_s": [step.cpu_s for step in steps],
+            "rows": [step.rows for step in steps],
+        },
     )
     con.execute(
         """
