@@ -30,11 +30,12 @@ demo: $(STAMP)
 test: $(STAMP) browser prometheus slurm s3 lint
 	$(VENV)/bin/pytest --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
-## make test-fast: the tests without a real stack (no Slurm, S3, Prefect server, Prometheus,
-## Dask cluster or Chromium) and without the slow end-to-end ones, for the edit loop; no lint
+## make test-fast: for the edit loop, no lint: the tests without a real stack (no Slurm, S3,
+## Prefect server, Prometheus, Dask cluster or Chromium), without the slow end-to-end ones and
+## without the files that build whole fleets (marked `fleet`)
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow and not stack" --numprocesses auto --maxprocesses 4 \
-	  --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/pytest -m "not slow and not stack and not fleet" --numprocesses auto \
+	  --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 ## make fuzz: the fuzz tests (tests/test_fuzz_*.py) with 50 times the examples `make test`
 ## gives them, from a new random seed each run (about half an hour on 2 cores)

@@ -30,6 +30,8 @@ from gpufleet.warehouse.publish import connect_read_only
 from tests.test_incremental import MARTS, _mart
 from tests.test_ingest import T0, query, read_by_duckdb, sample
 
+pytestmark = pytest.mark.fleet
+
 ALLOC = ("alloc_job_id", "alloc_user")
 OLD_SCHEMA = pa.schema(list(SAMPLE_SCHEMA)[:FIRST_RELEASE_COLUMNS]).with_metadata(file_metadata())
 OLD_COLUMNS = SAMPLE_COLUMNS[:FIRST_RELEASE_COLUMNS]

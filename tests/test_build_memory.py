@@ -18,6 +18,8 @@ from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build import models as models_module
 from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, assert_same_marts
 
+pytestmark = pytest.mark.fleet
+
 MIB = memory.MIB
 SHOWN = 103 * MIB  # DuckDB shows its cap to a tenth of a GiB ('1.0 GiB' for 1.09)
 

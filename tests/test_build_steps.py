@@ -20,6 +20,8 @@ from gpufleet.warehouse.build.models import build_order, discover_models
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.test_models_fixtures import Fleet
 
+pytestmark = pytest.mark.fleet
+
 START = dt.datetime(2026, 11, 16, 8, 0, tzinfo=dt.UTC)
 OWNER = [{"pid": 1, "user": "alice", "used_memory_bytes": 1 << 30}]
 

@@ -11,6 +11,8 @@ import pytest
 
 from gpufleet.cli import build_parser, main
 
+pytestmark = pytest.mark.fleet
+
 COMMANDS = (
     "collect",
     "simulate",

@@ -31,6 +31,8 @@ from tests.templates import made_once
 from tests.test_incremental import SOURCE_SQL, _fleet, _mart, _references
 from tests.test_models_fixtures import NEXT_LOAD, Fleet, built_once
 
+pytestmark = pytest.mark.fleet
+
 TODAY = dt.date(2026, 11, 20)
 SHIFT = "interval 16 days"
 ZONE = "Asia/Kolkata"

@@ -19,6 +19,8 @@ from gpufleet.warehouse.lake import compact_completed_days
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
 
+pytestmark = pytest.mark.fleet
+
 DAY = dt.date(2026, 11, 16)
 
 

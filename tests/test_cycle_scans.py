@@ -38,6 +38,8 @@ from gpufleet.warehouse.publish.slot_files import same_file, slot_paths
 from tests.scans import ScanCounter
 from tests.test_data_tests import _add_idle_samples
 
+pytestmark = pytest.mark.fleet
+
 GPUS, DAYS = 100, 200  # gpu_hourly: 480,000 rows, about four row groups, day by day
 HOURLY_ROWS = GPUS * DAYS * 24
 LAST_DAY = "2026-11-28"

@@ -16,6 +16,8 @@ from gpufleet.warehouse.build.models import SQL_DIR
 from gpufleet.warehouse.build.run import build, build_models
 from gpufleet.warehouse.publish import write_transaction
 
+pytestmark = pytest.mark.fleet
+
 
 def _add_idle_samples(config: Config, gpu_uuid: str, load_id: int) -> None:
     """Six idle 10 s samples of alice's process on `gpu_uuid`: one idle episode."""

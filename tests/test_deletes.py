@@ -12,6 +12,8 @@ import pytest
 
 from gpufleet.warehouse.base import deletes
 
+pytestmark = pytest.mark.fleet
+
 SERIES = 100
 ROWS_PER_SERIES = 245_760  # two of DuckDB's row groups each
 

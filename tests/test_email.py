@@ -23,6 +23,8 @@ from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 from tests.report_fixtures import Inbox, free_port, smtp_inbox
 
+pytestmark = pytest.mark.fleet
+
 PASSWORD = "s3cret-Pa55"
 
 

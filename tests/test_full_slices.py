@@ -20,6 +20,8 @@ from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_p
 from tests.scans import ScanCounter
 from tests.test_models_fixtures import Fleet
 
+pytestmark = pytest.mark.fleet
+
 START = dt.datetime(2026, 11, 16, 8, 0, tzinfo=dt.UTC)
 HOSTS = ("node-a", "node-b", "node-c", "node-d")
 MARTS = ("gpu_daily", "gpu_hourly", "team_daily", "idle_episodes", "samples_attributed")

@@ -25,6 +25,8 @@ from gpufleet.integrations.prometheus.queries import METRICS
 from gpufleet.integrations.prometheus.samples import HostSteps
 from tests.fuzzing import CELLS, assert_kept, examples, run_cli, scratch, tree, written_outside
 
+pytestmark = pytest.mark.fleet
+
 SINCE, UNTIL = "2026-11-16T09:00:00+00:00", "2026-11-16T09:05:00+00:00"
 FIRST_S = 1794819660  # 09:01, the first step's ts
 STEP_S = 60

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import duckdb
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,6 +52,8 @@ from tests.fuzzing import (
     written_outside,
 )
 from tests.test_ingest import DAY1, sample, write_samples
+
+pytestmark = pytest.mark.fleet
 
 
 class Kind(NamedTuple):

@@ -21,6 +21,8 @@ from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from tests.fuzzing import CELLS, assert_kept, examples, run_cli, scratch, tree, written_outside
 from tests.test_ingest import T0, sample, write_samples
 
+pytestmark = pytest.mark.fleet
+
 GOOD = "raw/samples/date=2026-11-16/host=good/good.parquet"
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Times as microseconds since the epoch: the folder's day, its neighbours, 1970, before

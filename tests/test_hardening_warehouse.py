@@ -47,6 +47,8 @@ from tests.templates import made_once
 from tests.test_ingest import DAY1 as INGEST_DAY
 from tests.test_ingest import sample, write_samples
 
+pytestmark = pytest.mark.fleet
+
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY2 = DAY1 + dt.timedelta(days=1)
 # samples every 30 s, not 10: a third of the rows to load and build

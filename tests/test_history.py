@@ -20,6 +20,8 @@ from gpufleet.warehouse.refs.read import read_hosts, read_prices, read_users
 from tests.test_incremental import MARTS, SAMPLES_PER_GPU, _arrive, _fleet, assert_same_marts
 from tests.test_models_fixtures import Fleet, built_once
 
+pytestmark = pytest.mark.fleet
+
 MOVE_DAY = dt.date(2026, 11, 16)  # alice moves from ml to vision
 PRICE_DAY = dt.date(2026, 11, 17)  # a Tuesday: the H100 price goes from 2.5 to 4.0
 DATED_SQL = f"""

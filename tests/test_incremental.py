@@ -28,6 +28,8 @@ from gpufleet.warehouse.build.state import read_state
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet
 
+pytestmark = pytest.mark.fleet
+
 START = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.UTC)
 SAMPLES_PER_GPU = 6 * 60 * 24 * 2  # two days at 10 s
 CHUNK_S = 5 * 3600

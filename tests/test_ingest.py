@@ -34,6 +34,8 @@ from gpufleet.warehouse.ingest.insert import INSERT_NEW_SQL, Keys, create_existi
 from gpufleet.warehouse.publish import write_transaction
 from tests.refused_reads import run_gpufleet
 
+pytestmark = pytest.mark.fleet
+
 T0 = dt.datetime(2026, 11, 16, 9, 0, tzinfo=dt.UTC)
 DAY1 = "raw/samples/date=2026-11-16/host=h1"
 DAY2 = "raw/samples/date=2026-11-17/host=h1"

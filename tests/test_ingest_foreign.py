@@ -20,6 +20,8 @@ from gpufleet.config import Config
 from gpufleet.warehouse.ingest import QuarantineWarning, ingest
 from tests.test_ingest import DAY1, T0, query, sample, write_samples
 
+pytestmark = pytest.mark.fleet
+
 NULLABLE = pa.schema([field.with_nullable(True) for field in SAMPLE_SCHEMA])
 DAY = DAY1.replace("date=2026-11-16", "date=2026-11-15")  # a completed day, for compaction
 TODAY = dt.date(2026, 11, 17)

@@ -30,6 +30,8 @@ from tests.test_ingest import (
     write_table,
 )
 
+pytestmark = pytest.mark.fleet
+
 NAN, INF = math.nan, math.inf
 
 # (column, value, what the reason says about the value)

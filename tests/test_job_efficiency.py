@@ -11,6 +11,8 @@ import pytest
 
 from tests.test_models_fixtures import H100, SLURM_JOB_COLUMNS, Fleet, at, proc
 
+pytestmark = pytest.mark.fleet
+
 ATTRIBUTION = (
     'select attributed_by, team, "user", job_id from samples_attributed '
     "where gpu_uuid = ? and ts = ?"

@@ -42,6 +42,8 @@ from gpufleet.warehouse.ingest import ingest
 from tests import report_fixtures as fx
 from tests.test_ingest import sample, write_samples
 
+pytestmark = pytest.mark.fleet
+
 GIB = 1 << 30
 UTC = dt.UTC
 DAY = dt.date(2026, 11, 16)

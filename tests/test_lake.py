@@ -36,6 +36,8 @@ from gpufleet.warehouse.publish import slots as warehouse
 from tests.templates import made_once
 from tests.test_incremental import MARTS, assert_same_rows, mart_table
 
+pytestmark = pytest.mark.fleet
+
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY2 = DAY1 + dt.timedelta(days=1)
 # samples every 30 s, not 10: a third of the rows to load, build and compare

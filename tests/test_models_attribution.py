@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.test_models_fixtures import Fleet, at, proc
+
+pytestmark = pytest.mark.fleet
 
 ATTRIBUTION = (
     'select attributed_by, team, "user", job_id from samples_attributed '

@@ -12,6 +12,8 @@ import pytest
 from gpufleet.warehouse.build.models import apply_docs, build_order, discover_models
 from tests.test_models_fixtures import Fleet
 
+pytestmark = pytest.mark.fleet
+
 UTC = dt.UTC
 
 

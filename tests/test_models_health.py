@@ -11,6 +11,8 @@ import pytest
 
 from tests.test_models_fixtures import Fleet, at, proc
 
+pytestmark = pytest.mark.fleet
+
 DAY = at(0).date()  # the fixtures' day (UTC, the Fleet's default zone)
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from tests.test_models_fixtures import H100, Fleet, at, proc
 
+pytestmark = pytest.mark.fleet
+
 EPISODES = (
     "select start_ts, end_ts, idle_seconds, samples, is_waste, held_memory, waste_usd, "
     'team, "user", job_id, attributed_by from idle_episodes where gpu_uuid = ? order by start_ts'

@@ -33,6 +33,8 @@ from gpufleet.warehouse.publish import lock_path, writer_lock
 from tests import notify_fixtures as fx
 from tests.report_fixtures import REFUSAL_REPLY, Inbox, RefusingInbox, free_port, smtp_inbox
 
+pytestmark = pytest.mark.fleet
+
 D = fx.DAY.isoformat()
 D1 = fx.NEXT_DAY.isoformat()
 

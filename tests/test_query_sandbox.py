@@ -26,6 +26,8 @@ from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish import connect_read_only
 from tests import report_fixtures as fx
 
+pytestmark = pytest.mark.fleet
+
 SECRET = "hunter2-do-not-print"
 LAKE_DAY = dt.date(2026, 11, 9)
 # A glob character in the host: the lake's file is read as the file it is, not a pattern.

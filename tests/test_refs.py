@@ -18,6 +18,8 @@ from gpufleet.warehouse.publish import write_transaction
 from gpufleet.warehouse.refs import published_allocation_files, read_references
 from tests.test_ingest import DAY1, sample, write_samples
 
+pytestmark = pytest.mark.fleet
+
 USERS = "user,team\nalice,vision\nbob,nlp\nalice,vision\n"
 HOSTS = "host_glob,team\ngpu-vis-*,vision\ngpu-??,infra\n"
 PRICES = "gpu_glob,usd_per_gpu_hour\n*H100*,2.5\n*A100*,1.25\n"

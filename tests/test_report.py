@@ -35,6 +35,8 @@ from gpufleet.reports.weekly import write_report
 from gpufleet.weeks import week_label
 from tests import report_fixtures as fx
 
+pytestmark = pytest.mark.fleet
+
 
 class _PageParser(HTMLParser):
     """Collects the attributes of every tag, the scripts' text, and the KPI cards' text."""

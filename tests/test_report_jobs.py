@@ -17,6 +17,8 @@ from gpufleet.reports.mail import read_message
 from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 
+pytestmark = pytest.mark.fleet
+
 GIB = 1 << 30
 A100 = "NVIDIA A100-SXM4-80GB"
 EVIL_ACCOUNT = "<img src=x onerror=alert(1)>"

@@ -29,6 +29,8 @@ from tests.test_close import DAY_MARTS, RUN_MARTS, ZONE, arrive, check_weeks_add
 from tests.test_incremental import _mart
 from tests.test_sites import DAY, NEXT, _rows, _setup, _write
 
+pytestmark = pytest.mark.fleet
+
 # One day kept on 2026-11-02: samples of local days before 2026-11-01 go, that is those
 # before the UTC date partition 2026-10-31 (2026-11-01 00:00 in Kolkata is 18:30 UTC the
 # day before).

@@ -27,6 +27,8 @@ from tests.s3_stack import BUCKET, S3Store
 from tests.test_ingest import query, read_by_duckdb
 from tests.test_sites import DAY, NEXT, _rows
 
+pytestmark = pytest.mark.fleet
+
 ALLOCATIONS = (
     "job_id,user,team,host,gpu_index,start_ts,end_ts\n"
     f"101,alice,vision,node01,0,{DAY}T08:00:00Z,{DAY}T10:00:00Z\n"

@@ -18,6 +18,8 @@ from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from tests import notify_fixtures as fx
 
+pytestmark = pytest.mark.fleet
+
 MONTH = "2026-11"
 MYSTERY = "Mystery GPU"  # no price rule matches: price 0
 FOCUS = [

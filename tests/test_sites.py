@@ -46,6 +46,8 @@ from tests.templates import made_once
 from tests.test_incremental import MARTS, assert_same_rows, mart_table
 from tests.test_ingest import T0, query, sample
 
+pytestmark = pytest.mark.fleet
+
 DAY = T0.date()  # 2026-11-16, from 09:00 UTC
 NEXT = DAY + dt.timedelta(days=1)
 # hosts.csv: node01 is alpha's at siteA and beta's at siteB; b-* hosts are siteB's (their

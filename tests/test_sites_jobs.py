@@ -30,6 +30,8 @@ from tests.test_sites import (
     assert_incremental_equals_full,
 )
 
+pytestmark = pytest.mark.fleet
+
 FIXTURES = Path(__file__).parent / "slurm_fixtures"
 ALLOCATIONS = "raw/allocations/a.csv"
 OPEN_FROM = dt.datetime.combine(DAY, dt.time(8), tzinfo=dt.UTC).isoformat()

@@ -28,6 +28,8 @@ from tests.templates import made_once
 from tests.test_ingest import query
 from tests.test_sites import ZONES, _rows, _setup, _write, assert_incremental_equals_full
 
+pytestmark = pytest.mark.fleet
+
 MOVE_DAY = dt.date(2026, 11, 17)
 # 2026-11-17 00:00 local at each site, in UTC
 MIDNIGHT = {

@@ -16,10 +16,13 @@ import datetime as dt
 from typing import Any
 
 import duckdb
+import pytest
 
 from gpufleet.warehouse.build import BuildResult, build_models
 from tests.test_incremental import MARTS, assert_same_marts
 from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet, built_once
+
+pytestmark = pytest.mark.fleet
 
 START = dt.datetime(2026, 11, 16, 0, 0, tzinfo=dt.UTC)
 TICKS = 6 * 60 * 8  # eight hours at 10 s

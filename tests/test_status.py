@@ -21,6 +21,8 @@ from gpufleet.warehouse.publish import lock_path, writer_lock
 from tests.refused_reads import run_gpufleet
 from tests.test_ingest import DAY1, DAY2, T0, sample, write_samples
 
+pytestmark = pytest.mark.fleet
+
 HOUR_S = 3600
 H2 = DAY1.replace("host=h1", "host=h2")
 

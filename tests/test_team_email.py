@@ -30,6 +30,8 @@ from tests import report_fixtures as fx
 from tests.report_fixtures import REFUSAL_REPLY, RefusingInbox, smtp_inbox
 from tests.test_browser import BlackHoleProxy, run_chromium
 
+pytestmark = pytest.mark.fleet
+
 LEADS = {
     fx.EVIL_TEAM: ("evil-lead@example.org", ["evil-cc@example.org"]),
     "vision": ("vision-lead@example.org", []),

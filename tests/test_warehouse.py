@@ -24,6 +24,8 @@ from gpufleet.warehouse.publish import (
 )
 from gpufleet.warehouse.publish.log import LOG_KEPT
 
+pytestmark = pytest.mark.fleet
+
 
 def _leftovers(config: Config) -> list[str]:
     return sorted(p.name for p in config.data_dir.iterdir() if p.name.endswith((".tmp", ".wal")))
