@@ -8,6 +8,7 @@ import datetime as dt
 import fnmatch
 import json
 import re
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -644,3 +645,36 @@ def test_simulate_refuses_to_overwrite_real_reference_files(tmp_path: Path) -> N
     simulate_fleet(spec, data_dir=fresh)
     simulate_fleet(spec, data_dir=fresh)  # simulate may rewrite its own reference files
     assert (fresh / "ref" / "users.csv").read_text().startswith("user,team,email\n")
+
+
+class _SlowGpus(list):
+    """A scenario's GPUs that pause after the first one, while another thread looks up."""
+
+    def __init__(self, gpus: list, pause: threading.Event, resume: threading.Event) -> None:
+        super().__init__(gpus)
+        self.pause, self.resume = pause, resume
+
+    def __iter__(self):
+        for index, gpu in enumerate(list.__iter__(self)):
+            yield gpu
+            if index == 0:
+                self.pause.set()
+                self.resume.wait(5)
+
+
+def test_a_hosts_gpus_looked_up_while_another_thread_indexes_them_are_all_there() -> None:
+    # the hosts' rows are generated in threads: a lookup during the first one's indexing
+    # found the index half filled and failed (a KeyError, the flush written in part)
+    scenario = scenario_for(SPEC)
+    expected = {host.index: list(scenario.host_gpus(host)) for host in scenario.hosts}
+    paused, resume = threading.Event(), threading.Event()
+    fresh = replace(scenario, gpus=_SlowGpus(scenario.gpus, paused, resume), _by_host={})
+    first = threading.Thread(target=fresh.host_gpus, args=(scenario.hosts[0],))
+    first.start()
+    assert paused.wait(5)
+    try:
+        assert fresh.host_gpus(scenario.hosts[-1]) == expected[scenario.hosts[-1].index]
+    finally:
+        resume.set()
+        first.join()
+    assert {h.index: fresh.host_gpus(h) for h in scenario.hosts} == expected

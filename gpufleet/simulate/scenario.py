@@ -49,10 +49,13 @@ class Scenario:
         )
 
     def host_gpus(self, host: HostPlan) -> list[GpuPlan]:
-        """The host's GPUs in uuid order."""
+        """The host's GPUs in uuid order. The index is kept only once whole: hosts' rows are
+        generated in threads, and one that found it half filled lost its host's GPUs."""
         if not self._by_host:
+            by_host: dict[int, list[GpuPlan]] = {}
             for gpu in self.gpus:
-                self._by_host.setdefault(gpu.host.index, []).append(gpu)
+                by_host.setdefault(gpu.host.index, []).append(gpu)
+            self._by_host = by_host
         return self._by_host[host.index]
 
 
