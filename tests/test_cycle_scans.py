@@ -51,6 +51,23 @@ def _stale_slot(config: Config) -> Path:
     return second if same_file(config.warehouse_path, first) else first
 
 
+def _catch_up_reads(config: Config, tmp_path: Path, table: str) -> tuple[int, int]:
+    """The stale slot caught up (its `table` then the published one's): the rows its
+    catch-up read of `table` in the published slot, and in its own."""
+    con = duckdb.connect(str(_stale_slot(config)))
+    try:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        assert catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
+        published = counter.read(f"_published.main.{table}")
+        own = counter.read(f"main.{table}") - published
+        caught_up = con.execute(f"select * from {table} order by all").fetchall()
+    finally:
+        con.close()
+    with connect_read_only(config) as reader:
+        assert caught_up == reader.execute(f"select * from {table} order by all").fetchall()
+    return published, own
+
+
 def test_catching_up_reads_the_hours_replaced_not_the_whole_table(
     config: Config, tmp_path: Path
 ) -> None:
@@ -84,17 +101,7 @@ def test_catching_up_reads_the_hours_replaced_not_the_whole_table(
             "gpu_from_hour",
             f"select 'GPU-7' as gpu_uuid, date '{LAST_DAY}' as day, 10 as hour",
         )
-    con = duckdb.connect(str(_stale_slot(config)))
-    try:
-        counter = ScanCounter(con, tmp_path / "profile.json")
-        assert catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
-        published = counter.read("_published.main.gpu_hourly")
-        own = counter.read("main.gpu_hourly") - published
-        caught_up = con.execute("select * from gpu_hourly order by all").fetchall()
-    finally:
-        con.close()
-    with connect_read_only(config) as reader:
-        assert caught_up == reader.execute("select * from gpu_hourly order by all").fetchall()
+    published, own = _catch_up_reads(config, tmp_path, "gpu_hourly")
     assert 0 < published < HOURLY_ROWS / 3, published
     assert 0 < own < HOURLY_ROWS / 3, own
 
@@ -330,17 +337,7 @@ def test_catching_up_reads_the_runs_replaced_not_the_whole_table(
             "gpu_episode",
             "select gpu_uuid, run_id, ends_from_ts as since_ts from _inc_touched_idle",
         )
-    con = duckdb.connect(str(_stale_slot(config)))
-    try:
-        counter = ScanCounter(con, tmp_path / "profile.json")
-        assert catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
-        published = counter.read("_published.main.idle_episodes")
-        own = counter.read("main.idle_episodes") - published
-        caught_up = con.execute("select * from idle_episodes order by all").fetchall()
-    finally:
-        con.close()
-    with connect_read_only(config) as reader:
-        assert caught_up == reader.execute("select * from idle_episodes order by all").fetchall()
+    published, own = _catch_up_reads(config, tmp_path, "idle_episodes")
     assert 0 < published < RUNS / 3, published
     assert 0 < own < RUNS / 3, own
 
