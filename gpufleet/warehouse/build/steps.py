@@ -128,8 +128,7 @@ def record_steps(
         "insert into build_state.builds values (?, now(), ?, ?, ?, ?)",
         [build_id, mode, reason, seconds, cpu_s],
     )
-    # one statement for every step: executemany ran one a step, about 0.5 ms each, 50 to
-    # 100 ms of a small build
+    # one statement for every step (a statement a step costs about 0.5 ms each)
     steps = clock.steps
     con.execute(
         """

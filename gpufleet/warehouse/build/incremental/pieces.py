@@ -160,23 +160,22 @@ def _carry_run_starts(con: duckdb.DuckDBPyConnection, table: str, *, recent_only
 
 def replace_runs(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[str, str]) -> None:
     """idle_episodes or thermal_events: the touched runs, added up from all their pieces."""
-    kind, id_column = (
-        ("idle", "episode_id") if model.name == "idle_episodes" else ("thermal", "event_id")
-    )
+    kind = "idle" if model.name == "idle_episodes" else "thermal"
+    id_column = KEPT_RUN_MARTS[model.name][0]
     if kind == "idle":
         con.execute(
             f"""
             create or replace temp table _inc_old_waste as
             select runs.gpu_uuid, runs.{id_column} as run_id, runs.is_waste,
             from {model.name} as runs
-            semi join _inc_touched_idle on {touched_run("runs", "idle")}
+            semi join _inc_touched_idle on {touched_run("runs", kind, id_column)}
             where runs.end_ts >= (select min(ends_from_ts) from _inc_touched_idle)
             """
         )
     con.execute(
         f"""
         delete from {model.name} using _inc_touched_{kind}
-        where {touched_run(model.name, kind)}
+        where {touched_run(model.name, kind, id_column)}
             and {model.name}.end_ts >= (select min(ends_from_ts) from _inc_touched_{kind})
         """
     )
@@ -189,12 +188,12 @@ def replace_runs(con: duckdb.DuckDBPyConnection, model: Model, remap: Mapping[st
     )
 
 
-def touched_run(runs: str, kind: str) -> str:
-    """SQL: the row `runs` of idle_episodes ("idle") or thermal_events ("thermal") is of a
-    run this build touched (_inc_touched_{kind}): its id, and its end at or after the
-    touched run's ends_from_ts, which lets the zone maps skip the row groups of runs that
-    ended before (the ids are hashes: they skip nothing)."""
-    touched, id_column = f"_inc_touched_{kind}", "episode_id" if kind == "idle" else "event_id"
+def touched_run(runs: str, kind: str, id_column: str) -> str:
+    """SQL: the row `runs` of idle_episodes ("idle") or thermal_events ("thermal"), whose id
+    is `id_column`, is of a run this build touched (_inc_touched_{kind}): its id, and its
+    end at or after the touched run's ends_from_ts, which lets the zone maps skip the row
+    groups of runs that ended before (the ids are hashes: they skip nothing)."""
+    touched = f"_inc_touched_{kind}"
     return (
         f"{runs}.gpu_uuid = {touched}.gpu_uuid and {runs}.{id_column} = {touched}.run_id"
         f" and {runs}.end_ts >= {touched}.ends_from_ts"
