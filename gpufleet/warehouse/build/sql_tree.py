@@ -67,23 +67,23 @@ def _relation_names(tree: exp.Expr) -> Iterator[tuple[str, exp.Identifier, bool]
 
 
 @functools.lru_cache(maxsize=256)
-def _relation_spans(sql: str, source: str) -> tuple[tuple[str, int, int, bool], ...]:
-    """Each relation read: its name, where the name starts and ends in `sql`, and whether
-    the table has no alias (a model is rendered once per slice of a build: parsed once)."""
-    return tuple(
-        (name, identifier.meta["start"], identifier.meta["end"] + 1, bare)
-        for name, identifier, bare in _relation_names(parse(sql, source=source))
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _table_macros_called(sql: str, source: str) -> frozenset[str]:
+def _read_by(
+    sql: str, source: str
+) -> tuple[tuple[tuple[str, int, int, bool], ...], frozenset[str]]:
+    """Each relation read (its name, where the name starts and ends in `sql`, whether the
+    table has no alias) and the table macros called: one parse per text (a model is
+    rendered once per slice of a build, and every build finds the models again)."""
     tree = parse(sql, source=source)
-    return frozenset(
+    spans = tuple(
+        (name, identifier.meta["start"], identifier.meta["end"] + 1, bare)
+        for name, identifier, bare in _relation_names(tree)
+    )
+    called = frozenset(
         table.this.name.lower()
         for table in tree.find_all(exp.Table)
         if isinstance(table.this, exp.Anonymous)
     )
+    return spans, called
 
 
 def relations_read(
@@ -92,8 +92,8 @@ def relations_read(
     """The relations `sql` reads, less its CTEs: names lowercase, 'schema.name' where the
     query qualifies them; with `macros` (macro_reads), those the table macros it calls read
     themselves."""
-    own = frozenset(span[0] for span in _relation_spans(sql, source))
-    called = _table_macros_called(sql, source) if macros else frozenset()
+    spans, called = _read_by(sql, source)
+    own = frozenset(span[0] for span in spans)
     return own.union(*(macros[name] for name in called if macros and name in macros))
 
 
@@ -130,7 +130,7 @@ def rename_relations(sql: str, renames: Mapping[str, str], *, source: str = "que
     A table without an alias keeps its old name as one (`from run_pieces` becomes `from
     _inc_pieces as run_pieces`), for the columns that name it."""
     wanted = {name.lower(): other for name, other in renames.items()}
-    spans = [span for span in _relation_spans(sql, source) if span[0] in wanted]
+    spans = [span for span in _read_by(sql, source)[0] if span[0] in wanted]
     for name, start, end, bare in sorted(spans, key=lambda span: span[1], reverse=True):
         other = f"{wanted[name]} as {sql[start:end]}" if bare else wanted[name]
         sql = sql[:start] + other + sql[end:]
