@@ -227,3 +227,13 @@ def _atomically(target: Path, write: Callable[[Path], None]) -> None:
             temporary.unlink(missing_ok=True)
         reason = exc.strerror or str(exc)
         raise SampleWriteError(f"cannot write {target}: {reason}") from exc
+
+
+def write_bytes_atomically(data: bytes, target: Path) -> None:
+    """Write a file's bytes (one a Dask worker wrote and sent back) at a temporary `.` name
+    beside `target`, fsync, rename into place."""
+
+    def write(temporary: Path) -> None:
+        temporary.write_bytes(data)
+
+    _atomically(target, write)

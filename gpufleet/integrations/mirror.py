@@ -32,7 +32,7 @@ from gpufleet.collectors.schema import folder_host, host_folder
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
-from gpufleet.storage.s3 import S3Location, describe_error, s3_filesystem
+from gpufleet.storage.s3 import S3Location, StoredObject, describe_error, s3_filesystem
 
 logger = logging.getLogger("gpufleet.ingest")
 
@@ -157,6 +157,28 @@ def mirror_raw_location(
         }
         _rewrite_record(record_path, kept)
     return results
+
+
+def stored_objects(config: Config) -> dict[str, StoredObject]:
+    """The sample objects copied into `<data_dir>/raw/samples`, by their copy's path below
+    the data directory (`raw/samples/...`), as the record names them: what a Dask worker
+    reads from the store instead of the copy (docs/dask.md)."""
+    records, _ = _read_record(config.data_dir / "raw" / RECORD_NAME)
+    found: dict[str, StoredObject] = {}
+    for source in raw_sources(config):
+        location = source.location
+        for key, seen in records.get(location.url, {}).items():
+            if seen.etag == REFUSED or not key.startswith("samples/"):
+                continue
+            if (target := local_path(key, source.site)) is not None:
+                relative = f"raw/{target}"
+                found[relative] = StoredObject(
+                    relative=relative,
+                    path=location.path(key),
+                    size_bytes=seen.size_bytes,
+                    etag=seen.etag,
+                )
+    return found
 
 
 def local_path(relative: str, site: str | None) -> str | None:

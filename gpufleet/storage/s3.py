@@ -12,7 +12,9 @@ without it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ S3_SCHEME = "s3://"
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _CONNECT_TIMEOUT_S = 5.0
 _REQUEST_TIMEOUT_S = 60.0
+_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,3 +103,45 @@ def describe_error(exc: BaseException) -> str:
     code, operation, detail = match.groups()
     detail = re.sub(r"curlCode: \d+, ", "", detail).split("; Details:")[0].strip()
     return f"{detail or code} ({operation})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredObject:
+    """A collector file that a Dask worker reads from the store itself (docs/dask.md): its
+    object, what the pipeline host's copy of it holds, and where the worker puts its own."""
+
+    relative: str  # the copy's path below the data directory: raw/samples/date=D/host=H/x
+    path: str  # pyarrow's name of the object: bucket/prefix/key
+    size_bytes: int  # of the pipeline host's copy
+    etag: str  # the object's ETag when copied ("" when the store gave none)
+
+
+def download(
+    objects: Iterable[StoredObject], root: Path, *, endpoint_url: str, region: str
+) -> None:
+    """Copy each object to `root / relative` (the worker's own folder) through pyarrow's S3
+    filesystem, with the credentials of this machine's environment. OSError, in one line,
+    when one cannot be read, or holds other bytes than the pipeline host's copy (another
+    size or ETag: overwritten since)."""
+    fs = s3_filesystem(endpoint_url=endpoint_url, region=region)
+    for item in objects:
+        target = root / item.relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(item.path) as source, target.open("wb") as out:
+            etag = _etag(source.metadata())
+            while chunk := source.read(_CHUNK_BYTES):
+                out.write(chunk)
+            size = out.tell()
+        if size != item.size_bytes or (etag and item.etag and etag != item.etag):
+            raise OSError(
+                f"s3://{item.path}: other bytes than the pipeline host's copy ({size} bytes, "
+                f"ETag {etag or '-'}; copied: {item.size_bytes} bytes, ETag {item.etag or '-'}): "
+                "overwritten since"
+            )
+
+
+def _etag(metadata: Mapping[str, bytes] | Mapping[str, str]) -> str:
+    for name, value in metadata.items():
+        if name.lower() == "etag":
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return ""

@@ -5,26 +5,36 @@ directories, and sends back only what the host records. A batch it does not take
 file set aside, too large to read at once, a repeated key) writes nothing and comes back
 refused, as does one whose keys the host finds loaded already: the host loads it itself.
 A task that fails fails the ingest before anything is published; the staging directories go.
+
+With `raw_location = "s3://..."` a task names the batches' objects and paths below the data
+directory only: the worker reads the objects from the store into a folder of its own (a
+batch at a time), and sends each compacted file's bytes back with what the host records;
+the host writes them into its staging directories. A batch with a file that is no object,
+or an object holding other bytes than the host's copy, is the host's to load.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
 
-from gpufleet.config import Config
+from gpufleet.collectors.writer import write_bytes_atomically
+from gpufleet.config import Config, S3Config
+from gpufleet.integrations.mirror import reads_object_storage, stored_objects
+from gpufleet.storage.s3 import StoredObject, download
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
 from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loaded_files, new_keys
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
-from gpufleet.warehouse.lake.compacted_file import staging_directory
+from gpufleet.warehouse.lake.compacted_file import compacted_name, partition_day, staging_directory
 from gpufleet.warehouse.lake.fanout import task_runs
 
 
@@ -34,12 +44,14 @@ class LoadTask:
 
     index: int  # 0-based
     count: int  # tasks in the ingest
-    data_dir: str  # absolute: the batches' paths are relative to it
+    data_dir: str  # absolute: the batches' paths are relative to it ("": read from `store`)
     batches: tuple[tuple[SampleFile, ...], ...]
     listed: dict[str, tuple[str, ...]]  # each host-day's files (directory -> relative paths)
     today: dt.date  # host-days before it are over
     limits: TimeLimits  # the times a sample may have (the host's [ingest] keys, its time)
     run: str  # the ingest's run, which names its staging directories (`CompactAhead.run`)
+    store: S3Config | None = None  # where the batches' objects are, when read from there
+    objects: dict[str, StoredObject] = field(default_factory=dict)  # by relative path
 
     @property
     def label(self) -> str:
@@ -58,6 +70,7 @@ class BatchTaken:
     rows: int
     keys: Keys  # its GPUs and times
     written: dict[str, frozenset[str]]  # host-day directory -> the GPUs of its file
+    files: dict[str, bytes] = field(default_factory=dict)  # directory -> its file, from a store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,9 +85,50 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
     """Read, check and compact the task's batches (on a worker). A retried task writes the
     same bytes under the same names (`write_compacted` writes beside, then renames)."""
     started = time.perf_counter()
-    config = Config(data_dir=Path(task.data_dir))
-    taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
+    if task.store is None:
+        config = Config(data_dir=Path(task.data_dir))
+        taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
+    else:
+        with tempfile.TemporaryDirectory(prefix="gpufleet-load-") as own:
+            config = Config(data_dir=Path(own))
+            taken = tuple(_take_from_store(config, task, list(batch)) for batch in task.batches)
     return LoadTaskResult(seconds=time.perf_counter() - started, batches=taken)
+
+
+def _take_from_store(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
+    """`_take` of a batch whose objects are read from the store into `config`'s data
+    directory (the worker's own folder), its compacted files' bytes sent back; None (the
+    host loads it from its copies) when an object does not read as the host copied it."""
+    assert task.store is not None
+    directories = _directories(batch)
+    try:
+        download(
+            [task.objects[file.path] for file in batch],
+            config.data_dir,
+            endpoint_url=task.store.endpoint_url,
+            region=task.store.region,
+        )
+        for directory in directories:
+            staging_directory(config.data_dir / directory, task.run).mkdir()
+        taken = _take(config, task, batch)
+        if taken is None:
+            return None
+        files = {d: _staged(config, d, task.run).read_bytes() for d in taken.written}
+        return replace(taken, files=files)
+    except OSError:
+        return None
+    finally:
+        for directory in directories:
+            shutil.rmtree(config.data_dir / directory, ignore_errors=True)
+            staged = staging_directory(config.data_dir / directory, task.run)
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def _staged(config: Config, directory: str, run: str) -> Path:
+    """The compacted file of a host-day `directory` in run `run`'s staging directory."""
+    day = partition_day(directory)
+    assert day is not None
+    return staging_directory(config.data_dir / directory, run) / compacted_name(day)
 
 
 def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
@@ -133,7 +187,14 @@ class LoadFanOut:
         """Each batch read (its times checked against `limits`) and compacted on the workers
         (None: left to the host). Batches whose host-days are not all whole and over here
         are left to the host unread."""
-        sent = [index for index, batch in enumerate(batches) if ahead.whole(batch)]
+        # Read from the store (raw_location = "s3://..."): each file of a batch sent an object.
+        store = self.config.s3 if reads_object_storage(self.config) else None
+        objects = stored_objects(self.config) if store else {}
+        sent = [
+            index
+            for index, batch in enumerate(batches)
+            if ahead.whole(batch) and (not store or all(f.path in objects for f in batch))
+        ]
         found: list[BatchTaken | None] = [None] * len(batches)
         if not sent:
             return found
@@ -151,13 +212,15 @@ class LoadFanOut:
             LoadTask(
                 index=index,
                 count=len(runs),
-                data_dir=str(self.config.data_dir.absolute()),
+                data_dir="" if store else str(self.config.data_dir.absolute()),
                 batches=tuple(tuple(batch) for batch in run),
                 # the run's host-days (whole: every one is listed)
                 listed={d: ahead.listed[d] for b in run for d in _directories(b)},
                 today=ahead.today,
                 limits=limits,
                 run=ahead.run,
+                store=store,
+                objects={f.path: objects[f.path] for b in run for f in b} if store else {},
             )
             for index, run in enumerate(runs)
         ]
@@ -170,9 +233,12 @@ class LoadFanOut:
         results = tuple(self.run(tasks))  # (the caller discards the staging when it fails)
         taken = [batch for result in results for batch in result.batches]
         for index, batch in zip(sent, taken, strict=True):
-            found[index] = batch
             if batch is None:  # the host loads it: its (empty) staging directories go
                 _remove_staging(self.config, _directories(batches[index]), ahead.run)
+                continue
+            for directory, data in batch.files.items():  # read from the store
+                write_bytes_atomically(data, _staged(self.config, directory, ahead.run))
+            found[index] = replace(batch, files={})
         self.last = LoadReport(
             tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
         )

@@ -11,6 +11,13 @@ own compaction writes. The pipeline host then swaps them in and records them in 
 as it does its own. A task that fails, or whose worker dies on every try, fails the ingest
 before anything is swapped in: the staging directories go, the lake and the warehouse stay
 as they were.
+
+With `raw_location = "s3://..."` the workers need no shared filesystem: a task names each
+host-day's objects (`stored_objects`: what the mirror copied) and paths below the data
+directory only; the worker reads the objects from the store into a folder of its own and
+sends the compacted file's bytes back, which the pipeline host writes into the staging
+directory. A host-day with a file that is no object (its compacted file of an earlier
+ingest beside a late file) is compacted here, on the pipeline host, as on a worker.
 """
 
 from __future__ import annotations
@@ -20,14 +27,17 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
 import duckdb
 
-from gpufleet.config import Config
+from gpufleet.collectors.writer import write_bytes_atomically
+from gpufleet.config import Config, S3Config
+from gpufleet.integrations.mirror import reads_object_storage, stored_objects
+from gpufleet.storage.s3 import StoredObject
 from gpufleet.warehouse.base.raw_tables import literal_path
 from gpufleet.warehouse.lake.compacted_file import compacted_name, staging_directory
 
@@ -50,14 +60,18 @@ def scratch_folder(config: Config, kind: str) -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class HostDay:
-    """One host-day to compact: absolute paths, so that any worker finds them."""
+    """One host-day to compact: absolute paths, so that any worker finds them; or, read
+    from the store (`objects`), paths below the data directory, which the worker makes
+    below a folder of its own."""
 
-    directory: str  # raw/samples/date=D/host=H, absolute
+    directory: str  # raw/samples/date=D/host=H, absolute (or below the data directory)
     sources: tuple[str, ...]  # its collector files, sorted (`literal_path` patterns)
     target: str  # the compacted file, in the host-day's staging directory
     size_bytes: int  # of the sources together
     # The collector files its compacted file replaces, (name, size) (`replaced.py`).
     replaced: tuple[tuple[str, int], ...] = ()
+    files: tuple[str, ...] = ()  # the sources, relative to the data directory
+    objects: tuple[StoredObject, ...] = ()  # the sources in the store, when read from there
 
     @classmethod
     def of(
@@ -81,6 +95,22 @@ class HostDay:
             target=str(staging_directory(absolute, run) / compacted_name(day)),
             size_bytes=size_bytes,
             replaced=replaced,
+            files=tuple(files),
+        )
+
+    def in_store(self, config: Config, objects: Mapping[str, StoredObject]) -> HostDay | None:
+        """This host-day as a worker reads it from the store: its paths below the data
+        directory, its files' objects; None when a file of it is no object."""
+        found = [objects.get(path) for path in self.files]
+        if not found or None in found:
+            return None
+        data_dir = config.data_dir.absolute()
+        return replace(
+            self,
+            directory=Path(self.directory).relative_to(data_dir).as_posix(),
+            sources=(),
+            target=Path(self.target).relative_to(data_dir).as_posix(),
+            objects=tuple(item for item in found if item is not None),
         )
 
 
@@ -91,10 +121,11 @@ class CompactTask:
     index: int  # 0-based
     count: int  # tasks in the ingest
     host_days: tuple[HostDay, ...]
-    temp_dir: str  # where the worker's DuckDB spills
+    temp_dir: str  # where the worker's DuckDB spills ("": a folder of the worker's own)
     time_zone: str  # the pipeline host's DuckDB TimeZone (a zone-less timestamp's cast)
     threads: int | None = None  # DuckDB threads on the worker (None: its cores)
     memory_limit: str | None = None  # DuckDB's memory limit on the worker (None: its default)
+    store: S3Config | None = None  # where the host-days' `objects` are, when read from there
 
     @property
     def label(self) -> str:
@@ -107,12 +138,14 @@ class CompactTask:
 
 @dataclass(frozen=True, kw_only=True)
 class CompactTaskResult:
-    """What a task did: the host-days it could not read (directory -> why, in one line)."""
+    """What a task did: the host-days it could not read (directory -> why, in one line)
+    and, read from the store, each other one's compacted file (directory -> its bytes)."""
 
     index: int
     seconds: float
     failed: dict[str, str] = field(default_factory=dict)
     worker: str = ""  # host:pid of the process that ran it
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 def task_runs(
@@ -177,40 +210,46 @@ class CompactFanOut:
         [(time_zone,)] = con.execute("select current_setting('TimeZone')").fetchall()
         scratch = scratch_folder(self.config, "compact")
         staging = [Path(day.target).parent for day in host_days]
+        sent, here = self._where(host_days)
+        store = self.config.s3 if reads_object_storage(self.config) else None
         try:
             for folder in staging:
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir()
             (scratch / "spill").mkdir(parents=True)
-            runs = task_runs(host_days, self.workers(), lambda day: day.size_bytes)
+            runs = task_runs(sent, self.workers(), lambda day: day.size_bytes) if sent else []
             tasks = [
                 CompactTask(
                     index=index,
                     count=len(runs),
                     host_days=run,
-                    temp_dir=str(scratch / "spill" / f"{index:05d}"),
+                    temp_dir="" if store else str(scratch / "spill" / f"{index:05d}"),
                     time_zone=str(time_zone),
                     threads=self.threads,
                     memory_limit=self.memory_limit,
+                    store=store,
                 )
                 for index, run in enumerate(runs)
             ]
             if progress:
                 progress(
                     f"compact: {len(host_days)} host-days from their files in {len(tasks)} tasks"
+                    + (f", {len(here)} on this host (files not in the store)" if here else "")
                 )
             started = time.perf_counter()
-            results = tuple(self.run(tasks))
+            results = tuple(self.run(tasks)) if tasks else ()
             self.last = CompactReport(
                 tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
             )
+            failed = self._receive(results, sent)
+            if here:
+                failed.update(self._compact_here(here, str(time_zone), scratch))
         except BaseException:
             for folder in staging:
                 shutil.rmtree(folder, ignore_errors=True)
             raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        failed = {path: why for result in results for path, why in result.failed.items()}
         for day, folder in zip(host_days, staging, strict=True):
             if day.directory in failed:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -220,3 +259,53 @@ class CompactFanOut:
                 if entry.path != day.target:
                     os.remove(entry.path)
         return failed
+
+    def _where(self, host_days: Sequence[HostDay]) -> tuple[list[HostDay], list[HostDay]]:
+        """The host-days to send to the workers (as they read them from the store, with
+        `raw_location = "s3://..."`), and those to compact on this host (a file of them is
+        no object)."""
+        if not reads_object_storage(self.config):
+            return list(host_days), []
+        objects = stored_objects(self.config)
+        sent: list[HostDay] = []
+        here: list[HostDay] = []
+        for day in host_days:
+            stored = day.in_store(self.config, objects)
+            if stored is None:
+                here.append(day)
+            else:
+                sent.append(stored)
+        return sent, here
+
+    def _receive(
+        self, results: Sequence[CompactTaskResult], sent: Sequence[HostDay]
+    ) -> dict[str, str]:
+        """Write the compacted files the tasks sent back (read from the store) into their
+        staging directories; the host-days that could not be read, by absolute directory."""
+        data_dir = self.config.data_dir.absolute()
+        targets = {day.directory: day.target for day in sent}
+        for result in results:
+            for directory, data in result.files.items():
+                write_bytes_atomically(data, data_dir / targets[directory])
+        # (an absolute directory, of a task that read the files where they lie, stays so)
+        return {
+            str(data_dir / path): why for result in results for path, why in result.failed.items()
+        }
+
+    def _compact_here(
+        self, host_days: Sequence[HostDay], time_zone: str, scratch: Path
+    ) -> dict[str, str]:
+        """Compact `host_days` on this host, as a worker would (their files lie here)."""
+        # compact_task.py imports this module: its task runs here as it would on a worker.
+        from gpufleet.warehouse.lake.compact_task import run_compact_task
+
+        task = CompactTask(
+            index=0,
+            count=1,
+            host_days=tuple(host_days),
+            temp_dir=str(scratch / "spill" / "here"),
+            time_zone=time_zone,
+            threads=self.threads,
+            memory_limit=self.memory_limit,
+        )
+        return dict(run_compact_task(task).failed)

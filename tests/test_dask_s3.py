@@ -1,0 +1,238 @@
+"""An ingest on Dask workers that read an S3 `raw_location` themselves (issue #60 item 5): no
+shared filesystem. A backfill uploaded to a real store (SeaweedFS, tests/s3_stack.py),
+ingested with `[compute] dask = "local:2"`, gives the compacted files (byte for byte),
+`loaded_files` and marts of the embedded ingest of the same objects, and no task names a
+path of the pipeline host's data directory. Without Dask: a host-day with a file that is no
+object (its compacted file beside a late file) is compacted on the pipeline host, and an
+object overwritten after its copy is not read by a worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import pickle
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpufleet.config import Config, load_config
+from gpufleet.simulate.fleet import scenario_for, simulate_window, write_reference_files
+from gpufleet.storage.s3 import S3Location, s3_filesystem
+from gpufleet.warehouse.build import build
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.ingest.fanned import LoadFanOut, LoadTask, LoadTaskResult, run_load_task
+from gpufleet.warehouse.lake.compact_task import run_compact_task
+from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
+from tests.s3_stack import BUCKET, S3Store
+from tests.test_dask import (
+    BACKFILL,
+    _assert_same_lake,
+    _assert_same_marts,
+    _backfill_marts,
+    _compacted,
+    _lake,
+    _loaded_files,
+)
+
+pytest.importorskip("prefect_dask")
+pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.fleet]
+
+FIRST = BACKFILL.start + dt.timedelta(days=1)
+TOML = (
+    'timezone = "Europe/Berlin"\nraw_location = "{url}"\n'
+    '[s3]\nendpoint_url = "{endpoint}"\n[compute]\ndask = "{dask}"\n'
+)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@pytest.fixture(scope="module")
+def store(s3: S3Store) -> Iterator[S3Store]:
+    """The session's store, its credentials in this process's environment for the module's
+    tests (and so in the `local:N` workers', which inherit it)."""
+    with pytest.MonkeyPatch.context() as environ:
+        for name, value in s3.environ.items():
+            environ.setenv(name, value)
+        environ.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield s3
+
+
+def _upload(store: S3Store, fleet: Path, url: str, pattern: str) -> None:
+    """The files below `fleet/raw` matching `pattern`, as objects at the same paths below
+    `url` (what the collectors' `--upload` and an allocation export would put there)."""
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    location = S3Location.parse(url)
+    for path in sorted((fleet / "raw").glob(pattern)):
+        if path.is_file():
+            with fs.open_output_stream(
+                location.path(path.relative_to(fleet / "raw").as_posix())
+            ) as out:
+                out.write(path.read_bytes())
+
+
+def _configured(data_dir: Path, store: S3Store, url: str, dask: str) -> Config:
+    toml = TOML.format(url=url, endpoint=store.endpoint_url, dask=dask)
+    (data_dir / "gpufleet.toml").write_text(toml, encoding="utf-8")
+    return load_config(data_dir=data_dir)
+
+
+@pytest.fixture(scope="module")
+def before_backfill(store: S3Store, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """test_dask.py's backfill in the store: the first day's objects loaded by an earlier
+    ingest (not compacted: it was today then), the next two days' objects uploaded since;
+    the data directory (copied by each ingest) and the store's URL."""
+    tmp_path = tmp_path_factory.mktemp("dask-s3")
+    fleet, data_dir = tmp_path / "fleet", tmp_path / "before"
+    url = f"s3://{BUCKET}/{tmp_path.name}"
+    scenario = scenario_for(BACKFILL)
+    write_reference_files(scenario, BACKFILL, fleet)
+    simulate_window(BACKFILL, data_dir=fleet, start=BACKFILL.start, end=FIRST, scenario=scenario)
+    simulate_window(BACKFILL, data_dir=fleet, start=FIRST, end=BACKFILL.end, scenario=scenario)
+    _upload(store, fleet, url, "allocations/*")
+    _upload(store, fleet, url, f"samples/date={BACKFILL.start.date()}/*/*")
+    shutil.copytree(fleet / "ref", data_dir / "ref")
+    ingest(_configured(data_dir, store, url, ""), today=BACKFILL.start.date())
+    _upload(store, fleet, url, "samples/date=*/*/*")  # the first day's again: the same bytes
+    return data_dir, url
+
+
+def _recording(run: Callable[[Sequence[T]], Sequence[R]], sent: list[T]) -> Callable[..., Any]:
+    def recorded(tasks: Sequence[T]) -> Sequence[R]:
+        sent.extend(tasks)
+        return run(tasks)
+
+    return recorded
+
+
+def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one(
+    before_backfill: tuple[Path, str], store: S3Store, prefect_harness: None, tmp_path: Path
+) -> None:
+    from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
+
+    source, url = before_backfill
+    found: dict[str, dict[str, Any]] = {}
+    for dask in ("", "local:2"):
+        data_dir = tmp_path / (dask.replace(":", "-") or "embedded")
+        shutil.copytree(source, data_dir)
+        config = _configured(data_dir, store, url, dask)
+        compact_tasks: list[CompactTask] = []
+        load_tasks: list[LoadTask] = []
+        fan_outs: dict[str, Any] = {}
+        if dask:
+            compacting, loading = dask_compact_fan_out(config), dask_load_fan_out(config)
+            compacting.run = _recording(compacting.run, compact_tasks)
+            loading.run = _recording(loading.run, load_tasks)
+            fan_outs = {"compact_fan_out": compacting, "load_fan_out": loading}
+        result = ingest(config, **fan_outs)
+        assert result.compaction is not None
+        assert (result.compaction.partitions, result.compaction.from_load) == (6, 4)
+        lake = _compacted(config)
+        build(config)
+        found[dask] = {
+            "lake": lake,
+            "loaded": _loaded_files(config),
+            "marts": _backfill_marts(config),
+            "tasks": (compact_tasks, load_tasks),
+        }
+        assert not any(name.startswith(".") for name in _lake(config))
+    embedded, fanned = found[""], found["local:2"]
+    assert len(fanned["lake"]) == 6
+    _assert_same_lake(fanned["lake"], embedded["lake"], same_bytes=True)
+    assert fanned["loaded"] == embedded["loaded"]
+    _assert_same_marts(fanned["marts"], embedded["marts"])
+    # The workers were given the objects, never a path of this host's data directory: the
+    # first day's two host-days compacted from their files, the next two days' four loaded.
+    compacted, loaded = fanned["tasks"]
+    host_days = [day for task in compacted for day in task.host_days]
+    batches = [file.path for task in loaded for batch in task.batches for file in batch]
+    assert len(host_days) == 2 and all(day.objects for day in host_days)
+    assert {path.split("/")[2] for path in batches} == {"date=2026-10-06", "date=2026-10-07"}
+    for task in [*compacted, *loaded]:
+        assert task.store is not None
+        assert str(tmp_path).encode() not in pickle.dumps(task), task
+
+
+def _in_process(config: Config, tasks: list[Any]) -> tuple[CompactFanOut, LoadFanOut]:
+    """Fan-outs whose tasks run in this process, as a worker runs them (`tasks` records
+    them): the store's paths without a cluster."""
+
+    def compact(sent: Sequence[CompactTask]) -> list[CompactTaskResult]:
+        tasks.extend(sent)
+        return [run_compact_task(task) for task in sent]
+
+    def load(sent: Sequence[LoadTask]) -> list[LoadTaskResult]:
+        tasks.extend(sent)
+        return [run_load_task(task) for task in sent]
+
+    return (
+        CompactFanOut(config=config, run=compact, workers=lambda: 2),
+        LoadFanOut(config=config, run=load, workers=lambda: 2),
+    )
+
+
+def test_a_host_day_with_a_file_of_no_object_is_compacted_on_the_host(
+    before_backfill: tuple[Path, str], store: S3Store, tmp_path: Path
+) -> None:
+    """The first day compacted (on workers, from the store), then a late object of it: its
+    compacted file (no object) and the late file are compacted again, on this host."""
+    source, url = before_backfill
+    data_dir = tmp_path / "late"
+    shutil.copytree(source, data_dir)
+    config = _configured(data_dir, store, url, "")
+    tasks: list[Any] = []
+    compacting, loading = _in_process(config, tasks)
+    assert ingest(config, compact_fan_out=compacting, load_fan_out=loading).compaction
+    assert tasks and all(task.store is not None for task in tasks)  # read from the store
+    assert loading.last is not None
+    assert all(batch for result in loading.last.results for batch in result.batches)
+    day = data_dir / "raw/samples" / f"date={BACKFILL.start.date()}"
+    host = sorted(day.iterdir())[0]
+    (compacted,) = host.iterdir()
+    key = f"samples/{day.name}/{host.name}/late.parquet"  # three samples it holds already
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    pq.write_table(
+        pq.read_table(compacted).slice(0, 3), S3Location.parse(url).path(key), filesystem=fs
+    )
+    tasks.clear()
+    result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+    assert (result.files_loaded, result.duplicates_skipped) == (1, 3)
+    assert result.compaction is not None and result.compaction.partitions == 1
+    assert [p.name for p in host.iterdir()] == [compacted.name]
+    assert not tasks  # nothing sent: the compacted file lies on this host alone
+
+
+def test_an_object_overwritten_since_its_copy_is_not_read_by_a_worker(
+    before_backfill: tuple[Path, str],
+    store: S3Store,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An object of a host-day to compact from its files overwritten after the ingest
+    copied it: the worker reads other bytes than the host's copy and leaves the host-day
+    as it is, with a warning, as a host-day whose files do not read."""
+    source, url = before_backfill
+    data_dir = tmp_path / "overwritten"
+    shutil.copytree(source, data_dir)
+    config = _configured(data_dir, store, url, "")
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    location = S3Location.parse(url)
+    first = sorted((data_dir / "raw/samples" / f"date={BACKFILL.start.date()}").rglob("*.parquet"))
+    overwritten = first[0].relative_to(data_dir / "raw").as_posix()
+
+    def compact(sent: Sequence[CompactTask]) -> list[CompactTaskResult]:
+        table = pq.read_table(location.path(overwritten), filesystem=fs)
+        pq.write_table(table.slice(1), location.path(overwritten), filesystem=fs)
+        return [run_compact_task(task) for task in sent]
+
+    compacting = CompactFanOut(config=config, run=compact, workers=lambda: 1)
+    with caplog.at_level(logging.WARNING, logger="gpufleet.compact"):
+        result = ingest(config, compact_fan_out=compacting)
+    assert result.compaction is not None
+    directory = first[0].parent.relative_to(data_dir).as_posix()
+    warned = [r.getMessage() for r in caplog.records if directory in r.getMessage()]
+    assert len(warned) == 1 and "overwritten since" in warned[0], warned
+    assert (data_dir / "raw" / overwritten).is_file()  # left as it is
