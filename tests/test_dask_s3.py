@@ -2,9 +2,10 @@
 shared filesystem. A backfill uploaded to a real store (SeaweedFS, tests/s3_stack.py),
 ingested with `[compute] dask = "local:2"`, gives the compacted files (byte for byte),
 `loaded_files` and marts of the embedded ingest of the same objects, and no task names a
-path of the pipeline host's data directory. Without Dask: a host-day with a file that is no
-object (its compacted file beside a late file) is compacted on the pipeline host, and an
-object overwritten after its copy is not read by a worker."""
+path of the pipeline host's data directory. With the tasks run in this process: a site's
+objects compacted in their `host=H@<site>` folders as embedded, a host-day with a file that
+is no object (its compacted file beside a late file) compacted on the pipeline host, and an
+object overwritten after its copy not read by a worker."""
 
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ pytest.importorskip("prefect_dask")
 pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.fleet]
 
 FIRST = BACKFILL.start + dt.timedelta(days=1)
+SITE = "site-a"
 TOML = (
-    'timezone = "Europe/Berlin"\nraw_location = "{url}"\n'
-    '[s3]\nendpoint_url = "{endpoint}"\n[compute]\ndask = "{dask}"\n'
+    'timezone = "Europe/Berlin"\n{top}\n[s3]\nendpoint_url = "{endpoint}"\n'
+    '[compute]\ndask = "{dask}"\n{site}\n'
 )
 T = TypeVar("T")
 R = TypeVar("R")
@@ -74,8 +76,17 @@ def _upload(store: S3Store, fleet: Path, url: str, pattern: str) -> None:
                 out.write(path.read_bytes())
 
 
-def _configured(data_dir: Path, store: S3Store, url: str, dask: str) -> Config:
-    toml = TOML.format(url=url, endpoint=store.endpoint_url, dask=dask)
+def _configured(
+    data_dir: Path, store: S3Store, url: str, dask: str, *, site: str | None = None
+) -> Config:
+    """`url` the top-level `raw_location`, or `site`'s own store."""
+    location = f'raw_location = "{url}"'
+    toml = TOML.format(
+        top="" if site else location,
+        endpoint=store.endpoint_url,
+        dask=dask,
+        site=f"[clusters.{site}]\n{location}" if site else "",
+    )
     (data_dir / "gpufleet.toml").write_text(toml, encoding="utf-8")
     return load_config(data_dir=data_dir)
 
@@ -85,7 +96,16 @@ def before_backfill(store: S3Store, tmp_path_factory: pytest.TempPathFactory) ->
     """test_dask.py's backfill in the store: the first day's objects loaded by an earlier
     ingest (not compacted: it was today then), the next two days' objects uploaded since;
     the data directory (copied by each ingest) and the store's URL."""
-    tmp_path = tmp_path_factory.mktemp("dask-s3")
+    return _in_the_store(store, tmp_path_factory.mktemp("dask-s3"), None)
+
+
+@pytest.fixture(scope="module")
+def site_backfill(store: S3Store, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`before_backfill` in a site's own store."""
+    return _in_the_store(store, tmp_path_factory.mktemp("dask-s3-site"), SITE)
+
+
+def _in_the_store(store: S3Store, tmp_path: Path, site: str | None) -> tuple[Path, str]:
     fleet, data_dir = tmp_path / "fleet", tmp_path / "before"
     url = f"s3://{BUCKET}/{tmp_path.name}"
     scenario = scenario_for(BACKFILL)
@@ -95,7 +115,7 @@ def before_backfill(store: S3Store, tmp_path_factory: pytest.TempPathFactory) ->
     _upload(store, fleet, url, "allocations/*")
     _upload(store, fleet, url, f"samples/date={BACKFILL.start.date()}/*/*")
     shutil.copytree(fleet / "ref", data_dir / "ref")
-    ingest(_configured(data_dir, store, url, ""), today=BACKFILL.start.date())
+    ingest(_configured(data_dir, store, url, "", site=site), today=BACKFILL.start.date())
     _upload(store, fleet, url, "samples/date=*/*/*")  # the first day's again: the same bytes
     return data_dir, url
 
@@ -236,3 +256,34 @@ def test_an_object_overwritten_since_its_copy_is_not_read_by_a_worker(
     warned = [r.getMessage() for r in caplog.records if directory in r.getMessage()]
     assert len(warned) == 1 and "overwritten since" in warned[0], warned
     assert (data_dir / "raw" / overwritten).is_file()  # left as it is
+
+
+def test_a_sites_store_is_read_on_the_workers_into_the_sites_folders(
+    site_backfill: tuple[Path, str], store: S3Store, tmp_path: Path
+) -> None:
+    """A site's objects, read by the workers (here in this process) into `host=H@<site>`
+    folders of their own, give the compacted files of the embedded ingest: the site's in
+    their `cluster`, as the folder says."""
+    source, url = site_backfill
+    found: dict[bool, tuple[Any, ...]] = {}
+    for fanned in (False, True):
+        data_dir = tmp_path / ("fanned" if fanned else "embedded")
+        shutil.copytree(source, data_dir)
+        config = _configured(data_dir, store, url, "", site=SITE)
+        tasks: list[Any] = []
+        compacting, loading = _in_process(config, tasks)
+        result = ingest(
+            config,
+            compact_fan_out=compacting if fanned else None,
+            load_fan_out=loading if fanned else None,
+        )
+        assert result.compaction is not None
+        assert (result.compaction.partitions, result.compaction.from_load) == (6, 4)
+        found[fanned] = _compacted(config), _loaded_files(config), tasks
+    (lake, loaded, tasks), embedded = found[True], found[False]
+    assert len(lake) == 6 and all(f"@{SITE}/compacted-" in path for path in lake)
+    _assert_same_lake(lake, embedded[0], same_bytes=True)
+    assert loaded == embedded[1]
+    assert len(tasks) == 4 and all(task.store is not None for task in tasks)
+    sites = {site for _, rows in lake.values() for site in rows.column("cluster").to_pylist()}
+    assert sites == {SITE}

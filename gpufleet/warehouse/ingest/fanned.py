@@ -238,9 +238,16 @@ class LoadFanOut:
                 continue
             for directory, data in batch.files.items():  # read from the store
                 write_bytes_atomically(data, _staged(self.config, directory, ahead.run))
-            found[index] = replace(batch, files={})
+            found[index] = replace(batch, files={})  # written: let go of the bytes
+        kept = tuple(
+            replace(
+                result,
+                batches=tuple(b if b is None else replace(b, files={}) for b in result.batches),
+            )
+            for result in results
+        )
         self.last = LoadReport(
-            tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
+            tasks=len(tasks), results=kept, run_seconds=time.perf_counter() - started
         )
         return found
 

@@ -238,10 +238,11 @@ class CompactFanOut:
                 )
             started = time.perf_counter()
             results = tuple(self.run(tasks)) if tasks else ()
-            self.last = CompactReport(
-                tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
-            )
+            seconds = time.perf_counter() - started
             failed = self._receive(results, sent)
+            kept = tuple(replace(result, files={}) for result in results)  # written: let go
+            self.last = CompactReport(tasks=len(tasks), results=kept, run_seconds=seconds)
+            del results
             if here:
                 failed.update(self._compact_here(here, str(time_zone), scratch))
         except BaseException:
