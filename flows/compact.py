@@ -11,6 +11,8 @@ warehouse and the lake unchanged (docs/dask.md). `dask_load_fan_out(config)` is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -30,15 +32,26 @@ def compact_host_days_task(host_days: CompactTask) -> CompactTaskResult:
 
 
 def dask_compact_fan_out(config: Config) -> CompactFanOut:
-    """The compaction fan-out of a configuration whose `[compute] dask` is set."""
-    return CompactFanOut(
+    """The compaction fan-out of a configuration whose `[compute] dask` is set (each result
+    received as it comes: the compacted files a task read from the store written at once)."""
+
+    def run(tasks: Sequence[CompactTask]) -> list[CompactTaskResult]:
+        return run_on_dask(
+            config,
+            compact_host_days_task,
+            tasks,
+            "ingest failed",
+            UNCHANGED,
+            each=fan_out.receive,
+        )
+
+    fan_out = CompactFanOut(
         config=config,
-        run=lambda tasks: run_on_dask(
-            config, compact_host_days_task, tasks, "ingest failed", UNCHANGED
-        ),
+        run=run,
         workers=lambda: cluster_workers(config),
         **worker_limits(config),
     )
+    return fan_out
 
 
 @task(name="load-host-days", cache_policy=NO_CACHE)
@@ -49,11 +62,13 @@ def load_host_days_task(batches: LoadTask) -> LoadTaskResult:
 
 
 def dask_load_fan_out(config: Config) -> LoadFanOut:
-    """The load fan-out of a configuration whose `[compute] dask` is set."""
-    return LoadFanOut(
-        config=config,
-        run=lambda tasks: run_on_dask(
-            config, load_host_days_task, tasks, "ingest failed", UNCHANGED
-        ),
-        workers=lambda: cluster_workers(config),
-    )
+    """The load fan-out of a configuration whose `[compute] dask` is set (each result
+    received as it comes, as the compaction's)."""
+
+    def run(tasks: Sequence[LoadTask]) -> list[LoadTaskResult]:
+        return run_on_dask(
+            config, load_host_days_task, tasks, "ingest failed", UNCHANGED, each=fan_out.receive
+        )
+
+    fan_out = LoadFanOut(config=config, run=run, workers=lambda: cluster_workers(config))
+    return fan_out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prefect import task
@@ -80,11 +80,18 @@ def one_line(failed: str, label: str, exc: BaseException, unchanged: str) -> str
 
 
 def run_on_dask(
-    config: Config, task: Any, items: Sequence[Any], failed: str, unchanged: str
+    config: Config,
+    task: Any,
+    items: Sequence[Any],
+    failed: str,
+    unchanged: str,
+    *,
+    each: Callable[[Any], Any] | None = None,
 ) -> list[Any]:
     """`task` of each item (its one parameter, which has a `label`) on Dask, the results in
-    the items' order; on the first that fails (the rest are cancelled) a GpufleetError of one
-    line: what `failed`, the item, why, and what stays `unchanged`."""
+    the items' order (each put through `each` as it comes, and only that kept); on the first
+    that fails (the rest are cancelled) a GpufleetError of one line: what `failed`, the item,
+    why, and what stays `unchanged`."""
     from distributed import as_completed
 
     (name,) = inspect.signature(task.fn).parameters
@@ -97,9 +104,12 @@ def run_on_dask(
         }
         waiting = [future.wrapped_future for *_, future in futures.values()]
         for done in as_completed(waiting, loop=runner.client.loop):
-            position, item, future = futures[id(done)]
+            # Let go of each future once read: it holds its result.
+            position, item, future = futures.pop(id(done))
             try:
-                results[position] = future.result()
+                result = future.result()
+                results[position] = result if each is None else each(result)
+                del result, future
             except Exception as exc:
                 runner.client.cancel(waiting)  # the rest would only be thrown away
                 raise GpufleetError(one_line(failed, item.label, exc, unchanged)) from exc

@@ -128,6 +128,20 @@ def _recording(run: Callable[[Sequence[T]], Sequence[R]], sent: list[T]) -> Call
     return recorded
 
 
+def _holding(receive: Callable[[R], R], held: list[bool]) -> Callable[[R], R]:
+    """`receive`, noting whether each result it is given holds compacted files' bytes."""
+
+    def noted(result: R) -> R:
+        if isinstance(result, LoadTaskResult):
+            held.append(any(batch.files for batch in result.batches if batch))
+        else:
+            assert isinstance(result, CompactTaskResult)
+            held.append(bool(result.files))
+        return receive(result)
+
+    return noted
+
+
 def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one(
     before_backfill: tuple[Path, str], store: S3Store, prefect_harness: None, tmp_path: Path
 ) -> None:
@@ -141,11 +155,14 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
         config = _configured(data_dir, store, url, dask)
         compact_tasks: list[CompactTask] = []
         load_tasks: list[LoadTask] = []
+        held: list[bool] = []
         fan_outs: dict[str, Any] = {}
         if dask:
             compacting, loading = dask_compact_fan_out(config), dask_load_fan_out(config)
             compacting.run = _recording(compacting.run, compact_tasks)
             loading.run = _recording(loading.run, load_tasks)
+            compacting.receive = _holding(compacting.receive, held)  # type: ignore[method-assign, assignment]
+            loading.receive = _holding(loading.receive, held)  # type: ignore[method-assign, assignment]
             fan_outs = {"compact_fan_out": compacting, "load_fan_out": loading}
         result = ingest(config, **fan_outs)
         assert result.compaction is not None
@@ -157,6 +174,7 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
             "loaded": _loaded_files(config),
             "marts": _backfill_marts(config),
             "tasks": (compact_tasks, load_tasks),
+            "held": held,
         }
         assert not any(name.startswith(".") for name in _lake(config))
     embedded, fanned = found[""], found["local:2"]
@@ -174,6 +192,10 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
     for task in [*compacted, *loaded]:
         assert task.store is not None
         assert str(tmp_path).encode() not in pickle.dumps(task), task
+    # Each task's files were written as its result came (and let go of), the result seen
+    # once more, empty, when all were done.
+    tasks = len(compacted) + len(loaded)
+    assert sorted(fanned["held"]) == [False] * tasks + [True] * tasks
 
 
 def _in_process(config: Config, tasks: list[Any]) -> tuple[CompactFanOut, LoadFanOut]:

@@ -175,6 +175,7 @@ class LoadFanOut:
     workers: Callable[[], int]  # how many there are
     last: LoadReport | None = None
     _staging: list[Path] = field(default_factory=list)
+    _run: str = ""  # the ingest's run, whose staging directories `receive` writes into
 
     def load(
         self,
@@ -230,26 +231,30 @@ class LoadFanOut:
             f"the Dask workers in {len(tasks)} tasks"
         )
         started = time.perf_counter()
-        results = tuple(self.run(tasks))  # (the caller discards the staging when it fails)
+        self._run = ahead.run
+        # (the caller discards the staging when it fails)
+        results = tuple(self.receive(result) for result in self.run(tasks))
         taken = [batch for result in results for batch in result.batches]
         for index, batch in zip(sent, taken, strict=True):
+            found[index] = batch
             if batch is None:  # the host loads it: its (empty) staging directories go
                 _remove_staging(self.config, _directories(batches[index]), ahead.run)
-                continue
-            for directory, data in batch.files.items():  # read from the store
-                write_bytes_atomically(data, _staged(self.config, directory, ahead.run))
-            found[index] = replace(batch, files={})  # written: let go of the bytes
-        kept = tuple(
-            replace(
-                result,
-                batches=tuple(b if b is None else replace(b, files={}) for b in result.batches),
-            )
-            for result in results
-        )
         self.last = LoadReport(
-            tasks=len(tasks), results=kept, run_seconds=time.perf_counter() - started
+            tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
         )
         return found
+
+    def receive(self, result: LoadTaskResult) -> LoadTaskResult:
+        """Write the compacted files a task sent back (read from the store) into their
+        staging directories; the result without them. `run` may call it on each result as
+        it comes (the flows' does: the host then holds one task's files at a time)."""
+        if not any(batch and batch.files for batch in result.batches):
+            return result
+        for batch in result.batches:
+            for directory, data in batch.files.items() if batch else ():
+                write_bytes_atomically(data, _staged(self.config, directory, self._run))
+        emptied = tuple(b if b is None else replace(b, files={}) for b in result.batches)
+        return replace(result, batches=emptied)
 
     def discard(self) -> None:
         """Remove the staging directories of the batches sent (the ingest failed)."""

@@ -195,6 +195,7 @@ class CompactFanOut:
     threads: int | None = None  # each worker's DuckDB threads (None: all its cores)
     memory_limit: str | None = None  # each worker's DuckDB memory limit (None: its default)
     last: CompactReport | None = None
+    _targets: dict[str, Path] = field(default_factory=dict)  # of the host-days sent, by name
 
     def compact(
         self,
@@ -237,12 +238,18 @@ class CompactFanOut:
                     + (f", {len(here)} on this host (files not in the store)" if here else "")
                 )
             started = time.perf_counter()
-            results = tuple(self.run(tasks)) if tasks else ()
-            seconds = time.perf_counter() - started
-            failed = self._receive(results, sent)
-            kept = tuple(replace(result, files={}) for result in results)  # written: let go
-            self.last = CompactReport(tasks=len(tasks), results=kept, run_seconds=seconds)
-            del results
+            data_dir = self.config.data_dir.absolute()
+            self._targets = {day.directory: data_dir / day.target for day in sent}
+            results = tuple(self.receive(result) for result in self.run(tasks)) if tasks else ()
+            self.last = CompactReport(
+                tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
+            )
+            # (an absolute directory, of a task that read the files where they lie, stays so)
+            failed = {
+                str(data_dir / path): why
+                for result in results
+                for path, why in result.failed.items()
+            }
             if here:
                 failed.update(self._compact_here(here, str(time_zone), scratch))
         except BaseException:
@@ -278,20 +285,13 @@ class CompactFanOut:
                 sent.append(stored)
         return sent, here
 
-    def _receive(
-        self, results: Sequence[CompactTaskResult], sent: Sequence[HostDay]
-    ) -> dict[str, str]:
-        """Write the compacted files the tasks sent back (read from the store) into their
-        staging directories; the host-days that could not be read, by absolute directory."""
-        data_dir = self.config.data_dir.absolute()
-        targets = {day.directory: day.target for day in sent}
-        for result in results:
-            for directory, data in result.files.items():
-                write_bytes_atomically(data, data_dir / targets[directory])
-        # (an absolute directory, of a task that read the files where they lie, stays so)
-        return {
-            str(data_dir / path): why for result in results for path, why in result.failed.items()
-        }
+    def receive(self, result: CompactTaskResult) -> CompactTaskResult:
+        """Write the compacted files a task sent back (read from the store) into their
+        staging directories; the result without them. `run` may call it on each result as
+        it comes (the flows' does: the host then holds one task's files at a time)."""
+        for directory, data in result.files.items():
+            write_bytes_atomically(data, self._targets[directory])
+        return replace(result, files={}) if result.files else result
 
     def _compact_here(
         self, host_days: Sequence[HostDay], time_zone: str, scratch: Path
