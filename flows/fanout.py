@@ -25,6 +25,7 @@ from gpufleet.warehouse.build.memory import BUILD_MEMORY_LIMIT
 from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
 
 EXTRA = "pip install 'gpufleet[dask]'"
+Each = Callable[[Any], Any] | None  # what `run_on_dask` puts each result through as it comes
 
 
 @task(name="build-partition", cache_policy=NO_CACHE)
@@ -80,18 +81,12 @@ def one_line(failed: str, label: str, exc: BaseException, unchanged: str) -> str
 
 
 def run_on_dask(
-    config: Config,
-    task: Any,
-    items: Sequence[Any],
-    failed: str,
-    unchanged: str,
-    *,
-    each: Callable[[Any], Any] | None = None,
+    config: Config, task: Any, items: Sequence[Any], failed: str, unchanged: str, each: Each = None
 ) -> list[Any]:
     """`task` of each item (its one parameter, which has a `label`) on Dask, the results in
-    the items' order (each put through `each` as it comes, and only that kept); on the first
-    that fails (the rest are cancelled) a GpufleetError of one line: what `failed`, the item,
-    why, and what stays `unchanged`."""
+    the items' order, each put through `each` as it comes (its future let go: it holds it);
+    on the first that fails (the rest are cancelled) a GpufleetError of one line: what
+    `failed`, the item, why, and what stays `unchanged`."""
     from distributed import as_completed
 
     (name,) = inspect.signature(task.fn).parameters
@@ -104,12 +99,9 @@ def run_on_dask(
         }
         waiting = [future.wrapped_future for *_, future in futures.values()]
         for done in as_completed(waiting, loop=runner.client.loop):
-            # Let go of each future once read: it holds its result.
             position, item, future = futures.pop(id(done))
             try:
-                result = future.result()
-                results[position] = result if each is None else each(result)
-                del result, future
+                results[position] = each(future.result()) if each else future.result()
             except Exception as exc:
                 runner.client.cancel(waiting)  # the rest would only be thrown away
                 raise GpufleetError(one_line(failed, item.label, exc, unchanged)) from exc
