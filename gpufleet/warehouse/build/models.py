@@ -9,6 +9,8 @@ The conventions (one select per file, materializations, variables, macros): `doc
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import heapq
 import json
 import re
@@ -135,17 +137,22 @@ def build_order(
 
 def load_docs(sql_dir: Path = SQL_DIR) -> dict[str, dict[str, object]]:
     """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "...";
-    `columns_from = "other"` takes the other table's column texts (its own win)."""
+    `columns_from = "other"` takes the other table's column texts (its own win). Parsed once
+    per text (a build reads it twice: the comments and the data tests); a copy each call."""
     path = sql_dir / "marts" / DOCS_FILE_NAME
-    with path.open("rb") as file:
-        docs: dict[str, dict[str, object]] = tomllib.load(file)
+    return copy.deepcopy(_parsed_docs(path.read_text(encoding="utf-8"), str(path)))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_docs(text: str, source: str) -> dict[str, dict[str, object]]:
+    docs: dict[str, dict[str, object]] = tomllib.loads(text)
     for table, entry in docs.items():
         other = entry.pop("columns_from", None)
         if other is None:
             continue
         inherited = docs.get(str(other), {}).get("columns")
         if not isinstance(inherited, dict):
-            raise ValueError(f"{path}: [{table}] columns_from = {other!r}: no [{other}.columns]")
+            raise ValueError(f"{source}: [{table}] columns_from = {other!r}: no [{other}.columns]")
         own = entry.get("columns", {})
         entry["columns"] = {**inherited, **(own if isinstance(own, dict) else {})}
     return docs
