@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_models_fixtures import Fleet, at, proc
+from tests.test_models_fixtures import Fleet, at, built_once, proc
 
 pytestmark = pytest.mark.fleet
 
@@ -24,50 +24,59 @@ def _health(fleet: Fleet, gpu: str = "GPU-A") -> list[dict[str, Any]]:
     )
 
 
-def _one_day(**columns: Any) -> Fleet:
-    """GPU-A: three 10 s samples, the last with `columns`; GPU-B beside it, healthy."""
+# Each drain rule's case: the columns of GPU-A's last sample, the reasons its day drains for.
+DRAIN_CASES: list[tuple[dict[str, Any], list[str]]] = [
+    ({"remapped_rows_failure": True}, ["remap_failure"]),
+    ({"remapped_rows_pending": True}, ["remap_pending"]),
+    ({"ecc_uncorrected_volatile": 2}, ["ecc_uncorrected"]),
+    ({"retired_pages_pending": True}, ["pages_pending"]),
+    *(({"xid_errors": [code]}, [f"xid_{code}"]) for code in (48, 63, 64, 74, 79)),
+    *(({"xid_errors": [code]}, [f"xid_{code}"]) for code in (92, 94, 95, 119, 120)),
+    # an XID outside the rule (13: a graphics engine exception) is counted, not drained
+    ({"xid_errors": [13]}, []),
+    # every reason at once, in the rule's order, an XID's by code
+    (
+        {
+            "retired_pages_pending": True,
+            "xid_errors": [95, 13, 48, 95],
+            "ecc_uncorrected_volatile": 1,
+            "remapped_rows_pending": True,
+            "remapped_rows_failure": True,
+        },
+        [
+            "remap_failure",
+            "remap_pending",
+            "ecc_uncorrected",
+            "xid_48",
+            "xid_95",
+            "pages_pending",
+        ],
+    ),
+]
+
+
+def _drain_cases() -> Fleet:
+    """Each case of DRAIN_CASES on a host of its own, `case{k}`: GPU-A{k}, three 10 s samples,
+    the last with the case's columns; GPU-B{k} beside it, healthy. A GPU's health rows come
+    from its own samples alone, so one fleet (built once per process) holds every case."""
     fleet = Fleet()
-    fleet.series(at(0), 2, ecc_uncorrected_volatile=0, xid_errors=[])
-    fleet.sample(at(20), **{"ecc_uncorrected_volatile": 0, "xid_errors": [], **columns})
-    fleet.series(at(0), 3, gpu_uuid="GPU-B", gpu_index=1, ecc_uncorrected_volatile=4)
+    for k, (columns, _) in enumerate(DRAIN_CASES):
+        a, b = {"host": f"case{k}", "gpu_uuid": f"GPU-A{k}"}, {"host": f"case{k}"}
+        fleet.series(at(0), 2, **a, ecc_uncorrected_volatile=0, xid_errors=[])
+        fleet.sample(at(20), **a, **{"ecc_uncorrected_volatile": 0, "xid_errors": [], **columns})
+        fleet.series(at(0), 3, **b, gpu_uuid=f"GPU-B{k}", gpu_index=1, ecc_uncorrected_volatile=4)
     fleet.build()
     return fleet
 
 
 @pytest.mark.parametrize(
-    ("columns", "reasons"),
-    [
-        ({"remapped_rows_failure": True}, ["remap_failure"]),
-        ({"remapped_rows_pending": True}, ["remap_pending"]),
-        ({"ecc_uncorrected_volatile": 2}, ["ecc_uncorrected"]),
-        ({"retired_pages_pending": True}, ["pages_pending"]),
-        *(({"xid_errors": [code]}, [f"xid_{code}"]) for code in (48, 63, 64, 74, 79)),
-        *(({"xid_errors": [code]}, [f"xid_{code}"]) for code in (92, 94, 95, 119, 120)),
-        # an XID outside the rule (13: a graphics engine exception) is counted, not drained
-        ({"xid_errors": [13]}, []),
-        # every reason at once, in the rule's order, an XID's by code
-        (
-            {
-                "retired_pages_pending": True,
-                "xid_errors": [95, 13, 48, 95],
-                "ecc_uncorrected_volatile": 1,
-                "remapped_rows_pending": True,
-                "remapped_rows_failure": True,
-            },
-            [
-                "remap_failure",
-                "remap_pending",
-                "ecc_uncorrected",
-                "xid_48",
-                "xid_95",
-                "pages_pending",
-            ],
-        ),
-    ],
+    ("case", "columns", "reasons"), [(k, *c) for k, c in enumerate(DRAIN_CASES)]
 )
-def test_each_drain_reason_drains_the_gpu_day(columns: dict[str, Any], reasons: list[str]) -> None:
-    fleet = _one_day(**columns)
-    (day,) = _health(fleet)
+def test_each_drain_reason_drains_the_gpu_day(
+    case: int, columns: dict[str, Any], reasons: list[str]
+) -> None:
+    fleet = built_once("test_models_health._drain_cases", _drain_cases)
+    (day,) = _health(fleet, f"GPU-A{case}")
     xids = columns.get("xid_errors", [])
     assert day["day"] == DAY
     assert day["xid_errors"] == sorted(set(xids))
@@ -75,11 +84,14 @@ def test_each_drain_reason_drains_the_gpu_day(columns: dict[str, Any], reasons: 
     assert day["ecc_uncorrected_new"] == columns.get("ecc_uncorrected_volatile", 0)
     assert (day["drain"], day["drain_reasons"]) == (bool(reasons), reasons)
     # the healthy GPU beside it: a count that never grows, no XIDs known
-    (other,) = _health(fleet, "GPU-B")
+    (other,) = _health(fleet, f"GPU-B{case}")
     assert (other["ecc_uncorrected_new"], other["xid_count"], other["drain"]) == (0, 0, False)
-    drained = fleet.rows("select gpu_uuid, since_day, latest_day, drain_reasons from gpus_to_drain")
+    drained = fleet.rows(
+        "select gpu_uuid, since_day, latest_day, drain_reasons from gpus_to_drain where host = ?",
+        [f"case{case}"],
+    )
     expected = [
-        {"gpu_uuid": "GPU-A", "since_day": DAY, "latest_day": DAY, "drain_reasons": reasons}
+        {"gpu_uuid": f"GPU-A{case}", "since_day": DAY, "latest_day": DAY, "drain_reasons": reasons}
     ]
     assert drained == (expected if reasons else [])
 
