@@ -11,7 +11,9 @@ inputs, partitions, the workers' start, the load of the partials; the rest of th
 the machine's load average beside), and projects the time at 8, 32 and 128 workers for
 10,000 and 50,000 GPUs x 90 days from what it measured, with the assumptions printed beside
 the figures. Without PREFECT_API_URL it starts a temporary Prefect server that the workers
-report to.
+report to. The workers' CPU is that of the processes a build starts: the `local:N` workers
+and the forkserver they are forked from (gpufleet/flows/local_cluster.py), which is
+stopped after each build, so that each build pays its imports as a new process does.
 
 With --backfill it times instead the backfill of the simulated fleet's files (every day of
 it over, none loaded yet), each on a copy of the same data folder: embedded (most host-days
@@ -87,7 +89,8 @@ class Timed(NamedTuple):
     report: Any  # the fan-out's report (None embedded)
     result: Any  # the BuildResult: each step's wall and CPU time on the pipeline host
     host_cpu_s: float  # this process: the build, the Prefect client, the Dask scheduler
-    workers_cpu_s: float  # the processes it started and reaped: the local:N workers
+    workers_cpu_s: float  # the processes it started and reaped: the local:N workers (and
+    # the forkserver they are forked from, which imports their modules)
     load_average: tuple[float, float]  # the machine's 1-minute load at the start and end
 
 
@@ -98,11 +101,22 @@ def _time_build(config: Config, dask: str) -> Timed:
     started = time.perf_counter()
     result, report = _build(config, dask)
     seconds = time.perf_counter() - started
+    _stop_forkserver()
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     workers = reaped.ru_utime + reaped.ru_stime - children.ru_utime - children.ru_stime
     return Timed(
         seconds, report, result, time.process_time() - own, workers, (load, os.getloadavg()[0])
     )
+
+
+def _stop_forkserver() -> None:
+    """Stop the forkserver that `local:N` forks its workers from (gpufleet/flows/
+    local_cluster.py) and reap it: its CPU and its workers' (which it reaped) are then this
+    process's reaped children's, and the next build starts one as a new process would.
+    `_stop` is the standard library's own (its tests use it), not a public API."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
 
 def _build(config: Config, dask: str) -> tuple[Any, Any]:

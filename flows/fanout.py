@@ -3,13 +3,15 @@
 `dask_fan_out(config)` is the `FanOut` the build flow passes into the engine
 (gpufleet/warehouse/build/fanout.py): its `run` submits one `build-partition` task per GPU
 range to prefect-dask's `DaskTaskRunner` (a `LocalCluster` started for the build with
-`local:N`, the scheduler at `tcp://host:port` otherwise), waits for all, and fails in one
+`local:N`, its workers forked from a process that imported their modules once:
+local_cluster.py; the scheduler at `tcp://host:port` otherwise), waits for all, and fails in one
 line on the first that fails, the published warehouse unchanged. An ingest's compaction
 fans out the same way (flows/compact.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from collections.abc import Callable, Sequence
@@ -20,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.flows.local_cluster import forked_workers, local_cluster_kwargs
 from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.memory import BUILD_MEMORY_LIMIT
 from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
@@ -64,10 +67,9 @@ def _task_runner(config: Config) -> Any:
     # Without PREFECT_API_URL each worker process would start a Prefect server of its own.
     url = _api_url()
     env = {"PREFECT_API_URL": url} if url else {}
-    kwargs = {"n_workers": workers, "threads_per_worker": 1, "processes": True}
     return DaskTaskRunner(
         cluster_class="distributed.LocalCluster",
-        cluster_kwargs={**kwargs, "dashboard_address": None, "env": env},
+        cluster_kwargs=local_cluster_kwargs(workers, env),
     )
 
 
@@ -91,7 +93,8 @@ def run_on_dask(
 
     (name,) = inspect.signature(task.fn).parameters
     results: dict[int, Any] = {}
-    with _task_runner(config) as runner:
+    local = config.compute.local_workers is not None
+    with forked_workers() if local else contextlib.nullcontext(), _task_runner(config) as runner:
         futures = {
             id(future.wrapped_future): (position, item, future)
             for position, item in enumerate(items)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import resource
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
+from gpufleet.flows.local_cluster import forked_workers, local_cluster_kwargs
 from gpufleet.simulate.fleet import (
     SimulationSpec,
     scenario_for,
@@ -110,8 +114,9 @@ def cluster(
     prefect_harness: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, Path]]:
     """One LocalCluster of 2 worker processes for the module's tests that name its
-    scheduler (tcp://): its workers report to the session's Prefect server and die as the
-    files in the folder returned say (tests/dask_kill.py); a task may die once, not twice.
+    scheduler (tcp://), forked as `local:N`'s are (a killed one too): its workers report to
+    the session's Prefect server and die as the files in the folder returned say
+    (tests/dask_kill.py); a task may die once, not twice.
     A killed worker's nanny starts a new one, which may take the loaded test machine more
     than the 15 s after which the cluster would otherwise close that nanny for good (and
     a task waiting for a worker would wait forever)."""
@@ -128,9 +133,8 @@ def cluster(
                 "distributed.deploy.lost-worker-timeout": "1 hour",
             }
         ),
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env
-        ) as running,
+        forked_workers(),
+        LocalCluster(**local_cluster_kwargs(2, env)) as running,
     ):
         with Client(running.scheduler_address) as client:
             client.register_plugin(KillAtStart(kill_dir))
@@ -170,6 +174,33 @@ def test_the_same_full_build_on_two_local_workers_gives_the_same_marts(
             task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="build-partition"))
         )
     assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+
+
+def test_local_workers_start_without_importing_their_modules_again(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local:N`'s worker processes are forked from one that imported distributed, Prefect,
+    DuckDB and gpufleet once: each spends before its first task's body less than half the
+    CPU those imports cost a new interpreter (a spawned one spent more), reports to this
+    session's Prefect server and has this process's environment as it is now."""
+    from prefect.settings import get_current_settings
+
+    from gpufleet.flows.fanout import run_on_dask
+    from tests.dask_probe import Probe, worker_start_task
+
+    modules = "distributed, prefect.task_engine, prefect_dask, gpufleet.flows.fanout"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", f"import {modules}"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    imports_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    config = _dask(Config(data_dir=tmp_path), "local:2")
+    url = str(get_current_settings().api.url)
+    for value in ("first", "set since"):  # the forkserver started with the first
+        monkeypatch.setenv("GPUFLEET_TEST_PROBE", value)
+        probes = [Probe(f"probe {n}", "GPUFLEET_TEST_PROBE") for n in (1, 2)]
+        starts = run_on_dask(config, worker_start_task, probes, "probe failed", "")
+        assert [(start.api_url, start.value) for start in starts] == [(url, value)] * 2
+        assert all(start.cpu_s < imports_s / 2 for start in starts), (starts, imports_s)
 
 
 def test_a_worker_killed_once_is_retried_with_the_same_rows(
