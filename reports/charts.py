@@ -9,6 +9,8 @@ as they are in any browser's zone, so the charts show the configured zone's time
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +35,21 @@ class NamedChart:
     title: str
     chart: alt.TopLevelMixin
 
+    @functools.cached_property
+    def spec_json(self) -> str:
+        """The chart's Vega-Lite spec as JSON with its keys sorted, made once: the page and
+        the email both use it, and it names the chart's PNG (gpufleet.reports.mail).
+
+        Not validated against the Vega-Lite schema here (three quarters of a chart's
+        spec time): a chart's structure comes from this module's code, not from its rows,
+        and tests/test_report.py validates every chart the report and the team emails make.
+        """
+        return json.dumps(self.chart.to_dict(validate=False), sort_keys=True)
+
     def spec(self) -> dict[str, Any]:
-        return self.chart.to_dict()
+        """The chart's Vega-Lite spec, a new dict on each call (the caller may change it)."""
+        spec: dict[str, Any] = json.loads(self.spec_json)
+        return spec
 
 
 def inline(frame: pl.DataFrame) -> alt.Data:

@@ -3,8 +3,11 @@ interactive page (not the page itself: its inlined chart libraries alone are ove
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from email import policy
 from email.message import EmailMessage
@@ -12,6 +15,7 @@ from email.parser import BytesParser
 from email.utils import formatdate, make_msgid
 from pathlib import Path
 
+import cachetools
 import vl_convert
 from PIL import Image
 
@@ -20,13 +24,27 @@ from gpufleet.reports.data import WeekData
 from gpufleet.reports.render import PageLink, render_email_html, render_email_text, subject
 
 PNG_SCALE = 1.5  # sharp enough on a high-density screen, a quarter of the pixels of 3x
+PNG_CACHE_BYTES = 32 * 2**20  # the PNGs a process keeps: a week's charts take a few hundred kB
 
 
 def chart_png(chart: NamedChart) -> bytes:
-    """A static PNG of the chart (mail clients run no JavaScript); no network access.
+    """A static PNG of the chart (mail clients run no JavaScript); drawn once per process
+    for a given spec (`draw_png`)."""
+    return draw_png(chart.spec_json)
+
+
+@cachetools.cached(
+    cachetools.LRUCache(maxsize=PNG_CACHE_BYTES, getsizeof=len),
+    key=lambda spec_json: hashlib.sha256(spec_json.encode()).digest(),
+    lock=threading.Lock(),
+)
+def draw_png(spec_json: str) -> bytes:
+    """The PNG of a Vega-Lite spec, with no network access. Kept, by the spec's digest, for
+    the rest of the process (the most recently used ones, up to PNG_CACHE_BYTES): the same
+    chart in a second email of the process (a report written again) is not drawn again.
     vl-convert writes its PNGs barely compressed: Pillow writes them again with zlib's best
     compression (several times smaller), so a week's charts take a few hundred kB of mail."""
-    drawn = vl_convert.vegalite_to_png(chart.spec(), scale=PNG_SCALE, allowed_base_urls=[])
+    drawn = vl_convert.vegalite_to_png(json.loads(spec_json), scale=PNG_SCALE, allowed_base_urls=[])
     compressed = io.BytesIO()
     with Image.open(io.BytesIO(drawn)) as image:
         image.save(compressed, format="PNG", optimize=True)

@@ -14,11 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vl_convert
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
 from gpufleet.cli import main
 from gpufleet.config import load_config
-from gpufleet.reports.mail import read_message
+from gpufleet.reports import mail
+from gpufleet.reports.charts import NamedChart, build_charts
+from gpufleet.reports.data import load_week
+from gpufleet.reports.mail import build_message, read_message
+from gpufleet.reports.render import PageLink, render_page
+from gpufleet.reports.team import load_team_weeks, team_charts, write_team_emails
 from gpufleet.reports.weekly import write_report
 from tests import report_fixtures as fx
 from tests.report_fixtures import Inbox, free_port, smtp_inbox
@@ -125,6 +131,59 @@ def test_the_council_email_of_a_demo_sized_fleet_is_under_1_mb(tmp_path: Path) -
     url = "https://fleet.example.org/gpufleet/reports/2026-W46/index.html"
     assert f'<a href="{url}">' in html.get_content()
     assert f"The interactive report: {url}" in text.get_content()
+
+
+class CountedChart:
+    """An Altair chart that counts the specs made of it (Altair makes each one)."""
+
+    def __init__(self, chart: Any) -> None:
+        self.chart, self.specs = chart, 0
+
+    def to_dict(self, **options: Any) -> dict[str, Any]:
+        self.specs += 1
+        return self.chart.to_dict(**options)  # type: ignore[no-any-return]
+
+
+def test_the_page_and_the_email_share_each_charts_spec(tmp_path: Path) -> None:
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, fx.WEEK)
+    counted = [(chart, CountedChart(chart.chart)) for chart in build_charts(data)]
+    charts = [NamedChart(chart.key, chart.title, spec) for chart, spec in counted]  # type: ignore[arg-type]
+    render_page(data, charts)
+    build_message(data, charts, PageLink(url=None, path="index.html"), sender="a@b", recipients=[])
+    assert [spec.specs for _, spec in counted] == [1] * 5
+
+
+def _pngs(path: Path) -> list[bytes]:
+    message = read_message(path)
+    return [p.get_content() for p in message.walk() if p.get_content_type() == "image/png"]
+
+
+def test_a_chart_is_drawn_once_per_process_however_many_emails_show_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report written twice, the team emails twice: vl-convert draws each distinct chart
+    once (the emails' PNGs the same bytes each time)."""
+    drawn: list[object] = []
+    draw = vl_convert.vegalite_to_png
+
+    def counted(spec: object, **options: Any) -> bytes:
+        drawn.append(spec)
+        return draw(spec, **options)
+
+    monkeypatch.setattr(vl_convert, "vegalite_to_png", counted)
+    mail.draw_png.cache_clear()  # what other tests of this process drew
+    config, _ = fx.fixture_config(tmp_path)
+    first = _pngs(write_report(config, fx.WEEK).email_path)
+    assert len(first) == 5 and len(drawn) == 5
+    assert _pngs(write_report(config, fx.WEEK).email_path) == first and len(drawn) == 5
+
+    teams = load_team_weeks(config, fx.WEEK)
+    team_specs = {chart.spec_json for team in teams for chart in team_charts(team)}
+    emails = [_pngs(email.path) for email in write_team_emails(config, fx.WEEK)]
+    assert len(team_specs) > 2 and len(drawn) == 5 + len(team_specs)
+    assert [_pngs(email.path) for email in write_team_emails(config, fx.WEEK)] == emails
+    assert len(drawn) == 5 + len(team_specs)
 
 
 def test_a_page_url_that_is_not_http_is_one_line(tmp_path: Path, capsys) -> None:

@@ -31,6 +31,7 @@ from gpufleet.reports.render import (
     render_email_text,
     script_json,
 )
+from gpufleet.reports.team import load_team_weeks, team_charts
 from gpufleet.reports.weekly import write_report
 from gpufleet.weeks import week_label
 from tests import report_fixtures as fx
@@ -416,6 +417,25 @@ def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
         assert _values(spec), chart.key
         assert "url" not in spec["data"], chart.key
         assert _tooltips(spec), chart.key
+
+
+def test_every_chart_of_the_report_and_the_team_emails_is_valid_vega_lite(tmp_path: Path) -> None:
+    """NamedChart.spec leaves out Altair's schema validation: every chart the report and the
+    team emails make (the thermal heatmap capped too) is validated here, and its spec is the
+    validated one."""
+    config, _ = fx.fixture_config(tmp_path)
+    data = load_week(config, fx.WEEK)
+    capped = data.thermal_hours.filter(pl.col("host_rank") == 1)
+    charts = [
+        *report_charts.build_charts(data),
+        *(chart for team in load_team_weeks(config, fx.WEEK) for chart in team_charts(team)),
+        report_charts.NamedChart("capped", "capped", report_charts.thermal_heatmap(capped, data)),
+    ]
+    assert {chart.key for chart in charts} == {
+        "utilization", "team-utilization", "busy-idle", "waste-trend", "thermal-heatmap", "capped"
+    }  # fmt: skip
+    for chart in charts:
+        assert chart.spec() == chart.chart.to_dict(validate=True), chart.key
 
 
 def test_busy_versus_idle_splits_each_teams_hours(tmp_path: Path) -> None:
