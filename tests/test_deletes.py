@@ -19,14 +19,16 @@ ROWS_PER_SERIES = 245_760  # two of DuckDB's row groups each
 
 
 def _series_table(path: Path) -> None:
+    """`samples`: SERIES series of ROWS_PER_SERIES 10 s ticks, in series and time order
+    (row i is series i // ROWS_PER_SERIES's tick i % ROWS_PER_SERIES: in that order without
+    a sort of its 24.6 million rows, about half of the file's CPU time)."""
     with duckdb.connect(str(path)) as con:
         con.execute(
             f"""
             create table samples as
-            select series::int as series_id,
-                timestamp '2026-01-01' + to_seconds(tick * 10) as ts,
-            from range({SERIES}) as series(series), range({ROWS_PER_SERIES}) as ticks(tick)
-            order by series, tick
+            select (i // {ROWS_PER_SERIES})::int as series_id,
+                timestamp '2026-01-01' + to_seconds(i % {ROWS_PER_SERIES} * 10) as ts,
+            from range({SERIES} * {ROWS_PER_SERIES}) as rows(i)
             """
         )
 
