@@ -18,7 +18,7 @@ from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
 from tests.scans import ScanCounter
-from tests.test_models_fixtures import Fleet
+from tests.test_models_fixtures import Fleet, built_once
 
 pytestmark = pytest.mark.fleet
 
@@ -45,6 +45,17 @@ def _fleet() -> Fleet:
     return fleet
 
 
+def _whole() -> Fleet:
+    """_fleet() built in one go (a full build), once per process: the marts to compare."""
+
+    def make() -> Fleet:
+        fleet = _fleet()
+        assert fleet.build().mode == "full"
+        return fleet
+
+    return built_once("test_full_slices._whole", make)
+
+
 def _rows(fleet: Fleet, mart: str) -> list[tuple[Any, ...]]:
     return [
         tuple(round(value, 9) if isinstance(value, float) else value for value in row)
@@ -55,8 +66,7 @@ def _rows(fleet: Fleet, mart: str) -> list[tuple[Any, ...]]:
 def test_each_slice_joins_its_own_hosts_allocation_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    whole = _fleet()
-    assert whole.build().mode == "full"
+    whole = _whole()
     monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 120)  # a slice per GPU
     sliced = _fleet()
     counter = ScanCounter(sliced.con, tmp_path / "profile.json")
@@ -75,8 +85,7 @@ def test_each_slice_joins_its_own_hosts_allocation_pieces(
 
 
 def test_each_partition_joins_its_own_hosts_allocation_pieces(tmp_path: Path) -> None:
-    whole = _fleet()
-    assert whole.build().mode == "full"
+    whole = _whole()
     fanned = _fleet()
     joined: list[int] = []
 
