@@ -18,6 +18,7 @@ import pytest
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest import QuarantineWarning, ingest
+from tests.templates import made_once
 from tests.test_ingest import DAY1, T0, query, sample, write_samples
 
 pytestmark = pytest.mark.fleet
@@ -110,11 +111,25 @@ WRITERS: list[Writer] = [
 ]
 
 
-def _collector_twin(tmp_path: Path, name: str, files: dict[str, list[dict[str, Any]]]) -> Config:
-    twin = Config(data_dir=tmp_path / f"collector-{name}")
-    for relative, file_rows in files.items():
-        write_samples(twin.data_dir, relative, file_rows)
-    return twin
+def _files() -> dict[str, list[dict[str, Any]]]:
+    """Two files of two GPUs' samples: each writer writes them its way."""
+    return {
+        f"{DAY}/a.parquet": rows(0) + rows(0, gpu="GPU-b"),
+        f"{DAY}/b.parquet": rows(30) + rows(30, gpu="GPU-b"),
+    }
+
+
+def _collector_twin(tmp_path: Path) -> Config:
+    """_files() as the collector writes them, ingested: once per process (every writer's
+    files are compared with it) and copied under `tmp_path`."""
+
+    def fill(folder: Path) -> None:
+        for relative, file_rows in _files().items():
+            write_samples(folder, relative, file_rows)
+        ingest(Config(data_dir=folder), today=TODAY)
+
+    folder = made_once("test_ingest_foreign._collector_twin", fill, tmp_path / "collector")
+    return Config(data_dir=folder)
 
 
 EVERYTHING = "select * exclude (processes), processes::varchar from samples order by gpu_uuid, ts"
@@ -125,11 +140,7 @@ def test_a_foreign_writers_files_load_in_one_pass_as_a_collectors_do(
     tmp_path: Path, writer: Writer
 ) -> None:
     config = Config(data_dir=tmp_path / "foreign")
-    files = {
-        f"{DAY}/a.parquet": rows(0) + rows(0, gpu="GPU-b"),
-        f"{DAY}/b.parquet": rows(30) + rows(30, gpu="GPU-b"),
-    }
-    for relative, file_rows in files.items():
+    for relative, file_rows in _files().items():
         (config.data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         writer(file_rows, config.data_dir / relative)
     result = ingest(config, today=TODAY)
@@ -138,8 +149,7 @@ def test_a_foreign_writers_files_load_in_one_pass_as_a_collectors_do(
     extra = writer is dictionary_strings_other_zone_extra_column
     assert result.compaction is not None
     assert (result.compaction.partitions, result.compaction.from_load) == (1, 0 if extra else 1)
-    twin = _collector_twin(tmp_path, writer.__name__, files)
-    ingest(twin, today=TODAY)
+    twin = _collector_twin(tmp_path)
     expected = query(twin, EVERYTHING)
     if writer is without_violation_and_mig_columns:
         names = [name for name in SAMPLE_SCHEMA.names if name != "processes"] + ["processes"]
