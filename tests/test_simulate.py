@@ -648,16 +648,18 @@ def test_simulate_refuses_to_overwrite_real_reference_files(tmp_path: Path) -> N
 
 
 class _SlowGpus(list):
-    """A scenario's GPUs that pause after the first one, while another thread looks up."""
+    """A scenario's GPUs whose first iteration pauses after the first one, while another
+    thread looks up (whose own iteration does not wait: it ran into the 5 s timeout)."""
 
     def __init__(self, gpus: list, pause: threading.Event, resume: threading.Event) -> None:
         super().__init__(gpus)
         self.pause, self.resume = pause, resume
 
     def __iter__(self):
+        first = not self.pause.is_set()
         for index, gpu in enumerate(list.__iter__(self)):
             yield gpu
-            if index == 0:
+            if index == 0 and first:
                 self.pause.set()
                 self.resume.wait(5)
 
