@@ -55,8 +55,8 @@ def local_cluster_kwargs(workers: int, env: dict[str, str]) -> dict[str, Any]:
     """`LocalCluster`'s arguments for `local:N`: N worker processes of one thread each, their
     Prefect settings read again as they start (`dask_setup`). A forked worker's environment
     is the forkserver's, this process's when the forkserver started: each is given this
-    process's as it is now, as a spawned one inherits it (credentials set since included),
-    and `env` over it."""
+    process's as it is now, as a spawned one inherits it (credentials set since included;
+    a variable unset since stays set), and `env` over it."""
     return {
         "n_workers": workers,
         "threads_per_worker": 1,
