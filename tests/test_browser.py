@@ -174,10 +174,22 @@ def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_report(config, fx.WEEK).page_path
 
 
-def test_every_chart_renders_offline(
-    report_page: Path, proxy: BlackHoleProxy, tmp_path: Path
-) -> None:
-    dom, parsed = rendered_dom(report_page, proxy, tmp_path / "profile")
+@pytest.fixture(scope="module")
+def rendered_report(
+    report_page: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, _DomParser, list[str]]:
+    """That page as Chromium ran it (its DOM, and parsed) and what the page asked the network
+    for (BlackHoleProxy.page_requests): one run for the tests that only read them."""
+    black_hole = BlackHoleProxy()
+    try:
+        dom, parsed = rendered_dom(report_page, black_hole, tmp_path_factory.mktemp("profile"))
+    finally:
+        black_hole.close()
+    return dom, parsed, black_hole.page_requests()
+
+
+def test_every_chart_renders_offline(rendered_report: tuple[str, _DomParser, list[str]]) -> None:
+    dom, parsed, page_requests = rendered_report
     assert parsed.body.get("data-charts") == "rendered", parsed.body
     assert parsed.body.get("data-charts-expected") == str(len(CHARTS))
     assert parsed.body.get("data-charts-rendered") == str(len(CHARTS))
@@ -193,13 +205,13 @@ def test_every_chart_renders_offline(
     assert len(cells) == 7 * 8
     # each cell carries its tooltip's fields (Vega writes them into its aria-label)
     assert all("utilization %: 45.0" in label for label in cells)
-    assert proxy.page_requests() == [], f"the page tried the network: {proxy.requests}"
+    assert page_requests == [], f"the page tried the network: {page_requests}"
 
 
 def test_names_stay_text_in_the_browser(
-    report_page: Path, proxy: BlackHoleProxy, tmp_path: Path
+    rendered_report: tuple[str, _DomParser, list[str]],
 ) -> None:
-    _, parsed = rendered_dom(report_page, proxy, tmp_path / "profile")
+    _, parsed, _ = rendered_report
     assert fx.EVIL_TEAM in parsed.cells  # shown as text in the teams table
     assert fx.EVIL_USER in parsed.cells
     assert "b" not in parsed.tags  # `<b>bob</b>` did not become an element

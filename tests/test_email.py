@@ -25,7 +25,7 @@ from gpufleet.reports.data import load_week
 from gpufleet.reports.mail import build_message, read_message
 from gpufleet.reports.render import PageLink, render_page
 from gpufleet.reports.team import load_team_weeks, team_charts, write_team_emails
-from gpufleet.reports.weekly import write_report
+from gpufleet.reports.weekly import ReportFiles, write_report
 from tests import report_fixtures as fx
 from tests.report_fixtures import Inbox, free_port, smtp_inbox
 
@@ -75,9 +75,15 @@ def check_report_message(message: EmailMessage, page: Path) -> None:
 # --- the message ----------------------------------------------------------------------
 
 
-def test_report_eml_has_html_with_inline_charts_text_and_the_page(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
-    files = write_report(config, fx.WEEK)
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> ReportFiles:
+    """The hand-made warehouse's report, written once for the tests that only read it."""
+    config, _ = fx.fixture_config(tmp_path_factory.mktemp("report"))
+    return write_report(config, fx.WEEK)
+
+
+def test_report_eml_has_html_with_inline_charts_text_and_the_page(report: ReportFiles) -> None:
+    files = report
     message = read_message(files.email_path)
     assert message["Subject"] == (
         "gpufleet weekly report 2026-W46: $1,190 idle waste, "
@@ -91,9 +97,8 @@ def test_report_eml_has_html_with_inline_charts_text_and_the_page(tmp_path: Path
     assert len(related) == 1
 
 
-def test_names_are_escaped_in_the_email(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
-    message = read_message(write_report(config, fx.WEEK).email_path)
+def test_names_are_escaped_in_the_email(report: ReportFiles) -> None:
+    message = read_message(report.email_path)
     html = message.get_body(preferencelist=("html",))
     text = message.get_body(preferencelist=("plain",))
     assert html is not None and text is not None

@@ -21,7 +21,7 @@ from gpufleet.cli import main
 from gpufleet.config import load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports import charts as report_charts
-from gpufleet.reports.data import load_week
+from gpufleet.reports.data import WeekData, load_week
 from gpufleet.reports.host_groups import HostGroup, throttled_group
 from gpufleet.reports.mail import read_message
 from gpufleet.reports.render import (
@@ -103,12 +103,18 @@ def report(tmp_path_factory: pytest.TempPathFactory):
     return config, files, files.page_path.read_text(encoding="utf-8")
 
 
+@pytest.fixture(scope="module")
+def week(report) -> WeekData:
+    """The week that report read, for the tests that only read it."""
+    config, _, _ = report
+    return load_week(config, fx.WEEK)
+
+
 # --- what is read from the marts --------------------------------------------------------
 
 
-def test_week_totals_are_the_marts_sums(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
-    data = load_week(config, fx.WEEK)
+def test_week_totals_are_the_marts_sums(week: WeekData) -> None:
+    data = week
     totals = data.totals
     assert totals.gpu_hours == pytest.approx(fx.GPU_HOURS)
     assert totals.idle_gpu_hours == pytest.approx(fx.IDLE_GPU_HOURS)
@@ -133,9 +139,8 @@ def test_a_previous_week_without_data_is_not_compared(tmp_path: Path) -> None:
     assert parse(page).kpis["waste_usd"][:3] == ["Idle waste", "$30", "no data for 2026-W43"]
 
 
-def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
-    teams = load_week(config, fx.WEEK).teams.to_dicts()
+def test_teams_sorted_by_waste_with_last_weeks_figures(week: WeekData) -> None:
+    teams = week.teams.to_dicts()
     assert [t["team"] for t in teams[:2]] == [fx.EVIL_TEAM, "vision"]
     assert [t["waste_usd"] for t in teams] == sorted((t["waste_usd"] for t in teams), reverse=True)
     assert teams[0]["prev_waste_usd"] == pytest.approx(1000.0)
@@ -143,9 +148,8 @@ def test_teams_sorted_by_waste_with_last_weeks_figures(tmp_path: Path) -> None:
     assert nlp["prev_gpu_hours"] is None  # no row last week
 
 
-def test_waste_is_this_weeks_per_job_most_expensive_first(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
-    jobs = load_week(config, fx.WEEK).waste_jobs.to_dicts()
+def test_waste_is_this_weeks_per_job_most_expensive_first(week: WeekData) -> None:
+    jobs = week.waste_jobs.to_dicts()
     assert [(j["team"], j["job_id"], j["waste_usd"]) for j in jobs] == [
         (fx.EVIL_TEAM, "j1", 1150.0),
         ("vision", "42", 40.0),
@@ -213,9 +217,8 @@ def test_a_gpu_list_names_a_few_hosts_and_counts_the_rest() -> None:
     assert format_gpus([]) == "–"
 
 
-def test_thermal_hours_most_throttled_gpus_and_hosts_with_problems(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
-    data = load_week(config, fx.WEEK)
+def test_thermal_hours_most_throttled_gpus_and_hosts_with_problems(week: WeekData) -> None:
+    data = week
     hours = data.thermal_hours.select("host", "hour_start", "throttled_minutes").rows()
     thu = dt.datetime(2026, 11, 12)
     assert hours == [
@@ -238,10 +241,9 @@ def test_thermal_hours_most_throttled_gpus_and_hosts_with_problems(tmp_path: Pat
     assert data.quarantined_total == 1
 
 
-def test_heatmap_hours_come_from_gpu_hourly(tmp_path: Path) -> None:
+def test_heatmap_hours_come_from_gpu_hourly(week: WeekData) -> None:
     """The local hour is the build's (gpu_hourly.hour; see the model tests), not the report's."""
-    config, _ = fx.fixture_config(tmp_path)
-    heatmap = load_week(config, fx.WEEK).heatmap.iter_rows(named=True)
+    heatmap = week.heatmap.iter_rows(named=True)
     hours = {r["hour"] for r in heatmap if r["team"] == "vision"}
     assert hours == set(range(9, 17))
 
@@ -388,11 +390,6 @@ def test_week_without_data_renders_a_clear_page(tmp_path: Path) -> None:
 # --- the charts, through their specs -----------------------------------------------------
 
 
-def _data(tmp_path: Path):
-    config, _ = fx.fixture_config(tmp_path)
-    return load_week(config, fx.WEEK)
-
-
 def _values(spec: dict) -> list[dict]:
     """The rows a chart carries inline."""
     return spec["data"]["values"]
@@ -405,8 +402,8 @@ def _tooltips(spec: dict) -> list[str]:
     return [t["field"] for encoding in encodings for t in encoding.get("tooltip", [])]
 
 
-def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
-    built = report_charts.build_charts(_data(tmp_path))
+def test_every_chart_has_inline_data_and_tooltips(week: WeekData) -> None:
+    built = report_charts.build_charts(week)
     assert [c.key for c in built] == [
         "utilization",
         "team-utilization",
@@ -421,12 +418,13 @@ def test_every_chart_has_inline_data_and_tooltips(tmp_path: Path) -> None:
         assert _tooltips(spec), chart.key
 
 
-def test_every_chart_of_the_report_and_the_team_emails_is_valid_vega_lite(tmp_path: Path) -> None:
+def test_every_chart_of_the_report_and_the_team_emails_is_valid_vega_lite(
+    report, week: WeekData
+) -> None:
     """NamedChart.spec leaves out Altair's schema validation: every chart the report and the
     team emails make (the thermal heatmap capped too) is validated here, and its spec is the
     validated one."""
-    config, _ = fx.fixture_config(tmp_path)
-    data = load_week(config, fx.WEEK)
+    config, data = report[0], week
     capped = data.thermal_hours.filter(pl.col("host_rank") == 1)
     charts = [
         *report_charts.build_charts(data),
@@ -441,7 +439,7 @@ def test_every_chart_of_the_report_and_the_team_emails_is_valid_vega_lite(tmp_pa
 
 
 def test_making_the_charts_checks_no_row_against_the_schema(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    week: WeekData, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Altair checked each chart's inline rows as it made the chart (0.15 s for a week of
     nine teams' hours): the test above checks them once, with the rest of the spec."""
@@ -453,15 +451,14 @@ def test_making_the_charts_checks_no_row_against_the_schema(
             rows_checked.append(len(spec["values"]))
         return validate(spec, schema, rootschema, **options)
 
-    data = _data(tmp_path)
     monkeypatch.setattr(schemapi, "validate_jsonschema", counted)
-    charts = report_charts.build_charts(data)
+    charts = report_charts.build_charts(week)
     assert len(charts) == 5 and rows_checked == []
     assert alt.Data(values=[{"hour": 1}]) and rows_checked == [1]  # what Altair's own does
 
 
-def test_busy_versus_idle_splits_each_teams_hours(tmp_path: Path) -> None:
-    spec = report_charts.busy_versus_idle(_data(tmp_path).teams).to_dict()
+def test_busy_versus_idle_splits_each_teams_hours(week: WeekData) -> None:
+    spec = report_charts.busy_versus_idle(week.teams).to_dict()
     rows = _values(spec)
     evil = {r["state"]: r["hours"] for r in rows if r["team"] == fx.EVIL_TEAM}
     assert evil == {"in use": 40.0, "idle, not counted as waste": 10.0, "idle waste": 50.0}
@@ -469,8 +466,8 @@ def test_busy_versus_idle_splits_each_teams_hours(tmp_path: Path) -> None:
     assert spec["encoding"]["x"]["stack"] == "zero"
 
 
-def test_heatmap_spec_is_day_by_hour_utilization(tmp_path: Path) -> None:
-    heatmap = _data(tmp_path).heatmap
+def test_heatmap_spec_is_day_by_hour_utilization(week: WeekData) -> None:
+    heatmap = week.heatmap
     spec = report_charts.utilization_heatmap(heatmap).to_dict()
     assert spec["mark"]["type"] == "rect"
     assert spec["encoding"]["x"]["field"] == "hour"
@@ -482,17 +479,17 @@ def test_heatmap_spec_is_day_by_hour_utilization(tmp_path: Path) -> None:
     assert teams["facet"]["field"] == "team"
 
 
-def test_waste_trend_highlights_a_team_from_the_legend(tmp_path: Path) -> None:
-    spec = report_charts.waste_trend(_data(tmp_path).waste_trend).to_dict()
+def test_waste_trend_highlights_a_team_from_the_legend(week: WeekData) -> None:
+    spec = report_charts.waste_trend(week.waste_trend).to_dict()
     assert spec["params"][0]["bind"] == "legend"
     weeks = {r["iso_week"] for r in _values(spec)}
     assert weeks == {"2026-W44", "2026-W45", "2026-W46"}
 
 
 def test_thermal_heatmap_is_throttled_minutes_by_host_and_hour_of_the_week(
-    tmp_path: Path,
+    week: WeekData,
 ) -> None:
-    data = _data(tmp_path)
+    data = week
     spec = report_charts.thermal_heatmap(data.thermal_hours, data).to_dict()
     assert spec["mark"]["type"] == "rect"
     assert spec["encoding"]["y"]["field"] == "host"
@@ -511,8 +508,8 @@ def test_thermal_heatmap_is_throttled_minutes_by_host_and_hour_of_the_week(
     assert len(rows) == 4  # one cell per throttled hour: no circle per event
 
 
-def test_a_capped_thermal_heatmap_says_how_many_hosts_it_shows(tmp_path: Path) -> None:
-    data = _data(tmp_path)
+def test_a_capped_thermal_heatmap_says_how_many_hosts_it_shows(week: WeekData) -> None:
+    data = week
     capped = data.thermal_hours.filter(pl.col("host_rank") == 1)
     title = report_charts.thermal_heatmap(capped, data).to_dict()["title"]
     assert title["subtitle"] == "the 1 of 2 hosts that throttled most"
@@ -520,9 +517,9 @@ def test_a_capped_thermal_heatmap_says_how_many_hosts_it_shows(tmp_path: Path) -
     assert uncapped["title"] == "Throttled minutes by host and hour"
 
 
-def test_the_thermal_chart_stops_at_the_weeks_end(tmp_path: Path) -> None:
+def test_the_thermal_chart_stops_at_the_weeks_end(week: WeekData) -> None:
     """Its axis ticks the week's seven midnights, Mon 09 to Sun 15 Nov, and no next Monday."""
-    data = _data(tmp_path)
+    data = week
     x = report_charts.thermal_heatmap(data.thermal_hours, data).to_dict()["encoding"]["x"]
     assert x["scale"]["domain"][1] == "2026-11-16T00:00:00"
     assert x["scale"]["nice"] is False
@@ -545,8 +542,8 @@ def test_throttling_is_shown_once_as_a_table_not_again_as_a_chart(report) -> Non
     assert rows[:5] == ["node-a", "0", "gpu-v1", "15.0", "10.0"]
 
 
-def test_team_heatmaps_fill_each_panel_and_draw_no_axes_in_empty_places(tmp_path: Path) -> None:
-    heatmap = _data(tmp_path).heatmap
+def test_team_heatmaps_fill_each_panel_and_draw_no_axes_in_empty_places(week: WeekData) -> None:
+    heatmap = week.heatmap
     spec = report_charts.team_heatmaps(heatmap).to_dict()
     assert spec["resolve"]["axis"] == {"x": "independent", "y": "independent"}
     rows = _values(spec)
@@ -677,15 +674,13 @@ def test_report_flow_rejects_a_bad_week(tmp_path: Path, prefect_harness: None) -
 # --- a report a council acts on (#57 item 5) --------------------------------------------------
 
 
-def test_teams_show_the_gpus_used_and_the_gpus_held_on_average(tmp_path: Path) -> None:
+def test_teams_show_the_gpus_used_and_the_gpus_held_on_average(report, week: WeekData) -> None:
     """vision used 4 GPUs at some time of the week, but its 300 GPU-hours over the week's
     168 hours are 1.8 GPUs held on average."""
-    config, _ = fx.fixture_config(tmp_path)
-    data = load_week(config, fx.WEEK)
-    held = dict(data.teams.select("team", "avg_gpus").rows())
+    held = dict(week.teams.select("team", "avg_gpus").rows())
     assert held["vision"] == pytest.approx(300 / 168)
     assert held[fx.EVIL_TEAM] == pytest.approx(100 / 168)
-    page = write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8")
+    _, _, page = report
     teams = page[page.index('<table class="teams">') :]
     teams = teams[: teams.index("</table>")]
     assert '<th class="num">GPUs used</th><th class="num">GPUs held on average</th>' in teams
@@ -698,16 +693,15 @@ def test_teams_show_the_gpus_used_and_the_gpus_held_on_average(tmp_path: Path) -
     ]
 
 
-def test_idle_capacity_is_a_cost_line_of_its_own_and_no_teams_waste(tmp_path: Path) -> None:
+def test_idle_capacity_is_a_cost_line_of_its_own_and_no_teams_waste(report, week: WeekData) -> None:
     """The 24 GPU-hours of (unallocated) GPUs at $2.50 are $60 of idle capacity: a card, a
     part of the subject, and not in the waste ($1,190 stays the teams' waste)."""
-    config, _ = fx.fixture_config(tmp_path)
-    data = load_week(config, fx.WEEK)
+    data = week
     assert data.totals.idle_capacity_gpu_hours == pytest.approx(fx.IDLE_CAPACITY_GPU_HOURS)
     assert data.totals.idle_capacity_usd == pytest.approx(fx.IDLE_CAPACITY_USD)
     assert data.totals.waste_usd == pytest.approx(fx.WASTE_USD)
-    files = write_report(config, fx.WEEK)
-    kpis = parse(files.page_path.read_text(encoding="utf-8")).kpis
+    _, files, page = report
+    kpis = parse(page).kpis
     assert kpis["idle_capacity_usd"][:2] == ["Idle capacity", "$60"]
     assert kpis["idle_capacity_gpu_hours"][:2] == ["Unallocated GPU-hours", "24.0"]
     assert kpis["waste_usd"][:2] == ["Idle waste", "$1,190"]
@@ -856,13 +850,12 @@ def test_a_host_that_reported_for_one_hour_has_one_day_and_little_of_the_week(
     assert "lowest daily coverage" not in quality and "coverage of the week" in quality
 
 
-def test_the_sites_block_of_the_text_email_has_column_headers(tmp_path: Path) -> None:
-    config, _ = fx.fixture_config(tmp_path)
+def test_the_sites_block_of_the_text_email_has_column_headers(week: WeekData) -> None:
     sites = pl.DataFrame(
         {"cluster": ["sfo", "nyc"], "gpu_hours": [100.0, 50.0], "avg_util_pct": [50.0, 20.0],
          "waste_gpu_hours": [10.0, 5.0], "waste_usd": [25.0, 12.5]}
     )  # fmt: skip
-    data = dataclasses.replace(load_week(config, fx.WEEK), sites=sites)
+    data = dataclasses.replace(week, sites=sites)
     text = render_email_text(data, PageLink(url=None, path="index.html"))
     block = text[text.index("SITES") :].splitlines()
     assert block[1].split() == ["site", "GPU-hours", "util", "waste", "hours", "waste"]

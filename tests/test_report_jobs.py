@@ -14,7 +14,7 @@ import gpufleet
 from gpufleet.reports.data import load_week
 from gpufleet.reports.jobs import MIN_GPU_HOURS, TOP_JOBS
 from gpufleet.reports.mail import read_message
-from gpufleet.reports.weekly import write_report
+from gpufleet.reports.weekly import ReportFiles, write_report
 from tests import report_fixtures as fx
 
 pytestmark = pytest.mark.fleet
@@ -159,11 +159,19 @@ def section(html: str) -> str:
     return html[start : html.index("</section>", start)]
 
 
-@pytest.fixture
-def config(tmp_path: Path):
-    config, _ = fx.fixture_config(tmp_path)
-    add_job_efficiency(tmp_path, week_jobs())
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory):
+    """The hand-made warehouse with the week's jobs, for the tests that only read it."""
+    data_dir = tmp_path_factory.mktemp("jobs")
+    config, _ = fx.fixture_config(data_dir)
+    add_job_efficiency(data_dir, week_jobs())
     return config
+
+
+@pytest.fixture(scope="module")
+def report(config) -> ReportFiles:
+    """Its report, written once."""
+    return write_report(config, fx.WEEK)
 
 
 def test_the_weeks_jobs_by_waste_then_idle_hours_top_ten(config) -> None:
@@ -179,8 +187,8 @@ def test_the_weeks_jobs_by_waste_then_idle_hours_top_ten(config) -> None:
     assert first["start_ts"].tzinfo is not None  # shown in the configured zone
 
 
-def test_the_section_shows_each_jobs_columns_formatted(config) -> None:
-    page = write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8")
+def test_the_section_shows_each_jobs_columns_formatted(report: ReportFiles) -> None:
+    page = report.page_path.read_text(encoding="utf-8")
     rows = table_rows(section(page))
     assert [(row[0], row[1]) for row in rows] == LISTED  # the GPU model in its own column
     assert rows[1] == [
@@ -205,16 +213,16 @@ def test_the_section_shows_each_jobs_columns_formatted(config) -> None:
     assert "$9,999" not in section(page)
 
 
-def test_hostile_names_are_escaped_in_the_section(config) -> None:
-    html = section(write_report(config, fx.WEEK).page_path.read_text(encoding="utf-8"))
+def test_hostile_names_are_escaped_in_the_section(report: ReportFiles) -> None:
+    html = section(report.page_path.read_text(encoding="utf-8"))
     for raw in (fx.EVIL_USER, fx.EVIL_TEAM, EVIL_ACCOUNT):
         assert raw not in html
     assert "&lt;/script&gt;&lt;b&gt;bob&lt;/b&gt;" in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
-def test_the_email_has_the_section_in_html_and_text(config) -> None:
-    message = read_message(write_report(config, fx.WEEK).email_path)
+def test_the_email_has_the_section_in_html_and_text(report: ReportFiles) -> None:
+    message = read_message(report.email_path)
     html_part = message.get_body(preferencelist=("html",))
     text_part = message.get_body(preferencelist=("plain",))
     assert html_part is not None and text_part is not None

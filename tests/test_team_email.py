@@ -28,6 +28,7 @@ from gpufleet.warehouse.ingest import ingest
 from gpufleet.weeks import last_complete_week
 from tests import report_fixtures as fx
 from tests.report_fixtures import REFUSAL_REPLY, RefusingInbox, smtp_inbox
+from tests.templates import made_once
 from tests.test_browser import BlackHoleProxy, run_chromium
 
 pytestmark = pytest.mark.fleet
@@ -63,14 +64,20 @@ def _add_crossing_episode(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _warehouse(data_dir: Path, port: int = 25) -> Path:
-    fx.make_warehouse(data_dir)
-    with duckdb.connect(str(data_dir / "warehouse.duckdb")) as con:
-        _add_crossing_episode(con)
-        con.execute("create table ref_teams (team varchar, lead_email varchar, cc varchar[])")
-        con.executemany(
-            "insert into ref_teams values (?, ?, ?)",
-            [(team, lead, cc) for team, (lead, cc) in LEADS.items()],
-        )
+    """The hand-made warehouse with CROSSING and the leads (made once per test process and
+    copied), and a configuration with an SMTP server at `port`."""
+
+    def fill(folder: Path) -> None:
+        fx.make_warehouse(folder)
+        with duckdb.connect(str(folder / "warehouse.duckdb")) as con:
+            _add_crossing_episode(con)
+            con.execute("create table ref_teams (team varchar, lead_email varchar, cc varchar[])")
+            con.executemany(
+                "insert into ref_teams values (?, ?, ?)",
+                [(team, lead, cc) for team, (lead, cc) in LEADS.items()],
+            )
+
+    made_once("test_team_email._warehouse", fill, data_dir)
     return fx.write_config(
         data_dir,
         f'[smtp]\nhost = "127.0.0.1"\nport = {port}\n[report]\nsender = "gpufleet@example.org"\n',
@@ -130,13 +137,13 @@ def test_one_email_per_team_with_its_own_figures(tmp_path: Path) -> None:
 
 def test_the_email_shows_the_teams_waste_by_user_and_job_and_escapes_names(tmp_path: Path) -> None:
     config = load_config(config_path=_warehouse(tmp_path))
-    evil = next(e for e in write_team_emails(config, fx.WEEK) if e.team == fx.EVIL_TEAM)
-    html = _html(read_message(evil.path))
+    emails = {email.team: email for email in write_team_emails(config, fx.WEEK)}
+    html = _html(read_message(emails[fx.EVIL_TEAM].path))
     assert fx.EVIL_TEAM not in html and fx.EVIL_USER not in html
     assert "Team &lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "&lt;/script&gt;&lt;b&gt;bob&lt;/b&gt;" in html  # the user, as text
     assert "$1,150" in html and "j1" in html  # the episode's cost and job (fixture rows)
-    vision = next(e for e in write_team_emails(config, fx.WEEK) if e.team == "vision")
+    vision = emails["vision"]
     vision_html = _html(read_message(vision.path))
     assert "alice" in vision_html and "carol" not in vision_html  # carol's was last week
     text = read_message(vision.path).get_body(("plain",)).get_content()  # type: ignore[union-attr]
