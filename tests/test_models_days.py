@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.warehouse.build import BuildResult
 from gpufleet.warehouse.build.models import apply_docs, build_order, discover_models
-from tests.test_models_fixtures import Fleet
+from tests.test_models_fixtures import Fleet, built_once
 
 pytestmark = pytest.mark.fleet
 
@@ -32,13 +32,10 @@ def sample_every_minute(fleet: Fleet, first: dt.datetime, last: dt.datetime) -> 
     )
 
 
-@pytest.mark.parametrize(
-    ("day", "hours"),
-    [(dt.date(2026, 3, 29), 23.0), (dt.date(2026, 10, 25), 25.0), (dt.date(2026, 3, 28), 24.0)],
-)
-def test_dst_days_have_23_and_25_hours_in_europe_berlin(day: dt.date, hours: float) -> None:
+def _dst_fleet() -> Fleet:
+    """Europe/Berlin's days, the whole of March 27 .. 30 and October 24 .. 26 (UTC) sampled
+    minute by minute, built (once per process: each day's test reads the same fleet)."""
     fleet = Fleet(timezone="Europe/Berlin")
-    # Sample the whole of March 27 .. 30 and October 24 .. 26 (UTC), minute by minute.
     sample_every_minute(
         fleet, dt.datetime(2026, 3, 27, tzinfo=UTC), dt.datetime(2026, 3, 31, tzinfo=UTC)
     )
@@ -46,6 +43,15 @@ def test_dst_days_have_23_and_25_hours_in_europe_berlin(day: dt.date, hours: flo
         fleet, dt.datetime(2026, 10, 23, tzinfo=UTC), dt.datetime(2026, 10, 27, tzinfo=UTC)
     )
     fleet.build()
+    return fleet
+
+
+@pytest.mark.parametrize(
+    ("day", "hours"),
+    [(dt.date(2026, 3, 29), 23.0), (dt.date(2026, 10, 25), 25.0), (dt.date(2026, 3, 28), 24.0)],
+)
+def test_dst_days_have_23_and_25_hours_in_europe_berlin(day: dt.date, hours: float) -> None:
+    fleet = built_once("test_models_days._dst_fleet", _dst_fleet)
     # 2026-03-29 local = [03-28 23:00Z, 03-29 22:00Z): 23 h of 60 s samples = 1380 samples;
     # 2026-10-25 local = [10-24 22:00Z, 10-25 23:00Z): 25 h = 1500 samples.
     row = fleet.one("select hours_observed, samples from gpu_daily where day = ?", [day])
