@@ -49,12 +49,15 @@ def rows(config: Config, sql: str, params: list[Any] | None = None) -> list[tupl
 
 def sent_log(config: Config) -> list[tuple[Any, ...]]:
     """(day, kind, user, recipient) of every row of notices_sent (none without the table)."""
-    exists = rows(config, "select count(*) from duckdb_tables() where table_name = 'notices_sent'")
-    if not exists[0][0]:
-        return []
-    return rows(
-        config, 'select day, kind, "user", recipient from notices_sent order by day, "user"'
-    )
+    with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
+        exists = con.execute(
+            "select count(*) from duckdb_tables() where table_name = 'notices_sent'"
+        ).fetchall()
+        if not exists[0][0]:
+            return []
+        return con.execute(
+            'select day, kind, "user", recipient from notices_sent order by day, "user"'
+        ).fetchall()
 
 
 def mart_episodes(config: Config, user: str) -> list[tuple[Any, ...]]:
@@ -300,12 +303,11 @@ def test_an_episode_belongs_to_the_local_day_it_ended_or_is_still_open_in(
 
     # In New York (UTC-5) erin's episode ends at 20:00 on D: it is D's, and only D's.
     config = fx.make_fleet(tmp_path / "ny", timezone="America/New_York")
-    day = {n.user for n in notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan.notices}
+    notices = notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan.notices
     next_day = notify_idle(config, day=fx.NEXT_DAY, mode=DRY_RUN).plan.notices
-    assert {"erin", "dave"} <= day
+    assert {"erin", "dave"} <= {n.user for n in notices}
     assert {n.user for n in next_day} == set()
-    (erin,) = [n for n in notify_idle(config, day=fx.DAY, mode=DRY_RUN).plan.notices
-               if n.user == "erin"]  # fmt: skip
+    (erin,) = [n for n in notices if n.user == "erin"]
     assert clock(erin.episodes[0].end_ts) == "2026-11-16 20:00"
 
 
