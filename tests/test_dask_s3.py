@@ -132,11 +132,8 @@ def _holding(receive: Callable[[R], R], held: list[bool]) -> Callable[[R], R]:
     """`receive`, noting whether each result it is given holds compacted files' bytes."""
 
     def noted(result: R) -> R:
-        if isinstance(result, LoadTaskResult):
-            held.append(any(batch.files for batch in result.batches if batch))
-        else:
-            assert isinstance(result, CompactTaskResult)
-            held.append(bool(result.files))
+        assert isinstance(result, LoadTaskResult | CompactTaskResult)
+        held.append(bool(result.files))
         return receive(result)
 
     return noted

@@ -11,8 +11,10 @@ without it.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,28 +118,33 @@ class StoredObject:
     etag: str  # the object's ETag when copied ("" when the store gave none)
 
 
-def download(
-    objects: Iterable[StoredObject], root: Path, *, endpoint_url: str, region: str
-) -> None:
-    """Copy each object to `root / relative` (the worker's own folder) through pyarrow's S3
-    filesystem, with the credentials of this machine's environment. OSError, in one line,
-    when one cannot be read, or holds other bytes than the pipeline host's copy (another
-    size or ETag: overwritten since)."""
+@contextlib.contextmanager
+def downloaded(
+    objects: Iterable[StoredObject], *, endpoint_url: str, region: str
+) -> Iterator[Path]:
+    """A new folder of this machine's own (a Dask worker's) holding each object at its
+    `relative` path, copied through pyarrow's S3 filesystem with the credentials of this
+    machine's environment; removed on the way out. OSError, in one line, when one cannot
+    be read, or holds other bytes than the pipeline host's copy (another size or ETag:
+    overwritten since)."""
     fs = s3_filesystem(endpoint_url=endpoint_url, region=region)
-    for item in objects:
-        target = root / item.relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with fs.open_input_stream(item.path) as source, target.open("wb") as out:
-            etag = _etag(source.metadata())
-            while chunk := source.read(_CHUNK_BYTES):
-                out.write(chunk)
-            size = out.tell()
-        if size != item.size_bytes or (etag and item.etag and etag != item.etag):
-            raise OSError(
-                f"s3://{item.path}: other bytes than the pipeline host's copy ({size} bytes, "
-                f"ETag {etag or '-'}; copied: {item.size_bytes} bytes, ETag {item.etag or '-'}): "
-                "overwritten since"
-            )
+    with tempfile.TemporaryDirectory(prefix="gpufleet-s3-", ignore_cleanup_errors=True) as own:
+        root = Path(own)
+        for item in objects:
+            target = root / item.relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with fs.open_input_stream(item.path) as source, target.open("wb") as out:
+                etag = _etag(source.metadata())
+                while chunk := source.read(_CHUNK_BYTES):
+                    out.write(chunk)
+                size = out.tell()
+            if size != item.size_bytes or (etag and item.etag and etag != item.etag):
+                raise OSError(
+                    f"s3://{item.path}: other bytes than the pipeline host's copy ({size} "
+                    f"bytes, ETag {etag or '-'}; copied: {item.size_bytes} bytes, ETag "
+                    f"{item.etag or '-'}): overwritten since"
+                )
+        yield root
 
 
 def _etag(metadata: Mapping[str, bytes] | Mapping[str, str]) -> str:

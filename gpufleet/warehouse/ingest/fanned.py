@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,13 +27,13 @@ import duckdb
 from gpufleet.collectors.writer import write_bytes_atomically
 from gpufleet.config import Config, S3Config
 from gpufleet.integrations.mirror import reads_object_storage, stored_objects
-from gpufleet.storage.s3 import StoredObject, download
+from gpufleet.storage.s3 import StoredObject, downloaded
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
 from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loaded_files, new_keys
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
-from gpufleet.warehouse.lake.compacted_file import compacted_name, partition_day, staging_directory
+from gpufleet.warehouse.lake.compacted_file import staged_file, staging_directory
 from gpufleet.warehouse.lake.fanout import task_runs
 
 
@@ -70,65 +69,50 @@ class BatchTaken:
     rows: int
     keys: Keys  # its GPUs and times
     written: dict[str, frozenset[str]]  # host-day directory -> the GPUs of its file
-    files: dict[str, bytes] = field(default_factory=dict)  # directory -> its file, from a store
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoadTaskResult:
-    """What a task did: per batch, what it took, or None (the host loads that batch)."""
+    """What a task did: per batch, what it took, or None (the host loads that batch); read
+    from the store, each compacted file (host-day directory -> its bytes)."""
 
     seconds: float
     batches: tuple[BatchTaken | None, ...]
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 def run_load_task(task: LoadTask) -> LoadTaskResult:
     """Read, check and compact the task's batches (on a worker). A retried task writes the
     same bytes under the same names (`write_compacted` writes beside, then renames)."""
     started = time.perf_counter()
+    files: dict[str, bytes] = {}
     if task.store is None:
         config = Config(data_dir=Path(task.data_dir))
         taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
     else:
-        with tempfile.TemporaryDirectory(prefix="gpufleet-load-") as own:
-            config = Config(data_dir=Path(own))
-            taken = tuple(_take_from_store(config, task, list(batch)) for batch in task.batches)
-    return LoadTaskResult(seconds=time.perf_counter() - started, batches=taken)
+        taken = tuple(_take_from_store(task, list(batch), files) for batch in task.batches)
+    return LoadTaskResult(seconds=time.perf_counter() - started, batches=taken, files=files)
 
 
-def _take_from_store(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
-    """`_take` of a batch whose objects are read from the store into `config`'s data
-    directory (the worker's own folder), its compacted files' bytes sent back; None (the
-    host loads it from its copies) when an object does not read as the host copied it."""
+def _take_from_store(
+    task: LoadTask, batch: list[SampleFile], files: dict[str, bytes]
+) -> BatchTaken | None:
+    """`_take` of a batch whose objects are read from the store into a folder of the
+    worker's own, its compacted files' bytes put in `files`; None (the host loads it from
+    its copies) when an object does not read as the host copied it."""
     assert task.store is not None
-    directories = _directories(batch)
+    objects = [task.objects[file.path] for file in batch]
+    store = task.store
     try:
-        download(
-            [task.objects[file.path] for file in batch],
-            config.data_dir,
-            endpoint_url=task.store.endpoint_url,
-            region=task.store.region,
-        )
-        for directory in directories:
-            staging_directory(config.data_dir / directory, task.run).mkdir()
-        taken = _take(config, task, batch)
-        if taken is None:
-            return None
-        files = {d: _staged(config, d, task.run).read_bytes() for d in taken.written}
-        return replace(taken, files=files)
+        with downloaded(objects, endpoint_url=store.endpoint_url, region=store.region) as own:
+            for directory in _directories(batch):
+                staging_directory(own / directory, task.run).mkdir()
+            taken = _take(Config(data_dir=own), task, batch)
+            if taken is not None:
+                files.update({d: staged_file(own, d, task.run).read_bytes() for d in taken.written})
+            return taken
     except OSError:
         return None
-    finally:
-        for directory in directories:
-            shutil.rmtree(config.data_dir / directory, ignore_errors=True)
-            staged = staging_directory(config.data_dir / directory, task.run)
-            shutil.rmtree(staged, ignore_errors=True)
-
-
-def _staged(config: Config, directory: str, run: str) -> Path:
-    """The compacted file of a host-day `directory` in run `run`'s staging directory."""
-    day = partition_day(directory)
-    assert day is not None
-    return staging_directory(config.data_dir / directory, run) / compacted_name(day)
 
 
 def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken | None:
@@ -245,16 +229,10 @@ class LoadFanOut:
         return found
 
     def receive(self, result: LoadTaskResult) -> LoadTaskResult:
-        """Write the compacted files a task sent back (read from the store) into their
-        staging directories; the result without them. `run` may call it on each result as
-        it comes (the flows' does: the host then holds one task's files at a time)."""
-        if not any(batch and batch.files for batch in result.batches):
-            return result
-        for batch in result.batches:
-            for directory, data in batch.files.items() if batch else ():
-                write_bytes_atomically(data, _staged(self.config, directory, self._run))
-        emptied = tuple(b if b is None else replace(b, files={}) for b in result.batches)
-        return replace(result, batches=emptied)
+        """`CompactFanOut.receive`'s, for a load task."""
+        for directory, data in result.files.items():
+            write_bytes_atomically(data, staged_file(self.config.data_dir, directory, self._run))
+        return replace(result, files={}) if result.files else result
 
     def discard(self) -> None:
         """Remove the staging directories of the batches sent (the ingest failed)."""

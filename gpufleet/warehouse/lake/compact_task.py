@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from gpufleet.errors import GpufleetError
-from gpufleet.storage.s3 import describe_error, download
+from gpufleet.storage.s3 import describe_error, downloaded
 from gpufleet.warehouse.base.raw_tables import literal_path
 from gpufleet.warehouse.lake.compact import compact_from_files
 from gpufleet.warehouse.lake.fanout import CompactTask, CompactTaskResult, HostDay
@@ -59,7 +58,7 @@ def run_compact_task(task: CompactTask) -> CompactTaskResult:
                 if task.store is None:
                     _compact_here(con, host_day)
                 else:
-                    files[host_day.directory] = _compact_from_store(con, task, host_day, own)
+                    files[host_day.directory] = _compact_from_store(con, task, host_day)
             except (duckdb.Error, pa.ArrowException, GpufleetError, OSError) as exc:
                 if isinstance(exc, OSError) and task.store is None:
                     raise  # where the files lie: the machine's problem, not the files'
@@ -84,21 +83,16 @@ def _compact_here(con: duckdb.DuckDBPyConnection, host_day: HostDay) -> None:
 
 
 def _compact_from_store(
-    con: duckdb.DuckDBPyConnection, task: CompactTask, host_day: HostDay, own: Path
+    con: duckdb.DuckDBPyConnection, task: CompactTask, host_day: HostDay
 ) -> bytes:
-    """A host-day's compacted file's bytes, from its objects, read into `own` (the worker's
-    folder) at their paths below the data directory (a `host=H@site` folder names the
-    site, as on the pipeline host) and removed after."""
+    """A host-day's compacted file's bytes, from its objects read into a folder of the
+    worker's own at their paths below the data directory (a `host=H@site` folder names the
+    site, as on the pipeline host)."""
     assert task.store is not None
-    root = own / "data"
-    try:
-        download(
-            host_day.objects, root, endpoint_url=task.store.endpoint_url, region=task.store.region
-        )
-        target = root / host_day.target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        sources = [literal_path(str(root / item.relative)) for item in host_day.objects]
+    store = task.store
+    with downloaded(host_day.objects, endpoint_url=store.endpoint_url, region=store.region) as own:
+        target = own / host_day.target
+        target.parent.mkdir()
+        sources = [literal_path(str(own / item.relative)) for item in host_day.objects]
         compact_from_files(con, sources, target, replaced=dict(host_day.replaced))
         return target.read_bytes()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

@@ -66,6 +66,14 @@ def staging_directory(directory: Path, run: str) -> Path:
     return directory.with_name(f".{directory.name}{STAGING_SUFFIX}-{run}")
 
 
+def staged_file(data_dir: Path, directory: str, run: str) -> Path:
+    """The compacted file of host-day `directory` (`raw/samples/date=D/host=H`, below
+    `data_dir`) in run `run`'s staging directory."""
+    day = partition_day(directory)
+    assert day is not None
+    return staging_directory(data_dir / directory, run) / compacted_name(day)
+
+
 def remove_other_staging(samples_dir: Path, run: str) -> None:
     """Remove every staging directory under `samples_dir` but run `run`'s: those of runs
     that died or were given up (late tasks' files), and of the naming without a run."""
