@@ -19,12 +19,11 @@ import datetime as dt
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
-from gpufleet.collectors.writer import write_bytes_atomically
 from gpufleet.config import Config, S3Config
 from gpufleet.integrations.mirror import reads_object_storage, stored_objects
 from gpufleet.storage.s3 import StoredObject, downloaded
@@ -34,7 +33,7 @@ from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loa
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.compacted_file import staged_file, staging_directory
-from gpufleet.warehouse.lake.fanout import task_runs
+from gpufleet.warehouse.lake.fanout import FanOut, task_runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,26 +139,9 @@ def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoadReport:
-    """What the last fanned-out load did, for `bench/dask_build.py`."""
-
-    tasks: int = 0
-    results: tuple[LoadTaskResult, ...] = ()
-    run_seconds: float = 0.0  # from the first task submitted to the last done
-
-
 @dataclass(kw_only=True)
-class LoadFanOut:
-    """Where a backfill's whole host-days are read: `run` takes the tasks and returns each
-    one's result in their order, or raises (a GpufleetError of one line) when one failed."""
-
-    config: Config
-    run: Callable[[Sequence[LoadTask]], Sequence[LoadTaskResult]]
-    workers: Callable[[], int]  # how many there are
-    last: LoadReport | None = None
-    _staging: list[Path] = field(default_factory=list)
-    _run: str = ""  # the ingest's run, whose staging directories `receive` writes into
+class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
+    """Where a backfill's whole host-days are read (`FanOut`)."""
 
     def load(
         self,
@@ -184,12 +166,10 @@ class LoadFanOut:
         if not sent:
             return found
         directories = {d for i in sent for d in _directories(batches[i])}
-        self._staging = [
-            staging_directory(self.config.data_dir / d, ahead.run) for d in directories
-        ]
-        for folder in self._staging:
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
+        self._targets = {d: staged_file(self.config.data_dir, d, ahead.run) for d in directories}
+        for target in self._targets.values():
+            shutil.rmtree(target.parent, ignore_errors=True)
+            target.parent.mkdir()
         runs = task_runs(
             [batches[i] for i in sent], self.workers(), lambda b: sum(f.size_bytes for f in b)
         )
@@ -214,30 +194,18 @@ class LoadFanOut:
             f"ingest: {len(sent)} batches of whole host-days ({files:,} files) read on "
             f"the Dask workers in {len(tasks)} tasks"
         )
-        started = time.perf_counter()
-        self._run = ahead.run
         # (the caller discards the staging when it fails)
-        results = tuple(self.receive(result) for result in self.run(tasks))
-        taken = [batch for result in results for batch in result.batches]
+        taken = [batch for result in self._run_tasks(tasks) for batch in result.batches]
         for index, batch in zip(sent, taken, strict=True):
             found[index] = batch
             if batch is None:  # the host loads it: its (empty) staging directories go
                 _remove_staging(self.config, _directories(batches[index]), ahead.run)
-        self.last = LoadReport(
-            tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
-        )
         return found
-
-    def receive(self, result: LoadTaskResult) -> LoadTaskResult:
-        """`CompactFanOut.receive`'s, for a load task."""
-        for directory, data in result.files.items():
-            write_bytes_atomically(data, staged_file(self.config.data_dir, directory, self._run))
-        return replace(result, files={}) if result.files else result
 
     def discard(self) -> None:
         """Remove the staging directories of the batches sent (the ingest failed)."""
-        for folder in self._staging:
-            shutil.rmtree(folder, ignore_errors=True)
+        for target in self._targets.values():
+            shutil.rmtree(target.parent, ignore_errors=True)
 
 
 def adopt(

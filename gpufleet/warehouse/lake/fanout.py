@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import duckdb
 
@@ -175,27 +175,65 @@ def task_runs(
     return runs
 
 
+class _Result(Protocol):
+    """A task's result: a frozen dataclass with the compacted files read from the store."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def files(self) -> dict[str, bytes]: ...  # host-day directory -> its compacted file
+
+
+Task = TypeVar("Task")
+Result = TypeVar("Result", bound=_Result)
+
+
 @dataclass(frozen=True, kw_only=True)
-class CompactReport:
-    """What the last fanned-out compaction did, for `bench/dask_build.py`."""
+class TasksReport(Generic[Result]):
+    """What a fan-out's last tasks did, for `bench/dask_build.py`."""
 
     tasks: int = 0
-    results: tuple[CompactTaskResult, ...] = ()
+    results: tuple[Result, ...] = ()
     run_seconds: float = 0.0  # from the first task submitted to the last done
 
 
 @dataclass(kw_only=True)
-class CompactFanOut:
-    """Where compaction from files runs: `run` takes the tasks and returns each one's result
-    in their order, or raises (a GpufleetError of one line) when one failed."""
+class FanOut(Generic[Task, Result]):
+    """Where an ingest's tasks run (compaction's, `CompactFanOut`; a backfill's loads,
+    `ingest/fanned.py`): `run` takes the tasks and returns each one's result in their
+    order, or raises (a GpufleetError of one line) when one failed."""
 
     config: Config
-    run: Callable[[Sequence[CompactTask]], Sequence[CompactTaskResult]]
+    run: Callable[[Sequence[Task]], Sequence[Result]]
     workers: Callable[[], int]  # how many there are
+    last: TasksReport[Result] | None = None
+    # The compacted file of each host-day sent, by directory (as the tasks name it).
+    _targets: dict[str, Path] = field(default_factory=dict)
+
+    def _run_tasks(self, tasks: Sequence[Task]) -> tuple[Result, ...]:
+        """Each task's result, `receive`d, as `run` gives them; the run noted in `last`."""
+        started = time.perf_counter()
+        results = tuple(self.receive(result) for result in self.run(tasks)) if tasks else ()
+        self.last = TasksReport(
+            tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
+        )
+        return results
+
+    def receive(self, result: Result) -> Result:
+        """Write the compacted files a task sent back (read from the store) into their
+        staging directories; the result without them. `run` may call it on each result as
+        it comes (the flows' does: the host then holds one task's files at a time)."""
+        for directory, data in result.files.items():
+            write_bytes_atomically(data, self._targets[directory])
+        return replace(result, files={}) if result.files else result
+
+
+@dataclass(kw_only=True)
+class CompactFanOut(FanOut[CompactTask, CompactTaskResult]):
+    """Where compaction from files runs (`FanOut`)."""
+
     threads: int | None = None  # each worker's DuckDB threads (None: all its cores)
     memory_limit: str | None = None  # each worker's DuckDB memory limit (None: its default)
-    last: CompactReport | None = None
-    _targets: dict[str, Path] = field(default_factory=dict)  # of the host-days sent, by name
 
     def compact(
         self,
@@ -237,13 +275,9 @@ class CompactFanOut:
                     f"compact: {len(host_days)} host-days from their files in {len(tasks)} tasks"
                     + (f", {len(here)} on this host (files not in the store)" if here else "")
                 )
-            started = time.perf_counter()
             data_dir = self.config.data_dir.absolute()
             self._targets = {day.directory: data_dir / day.target for day in sent}
-            results = tuple(self.receive(result) for result in self.run(tasks)) if tasks else ()
-            self.last = CompactReport(
-                tasks=len(tasks), results=results, run_seconds=time.perf_counter() - started
-            )
+            results = self._run_tasks(tasks)
             # (an absolute directory, of a task that read the files where they lie, stays so)
             failed = {
                 str(data_dir / path): why
@@ -284,14 +318,6 @@ class CompactFanOut:
             else:
                 sent.append(stored)
         return sent, here
-
-    def receive(self, result: CompactTaskResult) -> CompactTaskResult:
-        """Write the compacted files a task sent back (read from the store) into their
-        staging directories; the result without them. `run` may call it on each result as
-        it comes (the flows' does: the host then holds one task's files at a time)."""
-        for directory, data in result.files.items():
-            write_bytes_atomically(data, self._targets[directory])
-        return replace(result, files={}) if result.files else result
 
     def _compact_here(
         self, host_days: Sequence[HostDay], time_zone: str, scratch: Path
