@@ -23,6 +23,8 @@ from gpufleet.warehouse.publish import (
     write_transaction,
 )
 from gpufleet.warehouse.publish.log import LOG_KEPT
+from gpufleet.warehouse.publish.slot_files import same_file, slot_paths
+from tests.scans import ScanCounter
 
 pytestmark = pytest.mark.fleet
 
@@ -226,6 +228,36 @@ def test_a_slot_caught_up_in_place_has_the_published_rows_copies_nulls_and_lists
             published = con.execute("select * from u order by all").fetchall()
         assert published == expected.execute("select * from u order by all").fetchall()
     assert len(inodes) == 2  # every write after the second caught a slot up in place
+
+
+def test_a_catch_up_rewrites_only_the_tables_that_differ(config: Config, tmp_path: Path) -> None:
+    """A table copied whole that holds the published rows already (most tables, most
+    publishes: the references, the allocations, loaded_files) is compared, not rewritten,
+    and a mart the publish log names no rows of is not replayed: each is statements that
+    every write of a cycle would pay."""
+    with write_transaction(config) as con:
+        con.execute("create table u (a integer); create table v (a integer)")
+        con.execute("insert into u values (1); insert into v values (1)")
+        con.execute("create table team_daily as select date '2026-11-16' as day")
+    with write_transaction(config):
+        pass  # both slots exist now: the next write catches the other one up in place
+    with write_transaction(config) as con:
+        con.execute("insert into v values (2)")
+    first, second = slot_paths(config.warehouse_path)
+    stale = second if same_file(config.warehouse_path, first) else first
+    with duckdb.connect(str(stale)) as con:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        assert catch_up.catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
+        written = {
+            statement.split()[2]
+            for statement in counter.statements
+            if statement.startswith(("delete from ", "insert into "))
+        }
+        assert con.execute("select * from v order by all").fetchall() == [(1,), (2,)]
+    assert "main.v" in written
+    assert "main.u" not in written
+    assert not [statement for statement in counter.statements if "_sync_keys" in statement]
+    assert not written & {"main.ref_users", "main.allocations", "main.loaded_files"}
 
 
 def test_the_publish_log_in_a_slot_caught_up_in_place_is_the_published_one(

@@ -71,8 +71,10 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
         # Stops at the first table that cannot be caught up: the samples first, as a load
         # too large to add (a backfill, hours loaded at once) comes with as large a replay.
         order = sorted(tables, key=lambda name: name != f"main.{_APPEND_ONLY}")
+        replaced = frozenset() if rebuild else _replaced_tables(con, behind)
         return all(
-            _catch_up_table(con, name, tables[name], behind, rebuild=rebuild) for name in order
+            _catch_up_table(con, name, tables[name], behind, replaced, rebuild=rebuild)
+            for name in order
         )
     finally:
         con.execute("detach _published")
@@ -122,21 +124,31 @@ def _log_covers(con: duckdb.DuckDBPyConnection, *, behind: int, ahead: int) -> b
     return not (full and full[0])
 
 
+def _replaced_tables(con: duckdb.DuckDBPyConnection, behind: int) -> frozenset[str]:
+    """The tables whose rows the publishes since `behind` replaced, by the published log."""
+    rows = con.execute(
+        f"select distinct table_name from _published.{_LOG} where generation > ?", [behind]
+    ).fetchall()
+    return frozenset(str(row[0]) for row in rows)
+
+
 def _catch_up_table(
     con: duckdb.DuckDBPyConnection,
     name: str,
     columns: list[tuple[str, str]],
     behind: int,
+    replaced: frozenset[str],
     *,
     rebuild: bool,
 ) -> bool:
     """Bring one table (schema.table, its `columns` as `_columns` gives them) up to the
-    published one's rows; False if it cannot."""
+    published one's rows (a logged table: those of `replaced`, `_replaced_tables`); False
+    if it cannot."""
     if name == f"main.{_APPEND_ONLY}":
         return _append_samples(con, name)
     if name.removeprefix("main.") in LOGGED_TABLES:
         if not rebuild:
-            _replay(con, name, behind)
+            _replay(con, name, behind, replaced)
         return True
     if name == _LOG:
         _copy_log(con, name)
@@ -155,7 +167,18 @@ def _copy_rows(con: duckdb.DuckDBPyConnection, name: str, columns: list[str]) ->
     most tables change by a few rows a publish, or none (`loaded_files`, the allocations,
     the publish log grow with the history; copied whole, they would cost every cycle time
     that grows with the history too). Every copy of a row the
-    published table has fewer of is deleted, then the published rows missing are added."""
+    published table has fewer of is deleted, then the published rows missing are added. A
+    table that holds the published rows already (most, most publishes) is left after one
+    statement, not four: as many rows, each of them among the published ones, is the same
+    rows."""
+    differs = con.execute(
+        f"""
+        select (select count(*) from {name}) <> (select count(*) from _published.{name})
+            or exists (select * from {name} except all select * from _published.{name})
+        """
+    ).fetchone()
+    if not (differs and differs[0]):
+        return
     same = " and ".join(
         f'rows."{column}" is not distinct from gone."{column}"'
         for column in (column.replace('"', '""') for column in columns)
@@ -204,10 +227,15 @@ def _append_samples(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(counts and counts[0] == counts[1])  # unequal: rows left for the lake since
 
 
-def _replay(con: duckdb.DuckDBPyConnection, name: str, behind: int) -> None:
+def _replay(
+    con: duckdb.DuckDBPyConnection, name: str, behind: int, replaced: frozenset[str]
+) -> None:
     """Replace the table's rows the publishes since `behind` replaced, key by key
-    (_SERIES_ORDERED's a range of series at a time)."""
+    (_SERIES_ORDERED's a range of series at a time); nothing for a table not among
+    `replaced` (the tables the publish log names since `behind`)."""
     table = name.removeprefix("main.")
+    if table not in replaced:
+        return
     con.execute(
         """
         create or replace temp table _sync_keys as
