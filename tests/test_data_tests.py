@@ -15,6 +15,7 @@ from gpufleet.warehouse.build.data_tests import parse_data_tests, run_data_tests
 from gpufleet.warehouse.build.models import SQL_DIR
 from gpufleet.warehouse.build.run import build, build_models
 from gpufleet.warehouse.publish import write_transaction
+from tests.templates import made_once
 
 pytestmark = pytest.mark.fleet
 
@@ -47,15 +48,24 @@ def _published(config: Config) -> tuple[object, ...]:
         )
 
 
+def _built_full(data_dir: Path) -> None:
+    """GPU-A's idle samples in a new warehouse (Europe/Berlin), built in full: the data
+    tests pass on it."""
+    (data_dir / "gpufleet.toml").write_text('timezone = "Europe/Berlin"\n', encoding="utf-8")
+    config = Config(data_dir=data_dir)
+    _add_idle_samples(config, "GPU-A", 1)
+    assert build(config).mode == "full"
+
+
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    (tmp_path / "gpufleet.toml").write_text('timezone = "Europe/Berlin"\n', encoding="utf-8")
+    """GPU-A's samples built in full: a copy of the data directory made once per test
+    process (tests/templates.py)."""
+    made_once("test_data_tests._built_full", _built_full, tmp_path)
     return Config(data_dir=tmp_path)
 
 
 def test_a_broken_row_stops_the_build_and_publishes_nothing(config: Config) -> None:
-    _add_idle_samples(config, "GPU-A", 1)
-    assert build(config).mode == "full"  # the data tests pass on a good warehouse
     with write_transaction(config) as con:  # a row broken by hand, as a bug might
         con.execute("update idle_episodes set waste_usd = -1")
     _add_idle_samples(config, "GPU-B", 2)
@@ -75,8 +85,6 @@ def test_a_broken_row_stops_the_build_and_publishes_nothing(config: Config) -> N
 def test_a_full_build_runs_the_data_tests_before_it_publishes(
     config: Config, tmp_path: Path
 ) -> None:
-    _add_idle_samples(config, "GPU-A", 1)
-    build(config)
     before = _published(config)
     sql_dir = tmp_path / "sql"
     shutil.copytree(SQL_DIR, sql_dir)
