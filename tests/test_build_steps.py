@@ -18,7 +18,7 @@ from gpufleet.warehouse.build import steps as steps_module
 from gpufleet.warehouse.build.incremental.run import incremental_order
 from gpufleet.warehouse.build.models import build_order, discover_models
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
-from tests.test_models_fixtures import Fleet
+from tests.test_models_fixtures import Fleet, built_once
 
 pytestmark = pytest.mark.fleet
 
@@ -105,13 +105,25 @@ def test_full_and_incremental_builds_record_every_model_in_order() -> None:
     assert _build_row(fleet.con)[0] == "up to date"
 
 
+def _an_hour_built() -> Fleet:
+    """alice's hour of two GPUs, built in full: a copy of one built once per test process
+    (tests/test_models_fixtures.py's built_once)."""
+
+    def make() -> Fleet:
+        fleet = Fleet()
+        fleet.user("alice", "ml")
+        _hours(fleet, 0, 1)
+        assert fleet.build().mode == "full"
+        return fleet
+
+    return built_once("test_build_steps._an_hour_built", make)
+
+
 def test_a_builds_steps_are_recorded_in_one_statement() -> None:
     """Every step's row as the step was, nulls and all, in the order they ran; in one
     statement, not one a step (executemany took 0.5 ms a step, a tenth of a small build's
     CPU): 2,000 steps then took about a second, a few milliseconds now."""
-    fleet = Fleet()
-    _hours(fleet, 0, 1)
-    fleet.build()
+    fleet = _an_hour_built()
     clock = steps_module.StepClock.start()
     for number in range(2000):
         clock.add(
@@ -137,10 +149,7 @@ def test_a_builds_steps_are_recorded_in_one_statement() -> None:
 
 def test_the_newest_builds_of_each_mode_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(steps_module, "BUILDS_KEPT", 1)
-    fleet = Fleet()
-    fleet.user("alice", "ml")
-    _hours(fleet, 0, 1)
-    fleet.build()  # full
+    fleet = _an_hour_built()  # a full build
     for hour in (1, 2):
         # each build goes into a publish of its own
         fleet.con.execute("update build_state.generation set value = value + 1")
