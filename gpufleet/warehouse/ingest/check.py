@@ -13,7 +13,6 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.folder_sites import fill_sites, folder_site
-from gpufleet.warehouse.base.raw_tables import SAMPLE_TYPES
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import cut
 from gpufleet.warehouse.ingest.read import Oversized, read_batch
@@ -60,14 +59,8 @@ def read_and_check(
         number = pl.col(FILE_INDEX).replace_strict(kept, range(len(kept)), return_dtype=pl.Int32)
         frame = frame.filter(pl.col(FILE_INDEX).is_in(kept)).with_columns(number)
     footers = [read.footers[index] for index in kept]
-    if ahead is not None:
-        names = {
-            file.path: dict.fromkeys(footer.plan.names, "")
-            for file, footer in zip(files, footers, strict=True)
-        }
-        parts = ahead.parts(files, names, SAMPLE_TYPES)
-    else:
-        parts = [NOT_AHEAD] * len(files)
+    names = {file.path: footer.plan.names for file, footer in zip(files, footers, strict=True)}
+    parts = ahead.parts(files, names) if ahead is not None else [NOT_AHEAD] * len(files)
     versions = {
         str(config.data_dir / file.path): version
         for file, part, footer in zip(files, parts, footers, strict=True)

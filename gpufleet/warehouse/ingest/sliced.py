@@ -57,8 +57,8 @@ def load_sliced(
     if by_duckdb and (problem := duckdb_schema_problem(config, file)) is not None:
         outcome.bad[file.path] = problem
         return outcome
-    names = {file.path: dict.fromkeys(footer.plan.names, "")}
-    parts = ahead.parts([file], names, SAMPLE_TYPES) if ahead is not None else [NOT_AHEAD]
+    names = {file.path: footer.plan.names}
+    parts = ahead.parts([file], names) if ahead is not None else [NOT_AHEAD]
     written_ahead = ahead if parts != [NOT_AHEAD] else None  # its host-day compacted as it loads
     try:
         source = pq.ParquetFile(path)

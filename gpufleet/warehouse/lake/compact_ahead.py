@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufleet.config import Config
-from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, literal_path
+from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, SAMPLE_TYPES, literal_path
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.lake.compacted_file import (
     collector_versions,
@@ -124,15 +124,13 @@ class CompactAhead:
         self.written[directory] = _Written(files, target, gpus, day)
 
     def parts(
-        self,
-        batch: Sequence[SampleFile],
-        schemas: dict[str, dict[str, str]],
-        contract: Collection[str],
+        self, batch: Sequence[SampleFile], columns: Mapping[str, Collection[str]]
     ) -> list[int]:
         """Each file's part: one number per host-day to write from this batch's rows, or
         NOT_AHEAD. A host-day qualifies when every file listed in its directory is in the
-        batch, its day is over and no file has a column beyond the `contract`'s (a newer
-        collector's extra column, which only compaction from the files keeps)."""
+        batch, its day is over and no file has a column beyond the contract's (`columns`:
+        each file's, by path; a newer collector's extra column, which only compaction from
+        the files keeps)."""
         in_batch: dict[str, list[str]] = {}
         for file in batch:
             in_batch.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
@@ -143,7 +141,7 @@ class CompactAhead:
                 day is not None
                 and day < self.today
                 and tuple(sorted(paths)) == self.listed.get(directory)
-                and all(schemas[path].keys() <= set(contract) for path in paths)
+                and all(set(columns[path]).issubset(SAMPLE_TYPES) for path in paths)
             ):
                 numbers[directory] = len(numbers)
         return [numbers.get(file.path.rsplit("/", 1)[0], NOT_AHEAD) for file in batch]
