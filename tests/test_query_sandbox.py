@@ -25,6 +25,7 @@ from gpufleet.warehouse.base.raw_tables import (
 from gpufleet.warehouse.lake.samples import refresh_samples_view
 from gpufleet.warehouse.publish import connect_read_only
 from tests import report_fixtures as fx
+from tests.templates import made_once
 
 pytestmark = pytest.mark.fleet
 
@@ -54,12 +55,9 @@ def _add_samples(con: duckdb.DuckDBPyConnection, day: dt.date, per_gpu: int) -> 
     )
 
 
-@pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+def _data_dir(data_dir: Path) -> None:
     """The hand-made marts, plus samples: Nov 10's in the warehouse file, Nov 9's evicted
-    to one lake file (as a build evicts them); the working directory outside the data dir,
-    and a secret in the environment."""
-    data_dir = tmp_path / "data"
+    to one lake file (as a build evicts them)."""
     fx.make_warehouse(data_dir)
     fx.write_config(data_dir)
     config = load_config(data_dir=data_dir)
@@ -79,7 +77,19 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
             {"path": LAKE_FILE, "day": LAKE_DAY, "rows": LAKE_ROWS, "held": len(SAMPLE_COLUMNS)},
         )
         _add_samples(con, LAKE_DAY + dt.timedelta(days=1), STORED_ROWS // 2)
-        refresh_samples_view(con, config)
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    """The hand-made marts, plus samples: Nov 10's in the warehouse file, Nov 9's evicted
+    to one lake file (as a build evicts them), a copy of the data directory made once per
+    test process (tests/templates.py); the working directory outside the data dir, and a
+    secret in the environment."""
+    data_dir = made_once("test_query_sandbox._data_dir", _data_dir, tmp_path / "data")
+    fx.write_config(data_dir)  # it names the data directory
+    config = load_config(data_dir=data_dir)
+    with duckdb.connect(str(config.warehouse_path)) as con:
+        refresh_samples_view(con, config)  # the view names the lake file by its path
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "secret.csv").write_text(f"password\n{SECRET}\n")
     work = tmp_path / "cwd"
