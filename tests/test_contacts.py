@@ -12,6 +12,7 @@ from gpufleet.config import Config, NotifyConfig, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
+from tests.templates import made_once
 from tests.test_ingest import DAY1, sample, write_samples
 from tests.test_refs import rows, write
 
@@ -87,6 +88,15 @@ def test_a_changed_address_needs_no_build(config: Config) -> None:
     assert build(config).mode == "up to date"
 
 
+def _one_sample_loaded(data_dir: Path) -> None:
+    """USERS, TEAMS and a sample file, ingested: where each bad contact file starts from."""
+    config = Config(data_dir=data_dir)
+    write(config, "ref/users.csv", USERS)
+    write(config, "ref/teams.csv", TEAMS)
+    write_samples(data_dir, f"{DAY1}/a.parquet", [sample(0)])
+    ingest(config, compact=False)
+
+
 @pytest.mark.parametrize(
     ("relative", "text", "message"),
     [
@@ -136,8 +146,7 @@ def test_a_changed_address_needs_no_build(config: Config) -> None:
 def test_a_bad_contact_fails_naming_file_and_line_and_changes_nothing(
     config: Config, relative: str, text: str, message: str
 ) -> None:
-    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
-    ingest(config, compact=False)
+    made_once("test_contacts._one_sample_loaded", _one_sample_loaded, config.data_dir)
     before = config.warehouse_path.read_bytes()
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10)])  # must not load
     write(config, relative, text)
