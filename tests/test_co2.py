@@ -27,6 +27,7 @@ from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import write_transaction
 from gpufleet.warehouse.refs.grid import read_grid
 from tests import notify_fixtures as fx
+from tests.templates import made_once
 
 GRID_CSV = "cluster,gco2_per_kwh,valid_from\nsfo,100,2026-11-15\n,300,2026-11-21\n"
 CONFIG = "grid_gco2_per_kwh = 50\n[clusters.sfo]\ngrid_gco2_per_kwh = 400\n"
@@ -243,10 +244,21 @@ def test_a_fleet_without_intensities_shows_no_co2_rather_than_zero(sites: Config
     assert [line.split()[-1] for line in team_lines] == ["–", "–"]
 
 
-def test_a_closed_month_keeps_the_co2_it_had_at_close(sites: Config, tmp_path: Path) -> None:
+def _closed(sites: Config, tmp_path: Path) -> Config:
+    """The fleet with November closed (as of Dec 2), in a data directory of the test's own:
+    a copy of one closed once per test process (tests/templates.py)."""
+
+    def fill(folder: Path) -> None:
+        shutil.copytree(sites.data_dir, folder, dirs_exist_ok=True)
+        close(dataclasses.replace(sites, data_dir=folder), "2026-11", today=dt.date(2026, 12, 2))
+
     config = dataclasses.replace(sites, data_dir=tmp_path / "data")
-    shutil.copytree(sites.data_dir, config.data_dir)
-    close(config, "2026-11", today=dt.date(2026, 12, 2))
+    made_once("test_co2._closed", fill, config.data_dir)
+    return config
+
+
+def test_a_closed_month_keeps_the_co2_it_had_at_close(sites: Config, tmp_path: Path) -> None:
+    config = _closed(sites, tmp_path)
     (config.ref_dir / "grid.csv").write_text("cluster,gco2_per_kwh,valid_from\n,1000,2026-11-01\n")
     kept = showback(config, "2026-11")
     assert _co2(kept) == pytest.approx({"nlp": 0.35, "ops": 0.05, "vision": 0.5})
@@ -269,10 +281,8 @@ def _as_if_closed_before_co2(config: Config) -> None:
 
 
 def test_a_month_closed_before_x_co2_kg_is_written_as_it_was(sites: Config, tmp_path: Path) -> None:
-    config = dataclasses.replace(sites, data_dir=tmp_path / "data")
-    shutil.copytree(sites.data_dir, config.data_dir)
+    config = _closed(sites, tmp_path)
     today = dt.date(2026, 12, 2)
-    close(config, "2026-11", today=today)
     kept = showback(config, "2026-11")
     _as_if_closed_before_co2(config)
     old = showback(config, "2026-11")
