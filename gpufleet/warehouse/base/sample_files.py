@@ -21,6 +21,11 @@ class SampleFile:
     size_bytes: int
     mtime_ns: int
 
+    @property
+    def directory(self) -> str:
+        """The folder it lies in (a host-day's: raw/samples/date=D/host=H), as `path`."""
+        return self.path.rsplit("/", 1)[0]
+
 
 class LoadedFile(NamedTuple):
     file: SampleFile

@@ -26,7 +26,7 @@ def plan_batches(
     `CompactAhead`) unless they alone are more, and deduplication looks at one day."""
     directories: dict[str, list[SampleFile]] = {}
     for file in sorted(files, key=lambda f: f.path):
-        directories.setdefault(file.path.rsplit("/", 1)[0], []).append(file)
+        directories.setdefault(file.directory, []).append(file)
     batches: list[list[SampleFile]] = []
     current_key: str | None = None
     for directory, members in directories.items():

@@ -6,11 +6,8 @@ file set aside, too large to read at once, a repeated key) writes nothing and co
 refused, as does one whose keys the host finds loaded already: the host loads it itself.
 A task that fails fails the ingest before anything is published; the staging directories go.
 
-With `raw_location = "s3://..."` a task names the batches' objects and paths below the data
-directory only: the worker reads the objects from the store into a folder of its own (a
-batch at a time), and sends each compacted file's bytes back with what the host records;
-the host writes them into its staging directories. A batch with a file that is no object,
-or an object holding other bytes than the host's copy, is the host's to load.
+With `raw_location = "s3://..."` a worker reads a batch's objects from the store itself
+(`_take_from_store`) and sends its compacted files' bytes back (`FanOut.receive`; docs/dask.md).
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loa
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
 from gpufleet.warehouse.lake.compacted_file import staged_file, staging_directory
-from gpufleet.warehouse.lake.fanout import FanOut, task_runs
+from gpufleet.warehouse.lake.fanout import FanOut, task_label, task_runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,11 +50,8 @@ class LoadTask:
 
     @property
     def label(self) -> str:
-        first, last = (
-            "/".join(path.split("/")[-3:-1])  # date=D/host=H
-            for path in (self.batches[0][0].path, self.batches[-1][-1].path)
-        )
-        return f"load task {self.index + 1} of {self.count} (host-days {first} .. {last})"
+        first, last = self.batches[0][0].directory, self.batches[-1][-1].directory
+        return task_label("load", self.index, self.count, first, last)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,22 +83,22 @@ def run_load_task(task: LoadTask) -> LoadTaskResult:
         config = Config(data_dir=Path(task.data_dir))
         taken = tuple(_take(config, task, list(batch)) for batch in task.batches)
     else:
-        taken = tuple(_take_from_store(task, list(batch), files) for batch in task.batches)
+        taken = tuple(
+            _take_from_store(task.store, task, list(batch), files) for batch in task.batches
+        )
     return LoadTaskResult(seconds=time.perf_counter() - started, batches=taken, files=files)
 
 
 def _take_from_store(
-    task: LoadTask, batch: list[SampleFile], files: dict[str, bytes]
+    store: S3Config, task: LoadTask, batch: list[SampleFile], files: dict[str, bytes]
 ) -> BatchTaken | None:
     """`_take` of a batch whose objects are read from the store into a folder of the
     worker's own, its compacted files' bytes put in `files`; None (the host loads it from
     its copies) when an object does not read as the host copied it."""
-    assert task.store is not None
     objects = [task.objects[file.path] for file in batch]
-    store = task.store
     try:
         with downloaded(objects, endpoint_url=store.endpoint_url, region=store.region) as own:
-            for directory in _directories(batch):
+            for directory in {file.directory for file in batch}:
                 staging_directory(own / directory, task.run).mkdir()
             taken = _take(Config(data_dir=own), task, batch)
             if taken is not None:
@@ -119,7 +113,7 @@ def _take(config: Config, task: LoadTask, batch: list[SampleFile]) -> BatchTaken
     checked = read_and_check(config, batch, ahead, task.limits)
     if not isinstance(checked, Checked) or checked.bad or NOT_AHEAD in checked.parts:
         return None
-    for directory in _directories(batch):
+    for directory in {file.directory for file in batch}:
         if not staging_directory(config.data_dir / directory, task.run).is_dir():  # the host's
             raise FileNotFoundError(f"{config.data_dir / directory}: the ingest is over")
     rows = checked.rows
@@ -152,8 +146,8 @@ class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
         progress: Callable[[str], None],
     ) -> list[BatchTaken | None]:
         """Each batch read (its times checked against `limits`) and compacted on the workers
-        (None: left to the host). Batches whose host-days are not all whole and over here
-        are left to the host unread."""
+        (None: left to the host). Batches whose host-days are not all whole and over here,
+        or with a file that is no object in the store, are left to the host unread."""
         # Read from the store (raw_location = "s3://..."): each file of a batch sent an object.
         store = self.config.s3 if reads_object_storage(self.config) else None
         objects = stored_objects(self.config) if store else {}
@@ -165,7 +159,7 @@ class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
         found: list[BatchTaken | None] = [None] * len(batches)
         if not sent:
             return found
-        directories = {d for i in sent for d in _directories(batches[i])}
+        directories = {file.directory for i in sent for file in batches[i]}
         self._targets = {d: staged_file(self.config.data_dir, d, ahead.run) for d in directories}
         for target in self._targets.values():
             shutil.rmtree(target.parent, ignore_errors=True)
@@ -180,7 +174,7 @@ class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
                 data_dir="" if store else str(self.config.data_dir.absolute()),
                 batches=tuple(tuple(batch) for batch in run),
                 # the run's host-days (whole: every one is listed)
-                listed={d: ahead.listed[d] for b in run for d in _directories(b)},
+                listed={f.directory: ahead.listed[f.directory] for b in run for f in b},
                 today=ahead.today,
                 limits=limits,
                 run=ahead.run,
@@ -199,35 +193,29 @@ class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
         for index, batch in zip(sent, taken, strict=True):
             found[index] = batch
             if batch is None:  # the host loads it: its (empty) staging directories go
-                _remove_staging(self.config, _directories(batches[index]), ahead.run)
+                self._remove({file.directory for file in batches[index]})
         return found
+
+    def adopt(
+        self, con: duckdb.DuckDBPyConnection, taken: BatchTaken, ahead: CompactAhead
+    ) -> BatchOutcome | None:
+        """Record a batch a worker took as written `ahead` (compaction swaps its files in; a
+        worker writes only whole host-days, each of the files `ahead` listed), or None, its
+        staging directories removed, when one of its keys is loaded already (the host loads
+        it then, and drops the repeats)."""
+        if any_loaded(con, self.config, taken.keys, ahead):
+            self._remove(taken.written)
+            return None
+        for directory, gpus in sorted(taken.written.items()):
+            ahead.adopt(directory, ahead.listed[directory], gpus)
+        return BatchOutcome(
+            rows_read=taken.rows, rows_inserted=taken.rows, loaded=list(taken.loaded)
+        )
 
     def discard(self) -> None:
         """Remove the staging directories of the batches sent (the ingest failed)."""
-        for target in self._targets.values():
-            shutil.rmtree(target.parent, ignore_errors=True)
+        self._remove(self._targets)
 
-
-def adopt(
-    con: duckdb.DuckDBPyConnection, config: Config, taken: BatchTaken, ahead: CompactAhead
-) -> BatchOutcome | None:
-    """Record a batch a worker took as written `ahead` (compaction swaps its files in; a
-    worker writes only whole host-days, each of the files `ahead` listed), or None, its
-    staging directories removed, when one of its keys is loaded already (the host loads it
-    then, and drops the repeats)."""
-    if any_loaded(con, config, taken.keys, ahead):
-        _remove_staging(config, taken.written, ahead.run)
-        return None
-    for directory, gpus in sorted(taken.written.items()):
-        ahead.adopt(directory, ahead.listed[directory], gpus)
-    return BatchOutcome(rows_read=taken.rows, rows_inserted=taken.rows, loaded=list(taken.loaded))
-
-
-def _directories(batch: Sequence[SampleFile]) -> set[str]:
-    """The host-day directories of a batch's files."""
-    return {file.path.rsplit("/", 1)[0] for file in batch}
-
-
-def _remove_staging(config: Config, directories: Iterable[str], run: str) -> None:
-    for directory in directories:
-        shutil.rmtree(staging_directory(config.data_dir / directory, run), ignore_errors=True)
+    def _remove(self, directories: Iterable[str]) -> None:
+        for directory in directories:
+            shutil.rmtree(self._targets[directory].parent, ignore_errors=True)

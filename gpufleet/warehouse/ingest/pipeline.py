@@ -22,7 +22,7 @@ from gpufleet.console import printable
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import cut
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
-from gpufleet.warehouse.ingest.fanned import LoadFanOut, adopt
+from gpufleet.warehouse.ingest.fanned import LoadFanOut
 from gpufleet.warehouse.ingest.insert import BatchOutcome, insert_batch
 from gpufleet.warehouse.ingest.read import Oversized
 from gpufleet.warehouse.ingest.result import IngestResult, Log
@@ -131,7 +131,7 @@ def load_samples(
         try:
             taken_all = fan_out.load(batches, ahead, limits, progress=say)
             for batch, taken in zip(batches, taken_all, strict=True):
-                outcome = adopt(con, config, taken, ahead) if taken else None
+                outcome = fan_out.adopt(con, taken, ahead) if taken else None
                 if outcome is None:
                     left.append(batch)
                 else:

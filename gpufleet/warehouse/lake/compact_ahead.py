@@ -96,7 +96,7 @@ class CompactAhead:
     def plan(cls, config: Config, files: Sequence[SampleFile], today: dt.date) -> CompactAhead:
         listed: dict[str, list[str]] = {}
         for file in files:
-            listed.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+            listed.setdefault(file.directory, []).append(file.path)
         return cls(config, today, {d: tuple(sorted(paths)) for d, paths in listed.items()})
 
     def whole(self, batch: Sequence[SampleFile]) -> bool:
@@ -105,7 +105,7 @@ class CompactAhead:
         beyond the contract's)."""
         in_batch: dict[str, list[str]] = {}
         for file in batch:
-            in_batch.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+            in_batch.setdefault(file.directory, []).append(file.path)
         return all(
             (day := partition_day(directory)) is not None
             and day < self.today
@@ -133,7 +133,7 @@ class CompactAhead:
         the files keeps)."""
         in_batch: dict[str, list[str]] = {}
         for file in batch:
-            in_batch.setdefault(file.path.rsplit("/", 1)[0], []).append(file.path)
+            in_batch.setdefault(file.directory, []).append(file.path)
         numbers: dict[str, int] = {}
         for directory, paths in in_batch.items():
             day = partition_day(directory)
@@ -144,7 +144,7 @@ class CompactAhead:
                 and all(set(columns[path]).issubset(SAMPLE_TYPES) for path in paths)
             ):
                 numbers[directory] = len(numbers)
-        return [numbers.get(file.path.rsplit("/", 1)[0], NOT_AHEAD) for file in batch]
+        return [numbers.get(file.directory, NOT_AHEAD) for file in batch]
 
     def write(
         self,
@@ -204,7 +204,7 @@ class CompactAhead:
         `parts`) from its rows as they come (each (gpu_uuid, ts) once, in that order), here
         and now: a file too large to hold (`ingest/sliced.py`)."""
         self.wait()
-        directory = file.path.rsplit("/", 1)[0]
+        directory = file.directory
         staging = staging_directory(self.config.data_dir / directory, self.run)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()

@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import duckdb
@@ -129,11 +129,8 @@ class CompactTask:
 
     @property
     def label(self) -> str:
-        first, last = (Path(day.directory) for day in (self.host_days[0], self.host_days[-1]))
-        return (
-            f"compaction task {self.index + 1} of {self.count} (host-days "
-            f"{first.parent.name}/{first.name} .. {last.parent.name}/{last.name})"
-        )
+        first, last = self.host_days[0].directory, self.host_days[-1].directory
+        return task_label("compaction", self.index, self.count, first, last)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +143,13 @@ class CompactTaskResult:
     failed: dict[str, str] = field(default_factory=dict)
     worker: str = ""  # host:pid of the process that ran it
     files: dict[str, bytes] = field(default_factory=dict)
+
+
+def task_label(kind: str, index: int, count: int, first: str, last: str) -> str:
+    """How a failure names task `index` (0-based) of `count` of a `kind`: by its first and
+    last host-day directories (`date=D/host=H`)."""
+    days = ("/".join(PurePosixPath(directory).parts[-2:]) for directory in (first, last))
+    return f"{kind} task {index + 1} of {count} (host-days {' .. '.join(days)})"
 
 
 def task_runs(
