@@ -1,9 +1,5 @@
-"""`gpufleet ingest`: load new raw sample files, the reference files and the allocations.
-
-The steps, in one write transaction: validate the reference files, find and load the new
-sample files batch by batch, replace the reference tables, compact completed host-days;
-after the publish, move bad files to quarantine/. `docs/warehouse.md` walks through them.
-"""
+"""`gpufleet ingest`'s steps (the package's docstring) in one write transaction, and after
+its publish the bad files moved to quarantine/; `docs/warehouse.md` walks through them."""
 
 from __future__ import annotations
 
