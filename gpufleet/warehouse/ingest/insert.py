@@ -43,10 +43,9 @@ class BatchOutcome:
         self.bad.update(other.bad)
 
 
-# The keys already loaded that rows of a batch (in table {batch}) could repeat: read only
-# within the batch's time range (zone maps skip the rest) and only for the batch's GPUs
-# (an anti-join's hash table holds those, not the whole day), from samples_stored and the
-# evicted files of the batch's days (`_ingest_existing`, made by `create_existing_view`).
+# The keys already loaded (`_ingest_existing`, `create_existing_view`) that rows of a batch
+# (in table {batch}) could repeat: read only within its time range (zone maps skip the
+# rest) and for its GPUs alone (an anti-join's hash table holds those, not the whole day).
 EXISTING_KEYS_SQL = """
 select gpu_uuid, ts
 from _ingest_existing
