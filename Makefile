@@ -23,12 +23,15 @@ demo: $(STAMP)
 
 ## make test: lint, type-check, build the docs and run the whole test suite (installs
 ## chromium, prometheus, Slurm and SeaweedFS if missing)
-# Each test file runs whole on one of the workers (its module fixtures are built once), one
-# per core up to 4: 11 minutes on 2 cores, against 17 one file after another. The files
+# Each test file runs whole on one of the workers (its module fixtures are built once). One
+# worker more than the cores, up to 5: part of the time tests wait on a process or a stack
+# (a serve's schedule, a Slurm job), and the extra worker keeps the cores busy meanwhile
+# (on 2 cores, 2026-11-29: 2 workers 8:36, 3 workers 7:38, 4 workers 8:13). The files
 # that start processes or stacks first (tests/conftest.py's in_file_order), not xdist's
 # order by number of tests, which left them, a few tests each, to the end.
+TEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n + 1 < 5 ? n + 1 : 5 )))
 test: $(STAMP) browser prometheus slurm s3 lint
-	$(VENV)/bin/pytest --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/pytest --numprocesses $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## make test-fast: for the edit loop, no lint: the tests without a real stack (no Slurm, S3,
 ## Prefect server, Prometheus, Dask cluster or Chromium), without the slow end-to-end ones and
