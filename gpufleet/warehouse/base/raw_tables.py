@@ -9,6 +9,8 @@ the reference files and allocations as loaded, with empty CSV cells as NULL.
 
 from __future__ import annotations
 
+import functools
+
 import duckdb
 import pyarrow as pa
 
@@ -213,7 +215,11 @@ drop table if exists build_state.watermark;
 
 
 def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the raw tables if they do not exist yet."""
+    """Create the raw tables if they do not exist yet, or add the columns an older release's
+    lack. One catalog query first: a warehouse that has them all, as the DDL leaves them,
+    runs none of it (an ingest and a build each opened the warehouse this way 2-3 times)."""
+    if _catalog(con) >= _raw_catalog():
+        return
     if has_table(con, "samples"):
         con.execute(_MIGRATE_SAMPLES_TABLE)
     con.execute(RAW_TABLES_DDL)
@@ -221,3 +227,36 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     # the first ingest on.
     if not has_table(con, NOTICES_SENT):
         ensure_sent_log(con)
+
+
+# A relation's columns as (kind, schema, name, column, type, nullable); (kind, schema, name,
+# None, None, None) for the relation itself: a view or a table without its columns is no match.
+_CATALOG_SQL = """
+select 'table', schema_name, table_name, column_name, data_type, is_nullable
+from duckdb_columns()
+where database_name = current_database()
+    and table_oid in (
+        select table_oid from duckdb_tables() where database_name = current_database()
+    )
+union all
+select 'table', schema_name, table_name, null, null, null from duckdb_tables()
+where database_name = current_database()
+union all
+select 'view', schema_name, view_name, null, null, null from duckdb_views()
+where database_name = current_database()
+"""
+
+_Relation = tuple[str, str, str, str | None, str | None, bool | None]
+
+
+def _catalog(con: duckdb.DuckDBPyConnection) -> set[_Relation]:
+    return set(con.execute(_CATALOG_SQL).fetchall())
+
+
+@functools.cache
+def _raw_catalog() -> frozenset[_Relation]:
+    """What RAW_TABLES_DDL leaves in an empty database, with notices_sent (its columns are
+    its own module's to add)."""
+    with duckdb.connect() as con:
+        con.execute(RAW_TABLES_DDL)
+        return frozenset(_catalog(con) | {("table", "main", NOTICES_SENT, None, None, None)})
