@@ -11,7 +11,13 @@ import duckdb
 import pytest
 
 from gpufleet.warehouse.build import BuildResult
-from gpufleet.warehouse.build.models import apply_docs, build_order, discover_models
+from gpufleet.warehouse.build.models import (
+    apply_all_docs,
+    apply_docs,
+    build_order,
+    discover_models,
+)
+from tests.scans import ScanCounter
 from tests.test_models_fixtures import Fleet, built_once
 
 pytestmark = pytest.mark.fleet
@@ -249,6 +255,35 @@ def test_docs_applied_again_write_only_the_comments_that_changed(tmp_path: Path)
     assert sorted(tables) == [("t", "T."), ("v", "V.")]
     with pytest.raises(ValueError, match=r"\[t.columns\] lacks b"):
         apply_docs(con, "t", {"description": "T.", "columns": {"a": "A."}}, Path("_docs.toml"))
+
+
+def test_the_docs_of_many_tables_read_the_warehouse_comments_with_two_queries(
+    tmp_path: Path,
+) -> None:
+    """A full build comments every mart: two catalog queries for them all (their kinds,
+    then their columns), then only the COMMENT ONs, not two queries more per table."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    docs: dict[str, dict[str, object]] = {}
+    for n in range(5):
+        con.execute(f"create table t{n} as select 1 as a, 2 as b")
+        docs[f"t{n}"] = {"description": f"T{n}.", "columns": {"a": "A.", "b": f"B{n}."}}
+    con.execute("create view v as select a from t0")
+    docs["v"] = {"description": "V.", "columns": {"a": "A."}}
+    counter = ScanCounter(con, tmp_path / "profile.json")
+    apply_all_docs(counter, docs, tmp_path / "_docs.toml")  # type: ignore[arg-type]
+    assert len(counter.statements) == 3  # the comments in one call
+    assert counter.statements[2].count("comment on ") == 5 * 3 + 2
+    counter.statements.clear()
+    apply_all_docs(counter, docs, tmp_path / "_docs.toml")  # type: ignore[arg-type]
+    assert len(counter.statements) == 2  # nothing to write
+    comments = con.execute(
+        "select table_name, column_name, comment from duckdb_columns() "
+        "where database_name = current_database() and table_name in ('t4', 'v') order by all"
+    ).fetchall()
+    assert comments == [("t4", "a", "A."), ("t4", "b", "B4."), ("v", "a", "A.")]
+    assert con.execute("select comment from duckdb_views() where view_name = 'v'").fetchall() == [
+        ("V.",)
+    ]
 
 
 def test_empty_warehouse_builds_empty_marts_and_keeps_no_intermediate_tables() -> None:

@@ -116,16 +116,13 @@ from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest import ingest
 
-documented = models.load_docs
-
-
-def load_docs(sql_dir=models.SQL_DIR):  # and its line of sql/marts/_docs.toml
-    docs = documented(sql_dir)
+def shared_docs(sql_dir=models.SQL_DIR):  # and its line of sql/marts/_docs.toml
+    docs = models.load_docs(sql_dir)
     docs["samples"]["columns"]["fan_speed_pct"] = "The fans' speed, percent of their maximum."
     return docs
 
 
-models.load_docs = load_docs
+models.shared_docs = shared_docs
 
 T0 = dt.datetime(2026, 11, 16, 9, tzinfo=dt.UTC)
 

@@ -37,7 +37,7 @@ from sqlglot import exp
 
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.sql_text import literal
-from gpufleet.warehouse.build.models import DOCS_FILE_NAME, load_docs
+from gpufleet.warehouse.build.models import DOCS_FILE_NAME, shared_docs
 from gpufleet.warehouse.build.sql_tree import parse
 from gpufleet.warehouse.publish.log import REPLAY_KEYS, current_generation, replay_match
 
@@ -114,7 +114,7 @@ def parse_data_tests(table: str, entries: object, source: Path) -> list[DataTest
 
 
 def load_data_tests(docs: Mapping[str, Mapping[str, object]], source: Path) -> list[DataTest]:
-    """Every table's tests from the docs file's entries (models.load_docs)."""
+    """Every table's tests from the docs file's entries (models.shared_docs)."""
     tests: list[DataTest] = []
     for table, entry in docs.items():
         if "data_tests" in entry:
@@ -133,7 +133,7 @@ def check_marts(con: duckdb.DuckDBPyConnection, sql_dir: Path, *, incremental: b
     """Run the data tests of `sql/marts/_docs.toml` on the build's connection: after an
     `incremental` build that follows a tested publish, on the rows it replaced; else on
     every row (see the module's docstring). Records the publish as tested."""
-    docs = load_docs(sql_dir)
+    docs = shared_docs(sql_dir)
     tests = load_data_tests(docs, sql_dir / "marts" / DOCS_FILE_NAME)
     con.execute(TESTED_DDL)
     generation = current_generation(con)

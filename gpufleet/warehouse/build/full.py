@@ -22,12 +22,12 @@ from gpufleet.warehouse.build.models import (
     PERSISTENT,
     TABLES,
     Model,
-    apply_docs,
+    apply_all_docs,
     create_empty,
     create_model,
     drop_model,
-    load_docs,
     render,
+    shared_docs,
 )
 from gpufleet.warehouse.build.steps import StepClock
 from gpufleet.warehouse.lake.ranges import uuid_ranges
@@ -97,7 +97,7 @@ def build_all_models(
     slice reads only those that may hold its GPUs; None reads the view as it is. `clock`
     times each model (its step named after it) and the build's own steps (`steps.py`)."""
     clock = clock or StepClock.start()
-    docs = load_docs(sql_dir)
+    docs = shared_docs(sql_dir)
     marts = [name for name in order if models[name].layer == "marts"]
     undocumented = sorted(set(marts) - docs.keys())
     if undocumented:
@@ -129,11 +129,12 @@ def build_all_models(
                     create_model(con, models[name], order_by=ORDERED_MARTS.get(name, ""))
                 record_new_ids(con, name)
         with clock.step("comments"):
-            for name in marts:
-                apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
-            # The tables ingest writes that users query too (samples, quarantined_files).
-            for name in sorted(docs.keys() - set(marts)):
-                apply_docs(con, name, docs[name], sql_dir / "marts" / DOCS_FILE_NAME)
+            # The marts, then the tables ingest writes that users query too (samples,
+            # quarantined_files).
+            documented = [*marts, *sorted(docs.keys() - set(marts))]
+            apply_all_docs(
+                con, {name: docs[name] for name in documented}, sql_dir / "marts" / DOCS_FILE_NAME
+            )
     finally:
         con.execute("reset parquet_metadata_cache")
         for name in reversed(order):
