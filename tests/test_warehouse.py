@@ -260,6 +260,42 @@ def test_a_catch_up_rewrites_only_the_tables_that_differ(config: Config, tmp_pat
     assert not written & {"main.ref_users", "main.allocations", "main.loaded_files"}
 
 
+def test_a_catch_up_compares_the_tables_copied_whole_in_two_statements(
+    config: Config, tmp_path: Path
+) -> None:
+    """Their rows counted in one statement, those with as many rows as the published ones
+    compared in one more, not a statement per table: every write of a cycle pays them."""
+    with write_transaction(config) as con:
+        for n in range(6):
+            con.execute(f"create table t{n} as select {n} as a")
+    with write_transaction(config):
+        pass  # both slots exist now: the next write catches the other one up in place
+    with write_transaction(config) as con:
+        con.execute("insert into t1 values (7)")  # more rows
+        con.execute("update t2 set a = 8")  # as many, not the same
+    first, second = slot_paths(config.warehouse_path)
+    stale = second if same_file(config.warehouse_path, first) else first
+    with duckdb.connect(str(stale)) as con:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        assert catch_up.catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
+        compared = [
+            statement
+            for statement in counter.statements
+            if statement.startswith("select") and "_published.main.t0" in statement
+        ]
+        written = {
+            statement.split()[2]
+            for statement in counter.statements
+            if statement.startswith(("delete from ", "insert into "))
+        }
+        rows = [con.execute(f"select * from t{n} order by all").fetchall() for n in range(6)]
+    assert len(compared) == 2
+    assert all("_published.main.t5" in statement for statement in compared)
+    assert {"main.t1", "main.t2"} <= written
+    assert not written & {f"main.t{n}" for n in (0, 3, 4, 5)}
+    assert rows == [[(0,)], [(1,), (7,)], [(8,)], [(3,)], [(4,)], [(5,)]]
+
+
 def test_the_publish_log_in_a_slot_caught_up_in_place_is_the_published_one(
     config: Config,
 ) -> None:

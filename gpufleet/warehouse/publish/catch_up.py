@@ -8,6 +8,7 @@ copying the file is the way (see `docs/warehouse.md`, the two slots).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import duckdb
 
@@ -72,8 +73,9 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
         # too large to add (a backfill, hours loaded at once) comes with as large a replay.
         order = sorted(tables, key=lambda name: name != f"main.{_APPEND_ONLY}")
         replaced = frozenset() if rebuild else _replaced_tables(con, behind)
+        whole = _compare_whole(con, [name for name in order if _copied_whole(name, rebuild)])
         return all(
-            _catch_up_table(con, name, tables[name], behind, replaced, rebuild=rebuild)
+            _catch_up_table(con, name, tables[name], behind, replaced, whole, rebuild=rebuild)
             for name in order
         )
     finally:
@@ -132,18 +134,66 @@ def _replaced_tables(con: duckdb.DuckDBPyConnection, behind: int) -> frozenset[s
     return frozenset(str(row[0]) for row in rows)
 
 
+def _copied_whole(name: str, rebuild: bool) -> bool:
+    """Whether `_catch_up_table` gives the table the published one's rows (`_copy_rows`)."""
+    table = name.removeprefix("main.")
+    return not (
+        table == _APPEND_ONLY
+        or table in LOGGED_TABLES
+        or name == _LOG
+        or (name.startswith(_KEPT) and not rebuild)
+    )
+
+
+class _Compared(NamedTuple):
+    """The tables copied whole, compared with the published ones in two statements for
+    them all (one each took half a catch-up's time): each one's published rows, and which
+    of them differ (as many rows, each among the published: the same rows)."""
+
+    published_rows: dict[str, int]
+    differing: frozenset[str]
+
+
+def _compare_whole(con: duckdb.DuckDBPyConnection, names: list[str]) -> _Compared:
+    if not names:
+        return _Compared({}, frozenset())
+    counted = con.execute(
+        " union all ".join(
+            f"select {i}, (select count(*) from {name}), (select count(*) from _published.{name})"
+            for i, name in enumerate(names)
+        )
+    ).fetchall()
+    rows = {names[i]: (int(own), int(published)) for i, own, published in counted}
+    # A table too large stops the catch-up before it is compared (`_catch_up_table`).
+    alike = [
+        i for i, name in enumerate(names) if rows[name][0] == rows[name][1] <= _WHOLE_TABLE_LIMIT
+    ]
+    unlike = {name for name, (own, published) in rows.items() if own != published}
+    if alike:
+        found = con.execute(
+            " union all ".join(
+                f"select {i} where exists "
+                f"(select * from {names[i]} except all select * from _published.{names[i]})"
+                for i in alike
+            )
+        ).fetchall()
+        unlike |= {names[i] for (i,) in found}
+    return _Compared({name: published for name, (_, published) in rows.items()}, frozenset(unlike))
+
+
 def _catch_up_table(
     con: duckdb.DuckDBPyConnection,
     name: str,
     columns: list[tuple[str, str]],
     behind: int,
     replaced: frozenset[str],
+    whole: _Compared,
     *,
     rebuild: bool,
 ) -> bool:
     """Bring one table (schema.table, its `columns` as `_columns` gives them) up to the
-    published one's rows (a logged table: those of `replaced`, `_replaced_tables`); False
-    if it cannot."""
+    published one's rows (a logged table: those of `replaced`, `_replaced_tables`; a table
+    copied whole: if among `whole.differing`); False if it cannot."""
     if name == f"main.{_APPEND_ONLY}":
         return _append_samples(con, name)
     if name.removeprefix("main.") in LOGGED_TABLES:
@@ -155,30 +205,20 @@ def _catch_up_table(
         return True
     if name.startswith(_KEPT) and not rebuild:
         return True  # changed only by publishes that count as full builds (build/kept.py)
-    size = con.execute(f"select count(*) from _published.{name}").fetchone()
-    if size and size[0] > _WHOLE_TABLE_LIMIT:
+    if whole.published_rows[name] > _WHOLE_TABLE_LIMIT:
         return False
-    _copy_rows(con, name, [column for column, _ in columns])
+    if name in whole.differing:
+        _copy_rows(con, name, [column for column, _ in columns])
     return True
 
 
 def _copy_rows(con: duckdb.DuckDBPyConnection, name: str, columns: list[str]) -> None:
-    """Give the table the published one's rows (as a multiset), writing only what differs:
-    most tables change by a few rows a publish, or none (`loaded_files`, the allocations,
-    the publish log grow with the history; copied whole, they would cost every cycle time
-    that grows with the history too). Every copy of a row the
-    published table has fewer of is deleted, then the published rows missing are added. A
-    table that holds the published rows already (most, most publishes) is left after one
-    statement, not four: as many rows, each of them among the published ones, is the same
-    rows."""
-    differs = con.execute(
-        f"""
-        select (select count(*) from {name}) <> (select count(*) from _published.{name})
-            or exists (select * from {name} except all select * from _published.{name})
-        """
-    ).fetchone()
-    if not (differs and differs[0]):
-        return
+    """Give a table that differs (`_compare_whole`) the published one's rows (as a
+    multiset), writing only what differs: most tables change by a few rows a publish, or
+    none (`loaded_files`, the allocations, the publish log grow with the history; copied
+    whole, they would cost every cycle time that grows with the history too). Every copy
+    of a row the published table has fewer of is deleted, then the published rows missing
+    are added."""
     same = " and ".join(
         f'rows."{column}" is not distinct from gone."{column}"'
         for column in (column.replace('"', '""') for column in columns)
