@@ -12,9 +12,11 @@ import pytest
 
 from gpufleet.warehouse.build import BuildResult
 from gpufleet.warehouse.build.models import (
+    Model,
     apply_all_docs,
     apply_docs,
     build_order,
+    count_mart_rows,
     discover_models,
 )
 from tests.scans import ScanCounter
@@ -284,6 +286,36 @@ def test_the_docs_of_many_tables_read_the_warehouse_comments_with_two_queries(
     assert con.execute("select comment from duckdb_views() where view_name = 'v'").fetchall() == [
         ("V.",)
     ]
+
+
+def test_the_marts_rows_are_counted_in_one_statement(tmp_path: Path) -> None:
+    """A view over one table counts as that table; one over several only with `views`."""
+    con = duckdb.connect()
+    con.execute("create table a as select * from range(3); create table b as from range(5)")
+    con.execute("create view one as from a; create view both_ as from a, b")
+
+    def model(name: str, materialized: str, *depends_on: str) -> Model:
+        return Model(
+            name=name,
+            layer="marts",
+            path=tmp_path / f"{name}.sql",
+            sql="",
+            materialized=materialized,
+            reads=frozenset(depends_on),
+            depends_on=frozenset(depends_on),
+        )
+
+    models = {
+        "a": model("a", "table"),
+        "b": model("b", "table"),
+        "one": model("one", "view", "a"),
+        "both_": model("both_", "view", "a", "b"),
+    }
+    counter = ScanCounter(con, tmp_path / "profile.json")
+    counts = count_mart_rows(counter, models, list(models))  # type: ignore[arg-type]
+    assert counts == {"a": 3, "b": 5, "one": 3, "both_": 15}
+    assert len(counter.statements) == 1
+    assert count_mart_rows(con, models, list(models), views=False) == {"a": 3, "b": 5, "one": 3}
 
 
 def test_empty_warehouse_builds_empty_marts_and_keeps_no_intermediate_tables() -> None:

@@ -384,17 +384,23 @@ def count_mart_rows(
     samples_attributed_rows, row for row) counts as that table: counting the view would
     run its joins over every sample. A view over several (job_efficiency) is counted only
     with `views`: counting it runs it over every retained day, which an incremental build
-    (a steady cycle) leaves out."""
-    counts: dict[str, int] = {}
+    (a steady cycle) leaves out. One statement for them all."""
+    counted: dict[str, str] = {}
     for name in order:
         model = models[name]
         if model.layer != "marts":
             continue
-        counted = name
         if model.materialized == "view" and len(model.depends_on) == 1:
-            counted = next(iter(model.depends_on))
-        elif model.materialized == "view" and not views:
-            continue
-        row = con.execute(f"select count(*) from {counted}").fetchone()
-        counts[name] = int(row[0]) if row else 0
-    return counts
+            counted[name] = next(iter(model.depends_on))
+        elif model.materialized != "view" or views:
+            counted[name] = name
+    if not counted:
+        return {}
+    names = list(counted)
+    rows = con.execute(
+        " union all ".join(
+            f"select {i}, count(*) from {counted[name]}" for i, name in enumerate(names)
+        )
+    ).fetchall()
+    counts = {names[i]: int(rows_counted) for i, rows_counted in rows}
+    return {name: counts[name] for name in names}
