@@ -291,9 +291,28 @@ def test_a_catch_up_compares_the_tables_copied_whole_in_two_statements(
         rows = [con.execute(f"select * from t{n} order by all").fetchall() for n in range(6)]
     assert len(compared) == 2
     assert all("_published.main.t5" in statement for statement in compared)
+    # the two databases' tables and columns listed in one query too
+    assert sum("from duckdb_columns()" in statement for statement in counter.statements) == 1
     assert {"main.t1", "main.t2"} <= written
     assert not written & {f"main.t{n}" for n in (0, 3, 4, 5)}
     assert rows == [[(0,)], [(1,), (7,)], [(8,)], [(3,)], [(4,)], [(5,)]]
+
+
+def test_a_slot_whose_tables_differ_from_the_published_ones_is_not_caught_up(
+    config: Config,
+) -> None:
+    """A column or table more in the published warehouse: the file is copied instead."""
+    with write_transaction(config) as con:
+        con.execute("create table u (a integer)")
+    with write_transaction(config):
+        pass  # both slots exist now
+    for change in ("alter table u add column b integer", "create table w (a integer)"):
+        with write_transaction(config) as con:
+            con.execute(change)
+        first, second = slot_paths(config.warehouse_path)
+        stale = second if same_file(config.warehouse_path, first) else first
+        with duckdb.connect(str(stale)) as con:
+            assert not catch_up.catch_up(con, config.warehouse_path, rebuild=False)
 
 
 def test_the_publish_log_in_a_slot_caught_up_in_place_is_the_published_one(

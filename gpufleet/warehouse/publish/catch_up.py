@@ -57,8 +57,8 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
     assert own is not None
     con.execute("attach ? as _published (read_only)", [str(published)])
     try:
-        tables = _columns(con, "_published")
-        if _columns(con, own[0]) != tables:
+        own_tables, tables = _columns(con, own[0], "_published")
+        if own_tables != tables:
             return False
         if not rebuild and _views(con, own[0]) != _views(con, "_published"):
             return False
@@ -82,24 +82,31 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
         con.execute("detach _published")
 
 
-def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[tuple[str, str]]]:
-    """Each table's columns, as (name, type) in order, by schema.table."""
+def _columns(
+    con: duckdb.DuckDBPyConnection, *databases: str
+) -> list[dict[str, list[tuple[str, str]]]]:
+    """Each database's tables' columns, as (name, type) in order, by schema.table (one
+    query for them all)."""
     rows = con.execute(
         """
-        select schema_name || '.' || table_name,
+        select database_name, schema_name || '.' || table_name,
             list([column_name, data_type] order by column_index),
         from duckdb_columns()
-        where database_name = $database and schema_name in ('main', 'build_state')
+        where database_name in (select unnest($databases))
+            and schema_name in ('main', 'build_state')
             and not internal
-            and (schema_name, table_name) in (
-                select (schema_name, table_name) from duckdb_tables()
-                where database_name = $database
+            and (database_name, schema_name, table_name) in (
+                select (database_name, schema_name, table_name) from duckdb_tables()
+                where database_name in (select unnest($databases))
             )
         group by all
         """,
-        {"database": database},
+        {"databases": list(databases)},
     ).fetchall()
-    return {name: [(column, kind) for column, kind in columns] for name, columns in rows}
+    found: dict[str, dict[str, list[tuple[str, str]]]] = {database: {} for database in databases}
+    for database, name, columns in rows:
+        found[database][name] = [(column, kind) for column, kind in columns]
+    return [found[database] for database in databases]
 
 
 def _views(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, str]:
