@@ -109,6 +109,8 @@ with_line(
     '    ValueRange("fan_speed_pct", 0.0, 100.0),\n',
 )
 
+import copy
+
 import duckdb
 
 import gpufleet.warehouse.build.models as models
@@ -116,8 +118,11 @@ from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from gpufleet.config import Config
 from gpufleet.warehouse.ingest import ingest
 
+original_docs = models.shared_docs
+
+
 def shared_docs(sql_dir=models.SQL_DIR):  # and its line of sql/marts/_docs.toml
-    docs = models.load_docs(sql_dir)
+    docs = copy.deepcopy(original_docs(sql_dir))
     docs["samples"]["columns"]["fan_speed_pct"] = "The fans' speed, percent of their maximum."
     return docs
 

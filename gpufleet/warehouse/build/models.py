@@ -9,7 +9,6 @@ The conventions (one select per file, materializations, variables, macros): `doc
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import heapq
 import json
@@ -135,17 +134,10 @@ def build_order(
     return order
 
 
-def load_docs(sql_dir: Path = SQL_DIR) -> dict[str, dict[str, object]]:
+def shared_docs(sql_dir: Path = SQL_DIR) -> Mapping[str, Mapping[str, object]]:
     """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "...";
     `columns_from = "other"` takes the other table's column texts (its own win). Parsed once
-    per text (a build reads it twice: the comments and the data tests); a copy each call."""
-    path = sql_dir / "marts" / DOCS_FILE_NAME
-    return copy.deepcopy(_parsed_docs(path.read_text(encoding="utf-8"), str(path)))
-
-
-def shared_docs(sql_dir: Path = SQL_DIR) -> Mapping[str, Mapping[str, object]]:
-    """`load_docs` without the copy (a tenth of a small ingest's CPU): the parse every
-    caller shares, to read and never change."""
+    per text and shared by every caller (the build, its data tests, ingest): read, never change."""
     path = sql_dir / "marts" / DOCS_FILE_NAME
     return _parsed_docs(path.read_text(encoding="utf-8"), str(path))
 
