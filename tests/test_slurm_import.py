@@ -343,10 +343,13 @@ def test_a_job_that_ended_has_its_rows_closed_and_nothing_is_added_twice(
     config: Config, tmp_path: Path
 ) -> None:
     squeue = FIXTURES / "squeue-24.11.json"
-    import_slurm(config, sacct_json=FIXTURES / "sacct-24.11.json", squeue_json=squeue)
+    # One `now` for every import: a running job's record carries when an import last saw
+    # it (seen_ts), so an import a second later rightly rewrites the running ones' records.
+    now = at(50)
+    import_slurm(config, sacct_json=FIXTURES / "sacct-24.11.json", squeue_json=squeue, now=now)
     # job 2 and array task 4_0 (raw id 6) end; squeue's answer is the old one still
     later = saved(tmp_path, "later.json", ended("24.11", {2: 40, 6: 45}))
-    result = import_slurm(config, sacct_json=later, squeue_json=squeue)
+    result = import_slurm(config, sacct_json=later, squeue_json=squeue, now=now)
     assert (result.rows_added, result.rows_closed) == (0, 2)
     assert rows(config)[:2] == [
         row("2", "gf-bob", "speech", "gpu-node01", 2, end=40),
@@ -363,7 +366,7 @@ def test_a_job_that_ended_has_its_rows_closed_and_nothing_is_added_twice(
     ]
     before = (config.data_dir / DAY_FILE).stat()
     job_file = (config.data_dir / JOB_FILE).stat()
-    again = import_slurm(config, sacct_json=later)  # no squeue: the rows are known
+    again = import_slurm(config, sacct_json=later, now=now)  # no squeue: the rows are known
     assert (again.rows_added, again.rows_closed, again.files) == (0, 0, ())
     assert (again.job_records, again.job_files) == (0, ())
     assert (config.data_dir / DAY_FILE).stat().st_mtime_ns == before.st_mtime_ns
