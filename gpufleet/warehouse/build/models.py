@@ -169,7 +169,7 @@ def apply_all_docs(
     con: duckdb.DuckDBPyConnection, docs: Mapping[str, Mapping[str, object]], source: Path
 ) -> None:
     """`apply_docs` for each table of `docs` (its name: its entry), all in one transaction,
-    the warehouse's comments read with one catalog query: a full build comments every
+    the warehouse's comments read with two catalog queries: a full build comments every
     column of every mart afresh, and a commit per column took a quarter of a small build."""
     in_warehouse = _comments_in_warehouse(con, list(docs))
     statements: list[str] = []
