@@ -20,6 +20,7 @@ import pyarrow.dataset as pads
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS
 from gpufleet.warehouse.lake.samples import STORED, evicted_paths
 
@@ -78,7 +79,7 @@ def connect_sandboxed(config: Config) -> Iterator[duckdb.DuckDBPyConnection]:
         raise GpufleetError(f"{warehouse}: no warehouse yet; run 'gpufleet ingest' first")
     with (
         tempfile.TemporaryDirectory(prefix="gpufleet-query-") as spill,
-        contextlib.closing(duckdb.connect(":memory:", config={"temp_directory": spill})) as con,
+        contextlib.closing(connect(":memory:", config={"temp_directory": spill})) as con,
     ):
         try:
             con.execute(

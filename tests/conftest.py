@@ -20,6 +20,10 @@ from tests.slurm_stack import SlurmStack, SlurmUnavailable, slurm_stack
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+# One DuckDB thread a connection (gpufleet/warehouse/base/connect.py): `make test` runs a
+# worker more than the cores, and each DuckDB with a thread per core spent some 15 % more CPU
+# on the suite's small fleets, synchronising threads that had next to nothing to share.
+os.environ.setdefault("GPUFLEET_THREADS", "1")
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 
 if "PREFECT_HOME" not in os.environ:

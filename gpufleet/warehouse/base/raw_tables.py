@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from gpufleet.collectors.schema import REQUIRED_COLUMNS, SAMPLE_SCHEMA
 from gpufleet.warehouse.base.catalog import has_table
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.notices_sent import TABLE as NOTICES_SENT
 from gpufleet.warehouse.base.notices_sent import ensure_sent_log
 
@@ -257,6 +258,6 @@ def _catalog(con: duckdb.DuckDBPyConnection) -> set[_Relation]:
 def _raw_catalog() -> frozenset[_Relation]:
     """What RAW_TABLES_DDL leaves in an empty database, with notices_sent (its columns are
     its own module's to add)."""
-    with duckdb.connect() as con:
+    with connect() as con:
         con.execute(RAW_TABLES_DDL)
         return frozenset(_catalog(con) | {("table", "main", NOTICES_SENT, None, None, None)})

@@ -17,8 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
-
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.sql_text import literal
 
 
@@ -78,7 +77,7 @@ def run_partition(partition: Partition) -> PartitionResult:
         settings["memory_limit"] = partition.memory_limit
     rows: dict[str, int] = {}
     written: dict[str, int] = {}
-    with duckdb.connect(":memory:", config=settings) as con:
+    with connect(":memory:", config=settings) as con:
         con.execute("set enable_progress_bar = false")  # a worker's log is no terminal
         for statement, parameters in partition.setup:
             con.execute(statement, list(parameters))

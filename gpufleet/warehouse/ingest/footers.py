@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.raw_tables import (
     REQUIRED_SAMPLE_COLUMNS,
     SAMPLE_COLUMNS,
@@ -126,7 +127,7 @@ _DUCKDB = threading.Lock()
 @functools.lru_cache(maxsize=64)
 def _duckdb_types(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
     """Each column's type as DuckDB names it (the names the type rules and reasons use)."""
-    with _DUCKDB, duckdb.connect() as con:
+    with _DUCKDB, connect() as con:
         relation = con.from_arrow(schema.empty_table())
         return tuple(
             (str(n), str(t)) for n, t in zip(relation.columns, relation.types, strict=True)

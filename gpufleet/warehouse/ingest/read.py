@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, SAMPLE_TYPES, literal_path
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest.footers import (
@@ -153,7 +154,7 @@ def _read_with_duckdb(
     that does not goes into `bad`."""
     groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
     frames: list[pl.DataFrame] = []
-    with duckdb.connect(config={"memory_limit": READER_MEMORY_LIMIT}) as con:
+    with connect(config={"memory_limit": READER_MEMORY_LIMIT}) as con:
         for index in indexes:
             columns = _duckdb_columns(con, config, batch[index])
             if isinstance(columns, str):
@@ -183,7 +184,7 @@ _SOURCE_SQL = "{} from read_parquet(?, hive_partitioning = false) as src"
 def duckdb_schema_problem(config: Config, file: SampleFile) -> str | None:
     """Why DuckDB does not read `file`, or the type rules refuse its columns as DuckDB reads
     them; None when it loads."""
-    with duckdb.connect() as con:
+    with connect() as con:
         columns = _duckdb_columns(con, config, file)
     return columns if isinstance(columns, str) else None
 
@@ -227,7 +228,7 @@ def cast_slice(rows: pa.RecordBatch, *, by_duckdb: bool) -> pl.DataFrame:
     types, `_unfit` naming a value that did not fit: cast by polars, or by DuckDB for a file
     polars does not read (`by_duckdb`)."""
     if by_duckdb:
-        with duckdb.connect() as con:
+        with connect() as con:
             con.register("src", pa.Table.from_batches([rows]))
             source = con.table("src")
             columns = {str(n): str(t) for n, t in zip(source.columns, source.types, strict=True)}

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from gpufleet.errors import GpufleetError
 from gpufleet.storage.s3 import describe_error, downloaded
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.raw_tables import literal_path
 from gpufleet.warehouse.lake.compact import compact_from_files
 from gpufleet.warehouse.lake.fanout import CompactTask, CompactTaskResult, HostDay
@@ -50,7 +51,7 @@ def run_compact_task(task: CompactTask) -> CompactTaskResult:
             settings["threads"] = task.threads
         if task.memory_limit:
             settings["memory_limit"] = task.memory_limit
-        con = stack.enter_context(duckdb.connect(":memory:", config=settings))
+        con = stack.enter_context(connect(":memory:", config=settings))
         con.execute("set enable_progress_bar = false")  # a worker's log is no terminal
         con.execute("set TimeZone = ?", [task.time_zone])
         for host_day in task.host_days:

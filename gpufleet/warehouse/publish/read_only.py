@@ -13,6 +13,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
+from gpufleet.warehouse.base.connect import connect
 
 
 def connect_read_only(config: Config, *, tables: Sequence[str] = ()) -> duckdb.DuckDBPyConnection:
@@ -24,7 +25,7 @@ def connect_read_only(config: Config, *, tables: Sequence[str] = ()) -> duckdb.D
         todo = "'gpufleet ingest' and 'gpufleet build'" if tables else "'gpufleet ingest'"
         raise GpufleetError(f"{warehouse}: no warehouse yet; run {todo} first")
     try:
-        con = duckdb.connect(str(warehouse), read_only=True)
+        con = connect(str(warehouse), read_only=True)
     except duckdb.Error as exc:
         raise GpufleetError(f"{warehouse}: cannot open the warehouse: {exc}") from exc
     if tables:

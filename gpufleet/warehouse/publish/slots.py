@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.publish.catch_up import catch_up
 from gpufleet.warehouse.publish.log import GENERATION_DDL, current_generation, start_publish
@@ -211,7 +212,7 @@ def _open_slot_in_place(
     ):
         return None
     try:
-        connection = duckdb.connect(str(target))
+        connection = connect(str(target))
     except duckdb.IOException:  # a reader in another process still has it open
         return None
     dirty_marker(target).touch()
@@ -236,7 +237,7 @@ def _open_copy(warehouse: Path, work: Path) -> duckdb.DuckDBPyConnection:
         if old_wal.exists():
             # Left by a read-write session that did not checkpoint: replayed on open.
             copy_file(old_wal, work.with_name(work.name + ".wal"))
-    connection = duckdb.connect(str(work))
+    connection = connect(str(work))
     connection.execute("set memory_limit = ?", [WRITER_MEMORY_LIMIT])
     ensure_raw_tables(connection)
     connection.execute(GENERATION_DDL)
