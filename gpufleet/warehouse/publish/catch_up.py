@@ -1,12 +1,13 @@
 """Catching the stale warehouse slot up with the published one, instead of copying the file.
 
 `catch_up` adds the samples loaded since, replays the mart rows that incremental builds
-replaced (`log.py`) and copies every other table whole; it answers False where
-copying the file is the way (see `docs/warehouse.md`, the two slots).
+replaced (`log.py`) and copies every other table whole, each table the way `way_of` names;
+it answers False where copying the file is the way (see `docs/warehouse.md`, the two slots).
 """
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,9 +74,10 @@ def catch_up(con: duckdb.DuckDBPyConnection, published: Path, *, rebuild: bool) 
         # too large to add (a backfill, hours loaded at once) comes with as large a replay.
         order = sorted(tables, key=lambda name: name != f"main.{_APPEND_ONLY}")
         replaced = frozenset() if rebuild else _replaced_tables(con, behind)
-        whole = _compare_whole(con, [name for name in order if _copied_whole(name, rebuild)])
+        ways = {name: way_of(name, rebuild=rebuild) for name in order}
+        whole = _compare_whole(con, [name for name in order if ways[name] is Way.COPY])
         return all(
-            _catch_up_table(con, name, tables[name], behind, replaced, whole, rebuild=rebuild)
+            _catch_up_table(con, name, ways[name], tables[name], behind, replaced, whole)
             for name in order
         )
     finally:
@@ -141,15 +143,31 @@ def _replaced_tables(con: duckdb.DuckDBPyConnection, behind: int) -> frozenset[s
     return frozenset(str(row[0]) for row in rows)
 
 
-def _copied_whole(name: str, rebuild: bool) -> bool:
-    """Whether `_catch_up_table` gives the table the published one's rows (`_copy_rows`)."""
-    table = name.removeprefix("main.")
-    return not (
-        table == _APPEND_ONLY
-        or table in LOGGED_TABLES
-        or name == _LOG
-        or (name.startswith(_KEPT) and not rebuild)
-    )
+class Way(enum.Enum):
+    """How the catch-up brings a table up to the published one's rows (`way_of`)."""
+
+    APPEND = "append"  # the samples: those of later loads added (`_append_samples`)
+    REPLAY = "replay"  # a logged mart: the rows the log names since replaced (`_replay`)
+    ADD_GENERATIONS = "add_generations"  # the publish log: later generations (`_copy_log`)
+    LEAVE = "leave"  # as it is: a kept table, or a logged mart before a full build
+    COPY = "copy"  # compared (`_compare_whole`), given the published rows if they differ
+
+
+def way_of(name: str, *, rebuild: bool) -> Way:
+    """How `catch_up` brings table `name` (schema.table) up to date: the one place that
+    chooses, for the comparison of the tables copied whole and for the catch-up itself.
+    Before a full build (`rebuild`) the logged marts are left (the build replaces them),
+    and the kept tables, which only a full build's publish changes, are copied."""
+    if name == f"main.{_APPEND_ONLY}":
+        return Way.APPEND
+    if name.removeprefix("main.") in LOGGED_TABLES:
+        return Way.LEAVE if rebuild else Way.REPLAY
+    if name == _LOG:
+        return Way.ADD_GENERATIONS
+    if name.startswith(_KEPT):
+        # changed only by publishes that count as full builds (build/kept.py)
+        return Way.COPY if rebuild else Way.LEAVE
+    return Way.COPY
 
 
 class _Compared(NamedTuple):
@@ -191,31 +209,30 @@ def _compare_whole(con: duckdb.DuckDBPyConnection, names: list[str]) -> _Compare
 def _catch_up_table(
     con: duckdb.DuckDBPyConnection,
     name: str,
+    way: Way,
     columns: list[tuple[str, str]],
     behind: int,
     replaced: frozenset[str],
     whole: _Compared,
-    *,
-    rebuild: bool,
 ) -> bool:
     """Bring one table (schema.table, its `columns` as `_columns` gives them) up to the
-    published one's rows (a logged table: those of `replaced`, `_replaced_tables`; a table
-    copied whole: if among `whole.differing`); False if it cannot."""
-    if name == f"main.{_APPEND_ONLY}":
-        return _append_samples(con, name)
-    if name.removeprefix("main.") in LOGGED_TABLES:
-        if not rebuild:
+    published one's rows, the `way` `way_of` names (a replayed table: if among `replaced`,
+    `_replaced_tables`; a table copied whole: if among `whole.differing`); False if it
+    cannot."""
+    match way:
+        case Way.APPEND:
+            return _append_samples(con, name)
+        case Way.REPLAY:
             _replay(con, name, behind, replaced)
-        return True
-    if name == _LOG:
-        _copy_log(con, name)
-        return True
-    if name.startswith(_KEPT) and not rebuild:
-        return True  # changed only by publishes that count as full builds (build/kept.py)
-    if whole.published_rows[name] > _WHOLE_TABLE_LIMIT:
-        return False
-    if name in whole.differing:
-        _copy_rows(con, name, [column for column, _ in columns])
+        case Way.ADD_GENERATIONS:
+            _copy_log(con, name)
+        case Way.LEAVE:
+            pass
+        case Way.COPY:
+            if whole.published_rows[name] > _WHOLE_TABLE_LIMIT:
+                return False
+            if name in whole.differing:
+                _copy_rows(con, name, [column for column, _ in columns])
     return True
 
 
