@@ -109,8 +109,6 @@ with_line(
     '    ValueRange("fan_speed_pct", 0.0, 100.0),\n',
 )
 
-import copy
-
 import duckdb
 
 import gpufleet.warehouse.build.models as models
@@ -122,8 +120,9 @@ original_docs = models.shared_docs
 
 
 def shared_docs(sql_dir=models.SQL_DIR):  # and its line of sql/marts/_docs.toml
-    docs = copy.deepcopy(original_docs(sql_dir))
-    docs["samples"]["columns"]["fan_speed_pct"] = "The fans' speed, percent of their maximum."
+    docs = dict(original_docs(sql_dir))  # read-only: the samples' entry, a changed copy
+    fan = {"fan_speed_pct": "The fans' speed, percent of their maximum."}
+    docs["samples"] = {**docs["samples"], "columns": {**docs["samples"]["columns"], **fan}}
     return docs
 
 

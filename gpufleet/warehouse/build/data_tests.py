@@ -63,7 +63,7 @@ def _quoted(column: str) -> str:
 def _names(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise ValueError(f"{where}: a column name or a list of them")
 
@@ -72,11 +72,11 @@ def parse_data_tests(table: str, entries: object, source: Path) -> list[DataTest
     """A table's `data_tests` list from the docs file; a ValueError naming `source` and the
     table for a test it cannot read."""
     where = f"{source}: [{table}] data_tests"
-    if not isinstance(entries, list):
+    if not isinstance(entries, list | tuple):
         raise ValueError(f"{where}: a list of tests")
     tests: list[DataTest] = []
     for entry in entries:
-        if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in _KINDS:
+        if not isinstance(entry, Mapping) or len(entry) != 1 or next(iter(entry)) not in _KINDS:
             raise ValueError(f"{where}: each test is one of {', '.join(_KINDS)}, not {entry!r}")
         kind, value = next(iter(entry.items()))
         if kind == "unique":
@@ -94,9 +94,9 @@ def parse_data_tests(table: str, entries: object, source: Path) -> list[DataTest
                     )
                 )
         elif kind == "accepted_values":
-            named = value.get("column") if isinstance(value, dict) else None
-            values = value.get("values") if isinstance(value, dict) else None
-            if not isinstance(named, str) or not isinstance(values, list) or not values:
+            named = value.get("column") if isinstance(value, Mapping) else None
+            values = value.get("values") if isinstance(value, Mapping) else None
+            if not isinstance(named, str) or not isinstance(values, list | tuple) or not values:
                 raise ValueError(f'{where}: accepted_values = {{ column = "...", values = [...] }}')
             listed = ", ".join(literal(str(v)) for v in values)
             tests.append(

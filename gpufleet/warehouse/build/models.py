@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.frozen import frozen
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.base.sql_text import literal
 from gpufleet.warehouse.build.ids import ensure_id_tables
@@ -137,13 +138,13 @@ def build_order(
 def shared_docs(sql_dir: Path = SQL_DIR) -> Mapping[str, Mapping[str, object]]:
     """`sql/marts/_docs.toml`: [table] description = "...", [table.columns] col = "...";
     `columns_from = "other"` takes the other table's column texts (its own win). Parsed once
-    per text and shared by every caller (the build, its data tests, ingest): read, never change."""
+    per text, frozen (read-only at every level), shared by the build, data tests and ingest."""
     path = sql_dir / "marts" / DOCS_FILE_NAME
     return _parsed_docs(path.read_text(encoding="utf-8"), str(path))
 
 
 @functools.lru_cache(maxsize=4)
-def _parsed_docs(text: str, source: str) -> dict[str, dict[str, object]]:
+def _parsed_docs(text: str, source: str) -> Mapping[str, Mapping[str, object]]:
     docs: dict[str, dict[str, object]] = tomllib.loads(text)
     for table, entry in docs.items():
         other = entry.pop("columns_from", None)
@@ -154,7 +155,7 @@ def _parsed_docs(text: str, source: str) -> dict[str, dict[str, object]]:
             raise ValueError(f"{source}: [{table}] columns_from = {other!r}: no [{other}.columns]")
         own = entry.get("columns", {})
         entry["columns"] = {**inherited, **(own if isinstance(own, dict) else {})}
-    return docs
+    return frozen(docs)
 
 
 def apply_docs(
@@ -176,7 +177,7 @@ def apply_all_docs(
     for table, entry in docs.items():
         description = entry.get("description")
         columns = entry.get("columns", {})
-        if not isinstance(description, str) or not isinstance(columns, dict):
+        if not isinstance(description, str) or not isinstance(columns, Mapping):
             raise ValueError(f'{source}: [{table}] needs description = "..." and [{table}.columns]')
         kind, comment, actual = in_warehouse.get(table) or _described(con, table)
         missing = [column for column in actual if not isinstance(columns.get(column), str)]
