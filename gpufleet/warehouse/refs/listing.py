@@ -34,6 +34,13 @@ def _visible(path: Path) -> bool:
     return not path.name.startswith((".", "_"))
 
 
+def listed_files(folder: Path) -> list[Path]:
+    """The visible *.csv files of `folder` (an allocation or a job folder), in name order."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.csv") if _visible(p) and p.is_file())
+
+
 class _Listed(NamedTuple):
     rows: list[Any]  # the rows of the files read
     files: tuple[AllocationFile, ...]  # every file listed
@@ -62,11 +69,7 @@ def _read_listed(
 ) -> _Listed:
     """The visible *.csv files of `folder`, each read with `read` unless `known` has it at
     its current (size, mtime_ns)."""
-    paths = (
-        sorted(p for p in folder.glob("*.csv") if _visible(p) and p.is_file())
-        if folder.is_dir()
-        else []
-    )
+    paths = listed_files(folder)
     listed = _Listed([], (), set(), [])
     files: list[AllocationFile] = []
     for path in paths:

@@ -20,20 +20,22 @@ import pyarrow as pa
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.base.catalog import has_table
-from gpufleet.warehouse.base.table_docs import TableDoc, document
+from gpufleet.warehouse.base.table_docs import TableDoc, document, table_comments
 from gpufleet.warehouse.publish.read_only import connect_read_only
 from gpufleet.warehouse.refs.jobs import read_jobs
-from gpufleet.warehouse.refs.listing import ReadListed
+from gpufleet.warehouse.refs.listing import ReadListed, listed_files
 from gpufleet.warehouse.refs.read import read_allocations
 from gpufleet.warehouse.refs.records import AllocationFile, References, SetAside
 
 
 def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
     """(size, mtime_ns) of each allocation and job file as the published warehouse last
-    read it,
-    for `read_references(known=...)`; empty when there is no warehouse (or none readable:
-    every file is read then, as on the first ingest)."""
-    if not config.warehouse_path.is_file():
+    read it, for `read_references(known=...)`; empty when there is no warehouse (or none
+    readable: every file is read then, as on the first ingest), and when no such file is
+    listed, without opening the warehouse (every ingest asks)."""
+    if not config.warehouse_path.is_file() or not (
+        listed_files(config.allocations_dir) or listed_files(config.jobs_dir)
+    ):
         return {}
     try:
         with contextlib.closing(connect_read_only(config)) as con:
@@ -130,15 +132,29 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
+def _row_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """The rows of each table `replace_references` writes, in one statement: most are empty
+    and stay so, and an empty table needs no comparison (an ingest ran ten)."""
+    tables = list(_ARROW_SCHEMAS)
+    (counts,) = con.execute(
+        "select " + ", ".join(f"(select count(*) from {table})" for table in tables)
+    ).fetchall()  # to the end: DuckDB refuses other work on a connection mid-result
+    return dict(zip(tables, (int(count) for count in counts), strict=True))
+
+
 def _replace_table(
     con: duckdb.DuckDBPyConnection,
     table: str,
     rows: Sequence[tuple[Any, ...]],
     *,
     keep: str = "false",
+    stored: int | None = None,
 ) -> bool:
     """Replace every row of `table` but those `keep` (a condition on its columns) holds
-    for with `rows` (one insert through Arrow); True if anything changed."""
+    for with `rows` (one insert through Arrow); True if anything changed. `stored`: the
+    rows `table` holds, when known (an empty table is not compared)."""
+    if stored == 0 and not rows:
+        return False
     schema = _ARROW_SCHEMAS[table]
     arrays = [
         pa.array([row[position] for row in rows], type=column.type)
@@ -148,23 +164,29 @@ def _replace_table(
     names = ", ".join(f'"{name}"' for name in schema.names)
     con.register("_ref_rows", arrow)
     try:
-        replaced = f"(select {names} from {table} where not ({keep}))"
-        difference = con.execute(
-            f"""
-            select count(*) from (
-                (select {names} from {replaced} except all select {names} from _ref_rows)
-                union all
-                (select {names} from _ref_rows except all select {names} from {replaced})
-            )
-            """
-        ).fetchall()  # fetched to the end: DuckDB refuses to unregister under an open result
-        changed = bool(difference[0][0])
+        changed = stored == 0 or _differs(con, table, names, keep)
         if changed:
-            con.execute(f"delete from {table} where not ({keep})")
+            if stored != 0:
+                con.execute(f"delete from {table} where not ({keep})")
             con.execute(f"insert into {table} ({names}) select {names} from _ref_rows")
     finally:
         con.unregister("_ref_rows")
     return changed
+
+
+def _differs(con: duckdb.DuckDBPyConnection, table: str, names: str, keep: str) -> bool:
+    """Whether the rows of `table` but those `keep` holds for differ from `_ref_rows`."""
+    replaced = f"(select {names} from {table} where not ({keep}))"
+    difference = con.execute(
+        f"""
+        select count(*) from (
+            (select {names} from {replaced} except all select {names} from _ref_rows)
+            union all
+            (select {names} from _ref_rows except all select {names} from {replaced})
+        )
+        """
+    ).fetchall()  # fetched to the end: DuckDB refuses to unregister under an open result
+    return bool(difference[0][0])
 
 
 # The contact tables: created here, as only the ingest of the reference files writes them.
@@ -200,10 +222,17 @@ CONTACT_TABLES_DOCS: tuple[TableDoc, ...] = (
 )
 
 
+CONTACT_TABLES = ("ref_user_emails", "ref_teams")
+
+
 def ensure_contact_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create (and document) ref_user_emails and ref_teams if they do not exist yet."""
-    con.execute(CONTACT_TABLES_DDL)
-    document(con, CONTACT_TABLES_DOCS)
+    """Create ref_user_emails and ref_teams if they do not exist yet, and document them
+    where their comments differ: one catalog query when they are there as documented (every
+    ingest runs this)."""
+    current = table_comments(con, CONTACT_TABLES)
+    if any((table, None) not in current for table in CONTACT_TABLES):
+        con.execute(CONTACT_TABLES_DDL)
+    document(con, CONTACT_TABLES_DOCS, current=current)
 
 
 ALLOCATION_FILES_DDL = """
@@ -225,11 +254,12 @@ def _replace_listed(
     stored: dict[str, tuple[int, int]],
     read: ReadListed,
     set_aside: list[SetAside] | None,
+    count: int,
 ) -> bool:
-    """Make `table` the rows of the `files` listed: the files not read keep their rows when
-    this warehouse read them at the same (size, mtime) (else they are read now, their bad
-    lines added to `set_aside`: another ingest published in between); every other row is
-    replaced. True if any row changed."""
+    """Make `table` (of `count` rows) the rows of the `files` listed: the files not read
+    keep their rows when this warehouse read them at the same (size, mtime) (else they are
+    read now, their bad lines added to `set_aside`: another ingest published in between);
+    every other row is replaced. True if any row changed."""
     rows = list(rows)
     kept: list[str] = []
     for file in files:
@@ -239,18 +269,27 @@ def _replace_listed(
             kept.append(file.source)
         else:
             rows.extend(read(file.path, file.source, set_aside=set_aside))
+    if count == 0:  # no row to keep
+        return _replace_table(con, table, rows, stored=0)
     con.execute("create or replace temp table _kept_sources (source_file varchar)")
     try:
         con.execute("insert into _kept_sources select unnest(?::varchar[])", [kept])
         return _replace_table(
-            con, table, rows, keep="source_file in (select source_file from _kept_sources)"
+            con,
+            table,
+            rows,
+            keep="source_file in (select source_file from _kept_sources)",
+            stored=count,
         )
     finally:
         con.execute("drop table temp._kept_sources")
 
 
 def _replace_scheduler_files(
-    con: duckdb.DuckDBPyConnection, references: References, set_aside: list[SetAside] | None
+    con: duckdb.DuckDBPyConnection,
+    references: References,
+    set_aside: list[SetAside] | None,
+    counts: dict[str, int],
 ) -> bool:
     """Make `allocations` and `slurm_jobs` the rows of the files listed, and record each
     file's (size, mtime) in build_state.allocation_files, but a file set aside whole (it is
@@ -266,6 +305,7 @@ def _replace_scheduler_files(
         stored,
         read_allocations,
         set_aside,
+        counts["allocations"],
     )
     changed |= _replace_listed(
         con,
@@ -276,6 +316,7 @@ def _replace_scheduler_files(
         stored,
         read_jobs,
         set_aside,
+        counts["slurm_jobs"],
     )
     whole = {item.source for item in (*references.set_aside, *(set_aside or ())) if item.whole_file}
     listed = {
@@ -305,49 +346,43 @@ def replace_references(
     allocation and job files read here (another ingest published since `references` were
     read) go to `set_aside` (None: the first fails)."""
     users, hosts, prices = references.users, references.hosts, references.prices
-    changed = [
-        _replace_table(con, "ref_users", [row for row in users if row.valid_from is None]),
-        _replace_table(
-            con,
-            "ref_hosts",
-            [(r.rule_order, r.host_glob, r.team, r.cluster) for r in hosts if r.valid_from is None],
-        ),
-        _replace_table(
-            con,
-            "ref_prices",
-            [
-                (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.cluster)
-                for r in prices
-                if r.valid_from is None
-            ],
-        ),
-        _replace_table(
-            con,
-            "ref_users_dated",
-            [(r.user, r.team, r.valid_from) for r in users if r.valid_from is not None],
-        ),
-        _replace_table(
-            con,
-            "ref_hosts_dated",
-            [
-                (r.rule_order, r.host_glob, r.team, r.valid_from, r.cluster)
-                for r in hosts
-                if r.valid_from is not None
-            ],
-        ),
-        _replace_table(
-            con,
-            "ref_prices_dated",
-            [
-                (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.valid_from, r.cluster)
-                for r in prices
-                if r.valid_from is not None
-            ],
-        ),
-        _replace_scheduler_files(con, references, set_aside),
-    ]
     ensure_contact_tables(con)
-    emails = [(user.user, user.email) for user in references.users if user.email is not None]
-    _replace_table(con, "ref_user_emails", emails)
-    _replace_table(con, "ref_teams", [(t.team, t.lead_email, list(t.cc)) for t in references.teams])
+    counts = _row_counts(con)
+    modelled: dict[str, Sequence[tuple[Any, ...]]] = {
+        "ref_users": [row for row in users if row.valid_from is None],
+        "ref_hosts": [
+            (r.rule_order, r.host_glob, r.team, r.cluster) for r in hosts if r.valid_from is None
+        ],
+        "ref_prices": [
+            (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.cluster)
+            for r in prices
+            if r.valid_from is None
+        ],
+        "ref_users_dated": [
+            (r.user, r.team, r.valid_from) for r in users if r.valid_from is not None
+        ],
+        "ref_hosts_dated": [
+            (r.rule_order, r.host_glob, r.team, r.valid_from, r.cluster)
+            for r in hosts
+            if r.valid_from is not None
+        ],
+        "ref_prices_dated": [
+            (r.rule_order, r.gpu_glob, r.usd_per_gpu_hour, r.valid_from, r.cluster)
+            for r in prices
+            if r.valid_from is not None
+        ],
+    }
+    changed = [
+        *(
+            _replace_table(con, table, rows, stored=counts[table])
+            for table, rows in modelled.items()
+        ),
+        _replace_scheduler_files(con, references, set_aside, counts),
+    ]
+    contacts: dict[str, Sequence[tuple[Any, ...]]] = {
+        "ref_user_emails": [(user.user, user.email) for user in users if user.email is not None],
+        "ref_teams": [(t.team, t.lead_email, list(t.cc)) for t in references.teams],
+    }
+    for table, rows in contacts.items():
+        _replace_table(con, table, rows, stored=counts[table])
     return any(changed)
