@@ -40,9 +40,15 @@ pytestmark = pytest.mark.fleet
 
 DAY1 = dt.datetime(2026, 11, 16, tzinfo=dt.UTC)
 DAY2 = DAY1 + dt.timedelta(days=1)
-# samples every 30 s, not 10: a third of the rows to load, build and compare
+# samples every 30 s, not 10: a third of the rows to load, build and compare; a file per
+# host every 30 minutes, not 10: a third of the files to write, load and compact
 SPEC = SimulationSpec(
-    gpus=16, start=DAY1, end=DAY2 + dt.timedelta(days=1), interval_s=30.0, seed=11
+    gpus=16,
+    start=DAY1,
+    end=DAY2 + dt.timedelta(days=1),
+    interval_s=30.0,
+    flush_s=1800.0,
+    seed=11,
 )
 
 
@@ -299,9 +305,10 @@ def _compact_unbuilt(data_dir: Path) -> None:
     # The day arrives in two ingests, as a live one does: compaction reads its files and a
     # build checks them before they join the lake (a backfill's go there at once).
     half = DAY1 + dt.timedelta(minutes=30)
-    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=half)
+    simulate_window(SPEC, data_dir=config.data_dir, start=DAY1, end=half, scenario=_SCENARIO)
     ingest(config, today=DAY1.date())
-    simulate_window(SPEC, data_dir=config.data_dir, start=half, end=DAY1 + dt.timedelta(hours=1))
+    end = DAY1 + dt.timedelta(hours=1)
+    simulate_window(SPEC, data_dir=config.data_dir, start=half, end=end, scenario=_SCENARIO)
     ingest(config, today=DAY2.date())
 
 
