@@ -35,6 +35,7 @@ from gpufleet.reports.render import (
 )
 from gpufleet.reports.team import load_team_weeks, team_charts
 from gpufleet.reports.weekly import write_report
+from gpufleet.warehouse.base.connect import connect
 from gpufleet.weeks import week_label
 from tests import report_fixtures as fx
 
@@ -267,7 +268,9 @@ def test_warehouse_without_marts_says_to_build(tmp_path: Path) -> None:
 def test_report_leaves_the_warehouse_untouched_and_reads_beside_a_reader(tmp_path: Path) -> None:
     config, _ = fx.fixture_config(tmp_path)
     before = hashlib.sha256(config.warehouse_path.read_bytes()).hexdigest()
-    other_reader = duckdb.connect(str(config.warehouse_path), read_only=True)
+    # opened as the pipeline opens every connection: DuckDB refuses a second connection to a
+    # file in one process with other settings (GPUFLEET_THREADS, which the suite sets)
+    other_reader = connect(str(config.warehouse_path), read_only=True)
     try:
         write_report(config, fx.WEEK)
     finally:
