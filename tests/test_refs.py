@@ -16,6 +16,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.warehouse.ingest import ingest, load_warehouse
 from gpufleet.warehouse.publish import write_transaction
 from gpufleet.warehouse.refs import published_allocation_files, read_references
+from tests.templates import made_once
 from tests.test_ingest import DAY1, sample, write_samples
 
 pytestmark = pytest.mark.fleet
@@ -34,6 +35,24 @@ ALLOCATIONS = (
 def config(config: Config) -> Config:
     """The shared `config` (tests/conftest.py) with every reference file and an allocation
     export written."""
+    return _with_references(config)
+
+
+@pytest.fixture
+def ingested(tmp_path: Path) -> Config:
+    """`config`'s files and one sample file (DAY1's a.parquet) ingested: the first ingest of
+    the tests that then add a bad file, made once per test process and copied
+    (tests/templates.py)."""
+
+    def fill(data_dir: Path) -> None:
+        config = _with_references(Config(data_dir=data_dir))
+        write_samples(data_dir, f"{DAY1}/a.parquet", [sample(0)])
+        ingest(config)
+
+    return Config(data_dir=made_once("test_refs.ingested", fill, tmp_path / "data"))
+
+
+def _with_references(config: Config) -> Config:
     write(config, "ref/users.csv", USERS)
     write(config, "ref/hosts.csv", HOSTS)
     write(config, "ref/prices.csv", PRICES)
@@ -149,10 +168,9 @@ def test_empty_cells_are_null_and_blank_lines_are_skipped(config: Config) -> Non
     ],
 )
 def test_a_bad_reference_file_fails_naming_file_and_line_and_changes_nothing(
-    config: Config, relative: str, text: str, message: str
+    ingested: Config, relative: str, text: str, message: str
 ) -> None:
-    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
-    ingest(config)
+    config = ingested
     before = config.warehouse_path.read_bytes()
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10)])  # must not load
     write(config, relative, text)
@@ -276,13 +294,12 @@ GOOD_JOB = "9,2026-11-16T08:00:00Z,h1\n"
     ],
 )
 def test_a_bad_line_of_an_allocation_or_job_file_is_quarantined_and_the_rest_loads(
-    config: Config, relative: str, text: str, reason: str, loaded: int
+    ingested: Config, relative: str, text: str, reason: str, loaded: int
 ) -> None:
     """An allocation or job file is raw input: a bad line is listed in quarantined_files
     (its line in the reason, no destination) and named in a warning; the file stays, its
     other lines and every sample load, and the ingest succeeds."""
-    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
-    ingest(config)
+    config = ingested
     write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10)])
     path = write(config, relative, text)
     warned: list[str] = []
