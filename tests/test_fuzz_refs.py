@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import duckdb
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,7 +50,7 @@ from tests.fuzzing import (
     tree,
     written_outside,
 )
-from tests.test_ingest import DAY1, sample, write_samples
+from tests.test_ingest import DAY1, reading, sample, write_samples
 
 pytestmark = pytest.mark.fleet
 
@@ -112,7 +111,7 @@ def test_each_reader_returns_rows_or_names_the_file(case: tuple[Kind, bytes]) ->
 
 
 def _samples(data_dir: Path) -> int:
-    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+    with reading(data_dir / "warehouse.duckdb") as con:
         row = con.execute("select count(*) from samples").fetchone()
     return int(row[0]) if row else 0
 

@@ -10,7 +10,6 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 
 from gpufleet.collectors.schema import SAMPLE_SCHEMA, file_metadata
 from tests.fuzzing import CELLS, assert_kept, examples, run_cli, scratch, tree, written_outside
-from tests.test_ingest import T0, sample, write_samples
+from tests.test_ingest import T0, reading, sample, write_samples
 
 pytestmark = pytest.mark.fleet
 
@@ -151,14 +150,13 @@ FOLDERS = st.one_of(
 
 
 def _query(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
-    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+    with reading(data_dir / "warehouse.duckdb") as con:
         return con.execute(sql).fetchall()
 
 
 def _good_and_quarantined(data_dir: Path) -> tuple[int, list[tuple[Any, ...]]]:
-    """The good file's samples and the quarantined files, through one connection (opening
-    the warehouse takes some 18 ms of CPU, a ninth of a first ingest)."""
-    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+    """The good file's samples and the quarantined files, the warehouse opened once."""
+    with reading(data_dir / "warehouse.duckdb") as con:
         found = con.execute("select count(*) from samples where gpu_uuid = 'GPU-good'")
         good = found.fetchone()
         quarantined = con.execute("select path, reason from quarantined_files").fetchall()

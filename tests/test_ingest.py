@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,20 +87,28 @@ def write_table(data_dir: Path, relative: str, table: pa.Table) -> Path:
     return path
 
 
-# One DuckDB for the queries below: each attaches the warehouse read-only, some 2 ms of CPU,
+# One DuckDB for the reads below: each attaches the warehouse read-only, some 2 ms of CPU,
 # where a DuckDB of its own took 15 (an instance loads its built-in extensions).
 _READER = duckdb.connect()
 
 
-def query(config: Config, sql: str) -> list[tuple[Any, ...]]:
-    """`sql`'s rows on the published warehouse, opened read-only for this query alone."""
-    _READER.execute("attach ? as published (read_only)", [str(config.warehouse_path)])
+@contextlib.contextmanager
+def reading(warehouse: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection on the published `warehouse`, opened read-only until the block ends
+    (one at a time)."""
+    _READER.execute("attach ? as published (read_only)", [str(warehouse)])
     try:
         with _READER.cursor() as con:
             con.execute("use published")
-            return con.execute(sql).fetchall()
+            yield con
     finally:
         _READER.execute("detach published")
+
+
+def query(config: Config, sql: str) -> list[tuple[Any, ...]]:
+    """`sql`'s rows on the published warehouse, opened read-only for this query alone."""
+    with reading(config.warehouse_path) as con:
+        return con.execute(sql).fetchall()
 
 
 def count(config: Config, table: str = "samples") -> int:
