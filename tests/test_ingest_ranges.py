@@ -8,8 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pytest
@@ -17,7 +18,13 @@ import pytest
 from gpufleet.collectors.schema import SAMPLE_SCHEMA
 from gpufleet.config import Config, IngestConfig
 from gpufleet.warehouse.build import build
-from gpufleet.warehouse.ingest import QuarantineWarning, cut, find_sample_files, ingest
+from gpufleet.warehouse.ingest import (
+    IngestResult,
+    QuarantineWarning,
+    cut,
+    find_sample_files,
+    ingest,
+)
 from gpufleet.warehouse.ingest.fanned import LoadTask, run_load_task
 from gpufleet.warehouse.ingest.values import VALUE_RANGES, range_text, time_limits
 from tests.test_ingest import (
@@ -104,26 +111,84 @@ def _ingest_expecting(config: Config, bad: str) -> Any:
     return result
 
 
+class Shared(NamedTuple):
+    """One ingest of the cases of a parametrized test, each in a host folder of its own
+    with a GPU of its own (`_case`): each case asserts on its own files, and an ingest each
+    cost more than the rest of the test."""
+
+    config: Config
+    result: IngestResult
+    warned: list[str]  # the QuarantineWarnings' messages
+
+
+def _case(number: int) -> tuple[str, str]:
+    """Case `number`'s host folder and GPU."""
+    return f"raw/samples/date=2026-11-16/host=case{number:02d}", f"GPU-case{number:02d}"
+
+
+def _shared_ingest(config: Config) -> Shared:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = ingest(config, compact=False)
+    warned = [str(w.message) for w in caught if issubclass(w.category, QuarantineWarning)]
+    return Shared(config, result, warned)
+
+
+@pytest.fixture(scope="module")
+def out_of_range(tmp_path_factory: pytest.TempPathFactory) -> Shared:
+    """Each case of OUT_OF_RANGE as a file b.parquet with the value in its second row,
+    between two good files a.parquet and c.parquet, all ingested at once."""
+    config = Config(data_dir=tmp_path_factory.mktemp("out-of-range") / "data")
+    for number, (column, value, _) in enumerate(OUT_OF_RANGE):
+        folder, gpu = _case(number)
+        write_samples(config.data_dir, f"{folder}/a.parquet", [sample(0, gpu=gpu)])
+        rows = [sample(10, gpu=gpu), {**sample(20, gpu=gpu), column: value}]
+        write_samples(config.data_dir, f"{folder}/b.parquet", rows)
+        write_samples(config.data_dir, f"{folder}/c.parquet", [sample(30, gpu=gpu)])
+    return _shared_ingest(config)
+
+
 @pytest.mark.parametrize(("column", "value", "shown"), OUT_OF_RANGE)
 def test_a_value_out_of_range_quarantines_its_file(
-    config: Config, column: str, value: float, shown: str
+    out_of_range: Shared, column: str, value: float, shown: str
 ) -> None:
-    write_samples(config.data_dir, f"{DAY1}/a.parquet", [sample(0)])
-    write_samples(config.data_dir, f"{DAY1}/b.parquet", [sample(10), {**sample(20), column: value}])
-    write_samples(config.data_dir, f"{DAY1}/c.parquet", [sample(30)])
-    result = _ingest_expecting(config, f"{DAY1}/b.parquet")
+    number = next(n for n, case in enumerate(OUT_OF_RANGE) if case[::2] == (column, shown))
+    folder, gpu = _case(number)
+    config, result, warned = out_of_range
+    bad = f"{folder}/b.parquet"
     rule = range_text(next(r for r in VALUE_RANGES if r.column == column))
     reason = f"column {column}: value {shown} is out of range ({rule})"
-    assert result.quarantined[0].reason == reason
-    assert (result.samples_loaded, result.batches_read_by_duckdb) == (2, 0)  # polars read it all
-    assert query(config, "select epoch(ts)::int % 100 from samples order by ts") == [(0,), (30,)]
+    assert [(q.path, q.reason) for q in result.quarantined if q.path.startswith(f"{folder}/")] == [
+        (bad, reason)
+    ]
+    assert [message for message in warned if bad in message]
+    assert result.batches_read_by_duckdb == 0  # polars read it all
+    seconds = f"select epoch(ts)::int % 100 from samples where gpu_uuid = '{gpu}' order by ts"
+    assert query(config, seconds) == [(0,), (30,)]
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory: pytest.TempPathFactory) -> Shared:
+    """Each case of EDGES as a file of one sample with the value, all ingested at once."""
+    config = Config(data_dir=tmp_path_factory.mktemp("edges") / "data")
+    for number, (column, value) in enumerate(EDGES):
+        folder, gpu = _case(number)
+        write_samples(
+            config.data_dir, f"{folder}/a.parquet", [{**sample(0, gpu=gpu), column: value}]
+        )
+    return _shared_ingest(config)
 
 
 @pytest.mark.parametrize(("column", "value"), EDGES)
-def test_the_edges_of_each_range_load(config: Config, column: str, value: float | None) -> None:
-    write_samples(config.data_dir, f"{DAY1}/a.parquet", [{**sample(0), column: value}])
-    result = ingest(config, compact=False)
-    assert (result.samples_loaded, result.quarantined) == (1, ())
+def test_the_edges_of_each_range_load(edges: Shared, column: str, value: float | None) -> None:
+    number = EDGES.index((column, value))
+    folder, gpu = _case(number)
+    config, result, warned = edges
+    assert not [q for q in result.quarantined if q.path.startswith(f"{folder}/")]
+    assert not [message for message in warned if f"{folder}/" in message]
+    loaded = query(config, f"select row_count from loaded_files where path = '{folder}/a.parquet'")
+    assert loaded == [(1,)]
+    assert query(config, f"select count(*) from samples where gpu_uuid = '{gpu}'") == [(1,)]
 
 
 @pytest.mark.parametrize(
