@@ -141,15 +141,17 @@ def test_job_records_arriving_changing_and_going_recompute_what_they_attribute()
     _arrive(fleet.con, 0, HALF_S)
     assert build_models(fleet.con, fleet.config).mode == "full"
     # alice's gpustat samples on GPU 0 first take her users.csv team
-    assert _teams(fleet).get("vision") is None and _teams(fleet)["ml"] > 0
+    teams = _teams(fleet)
+    assert teams.get("vision") is None and teams["ml"] > 0
 
     # the records arrive with the second half of the samples: J1's team is its account's
     fleet.con.execute(FIRST_RECORDS)
     _arrive(fleet.con, HALF_S, TICKS * 10)
     _recomputed(build_models(fleet.con, fleet.config))
     full = _full(FIRST_RECORDS)
-    assert _teams(full)["vision"] == 1800 - 357 + 1  # every sample J1's gpustat file names
-    assert _teams(full)["speech"] > 0  # J2's process, found by its job id (node 'nb')
+    teams = _teams(full)
+    assert teams["vision"] == 1800 - 357 + 1  # every sample J1's gpustat file names
+    assert teams["speech"] > 0  # J2's process, found by its job id (node 'nb')
     _assert_equal(fleet, full)
     assert build_models(fleet.con, fleet.config).mode == "up to date"
 
@@ -158,8 +160,9 @@ def test_job_records_arriving_changing_and_going_recompute_what_they_attribute()
     reason = _recomputed(build_models(fleet.con, fleet.config))
     assert reason.startswith("0 new samples; 4 GPUs")  # J3 names no host: every GPU
     full = _full(FIRST_RECORDS, LATER_RECORDS)
-    assert {"perception", "infra"} <= set(_teams(full))
-    assert "speech" not in _teams(full) and "vision" not in _teams(full)
+    teams = _teams(full)
+    assert {"perception", "infra"} <= set(teams)
+    assert "speech" not in teams and "vision" not in teams
     _assert_equal(fleet, full)
     assert build_models(fleet.con, fleet.config).mode == "up to date"
 
@@ -207,15 +210,17 @@ def test_a_records_raw_id_recomputes_the_samples_naming_it() -> None:
     fleet.con.execute(TASK_RECORD)
     _arrive(fleet.con, 0, TICKS * 10)
     assert build_models(fleet.con, fleet.config).mode == "full"
-    assert _jobs(fleet)["777"] == "cv"  # not known as 770_7 yet: bob's users.csv team
-    assert _jobs(fleet)["770_7"] == "speech"  # its record alone: a job with no samples yet
+    jobs = _jobs(fleet)
+    assert jobs["777"] == "cv"  # not known as 770_7 yet: bob's users.csv team
+    assert jobs["770_7"] == "speech"  # its record alone: a job with no samples yet
 
     # the record gains its raw id: the samples naming 777 (on node-b, not the record's
     # 'nb') are recomputed, and are the task's, with its account team
     fleet.con.execute(TASK_RAW_ID)
     assert _recomputed(build_models(fleet.con, fleet.config)).startswith("0 new samples; 1 GPUs")
     full = _full(RAW_EVIDENCE, TASK_RECORD, TASK_RAW_ID)
-    assert _jobs(full)["770_7"] == "speech" and "777" not in _jobs(full)
+    jobs = _jobs(full)
+    assert jobs["770_7"] == "speech" and "777" not in jobs
     assert _teams(full)["speech"] == 2 * 360  # two hours of 10 s samples
     _assert_equal(fleet, full)
-    assert _jobs(fleet) == _jobs(full)
+    assert _jobs(fleet) == jobs
