@@ -30,11 +30,16 @@ BIG = f"raw/samples/date={DAY}/host=big/big.parquet"
 EVERYTHING = "select * exclude (processes), processes::varchar from samples order by gpu_uuid, ts"
 
 
-def _twin(tmp_path: Path, name: str, table: pa.Table, relative: str = BIG) -> Config:
-    """The same file ingested with no limit (one whole read)."""
-    twin = Config(data_dir=tmp_path / name)
-    (twin.data_dir / relative).parent.mkdir(parents=True)
-    pq.write_table(table, twin.data_dir / relative)
+ROWS = 10_000  # a file of three reads and more (`small_reads`), two GPUs
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """`large_table(ROWS)` as one file ingested with no limit (one whole read): what the
+    tests' files of those rows must load as. Made once for the module, and only read."""
+    twin = Config(data_dir=tmp_path_factory.mktemp("whole") / "data")
+    (twin.data_dir / BIG).parent.mkdir(parents=True)
+    pq.write_table(large_table(ROWS, DAY), twin.data_dir / BIG)
     ingest(twin, today=TODAY)
     return twin
 
@@ -46,31 +51,30 @@ def small_reads(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_a_file_larger_than_a_read_is_written_ahead_in_slices(
-    config: Config, tmp_path: Path, small_reads: int
+    config: Config, whole: Config, small_reads: int
 ) -> None:
-    table = large_table(20_000, DAY)  # three GPUs, in (gpu_uuid, ts) order
+    table = large_table(ROWS, DAY)  # two GPUs, in (gpu_uuid, ts) order
     path = config.data_dir / BIG
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, row_group_size=7000)
     result = ingest(config, today=TODAY)
     assert (result.samples_loaded, result.quarantined, result.batches_read_by_duckdb) == (
-        20_000,
+        ROWS,
         (),
         0,
     )
     assert result.compaction is not None and result.compaction.from_load == 1
-    twin = _twin(tmp_path, "whole", table)
-    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+    assert query(config, EVERYTHING) == query(whole, EVERYTHING)
     files = "select path, row_count, min_ts, max_ts from loaded_files"
-    assert query(config, files) == query(twin, files)
+    assert query(config, files) == query(whole, files)
     compacted = config.data_dir / BIG.replace("big.parquet", f"compacted-{DAY}.parquet")
-    assert pq.read_metadata(compacted).num_row_groups == 3  # one per GPU, as always
+    assert pq.read_metadata(compacted).num_row_groups == 2  # one per GPU, as always
 
 
 def test_a_large_file_out_of_order_is_inserted_slice_by_slice_first_row_wins(
-    config: Config, tmp_path: Path, small_reads: int
+    config: Config, whole: Config, small_reads: int
 ) -> None:
-    table = large_table(9000, DAY)
+    table = large_table(ROWS, DAY)
     repeated = table.slice(100, 50).set_column(
         7, "gpu_util_pct", pa.array([99.0] * 50, pa.float32())
     )
@@ -79,11 +83,10 @@ def test_a_large_file_out_of_order_is_inserted_slice_by_slice_first_row_wins(
     path.parent.mkdir(parents=True)
     pq.write_table(shuffled, path)
     result = ingest(config, today=TODAY)
-    assert (result.samples_loaded, result.duplicates_skipped) == (9000, 50)
+    assert (result.samples_loaded, result.duplicates_skipped) == (ROWS, 50)
     assert result.compaction is not None
     assert (result.compaction.partitions, result.compaction.from_load) == (1, 0)
-    twin = _twin(tmp_path, "whole", table)
-    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+    assert query(config, EVERYTHING) == query(whole, EVERYTHING)
 
 
 def test_a_large_file_with_a_bad_row_in_its_last_slice_loads_nothing(
@@ -203,9 +206,9 @@ def _xids_as_int64(table: pa.Table) -> pa.Table:
 
 
 def test_a_large_file_polars_does_not_read_is_read_by_duckdb_in_slices(
-    config: Config, tmp_path: Path, small_reads: int, monkeypatch: pytest.MonkeyPatch
+    config: Config, whole: Config, small_reads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table = large_table(10_000, DAY)
+    table = large_table(ROWS, DAY)
     path = config.data_dir / BIG
     path.parent.mkdir(parents=True)
     pq.write_table(_xids_as_int64(table), path)
@@ -217,11 +220,10 @@ def test_a_large_file_polars_does_not_read_is_read_by_duckdb_in_slices(
 
     monkeypatch.setattr(sliced, "cast_slice", counted)
     result = ingest(config, today=TODAY)
-    assert (result.samples_loaded, result.quarantined) == (10_000, ())
+    assert (result.samples_loaded, result.quarantined) == (ROWS, ())
     assert max(slices) <= small_reads and -1 not in slices  # DuckDB cast each slice
     assert result.compaction is not None and result.compaction.from_load == 1
-    twin = _twin(tmp_path, "collector", table)
-    assert query(config, EVERYTHING) == query(twin, EVERYTHING)
+    assert query(config, EVERYTHING) == query(whole, EVERYTHING)  # as a collector's file
 
 
 def test_a_large_file_polars_does_not_read_with_a_value_that_does_not_fit_loads_nothing(
