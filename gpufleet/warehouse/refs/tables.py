@@ -44,8 +44,12 @@ def published_allocation_files(config: Config) -> dict[str, tuple[int, int]]:
         return {}
 
 
-def _allocation_files(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
-    if not has_table(con, "build_state.allocation_files"):
+def _allocation_files(
+    con: duckdb.DuckDBPyConnection, *, exists: bool = False
+) -> dict[str, tuple[int, int]]:
+    """build_state.allocation_files as a dict (empty when the table is not there; `exists`:
+    it is known to be)."""
+    if not exists and not has_table(con, ALLOCATION_FILES):
         return {}
     rows = con.execute(
         "select path, size_bytes, mtime_ns from build_state.allocation_files"
@@ -133,11 +137,12 @@ _ARROW_SCHEMAS: dict[str, pa.Schema] = {
 
 
 def _row_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """The rows of each table `replace_references` writes, in one statement: most are empty
-    and stay so, and an empty table needs no comparison (an ingest ran ten). A union of
-    counts: scalar subqueries took DuckDB 25 times as long to plan."""
+    """The rows of each table `replace_references` writes and of ALLOCATION_FILES, in one
+    statement: most are empty and stay so, and an empty table needs no comparison (an ingest
+    ran ten). A union of counts: scalar subqueries took DuckDB 25 times as long to plan."""
+    tables = [*_ARROW_SCHEMAS, ALLOCATION_FILES]
     counts = con.execute(
-        " union all ".join(f"select '{table}', count(*) from {table}" for table in _ARROW_SCHEMAS)
+        " union all ".join(f"select '{table}', count(*) from {table}" for table in tables)
     ).fetchall()
     return {str(table): int(count) for table, count in counts}
 
@@ -235,6 +240,7 @@ def ensure_contact_tables(con: duckdb.DuckDBPyConnection) -> None:
     document(con, CONTACT_TABLES_DOCS, current=current)
 
 
+ALLOCATION_FILES = "build_state.allocation_files"
 ALLOCATION_FILES_DDL = """
 create schema if not exists build_state;
 create table if not exists build_state.allocation_files (
@@ -294,8 +300,7 @@ def _replace_scheduler_files(
     """Make `allocations` and `slurm_jobs` the rows of the files listed, and record each
     file's (size, mtime) in build_state.allocation_files, but a file set aside whole (it is
     read again while it is there: it goes to quarantine/). True if any row changed."""
-    con.execute(ALLOCATION_FILES_DDL)
-    stored = _allocation_files(con)
+    stored = _allocation_files(con, exists=True) if counts[ALLOCATION_FILES] else {}
     changed = _replace_listed(
         con,
         "allocations",
@@ -347,6 +352,7 @@ def replace_references(
     read) go to `set_aside` (None: the first fails)."""
     users, hosts, prices = references.users, references.hosts, references.prices
     ensure_contact_tables(con)
+    con.execute(ALLOCATION_FILES_DDL)
     counts = _row_counts(con)
     modelled: dict[str, Sequence[tuple[Any, ...]]] = {
         "ref_users": [row for row in users if row.valid_from is None],
