@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import os
 import re
@@ -87,22 +88,25 @@ def write_table(data_dir: Path, relative: str, table: pa.Table) -> Path:
     return path
 
 
-# One DuckDB for the reads below: each attaches the warehouse read-only, some 2 ms of CPU,
-# where a DuckDB of its own took 15 (an instance loads its built-in extensions).
-_READER = duckdb.connect()
+@functools.cache
+def _reader() -> duckdb.DuckDBPyConnection:
+    """One DuckDB for the reads below: each attaches the warehouse read-only, some 2 ms of
+    CPU, where a DuckDB of its own took 15 (an instance loads its built-in extensions)."""
+    return duckdb.connect()
 
 
 @contextlib.contextmanager
 def reading(warehouse: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection on the published `warehouse`, opened read-only until the block ends
     (one at a time)."""
-    _READER.execute("attach ? as published (read_only)", [str(warehouse)])
+    reader = _reader()
+    reader.execute("attach ? as published (read_only)", [str(warehouse)])
     try:
-        with _READER.cursor() as con:
+        with reader.cursor() as con:
             con.execute("use published")
             yield con
     finally:
-        _READER.execute("detach published")
+        reader.execute("detach published")
 
 
 def query(config: Config, sql: str) -> list[tuple[Any, ...]]:
