@@ -11,6 +11,7 @@ one, and ISO week 2026-W44 (Monday 2026-10-26 to Sunday 2026-11-01) crosses the 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -41,19 +43,23 @@ RUN_MARTS = ("idle_episodes", "thermal_events")
 HELD_BACK = "gpu_uuid = 'GPU-1' and ts >= timestamptz '2026-10-31 06:00:00+00'"
 
 
+@functools.cache
+def moved_source() -> pa.Table:
+    """The fleet's samples (tests/test_incremental.py's `_source()`) 16 days back, made once
+    per process."""
+    with duckdb.connect(":memory:") as con:
+        con.register("_source", _source())
+        return con.sql(f"select * replace (ts - {SHIFT} as ts) from _source").to_arrow_table()
+
+
 def shift_back(con: duckdb.DuckDBPyConnection) -> None:
-    """Move the fleet's samples, allocations and job records 16 days back."""
-    con.execute(f"update source set ts = ts - {SHIFT}")
+    """Move the fleet's allocations and job records 16 days back, and its samples to come:
+    the connection's view `source` is `moved_source()` from now on (a view, not a table: in
+    the warehouse, every catch-up of the other slot would compare its 114,000 rows, and
+    every `built_once` copy would hold them)."""
     for table in ("allocations", "slurm_jobs"):
         con.execute(f"update {table} set start_ts = start_ts - {SHIFT}, end_ts = end_ts - {SHIFT}")
-
-
-def temp_source(con: duckdb.DuckDBPyConnection) -> None:
-    """The fleet's samples to come as the connection's temporary table `source`: kept in the
-    warehouse, every catch-up of the other slot would compare its 114,000 rows."""
-    con.register("_source", _source())
-    con.execute("create temp table source as from _source")
-    con.unregister("_source")
+    con.register("source", moved_source())
 
 
 def arrive(con: duckdb.DuckDBPyConnection, where: str = "true") -> None:
@@ -67,7 +73,8 @@ def arrive(con: duckdb.DuckDBPyConnection, where: str = "true") -> None:
 
 def fleet(where: str = "true") -> Fleet:
     """The moved fleet with the samples `where` selects, built: a copy of one built once
-    per test process (tests/test_models_fixtures.py's built_once)."""
+    per test process (tests/test_models_fixtures.py's built_once), its samples to come the
+    view `source` again."""
 
     def make() -> Fleet:
         built = _fleet()
@@ -76,7 +83,15 @@ def fleet(where: str = "true") -> Fleet:
         assert build_models(built.con, built.config).mode == "full"
         return built
 
-    return built_once(f"test_close.fleet({where})", make)
+    copy = built_once(f"test_close.fleet({where})", make)
+    copy.con.register("source", moved_source())
+    return copy
+
+
+@pytest.fixture(scope="module")
+def unchanged() -> Fleet:
+    """One copy of `fleet()` for the tests whose commands are refused and change nothing."""
+    return fleet()
 
 
 def month_rows(con: duckdb.DuckDBPyConnection, month: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -195,11 +210,11 @@ def test_a_late_file_in_a_closed_month_is_reported_then_applied_after_reopen() -
         ("9999-12", "'9999-12' is not a month like 2026-11"),
     ],
 )
-def test_a_bad_month_is_one_clear_error(month: str, problem: str) -> None:
-    built = fleet()
+def test_a_bad_month_is_one_clear_error(unchanged: Fleet, month: str, problem: str) -> None:
     for step in (close_month, reopen_month):
         with pytest.raises(GpufleetError, match=re.escape(problem)):
-            step(built.con, built.config, month, today=TODAY)
+            step(unchanged.con, unchanged.config, month, today=TODAY)
+    assert unchanged.con.execute("select count(*) from closed_periods").fetchall() == [(0,)]
 
 
 def test_closing_twice_or_reopening_an_open_month_is_an_error() -> None:
@@ -213,8 +228,10 @@ def test_closing_twice_or_reopening_an_open_month_is_an_error() -> None:
         close_month(built.con, built.config, "2026-10", today=TODAY)
 
 
-def test_a_site_that_is_no_site_name_or_has_no_samples_is_one_clear_error() -> None:
-    built = fleet()
+def test_a_site_that_is_no_site_name_or_has_no_samples_is_one_clear_error(
+    unchanged: Fleet,
+) -> None:
+    built = unchanged
     with pytest.raises(GpufleetError, match="cluster '' is not a site name"):
         close_month(built.con, built.config, "2026-10", cluster="", today=TODAY)
     with pytest.raises(GpufleetError, match="cluster '' is not a site name"):
@@ -232,7 +249,7 @@ def _warehouse(tmp_path: Path) -> Any:
     def fill(folder: Path) -> None:
         made = replace(config, data_dir=folder)
         with write_transaction(made) as con:
-            temp_source(con)
+            con.register("source", _source())
             _references(con)
             shift_back(con)
             arrive(con)
@@ -294,13 +311,14 @@ def test_a_month_closed_for_one_site_keeps_that_site_only(tmp_path: Path) -> Non
     """Hosts node-a* are site east, the others west; east closes October."""
     config = replace(_fleet().config, data_dir=tmp_path)
     with write_transaction(config) as con:
-        temp_source(con)
+        con.register("source", _source())
         _references(con)
         shift_back(con)
-        con.execute("alter table source add column cluster varchar")
-        con.execute(
-            "update source set cluster = case when host like 'node-a%' then 'east' else 'west' end"
-        )
+        clustered = con.sql(
+            "select *, case when host like 'node-a%' then 'east' else 'west' end as cluster"
+            " from source"
+        ).to_arrow_table()
+        con.register("source", clustered)
         arrive(con)
         build_models(con, config)
     before = showback(config, "2026-10")

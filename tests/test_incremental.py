@@ -27,7 +27,7 @@ from gpufleet.warehouse.build import BuildResult, build, build_models
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build.state import read_state
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
-from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet
+from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet, built_once
 
 pytestmark = pytest.mark.fleet
 
@@ -212,12 +212,36 @@ def _source() -> pa.Table:
 
 
 def _fleet() -> Fleet:
+    """The fleet's references, no samples yet: its samples to come are `_source()`, the
+    connection's view `source` (a view of the Arrow table: a table would copy its 114,000
+    rows for each fleet, and into every `built_once` copy)."""
     fleet = Fleet(timezone="Asia/Kolkata", threshold_pct=5.0, min_minutes=30.0)
-    fleet.con.register("_source", _source())
-    fleet.con.execute("create table source as select * from _source")
-    fleet.con.unregister("_source")
+    fleet.con.register("source", _source())
     _references(fleet.con)
     return fleet
+
+
+def _first_chunk_built() -> Fleet:
+    """The fleet with its first chunk's samples, built: a copy of one built once per process
+    (tests/test_models_fixtures.py's built_once), the view `source` registered again."""
+
+    def make() -> Fleet:
+        fleet = _fleet()
+        _arrive(fleet.con, 0, CHUNK_S, "true")
+        build_models(fleet.con, fleet.config)
+        return fleet
+
+    fleet = built_once("test_incremental._first_chunk_built", make)
+    fleet.con.register("source", _source())
+    return fleet
+
+
+def _recorded_mode(con: duckdb.DuckDBPyConnection) -> str:
+    """The mode of the last build, as it recorded it (build_state.builds: one build in an
+    in-memory fleet, which publishes nothing)."""
+    row = con.execute("select mode from build_state.builds").fetchall()
+    assert len(row) == 1
+    return str(row[0][0])
 
 
 def _normal(value: Any) -> Any:
@@ -281,11 +305,12 @@ def _table_rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 def _built_chunk_by_chunk() -> tuple[Fleet, list[str]]:
-    """The fleet built as its chunks arrive, one late; each build's mode."""
-    incremental = _fleet()
+    """The fleet built as its chunks arrive, one late; each build's mode. The first chunk's
+    build is shared (`_first_chunk_built`): its mode is the one it recorded."""
+    incremental = _first_chunk_built()
     total_s = SAMPLES_PER_GPU * 10
-    modes = []
-    for start_s in range(0, total_s, CHUNK_S):
+    modes = [_recorded_mode(incremental.con)]
+    for start_s in range(CHUNK_S, total_s, CHUNK_S):
         # GPU 1's third chunk arrives two chunks late
         held_back = start_s == 2 * CHUNK_S
         _arrive(
@@ -435,13 +460,8 @@ def test_samples_attributed_is_stored_in_series_and_time_order(
 
 
 def test_nothing_new_is_up_to_date_and_reference_change_is_full() -> None:
-    fleet = _fleet()
-    _arrive(fleet.con, 0, CHUNK_S, "true")
-    assert build_models(fleet.con, fleet.config).mode == "full"
-    # A full build caches Parquet footers while it runs, and only then: later work on the
-    # same connection may swap a lake file under the same path.
-    cached = fleet.con.execute("select current_setting('parquet_metadata_cache')").fetchone()
-    assert cached == (False,)
+    fleet = _first_chunk_built()
+    assert _recorded_mode(fleet.con) == "full"
     assert build_models(fleet.con, fleet.config).mode == "up to date"
     _arrive(fleet.con, CHUNK_S, 2 * CHUNK_S, "true")
     assert build_models(fleet.con, fleet.config).mode == "incremental"
@@ -449,6 +469,10 @@ def test_nothing_new_is_up_to_date_and_reference_change_is_full() -> None:
     result = build_models(fleet.con, fleet.config)
     assert result.mode == "full"
     assert "reference" in result.reason
+    # A full build caches Parquet footers while it runs, and only then: later work on the
+    # same connection may swap a lake file under the same path.
+    cached = fleet.con.execute("select current_setting('parquet_metadata_cache')").fetchone()
+    assert cached == (False,)
     assert build_models(fleet.con, fleet.config, full=True).mode == "full"
     state = read_state(fleet.con)
     top = fleet.con.execute("select max(load_id) from samples_stored").fetchone()
@@ -593,6 +617,7 @@ def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
     monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices here
     sliced = _fleet()
     _arrive(sliced.con, 0, SAMPLES_PER_GPU * 10, "true")
+    sliced.con.unregister("source")  # the fleet's own temporary view: the build leaves none
     assert build_models(sliced.con, sliced.config).mode == "full"
     assert_same_marts(sliced.con, full.con, MARTS)
     runs, series = _stored_runs(sliced.con)
