@@ -11,6 +11,8 @@ import duckdb
 import pytest
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.catalog import has_table
+from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.publish import write_transaction
 from gpufleet.warehouse.refs import tables as ref_tables
@@ -120,3 +122,32 @@ def test_no_allocation_file_no_look_into_the_published_warehouse(
         "raw/allocations/slurm.csv": (allocations.stat().st_size, allocations.stat().st_mtime_ns)
     }
     assert opened == ["read-only", "read-only"]
+
+
+def test_a_new_warehouse_gets_its_raw_tables_without_looking_each_up(tmp_path: Path) -> None:
+    """Whether a table `samples` (an old release's) or notices_sent is there comes from the
+    one catalog query that finds the raw tables missing, not from a query each."""
+    with duckdb.connect(str(tmp_path / "w.duckdb")) as con:
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        ensure_raw_tables(counter)  # type: ignore[arg-type]
+        assert not [s for s in counter.statements if "information_schema" in s]
+        assert has_table(con, "samples_stored") and has_table(con, "notices_sent")
+        assert has_table(con, "samples", or_view=True) and not has_table(con, "samples")
+
+
+def test_a_warehouse_of_the_release_before_the_lake_has_its_samples_moved(tmp_path: Path) -> None:
+    """Its `samples` table (found in that catalog query) becomes samples_stored, its rows
+    loaded before any publish (load 0), and `samples` the view."""
+    with duckdb.connect(str(tmp_path / "w.duckdb")) as con:
+        ensure_raw_tables(con)
+        con.execute("drop view samples")
+        con.execute("alter table samples_stored rename to samples")
+        con.execute("alter table samples drop column load_id")
+        con.execute(
+            "insert into samples (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name, status)"
+            " values (timestamptz '2026-11-16 09:00:00+00', 10, 'h1', 0, 'GPU-a', 'H100', 'ok')"
+        )
+        ensure_raw_tables(con)
+        assert not has_table(con, "samples") and has_table(con, "samples", or_view=True)
+        assert con.execute("select host, load_id from samples_stored").fetchall() == [("h1", 0)]
+        assert con.execute("select gpu_uuid from samples").fetchall() == [("GPU-a",)]

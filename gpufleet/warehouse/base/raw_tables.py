@@ -15,7 +15,6 @@ import duckdb
 import pyarrow as pa
 
 from gpufleet.collectors.schema import REQUIRED_COLUMNS, SAMPLE_SCHEMA
-from gpufleet.warehouse.base.catalog import has_table
 from gpufleet.warehouse.base.connect import connect
 from gpufleet.warehouse.base.notices_sent import TABLE as NOTICES_SENT
 from gpufleet.warehouse.base.notices_sent import ensure_sent_log
@@ -219,14 +218,15 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw tables if they do not exist yet, or add the columns an older release's
     lack. One catalog query first: a warehouse that has them all, as the DDL leaves them,
     runs none of it (an ingest and a build each opened the warehouse this way 2-3 times)."""
-    if _catalog(con) >= _raw_catalog():
+    catalog = _catalog(con)
+    if catalog >= _raw_catalog():
         return
-    if has_table(con, "samples"):
+    if _table("samples") in catalog:
         con.execute(_MIGRATE_SAMPLES_TABLE)
     con.execute(RAW_TABLES_DDL)
     # notices_sent as well, empty until a notice is sent, so that a query of it works from
     # the first ingest on.
-    if not has_table(con, NOTICES_SENT):
+    if _table(NOTICES_SENT) not in catalog:
         ensure_sent_log(con)
 
 
@@ -250,6 +250,11 @@ where database_name = current_database()
 _Relation = tuple[str, str, str, str | None, str | None, bool | None]
 
 
+def _table(name: str) -> _Relation:
+    """The catalog's entry of the table `name` in `main` (a view of that name is another)."""
+    return ("table", "main", name, None, None, None)
+
+
 def _catalog(con: duckdb.DuckDBPyConnection) -> set[_Relation]:
     return set(con.execute(_CATALOG_SQL).fetchall())
 
@@ -260,4 +265,4 @@ def _raw_catalog() -> frozenset[_Relation]:
     its own module's to add)."""
     with connect() as con:
         con.execute(RAW_TABLES_DDL)
-        return frozenset(_catalog(con) | {("table", "main", NOTICES_SENT, None, None, None)})
+        return frozenset(_catalog(con) | {_table(NOTICES_SENT)})
