@@ -335,6 +335,20 @@ def built() -> tuple[Fleet, Fleet, list[str]]:
     return incremental, full, modes
 
 
+@pytest.fixture(scope="module")
+def full_marts(built: tuple[Fleet, Fleet, list[str]]) -> dict[str, pa.Table]:
+    """The full build's marts (`mart_table`), read once for the tests that compare with them
+    (Arrow tables: none can change them)."""
+    _, full, _ = built
+    return {mart: mart_table(full.con, mart) for mart in MARTS}
+
+
+def assert_marts_equal(con: duckdb.DuckDBPyConnection, expected: dict[str, pa.Table]) -> None:
+    """Each mart of `expected` holds its rows in `con`'s warehouse (`assert_same_rows`)."""
+    for name, table in expected.items():
+        assert_same_rows(mart_table(con, name), table, name)
+
+
 def test_later_builds_are_incremental(built: tuple[Fleet, Fleet, list[str]]) -> None:
     _, _, modes = built
     assert modes[0] == "full"
@@ -343,23 +357,22 @@ def test_later_builds_are_incremental(built: tuple[Fleet, Fleet, list[str]]) -> 
 
 @pytest.mark.parametrize("mart", MARTS)
 def test_incremental_build_equals_full_build(
-    built: tuple[Fleet, Fleet, list[str]], mart: str
+    built: tuple[Fleet, Fleet, list[str]], full_marts: dict[str, pa.Table], mart: str
 ) -> None:
-    incremental, full, _ = built
-    expected = mart_table(full.con, mart)
+    incremental, _, _ = built
+    expected = full_marts[mart]
     assert expected.num_rows, f"{mart} is empty: the data does not exercise it"
     assert_same_rows(mart_table(incremental.con, mart), expected, mart)
 
 
 def test_incremental_builds_deleting_a_few_series_at_a_time_equal_a_full_build(
-    built: tuple[Fleet, Fleet, list[str]], monkeypatch: pytest.MonkeyPatch
+    full_marts: dict[str, pa.Table], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At fleet scale each series' replaced rows are deleted a range of series at a time
     (base/deletes.py); here a few hundred rows at a time, the late chunk's rows included."""
-    _, full, _ = built
     monkeypatch.setattr(deletes, "BATCH_ROWS", 300)
     incremental, _ = _built_chunk_by_chunk()
-    assert_same_marts(incremental.con, full.con, MARTS)
+    assert_marts_equal(incremental.con, full_marts)
 
 
 def test_data_has_names_first_seen_in_an_incremental_build(
@@ -556,6 +569,7 @@ def test_an_episode_that_becomes_waste_after_midnight_counts_on_the_day_before(
 @pytest.mark.parametrize("batch_rows", [None, 500])
 def test_builds_through_the_warehouse_slots_equal_a_full_build(
     built: tuple[Fleet, Fleet, list[str]],
+    full_marts: dict[str, pa.Table],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     batch_rows: int | None,
@@ -590,10 +604,8 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     assert len(inodes) == 4
     assert len(set(inodes)) == 2, "each publish after the first two reuses a file in place"
     assert inodes[2:] == inodes[:-2]
-    expected = {mart: mart_table(full.con, mart) for mart in MARTS}
     with connect_read_only(config) as con:
-        for mart in MARTS:
-            assert_same_rows(mart_table(con, mart), expected[mart], mart)
+        assert_marts_equal(con, full_marts)
     # A full build after a full build reuses the other file too (its stale marts are all
     # replaced), where any other write after a full build copies the file.
     for _ in range(2):
@@ -601,8 +613,7 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
         inodes.append(config.warehouse_path.stat().st_ino)
     assert set(inodes[-2:]) == set(inodes[:2])
     with connect_read_only(config) as con:
-        for mart in MARTS:
-            assert_same_rows(mart_table(con, mart), expected[mart], mart)
+        assert_marts_equal(con, full_marts)
     with write_transaction(config) as con:
         con.register("source", source)
         _arrive(con, 0, 10, "false")
@@ -610,16 +621,15 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
 
 
 def test_a_full_build_in_slices_of_the_gpus_equals_one_in_one_go(
-    built: tuple[Fleet, Fleet, list[str]], monkeypatch: pytest.MonkeyPatch
+    full_marts: dict[str, pa.Table], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At fleet scale the per-series models are built a slice of the GPUs at a time."""
-    _, full, _ = built
     monkeypatch.setattr(full_module, "FULL_BUILD_CHUNK_SAMPLES", 25_000)  # 4 slices here
     sliced = _fleet()
     _arrive(sliced.con, 0, SAMPLES_PER_GPU * 10, "true")
     sliced.con.unregister("source")  # the fleet's own temporary view: the build leaves none
     assert build_models(sliced.con, sliced.config).mode == "full"
-    assert_same_marts(sliced.con, full.con, MARTS)
+    assert_marts_equal(sliced.con, full_marts)
     runs, series = _stored_runs(sliced.con)
     assert runs <= 4 * series  # each slice's rows in series and time order, too
     temps = sliced.con.execute(
