@@ -3,11 +3,11 @@
 One end-to-end test uses the session's Prefect server (a real API server in a subprocess on
 loopback, started by `prefect_test_harness`), runs `gpufleet serve` as a separate process
 against it, and triggers the report deployment through the API, as the schedule would;
-then it stops serve as a service manager does, SIGTERM to it and all below it.
+then it stops serve as Ctrl-C in its terminal does, SIGINT to its process group.
 The other runs `gpufleet serve` with no server, as an operator's first try does: it starts
 its own, whose scheduler creates the runs that serve executes, and stops with it; its serve
 processes are stopped the other ways (SIGTERM to the process, SIGINT to the process where
-it was ignored, SIGINT to the group as Ctrl-C sends it) and lose their server.
+it was ignored, SIGTERM to the group) and lose their server.
 """
 
 from __future__ import annotations
@@ -210,8 +210,8 @@ def test_serve_registers_the_schedules_and_runs_the_report(
                     artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[ARTIFACT_KEY]))
                 )
                 assert flow_run.id in {artifact.flow_run_id for artifact in artifacts}
-            # as systemd stops a service: SIGTERM to serve and all below it
-            _stops_in_time(proc, log, signal.SIGTERM, to_group=True, own_server=False)
+            # as Ctrl-C in its terminal stops it
+            _stops_in_time(proc, log, signal.SIGINT, to_group=True, own_server=False)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -436,10 +436,10 @@ def test_serve_without_a_server_runs_its_schedules_and_stops_on_signals(tmp_path
         _stops_in_time(proc, log, signal.SIGTERM, to_group=False)
 
         # Again on the same Prefect home (its database kept), stopped the other two ways
-        # (SIGTERM to the group: test_serve_registers_the_schedules_and_runs_the_report).
+        # (SIGINT to the group: test_serve_registers_the_schedules_and_runs_the_report).
         for number, to_group, ignored in (
             (signal.SIGINT, False, True),
-            (signal.SIGINT, True, False),
+            (signal.SIGTERM, True, False),
         ):
             log = tmp_path / f"serve-{number.name}-{'group' if to_group else 'process'}.log"
             proc = _serve_without_server(config_path, home, log, sigint_ignored=ignored)
