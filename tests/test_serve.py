@@ -6,8 +6,8 @@ against it, and triggers the report deployment through the API, as the schedule 
 then it stops serve as Ctrl-C in its terminal does, SIGINT to its process group.
 The other runs `gpufleet serve` with no server, as an operator's first try does: it starts
 its own, whose scheduler creates the runs that serve executes, and stops with it; its serve
-processes are stopped the other ways (SIGTERM to the process, SIGINT to the process where
-it was ignored, SIGTERM to the group) and lose their server.
+processes are stopped every other way (SIGTERM to the process, SIGINT to the process where
+it was ignored, SIGINT and SIGTERM to the group) and lose their server.
 """
 
 from __future__ import annotations
@@ -435,10 +435,13 @@ def test_serve_without_a_server_runs_its_schedules_and_stops_on_signals(tmp_path
                 time.sleep(0.5)
         _stops_in_time(proc, log, signal.SIGTERM, to_group=False)
 
-        # Again on the same Prefect home (its database kept), stopped the other two ways
-        # (SIGINT to the group: test_serve_registers_the_schedules_and_runs_the_report).
+        # Again on the same Prefect home (its database kept), stopped the other three ways:
+        # SIGINT to the group is Ctrl-C on an operator's first try, where the temporary
+        # server gets the signal too (the configured server's serve gets it in
+        # test_serve_registers_the_schedules_and_runs_the_report).
         for number, to_group, ignored in (
             (signal.SIGINT, False, True),
+            (signal.SIGINT, True, False),
             (signal.SIGTERM, True, False),
         ):
             log = tmp_path / f"serve-{number.name}-{'group' if to_group else 'process'}.log"
