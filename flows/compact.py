@@ -7,6 +7,7 @@ of host-days to prefect-dask's `DaskTaskRunner`, as a fanned-out build does
 (flows/fanout.py), waits for all, and fails in one line on the first that fails, the
 warehouse and the lake unchanged (docs/dask.md). `dask_load_fan_out(config)` is the
 `LoadFanOut` whose `run` does the same with one `load-host-days` task per run of batches.
+Given the same `DaskCluster`, both run on one cluster: an ingest starts one, not one each.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config
-from gpufleet.flows.fanout import cluster_workers, run_on_dask, worker_limits
+from gpufleet.flows.dask_cluster import DaskCluster, cluster_workers
+from gpufleet.flows.fanout import run_on_dask, worker_limits
 from gpufleet.warehouse.ingest.fanned import LoadFanOut, LoadTask, LoadTaskResult, run_load_task
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
@@ -31,9 +33,10 @@ def compact_host_days_task(host_days: CompactTask) -> CompactTaskResult:
     return run_compact_task(host_days)
 
 
-def dask_compact_fan_out(config: Config) -> CompactFanOut:
-    """The compaction fan-out of a configuration whose `[compute] dask` is set (each result
-    received as it comes: the compacted files a task read from the store written at once)."""
+def dask_compact_fan_out(config: Config, cluster: DaskCluster | None = None) -> CompactFanOut:
+    """The compaction fan-out of a configuration whose `[compute] dask` is set, on `cluster`
+    (or one of its own), each result received as it comes (the compacted files a task read
+    from the store written at once)."""
 
     def run(tasks: Sequence[CompactTask]) -> list[CompactTaskResult]:
         return run_on_dask(
@@ -43,6 +46,7 @@ def dask_compact_fan_out(config: Config) -> CompactFanOut:
             "ingest failed",
             UNCHANGED,
             each=fan_out.receive,
+            cluster=cluster,
         )
 
     fan_out = CompactFanOut(
@@ -61,13 +65,19 @@ def load_host_days_task(batches: LoadTask) -> LoadTaskResult:
     return run_load_task(batches)
 
 
-def dask_load_fan_out(config: Config) -> LoadFanOut:
-    """The load fan-out of a configuration whose `[compute] dask` is set (each result
-    received as it comes, as the compaction's)."""
+def dask_load_fan_out(config: Config, cluster: DaskCluster | None = None) -> LoadFanOut:
+    """The load fan-out of a configuration whose `[compute] dask` is set, on `cluster` (or
+    one of its own), each result received as it comes (as the compaction's)."""
 
     def run(tasks: Sequence[LoadTask]) -> list[LoadTaskResult]:
         return run_on_dask(
-            config, load_host_days_task, tasks, "ingest failed", UNCHANGED, each=fan_out.receive
+            config,
+            load_host_days_task,
+            tasks,
+            "ingest failed",
+            UNCHANGED,
+            each=fan_out.receive,
+            cluster=cluster,
         )
 
     fan_out = LoadFanOut(config=config, run=run, workers=lambda: cluster_workers(config))

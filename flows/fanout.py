@@ -2,11 +2,10 @@
 
 `dask_fan_out(config)` is the `FanOut` the build flow passes into the engine
 (gpufleet/warehouse/build/fanout.py): its `run` submits one `build-partition` task per GPU
-range to prefect-dask's `DaskTaskRunner` (a `LocalCluster` started for the build with
-`local:N`, its workers forked from a process that imported their modules once:
-local_cluster.py; the scheduler at `tcp://host:port` otherwise), waits for all, and fails in one
-line on the first that fails, the published warehouse unchanged. An ingest's compaction
-fans out the same way (flows/compact.py).
+range to prefect-dask's `DaskTaskRunner` (dask_cluster.py: a `LocalCluster` started for the
+build with `local:N`, or for all the fan-outs of a flow run; the scheduler at `tcp://host:port`
+otherwise), waits for all, and fails in one line on the first that fails, the published
+warehouse unchanged. An ingest's compaction fans out the same way (flows/compact.py).
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ from prefect.cache_policies import NO_CACHE
 
 from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
-from gpufleet.flows.local_cluster import forked_workers, local_cluster_kwargs
+from gpufleet.flows.dask_cluster import DaskCluster, cluster_workers
 from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.memory import BUILD_MEMORY_LIMIT
 from gpufleet.warehouse.build.partition import Partition, PartitionResult, run_partition
 
-EXTRA = "pip install 'gpufleet[dask]'"
 Each = Callable[[Any], Any] | None  # what `run_on_dask` puts each result through as it comes
 
 
@@ -35,42 +33,6 @@ Each = Callable[[Any], Any] | None  # what `run_on_dask` puts each result throug
 def build_partition_task(partition: Partition) -> PartitionResult:
     """One GPU range of the per-series models, written as Parquet partials."""
     return run_partition(partition)
-
-
-def _api_url(*, configured: bool = False) -> str | None:
-    """The Prefect server this process reports to: a temporary one too, unless `configured`."""
-    from prefect.settings import get_current_settings
-
-    url = get_current_settings().api.url
-    if url or configured:
-        return str(url) if url else None
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()
-    return server.api_url if server.running else None
-
-
-def _task_runner(config: Config) -> Any:
-    """prefect-dask's DaskTaskRunner for `[compute] dask` (the cluster starts on first use)."""
-    try:
-        from prefect_dask import DaskTaskRunner
-    except ImportError as exc:
-        raise GpufleetError(f"[compute] dask = {config.compute.dask!r} needs {EXTRA}") from exc
-    workers = config.compute.local_workers
-    if workers is None:
-        if not _api_url(configured=True):
-            raise GpufleetError(
-                f"[compute] dask = {config.compute.dask!r} needs a Prefect server that its "
-                "workers reach too: set PREFECT_API_URL here and on every Dask worker"
-            )
-        return DaskTaskRunner(address=config.compute.scheduler)
-    # Without PREFECT_API_URL each worker process would start a Prefect server of its own.
-    url = _api_url()
-    env = {"PREFECT_API_URL": url} if url else {}
-    return DaskTaskRunner(
-        cluster_class="distributed.LocalCluster",
-        cluster_kwargs=local_cluster_kwargs(workers, env),
-    )
 
 
 def one_line(failed: str, label: str, exc: BaseException, unchanged: str) -> str:
@@ -83,18 +45,25 @@ def one_line(failed: str, label: str, exc: BaseException, unchanged: str) -> str
 
 
 def run_on_dask(
-    config: Config, task: Any, items: Sequence[Any], failed: str, unchanged: str, each: Each = None
+    config: Config,
+    task: Any,
+    items: Sequence[Any],
+    failed: str,
+    unchanged: str,
+    each: Each = None,
+    cluster: DaskCluster | None = None,
 ) -> list[Any]:
-    """`task` of each item (its one parameter, which has a `label`) on Dask, the results in
-    the items' order, each put through `each` as it comes (its future let go: it holds it);
-    on the first that fails (the rest are cancelled) a GpufleetError of one line: what
-    `failed`, the item, why, and what stays `unchanged`."""
+    """`task` of each item (its one parameter, which has a `label`) on Dask (on `cluster`,
+    or a cluster of this call's own), the results in the items' order, each put through
+    `each` as it comes (its future let go: it holds it); on the first that fails (the rest
+    are cancelled) a GpufleetError of one line: what `failed`, the item, why, and what stays
+    `unchanged`."""
     from distributed import as_completed
 
     (name,) = inspect.signature(task.fn).parameters
     results: dict[int, Any] = {}
-    local = config.compute.local_workers is not None
-    with forked_workers() if local else contextlib.nullcontext(), _task_runner(config) as runner:
+    with contextlib.ExitStack() as own:
+        runner = (cluster or own.enter_context(DaskCluster(config))).runner()
         futures = {
             id(future.wrapped_future): (position, item, future)
             for position, item in enumerate(items)
@@ -111,23 +80,6 @@ def run_on_dask(
     return [results[position] for position in range(len(items))]
 
 
-def cluster_workers(config: Config) -> int:
-    """The workers of the cluster at `tcp://host:port` now, or N of `local:N`."""
-    if config.compute.local_workers is not None:
-        return config.compute.local_workers
-    try:
-        from distributed import Client
-    except ImportError as exc:
-        raise GpufleetError(f"[compute] dask = {config.compute.dask!r} needs {EXTRA}") from exc
-    try:
-        with Client(config.compute.scheduler, timeout=10) as client:
-            return max(1, len(client.scheduler_info()["workers"]))
-    except OSError as exc:  # TimeoutError too
-        raise GpufleetError(
-            f"[compute] dask: no Dask scheduler answers at {config.compute.scheduler} ({exc!r})"
-        ) from exc
-
-
 def worker_limits(config: Config) -> dict[str, Any]:
     """Each worker's DuckDB `threads` and `memory_limit`: `local:N` shares this machine's
     cores and, per worker, the embedded build's cap; a cluster's workers have their own."""
@@ -139,12 +91,15 @@ def worker_limits(config: Config) -> dict[str, Any]:
     }
 
 
-def dask_fan_out(config: Config) -> FanOut:
-    """The fan-out of a configuration whose `[compute] dask` is set."""
+def dask_fan_out(config: Config, cluster: DaskCluster | None = None) -> FanOut:
+    """The fan-out of a configuration whose `[compute] dask` is set (on `cluster`, shared
+    with the run's other fan-outs, or a cluster of its own)."""
     failed, unchanged = "full build failed", "the published warehouse is unchanged"
     return FanOut(
         config=config,
-        run=lambda items: run_on_dask(config, build_partition_task, items, failed, unchanged),
+        run=lambda items: run_on_dask(
+            config, build_partition_task, items, failed, unchanged, cluster=cluster
+        ),
         workers=lambda: cluster_workers(config),
         **worker_limits(config),
     )

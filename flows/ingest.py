@@ -15,6 +15,7 @@ from prefect.tasks import Task
 from gpufleet.config import Config, load_config
 from gpufleet.errors import GpufleetError
 from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
+from gpufleet.flows.dask_cluster import DaskCluster
 from gpufleet.integrations.mirror import mirror_raw_location
 from gpufleet.warehouse.ingest import (
     IngestResult,
@@ -57,17 +58,18 @@ def load_warehouse_task(
     """Load new samples and the reference tables in one published transaction; with
     `[compute] dask`, a backfill's whole host-days read and compacted as `load-host-days`
     tasks and the other host-days compacted from their files as `compact-host-days` tasks
-    on Dask (flows/compact.py)."""
+    on Dask (flows/compact.py), both on one cluster."""
     dask = bool(config.compute.dask)
-    return load_warehouse(
-        config,
-        references,
-        listing.files,
-        unreadable=listing.unreadable,
-        progress=get_run_logger().info,
-        compact_fan_out=dask_compact_fan_out(config) if dask else None,
-        load_fan_out=dask_load_fan_out(config) if dask else None,
-    )
+    with DaskCluster(config) as cluster:  # started by the first fan-out that runs, if any
+        return load_warehouse(
+            config,
+            references,
+            listing.files,
+            unreadable=listing.unreadable,
+            progress=get_run_logger().info,
+            compact_fan_out=dask_compact_fan_out(config, cluster) if dask else None,
+            load_fan_out=dask_load_fan_out(config, cluster) if dask else None,
+        )
 
 
 @task(

@@ -18,6 +18,7 @@ from gpufleet.errors import GpufleetError
 def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> str:
     """Load new raw files; update the models when the ingest loaded anything (samples, refs)."""
     from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
+    from gpufleet.flows.dask_cluster import DaskCluster
     from gpufleet.flows.fanout import dask_fan_out
     from gpufleet.warehouse.cycle import ingest_then_build
 
@@ -25,14 +26,15 @@ def ingest_and_build(data_dir: str = "data", config_path: str | None = None) -> 
         config = load_config(config_path=config_path, data_dir=data_dir)
         logger = get_run_logger()
         dask = config.compute.dask
-        ingested, built = ingest_then_build(
-            config,
-            progress=logger.info,
-            warn=logger.warning,
-            fan_out=dask_fan_out(config) if dask else None,
-            compact_fan_out=dask_compact_fan_out(config) if dask else None,
-            load_fan_out=dask_load_fan_out(config) if dask else None,
-        )
+        with DaskCluster(config) as cluster:  # one for the run's fan-outs, if any runs
+            ingested, built = ingest_then_build(
+                config,
+                progress=logger.info,
+                warn=logger.warning,
+                fan_out=dask_fan_out(config, cluster) if dask else None,
+                compact_fan_out=dask_compact_fan_out(config, cluster) if dask else None,
+                load_fan_out=dask_load_fan_out(config, cluster) if dask else None,
+            )
     except GpufleetError as exc:
         # Prefect raises `exc` to the caller and logs the one line, not a traceback.
         return Failed(message=str(exc), data=exc)  # type: ignore[return-value]

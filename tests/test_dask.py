@@ -364,10 +364,21 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
     embedded_backfill: tuple[Config, dict[str, Any]],
     prefect_harness: None,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The ingest flow's loads and compaction on one `LocalCluster`, started once."""
+    import distributed
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
+    started: list[str] = []
+
+    class Noted(distributed.LocalCluster):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self.scheduler_address)
+
+    monkeypatch.setattr(distributed, "LocalCluster", Noted)  # what `local:N` starts
     config = _copy(before_backfill, tmp_path, "local:2")
     dead = config.data_dir / "raw/samples/date=2026-10-05/.host=gpu-r01n01.compacting-0123abcd"
     dead.mkdir()  # what an ingest that died left: a late task's file too
@@ -394,22 +405,38 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
         )
     # the two new days' batches were read and compacted on the workers, not on this host
     assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+    assert len(started) == 1, started  # the loads and the compaction on one cluster
+
+
+@pytest.fixture(scope="module")
+def killed_once(
+    before_backfill: Path, cluster: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Config, set[str]]:
+    """The backfill ingested on the module's cluster, the worker of its first load task
+    and that of its first compaction task each killed once: the kill files left after."""
+    from prefect.settings import get_current_settings
+
+    address, kill_dir = cluster
+    with pytest.MonkeyPatch.context() as environ:  # as `scheduler` sets it, for the module
+        environ.setenv("PREFECT_API_URL", str(get_current_settings().api.url))
+        config = _copy(before_backfill, tmp_path_factory.mktemp("killed-once"), address)
+        for task in ("compact", "load"):
+            (kill_dir / f"{task}-0.once").touch()
+        assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0
+    left = {path.name for path in kill_dir.iterdir()}
+    for path in kill_dir.iterdir():
+        path.unlink()
+    return config, left
 
 
 @pytest.mark.parametrize("task", ["compact", "load"])
 def test_a_compaction_or_load_worker_killed_once_is_retried_with_the_same_bytes(
     task: str,
-    before_backfill: Path,
     embedded_backfill: tuple[Config, dict[str, Any]],
-    cluster: tuple[str, Path],
-    scheduler: str,
-    tmp_path: Path,
+    killed_once: tuple[Config, set[str]],
 ) -> None:
-    config = _copy(before_backfill, tmp_path, scheduler)
-    once = cluster[1] / f"{task}-0.once"
-    once.touch()
-    assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0
-    assert not once.exists()  # the first task died, then ran again
+    config, left = killed_once
+    assert f"{task}-0.once" not in left  # the first task died, then ran again
     _assert_same_lake(_compacted(config), embedded_backfill[1]["lake"], same_bytes=True)
     assert not any(name.startswith(".") for name in _lake(config))
 

@@ -92,26 +92,40 @@ def _configured(
 
 
 @pytest.fixture(scope="module")
-def before_backfill(store: S3Store, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """test_dask.py's backfill in the store: the first day's objects loaded by an earlier
-    ingest (not compacted: it was today then), the next two days' objects uploaded since;
-    the data directory (copied by each ingest) and the store's URL."""
-    return _in_the_store(store, tmp_path_factory.mktemp("dask-s3"), None)
-
-
-@pytest.fixture(scope="module")
-def site_backfill(store: S3Store, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """`before_backfill` in a site's own store."""
-    return _in_the_store(store, tmp_path_factory.mktemp("dask-s3-site"), SITE)
-
-
-def _in_the_store(store: S3Store, tmp_path: Path, site: str | None) -> tuple[Path, str]:
-    fleet, data_dir = tmp_path / "fleet", tmp_path / "before"
-    url = f"s3://{BUCKET}/{tmp_path.name}"
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """test_dask.py's backfill, its collectors' and reference files: a data directory's
+    `raw/` and `ref/`, uploaded to each store by the fixtures below."""
+    fleet = tmp_path_factory.mktemp("dask-s3-fleet")
     scenario = scenario_for(BACKFILL)
     write_reference_files(scenario, BACKFILL, fleet)
     simulate_window(BACKFILL, data_dir=fleet, start=BACKFILL.start, end=FIRST, scenario=scenario)
     simulate_window(BACKFILL, data_dir=fleet, start=FIRST, end=BACKFILL.end, scenario=scenario)
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def before_backfill(
+    fleet: Path, store: S3Store, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    """The backfill in the store: the first day's objects loaded by an earlier ingest (not
+    compacted: it was today then), the next two days' objects uploaded since; the data
+    directory (copied by each ingest) and the store's URL."""
+    return _in_the_store(fleet, store, tmp_path_factory.mktemp("dask-s3"), None)
+
+
+@pytest.fixture(scope="module")
+def site_backfill(
+    fleet: Path, store: S3Store, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    """`before_backfill` in a site's own store."""
+    return _in_the_store(fleet, store, tmp_path_factory.mktemp("dask-s3-site"), SITE)
+
+
+def _in_the_store(
+    fleet: Path, store: S3Store, tmp_path: Path, site: str | None
+) -> tuple[Path, str]:
+    data_dir = tmp_path / "before"
+    url = f"s3://{BUCKET}/{tmp_path.name}"
     _upload(store, fleet, url, "allocations/*")
     _upload(store, fleet, url, f"samples/date={BACKFILL.start.date()}/*/*")
     shutil.copytree(fleet / "ref", data_dir / "ref")
@@ -143,6 +157,7 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
     before_backfill: tuple[Path, str], store: S3Store, prefect_harness: None, tmp_path: Path
 ) -> None:
     from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
+    from gpufleet.flows.dask_cluster import DaskCluster
 
     source, url = before_backfill
     found: dict[str, dict[str, Any]] = {}
@@ -154,14 +169,17 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
         load_tasks: list[LoadTask] = []
         held: list[bool] = []
         fan_outs: dict[str, Any] = {}
+        cluster = DaskCluster(config)  # one for the loads and the compaction, as the flow's
         if dask:
-            compacting, loading = dask_compact_fan_out(config), dask_load_fan_out(config)
+            compacting = dask_compact_fan_out(config, cluster)
+            loading = dask_load_fan_out(config, cluster)
             compacting.run = _recording(compacting.run, compact_tasks)
             loading.run = _recording(loading.run, load_tasks)
             compacting.receive = _holding(compacting.receive, held)  # type: ignore[method-assign, assignment]
             loading.receive = _holding(loading.receive, held)  # type: ignore[method-assign, assignment]
             fan_outs = {"compact_fan_out": compacting, "load_fan_out": loading}
-        result = ingest(config, **fan_outs)
+        with cluster:
+            result = ingest(config, **fan_outs)
         assert result.compaction is not None
         assert (result.compaction.partitions, result.compaction.from_load) == (6, 4)
         lake = _compacted(config)
