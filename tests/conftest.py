@@ -45,12 +45,22 @@ def away_from_the_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    """One `prefect_test_harness` per test session; request it in tests that run flows."""
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One Prefect server (`prefect_test_harness`) for the whole pytest run; request it in
+    tests that run flows. Under pytest-xdist the first worker that needs it starts it, the
+    others use it (tests/prefect_runs.py reads back a test's own runs), and the one that
+    started it stops it once no worker uses it (tests/shared_server.py)."""
+    from tests.shared_server import shared_prefect_server
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with shared_prefect_server(_run_folder(tmp_path_factory)):
         yield
+
+
+def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this pytest run that all its xdist workers share (each worker's base
+    temporary folder is a subfolder of the run's)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import build_parser, main
+from tests.prefect_runs import own_flow_runs
 
 pytestmark = pytest.mark.fleet
 
@@ -243,13 +244,7 @@ def test_the_server_check_asks_prefect_only_where_a_setting_could_name_one(
 def test_build_with_a_prefect_server_is_a_recorded_flow_run(
     tmp_path: Path, prefect_harness: None
 ) -> None:
-    from prefect.client.orchestration import get_client
-
-    def build_runs() -> int:
-        with get_client(sync_client=True) as client:
-            flows = {flow.id: flow.name for flow in client.read_flows()}
-            return sum(flows.get(run.flow_id) == "build" for run in client.read_flow_runs())
-
-    before = build_runs()
-    assert main(["--data-dir", str(tmp_path / "data"), "build"]) == 0
-    assert build_runs() == before + 1
+    data_dir = tmp_path / "data"
+    assert own_flow_runs(data_dir, "build") == []
+    assert main(["--data-dir", str(data_dir), "build"]) == 0
+    assert len(own_flow_runs(data_dir, "build")) == 1

@@ -37,6 +37,7 @@ from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
 from tests.dask_kill import KillAtStart
+from tests.prefect_runs import own_completed_task_runs
 from tests.test_incremental import assert_same_rows, mart_table
 
 pytest.importorskip("prefect_dask")
@@ -157,8 +158,6 @@ def scheduler(cluster: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Ite
 def test_the_same_full_build_on_two_local_workers_gives_the_same_marts(
     fleet: tuple[Config, dict[str, pa.Table]], prefect_harness: None
 ) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
     from gpufleet.flows.build import build_flow
 
@@ -169,11 +168,7 @@ def test_the_same_full_build_on_two_local_workers_gives_the_same_marts(
     assert result.mode == "full"
     _assert_same_marts(_marts(config), embedded)
     assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())  # the inputs are gone
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="build-partition"))
-        )
-    assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+    assert len(own_completed_task_runs(config.data_dir, "build-partition")) >= 2
 
 
 def test_local_workers_start_without_importing_their_modules_again(
@@ -368,8 +363,6 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
 ) -> None:
     """The ingest flow's loads and compaction on one `LocalCluster`, started once."""
     import distributed
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
     started: list[str] = []
 
@@ -394,17 +387,9 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
     assert _loaded_files(config) == embedded["loaded"]
     build(config)
     _assert_same_marts(_backfill_marts(config), embedded["marts"])
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="compact-host-days"))
-        )
-    assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="load-host-days"))
-        )
+    assert len(own_completed_task_runs(config.data_dir, "compact-host-days")) >= 2
     # the two new days' batches were read and compacted on the workers, not on this host
-    assert len([run for run in runs if run.state and run.state.is_completed()]) >= 2
+    assert len(own_completed_task_runs(config.data_dir, "load-host-days")) >= 2
     assert len(started) == 1, started  # the loads and the compaction on one cluster
 
 

@@ -38,6 +38,7 @@ from gpufleet.reports.weekly import write_report
 from gpufleet.warehouse.base.connect import connect
 from gpufleet.weeks import week_label
 from tests import report_fixtures as fx
+from tests.prefect_runs import own_flow_runs
 
 pytestmark = pytest.mark.fleet
 
@@ -648,16 +649,24 @@ def test_cli_report_of_a_past_week_without_samples_says_so_in_one_line(
 
 def test_report_flow_publishes_the_summary_artifact(tmp_path: Path, prefect_harness: None) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
 
     from gpufleet.flows.report import ARTIFACT_KEY, report_flow
 
     _, config_path = fx.fixture_config(tmp_path)
     result = report_flow(data_dir=str(tmp_path), config_path=str(config_path), week=fx.WEEK)
     assert result.page_path.is_file()
+    (run,) = own_flow_runs(tmp_path, "weekly-report")
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[ARTIFACT_KEY]))
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]),
+            )
         )
     assert artifacts, "no artifact with the report's key"
     latest = max(artifacts, key=lambda a: str(a.created))
