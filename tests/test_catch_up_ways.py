@@ -17,10 +17,10 @@ from gpufleet.warehouse.build.kept import DAY_MARTS, kept_table
 from gpufleet.warehouse.build.kept import RUN_MARTS as KEPT_RUN_MARTS
 from gpufleet.warehouse.publish import catch_up, write_transaction
 from gpufleet.warehouse.publish.catch_up import Way, way_of
-from gpufleet.warehouse.publish.slot_files import same_file, slot_paths
 from tests.scans import ScanCounter
 from tests.templates import made_once
 from tests.test_data_tests import _built_full
+from tests.test_warehouse import stale_slot, tables_written
 
 pytestmark = pytest.mark.fleet
 
@@ -129,8 +129,7 @@ def test_a_catch_up_compares_and_copies_the_tables_whose_way_is_copy(tmp_path: P
         pass  # both slots exist now: the next write catches the other one up in place
     with write_transaction(config) as con:
         con.execute("insert into ref_users values ('bob', 'ml')")
-    first, second = slot_paths(config.warehouse_path)
-    stale = second if same_file(config.warehouse_path, first) else first
+    stale = stale_slot(config)
     tables = _tables(stale)
     with duckdb.connect(str(stale)) as con:
         counter = ScanCounter(con, tmp_path / "profile.json")
@@ -140,10 +139,6 @@ def test_a_catch_up_compares_and_copies_the_tables_whose_way_is_copy(tmp_path: P
         for statement in counter.statements
         if statement.startswith("select 0, (select count(*)")
     ]
-    written = {
-        statement.split()[2]
-        for statement in counter.statements
-        if statement.startswith(("delete from ", "insert into "))
-    }
+    written = tables_written(counter.statements)
     assert counted == [{name for name in tables if way_of(name, rebuild=False) is Way.COPY}]
     assert "main.ref_users" in written

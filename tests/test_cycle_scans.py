@@ -34,9 +34,9 @@ from gpufleet.warehouse.build.run import build
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.publish.catch_up import catch_up
 from gpufleet.warehouse.publish.log import GENERATION_DDL, current_generation
-from gpufleet.warehouse.publish.slot_files import same_file, slot_paths
 from tests.scans import ScanCounter
 from tests.test_data_tests import _add_idle_samples
+from tests.test_warehouse import stale_slot
 
 pytestmark = pytest.mark.fleet
 
@@ -45,16 +45,10 @@ HOURLY_ROWS = GPUS * DAYS * 24
 LAST_DAY = "2026-11-28"
 
 
-def _stale_slot(config: Config) -> Path:
-    """The slot the published warehouse is not."""
-    first, second = slot_paths(config.warehouse_path)
-    return second if same_file(config.warehouse_path, first) else first
-
-
 def _catch_up_reads(config: Config, tmp_path: Path, table: str) -> tuple[int, int]:
     """The stale slot caught up (its `table` then the published one's): the rows its
     catch-up read of `table` in the published slot, and in its own."""
-    con = duckdb.connect(str(_stale_slot(config)))
+    con = duckdb.connect(str(stale_slot(config)))
     try:
         counter = ScanCounter(con, tmp_path / "profile.json")
         assert catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]

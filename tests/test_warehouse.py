@@ -230,6 +230,21 @@ def test_a_slot_caught_up_in_place_has_the_published_rows_copies_nulls_and_lists
     assert len(inodes) == 2  # every write after the second caught a slot up in place
 
 
+def stale_slot(config: Config) -> Path:
+    """The slot the last write did not publish: the one the next write catches up."""
+    first, second = slot_paths(config.warehouse_path)
+    return second if same_file(config.warehouse_path, first) else first
+
+
+def tables_written(statements: list[str]) -> set[str]:
+    """The tables a catch-up's statements delete rows from or insert rows into."""
+    return {
+        statement.split()[2]
+        for statement in statements
+        if statement.startswith(("delete from ", "insert into "))
+    }
+
+
 def test_a_catch_up_rewrites_only_the_tables_that_differ(config: Config, tmp_path: Path) -> None:
     """A table copied whole that holds the published rows already (most tables, most
     publishes: the references, the allocations, loaded_files) is compared, not rewritten,
@@ -243,16 +258,11 @@ def test_a_catch_up_rewrites_only_the_tables_that_differ(config: Config, tmp_pat
         pass  # both slots exist now: the next write catches the other one up in place
     with write_transaction(config) as con:
         con.execute("insert into v values (2)")
-    first, second = slot_paths(config.warehouse_path)
-    stale = second if same_file(config.warehouse_path, first) else first
+    stale = stale_slot(config)
     with duckdb.connect(str(stale)) as con:
         counter = ScanCounter(con, tmp_path / "profile.json")
         assert catch_up.catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
-        written = {
-            statement.split()[2]
-            for statement in counter.statements
-            if statement.startswith(("delete from ", "insert into "))
-        }
+        written = tables_written(counter.statements)
         assert con.execute("select * from v order by all").fetchall() == [(1,), (2,)]
     assert "main.v" in written
     assert "main.u" not in written
@@ -273,8 +283,7 @@ def test_a_catch_up_compares_the_tables_copied_whole_in_two_statements(
     with write_transaction(config) as con:
         con.execute("insert into t1 values (7)")  # more rows
         con.execute("update t2 set a = 8")  # as many, not the same
-    first, second = slot_paths(config.warehouse_path)
-    stale = second if same_file(config.warehouse_path, first) else first
+    stale = stale_slot(config)
     with duckdb.connect(str(stale)) as con:
         counter = ScanCounter(con, tmp_path / "profile.json")
         assert catch_up.catch_up(counter, config.warehouse_path, rebuild=False)  # type: ignore[arg-type]
@@ -283,11 +292,7 @@ def test_a_catch_up_compares_the_tables_copied_whole_in_two_statements(
             for statement in counter.statements
             if statement.startswith("select") and "_published.main.t0" in statement
         ]
-        written = {
-            statement.split()[2]
-            for statement in counter.statements
-            if statement.startswith(("delete from ", "insert into "))
-        }
+        written = tables_written(counter.statements)
         rows = [con.execute(f"select * from t{n} order by all").fetchall() for n in range(6)]
     assert len(compared) == 2
     assert all("_published.main.t5" in statement for statement in compared)
@@ -309,8 +314,7 @@ def test_a_slot_whose_tables_differ_from_the_published_ones_is_not_caught_up(
     for change in ("alter table u add column b integer", "create table w (a integer)"):
         with write_transaction(config) as con:
             con.execute(change)
-        first, second = slot_paths(config.warehouse_path)
-        stale = second if same_file(config.warehouse_path, first) else first
+        stale = stale_slot(config)
         with duckdb.connect(str(stale)) as con:
             assert not catch_up.catch_up(con, config.warehouse_path, rebuild=False)
 
