@@ -14,7 +14,7 @@ from gpufleet.errors import GpufleetError
 
 THREADS_VARIABLE = "GPUFLEET_THREADS"
 
-Setting = str | bool | int | float | list[str]
+Setting = str | bool | int | float | list[str]  # a value of duckdb.connect's `config`
 
 
 def thread_cap() -> int | None:

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.warehouse.base.connect import connect
+from gpufleet.warehouse.base.connect import Setting, connect
 from gpufleet.warehouse.base.sql_text import literal
 
 
@@ -68,9 +68,7 @@ def run_partition(partition: Partition) -> PartitionResult:
     for folder in (Path(partition.output_dir), Path(partition.temp_dir).parent):
         folder.mkdir(exist_ok=True)
     Path(partition.temp_dir).mkdir(exist_ok=True)
-    settings: dict[str, str | bool | int | float | list[str]] = {
-        "temp_directory": partition.temp_dir
-    }
+    settings: dict[str, Setting] = {"temp_directory": partition.temp_dir}
     if partition.threads:
         settings["threads"] = partition.threads
     if partition.memory_limit:

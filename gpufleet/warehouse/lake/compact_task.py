@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from gpufleet.errors import GpufleetError
 from gpufleet.storage.s3 import describe_error, downloaded
-from gpufleet.warehouse.base.connect import connect
+from gpufleet.warehouse.base.connect import Setting, connect
 from gpufleet.warehouse.base.raw_tables import literal_path
 from gpufleet.warehouse.lake.compact import compact_from_files
 from gpufleet.warehouse.lake.fanout import CompactTask, CompactTaskResult, HostDay
@@ -44,9 +44,7 @@ def run_compact_task(task: CompactTask) -> CompactTaskResult:
         own = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpufleet-compact-")))
         temp_dir = Path(task.temp_dir) if task.temp_dir else own / "spill"
         temp_dir.mkdir(exist_ok=True)  # its parent lives as long as the ingest
-        settings: dict[str, str | bool | int | float | list[str]] = {
-            "temp_directory": str(temp_dir)
-        }
+        settings: dict[str, Setting] = {"temp_directory": str(temp_dir)}
         if task.threads:
             settings["threads"] = task.threads
         if task.memory_limit:
