@@ -13,7 +13,6 @@ import datetime as dt
 import logging
 import random
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope, Session
 
 from gpufleet.config import Config, load_config
+from tests.ports import free_port
 
 WEEK = "2026-W46"
 PREVIOUS_WEEK = "2026-W45"
@@ -331,12 +331,6 @@ def fixture_config(data_dir: Path, extra: str = "") -> tuple[Config, Path]:
 
 
 # --- a real SMTP server on loopback ----------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

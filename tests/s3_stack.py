@@ -13,13 +13,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.ports import free_ports
 
 BUCKET = "gpufleet-test"
 ACCESS_KEY = "gpufleet-test-key"
@@ -53,16 +54,6 @@ def weed_binary() -> str:
     return found
 
 
-def _free_ports(count: int) -> list[int]:
-    with contextlib.ExitStack() as held:
-        ports = []
-        for _ in range(count):
-            sock = held.enter_context(contextlib.closing(socket.socket()))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
-
-
 @dataclass
 class S3Store:
     """One `weed mini` process serving S3 on 127.0.0.1."""
@@ -85,7 +76,7 @@ class S3Store:
         if self.process is not None and self.process.poll() is None:
             return
         if not self.ports:
-            self.ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True))
+            self.ports = dict(zip(_PORT_NAMES, free_ports(len(_PORT_NAMES)), strict=True))
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         credentials = self.workdir / "s3.json"

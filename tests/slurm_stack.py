@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.ports import free_ports
+
 PACKAGES = (
     "slurmctld",
     "slurmd",
@@ -92,29 +94,6 @@ def _run(
             f"{' '.join(command)} exited {done.returncode}: {(done.stderr or done.stdout).strip()}"
         )
     return done
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` consecutive free loopback ports (the nodes' `Port=[a-b]` is a range)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
-        if first + count > 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(first, first + count):
-                held = socket.socket()
-                sockets.append(held)
-                held.bind(("127.0.0.1", port))
-            return list(range(first, first + count))
-        except OSError:
-            continue
-        finally:
-            for held in sockets:
-                held.close()
-    raise SlurmUnavailable("no free loopback ports")
 
 
 @dataclass
@@ -189,8 +168,8 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 def _configure(root: Path) -> dict[str, str]:
     """Write every configuration file; returns the clients' environment."""
-    db_port, dbd_port, ctld_port = _free_ports(1)[0], _free_ports(1)[0], _free_ports(1)[0]
-    node_ports = _free_ports(len(NODES))
+    db_port, dbd_port, ctld_port = free_ports(3)
+    node_ports = free_ports(len(NODES), consecutive=True)
     for name in ("etc", "log", "run", "ctld", "spool", "dev", "munge", "db"):
         (root / name).mkdir(parents=True, exist_ok=True)
     (root / "munge").chmod(0o755)  # the socket must be reachable by the submitting users
