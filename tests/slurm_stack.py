@@ -157,7 +157,11 @@ class SlurmStack:
             if ready():
                 return
             time.sleep(0.2)
-        raise SlurmUnavailable(f"timed out waiting for {what} ({self.root / 'log'})")
+        # The stack's folder goes with it: the newest log's last lines say why.
+        logs = sorted((self.root / "log").glob("*.log"), key=lambda path: path.stat().st_mtime)
+        last = logs[-1].read_text(errors="replace").splitlines()[-5:] if logs else []
+        said = f"; {logs[-1].name}: " + " | ".join(last) if last else ""
+        raise SlurmUnavailable(f"timed out waiting for {what} ({self.root / 'log'}){said}")
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
