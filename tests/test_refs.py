@@ -68,8 +68,14 @@ def write(config: Config, relative: str, text: str) -> Path:
 
 
 def rows(config: Config, sql: str) -> list[tuple[object, ...]]:
+    return tables(config, sql)[0]
+
+
+def tables(config: Config, *sqls: str) -> list[list[tuple[object, ...]]]:
+    """Each query's rows, read on one connection: opening the warehouse file (its catalog)
+    costs more than a small query, and the parametrized cases below query it often."""
     with duckdb.connect(str(config.warehouse_path), read_only=True) as con:
-        return con.execute(sql).fetchall()
+        return [con.execute(sql).fetchall() for sql in sqls]
 
 
 def utc(year: int, month: int, day: int, hour: int) -> dt.datetime:
@@ -108,9 +114,15 @@ def test_each_ingest_replaces_the_reference_tables(config: Config) -> None:
     (config.data_dir / "ref/prices.csv").unlink()
     write(config, "raw/allocations/_draft.csv", "garbage, ignored: starts with _")
     assert ingest(config).loaded_anything
-    assert rows(config, 'select "user", team from ref_users') == [("carol", "nlp")]
-    assert rows(config, "select count(*) from ref_prices") == [(0,)]
-    assert rows(config, "select count(*) from allocations") == [(2,)]
+    users, prices, allocations = tables(
+        config,
+        'select "user", team from ref_users',
+        "select count(*) from ref_prices",
+        "select count(*) from allocations",
+    )
+    assert users == [("carol", "nlp")]
+    assert prices == [(0,)]
+    assert allocations == [(2,)]
 
 
 def test_missing_reference_files_are_empty_tables(tmp_path: Path) -> None:
@@ -119,8 +131,9 @@ def test_missing_reference_files_are_empty_tables(tmp_path: Path) -> None:
     assert references.users == references.hosts == references.prices == ()
     assert references.allocations == ()
     ingest(config)
-    for table in ("ref_users", "ref_hosts", "ref_prices", "allocations"):
-        assert rows(config, f"select count(*) from {table}") == [(0,)]
+    names = ("ref_users", "ref_hosts", "ref_prices", "allocations")
+    counts = tables(config, *(f"select count(*) from {table}" for table in names))
+    assert dict(zip(names, counts, strict=True)) == {table: [(0,)] for table in names}
 
 
 def test_empty_cells_are_null_and_blank_lines_are_skipped(config: Config) -> None:
@@ -181,8 +194,11 @@ def test_a_bad_reference_file_fails_naming_file_and_line_and_changes_nothing(
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith(str(config.data_dir / relative))
     assert config.warehouse_path.read_bytes() == before
-    assert rows(config, "select count(*) from samples") == [(1,)]
-    assert rows(config, "select count(*) from loaded_files") == [(1,)]
+    samples, loaded = tables(
+        config, "select count(*) from samples", "select count(*) from loaded_files"
+    )
+    assert samples == [(1,)]
+    assert loaded == [(1,)]
     assert not [p for p in config.data_dir.iterdir() if re.search(r"\.tmp$", p.name)]
 
 
@@ -311,25 +327,27 @@ def test_a_bad_line_of_an_allocation_or_job_file_is_quarantined_and_the_rest_loa
     assert re.search(reason, quarantined.reason)
     assert warned == [str(quarantined)]
     assert "\n" not in warned[0] and warned[0].startswith(f"quarantined {relative}, line ")
-    assert rows(config, "select path, reason, moved_to from quarantined_files") == [
-        (relative, quarantined.reason, None)
-    ]
-    assert path.read_text(encoding="utf-8") == text  # the file stays as it is
-    assert rows(config, "select count(*) from samples") == [(2,)]
     table = "allocations" if relative.startswith("raw/allocations/") else "slurm_jobs"
-    assert rows(config, f"select count(*) from {table} where source_file = '{relative}'") == [
-        (loaded,)
-    ]
+    file_rows = f"select count(*) from {table} where source_file = '{relative}'"
+    recorded, samples, from_file = tables(
+        config,
+        "select path, reason, moved_to from quarantined_files",
+        "select count(*) from samples",
+        file_rows,
+    )
+    assert recorded == [(relative, quarantined.reason, None)]
+    assert path.read_text(encoding="utf-8") == text  # the file stays as it is
+    assert samples == [(2,)]
+    assert from_file == [(loaded,)]
     # Read again (the importer rewrote the file, the bad line still in it): not recorded or
     # named twice; the file's rows are its lines' that load.
     _touch_later(path)
     again: list[str] = []
     assert ingest(config, warn=again.append).quarantined == ()
     assert again == []
-    assert rows(config, "select count(*) from quarantined_files") == [(1,)]
-    assert rows(config, f"select count(*) from {table} where source_file = '{relative}'") == [
-        (loaded,)
-    ]
+    recorded, from_file = tables(config, "select count(*) from quarantined_files", file_rows)
+    assert recorded == [(1,)]
+    assert from_file == [(loaded,)]
 
 
 @pytest.mark.parametrize(
@@ -374,11 +392,15 @@ def test_an_allocation_or_job_file_no_line_of_which_reads_is_quarantined_whole(
     assert re.search(reason, quarantined.reason)
     assert not path.exists()
     assert (config.data_dir / "quarantine" / relative).read_bytes() == content
-    assert rows(config, "select count(*) from samples") == [(1,)]
-    assert rows(config, "select count(*) from allocations") == [(0 if "alloc" in relative else 2,)]
-    assert rows(config, "select path from build_state.allocation_files") == (
-        [] if "alloc" in relative else [("raw/allocations/slurm-2026-11-16.csv",)]
+    samples, allocations, listed = tables(
+        config,
+        "select count(*) from samples",
+        "select count(*) from allocations",
+        "select path from build_state.allocation_files",
     )
+    assert samples == [(1,)]
+    assert allocations == [(0 if "alloc" in relative else 2,)]
+    assert listed == ([] if "alloc" in relative else [("raw/allocations/slurm-2026-11-16.csv",)])
 
 
 def test_a_bad_reference_file_on_the_first_ingest_creates_no_warehouse(config: Config) -> None:
