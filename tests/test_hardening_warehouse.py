@@ -94,15 +94,37 @@ def _edit_power(path: Path) -> None:
     pq.write_table(table.set_column(index, field, pa.array(power, field.type)), path)
 
 
+def _simulated(data_dir: Path) -> Path:
+    """`data_dir` with the reference files and the sample files of day 1 and the first hour
+    of day 2, nothing ingested: simulated once per test process and copied."""
+
+    def fill(folder: Path) -> None:
+        write_reference_files(_SCENARIO, SPEC, folder)
+        end = DAY2 + dt.timedelta(hours=1)
+        simulate_window(SPEC, data_dir=folder, start=DAY1, end=end, scenario=_SCENARIO)
+
+    return made_once("test_hardening_warehouse.simulated", fill, data_dir)
+
+
+def _first_hour(data_dir: Path) -> Config:
+    """`data_dir` with the reference files and day 1's first hour ingested on day 1 (not
+    compacted): made once per test process and copied."""
+
+    def fill(folder: Path) -> None:
+        write_reference_files(_SCENARIO, SPEC, folder)
+        _arrive(Config(data_dir=folder), DAY1, DAY1 + dt.timedelta(hours=1), today=DAY1)
+
+    return Config(data_dir=made_once("test_hardening_warehouse.first_hour", fill, data_dir))
+
+
 @pytest.fixture
 def lake(tmp_path: Path) -> Config:
     """Day 1 backfilled (its compacted file written straight into the lake), the start of
     day 2 loaded and built: made once per test process and copied (tests/templates.py)."""
 
     def fill(data_dir: Path) -> None:
-        config = Config(data_dir=data_dir)
-        write_reference_files(_SCENARIO, SPEC, config.data_dir)
-        _arrive(config, DAY1, DAY2 + dt.timedelta(hours=1), today=DAY2)
+        config = Config(data_dir=_simulated(data_dir))
+        ingest(config, today=DAY2.date())
         build(config)
 
     return Config(data_dir=made_once("test_hardening_warehouse.lake", fill, tmp_path / "data"))
@@ -167,9 +189,7 @@ def test_an_edited_lake_file_is_named_on_every_ingest_and_never_moved(
 def test_an_edited_compacted_file_not_in_the_lake_yet_is_written_again(tmp_path: Path) -> None:
     """Day 1 arrives in two ingests, so it is compacted from its files and its samples stay
     in the warehouse until a build: an edit of its file is undone from them."""
-    config = Config(data_dir=tmp_path / "data")
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=1), today=DAY1)
+    config = _first_hour(tmp_path / "data")
     _arrive(config, DAY1 + dt.timedelta(hours=1), DAY1 + dt.timedelta(hours=2), today=DAY2)
     compacted = _compacted(config, DAY1)
     relative = compacted.relative_to(config.data_dir).as_posix()
@@ -188,9 +208,8 @@ def test_an_edited_compacted_file_not_in_the_lake_yet_is_written_again(tmp_path:
     assert _quiet_ingest(config, today=DAY2).warnings == ()
 
 
-def test_a_touched_collector_file_is_not_changed(config: Config) -> None:
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    _arrive(config, DAY1, DAY1 + dt.timedelta(hours=1), today=DAY1)
+def test_a_touched_collector_file_is_not_changed(tmp_path: Path) -> None:
+    config = _first_hour(tmp_path / "data")
     files = sorted(config.samples_dir.glob("date=*/host=*/*.parquet"))
     _touch(files[0])
     relative = files[0].relative_to(config.data_dir).as_posix()
@@ -240,14 +259,7 @@ def _holds_open(pid: int, path: Path) -> bool:
 def test_two_ingests_at_once_quarantine_nothing(config: Config) -> None:
     """Both list the files, then wait for the writer lock: the second to get it finds the
     day compacted by the first, and loads nothing twice and quarantines nothing."""
-    write_reference_files(_SCENARIO, SPEC, config.data_dir)
-    simulate_window(
-        SPEC,
-        data_dir=config.data_dir,
-        start=DAY1,
-        end=DAY2 + dt.timedelta(hours=1),
-        scenario=_SCENARIO,
-    )
+    _simulated(config.data_dir)
     files = sorted(config.samples_dir.glob("date=*/host=*/*.parquet"))
     samples = sum(pq.read_metadata(path).num_rows for path in files)
     lock = lock_path(config).absolute()
