@@ -90,7 +90,8 @@ def fleet(where: str = "true") -> Fleet:
 
 @pytest.fixture(scope="module")
 def unchanged() -> Fleet:
-    """One copy of `fleet()` for the tests whose commands are refused and change nothing."""
+    """One copy of `fleet()` for the tests that change nothing: commands refused, the whole
+    fleet's marts to compare with."""
     return fleet()
 
 
@@ -171,7 +172,9 @@ def test_a_user_who_moves_team_after_close_moves_in_the_open_month_only() -> Non
     check_weeks_add_up(closed.con)
 
 
-def test_a_late_file_in_a_closed_month_is_reported_then_applied_after_reopen() -> None:
+def test_a_late_file_in_a_closed_month_is_reported_then_applied_after_reopen(
+    unchanged: Fleet,
+) -> None:
     late = fleet(f"not ({HELD_BACK})")
     close_month(late.con, late.config, "2026-10", today=TODAY)
     october = month_rows(late.con, "2026-10")
@@ -188,15 +191,14 @@ def test_a_late_file_in_a_closed_month_is_reported_then_applied_after_reopen() -
     assert build_models(late.con, late.config).mode == "incremental"
     assert month_rows(late.con, "2026-10") == october
     late.con.execute("update allocations set end_ts = end_ts - interval 2 hours")
-    build_models(late.con, late.config)
-    # reopened, the next build applies everything: as if all had arrived at once
+    # reopened, the next build applies everything, the late file and the allocations put
+    # back: as if all had arrived at once (`unchanged`: the whole fleet, built)
     reopened = reopen_month(late.con, late.config, "2026-10", today=TODAY)
     assert reopened.recompute_from == dt.date(2026, 10, 1)
     result = build_models(late.con, late.config)
     assert result.mode == "incremental" and result.kept == ()
-    whole = fleet()
     for mart in (*DAY_MARTS, *RUN_MARTS, "team_weekly"):
-        assert _mart(late.con, mart) == _mart(whole.con, mart), mart
+        assert _mart(late.con, mart) == _mart(unchanged.con, mart), mart
 
 
 @pytest.mark.parametrize(
