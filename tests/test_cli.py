@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -144,39 +145,62 @@ def _gpufleet(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[st
     )
 
 
+class Commands(NamedTuple):
+    """`gpufleet ingest`, `build` and `report` run in processes of their own, in a user's
+    environment: no PREFECT_ or GPUFLEET_ variable (but the suite's GPUFLEET_THREADS)."""
+
+    prefect_home: Path
+    ingested: subprocess.CompletedProcess[str]
+    built: subprocess.CompletedProcess[str]
+    reported: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory: pytest.TempPathFactory) -> Commands:
+    """A simulated day of 2 GPUs and a file that is not Parquet, ingested, built and
+    reported by the commands: run once for the tests that read what they printed."""
+    tmp_path = tmp_path_factory.mktemp("commands")
+    prefect_home = tmp_path / "prefect-home"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PREFECT_", "GPUFLEET_")) or k == "GPUFLEET_THREADS"
+    }
+    env["PREFECT_HOME"] = str(prefect_home)
+    data_dir = tmp_path / "data"
+    assert main(["--data-dir", str(data_dir), "simulate", "--gpus", "2", "--days", "1"]) == 0
+    bad = data_dir / "raw" / "samples" / "date=2026-11-20" / "host=h1" / "bad.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("not parquet")
+    return Commands(
+        prefect_home=prefect_home,
+        ingested=_gpufleet(env, "ingest", "--data-dir", str(data_dir)),
+        built=_gpufleet(env, "--data-dir", str(data_dir), "build"),
+        reported=_gpufleet(env, "report", "--data-dir", str(data_dir)),
+    )
+
+
 @pytest.mark.slow  # starts processes
 def test_ingest_build_and_report_without_a_prefect_server_call_the_engine(
-    tmp_path: Path,
+    commands: Commands,
 ) -> None:
     """Without PREFECT_API_URL, `ingest`, `build` and `report` run without Prefect's temporary
     server (which would write its database into PREFECT_HOME): 15 s less a run on 2 cores."""
-    prefect_home = tmp_path / "prefect-home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}
-    env["PREFECT_HOME"] = str(prefect_home)
-    data_dir = str(tmp_path / "data")
-    simulated = _gpufleet(env, "--data-dir", data_dir, "simulate", "--gpus", "2", "--days", "1")
-    assert simulated.returncode == 0, simulated.stderr
-    ingested = _gpufleet(env, "ingest", "--data-dir", data_dir)
+    ingested, built, reported = commands.ingested, commands.built, commands.reported
     assert ingested.returncode == 0, ingested.stderr
     assert "ingest: " in ingested.stdout and " 0 new samples" not in ingested.stdout
-    built = _gpufleet(env, "--data-dir", data_dir, "build")
     assert built.returncode == 0, built.stderr
     assert built.stdout.startswith("full build (first build)")
-    reported = _gpufleet(env, "report", "--data-dir", data_dir)
     assert reported.returncode == 0, reported.stderr
     assert "(no data for week" not in reported.stdout
     assert "index.html" in reported.stdout and "report.eml" in reported.stdout
-    assert not (prefect_home / "prefect.db").exists()
+    assert not (commands.prefect_home / "prefect.db").exists()
     assert "temporary server" not in ingested.stderr + built.stderr + reported.stderr
 
 
-def test_ingest_names_a_quarantined_file_once_on_stderr(tmp_path: Path) -> None:
-    bad = tmp_path / "raw" / "samples" / "date=2026-11-20" / "host=h1" / "bad.parquet"
-    bad.parent.mkdir(parents=True)
-    bad.write_text("not parquet")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
-    result = _gpufleet(env, "--data-dir", str(tmp_path), "ingest")
+@pytest.mark.slow  # starts processes
+def test_ingest_names_a_quarantined_file_once_on_stderr(commands: Commands) -> None:
+    result = commands.ingested
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("quarantined raw/samples/date=2026-11-20/host=h1/bad.parquet") == 1
     assert "QuarantineWarning" not in result.stderr
