@@ -75,6 +75,39 @@ def check_report_message(message: EmailMessage, page: Path) -> None:
 # --- the message ----------------------------------------------------------------------
 
 
+def _pngs(path: Path) -> list[bytes]:
+    message = read_message(path)
+    return [p.get_content() for p in message.walk() if p.get_content_type() == "image/png"]
+
+
+def test_a_chart_is_drawn_once_per_process_however_many_emails_show_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report written twice, the team emails twice: vl-convert draws each distinct chart
+    once (the emails' PNGs the same bytes each time). The file's first test: the other tests
+    of the hand-made warehouse's report find its charts drawn."""
+    drawn: list[object] = []
+    draw = vl_convert.vegalite_to_png
+
+    def counted(spec: object, **options: Any) -> bytes:
+        drawn.append(spec)
+        return draw(spec, **options)
+
+    monkeypatch.setattr(vl_convert, "vegalite_to_png", counted)
+    mail.draw_png.cache_clear()  # what other tests of this process drew
+    config, _ = fx.fixture_config(tmp_path)
+    first = _pngs(write_report(config, fx.WEEK).email_path)
+    assert len(first) == 5 and len(drawn) == 5
+    assert _pngs(write_report(config, fx.WEEK).email_path) == first and len(drawn) == 5
+
+    teams = load_team_weeks(config, fx.WEEK)
+    team_specs = {chart.spec_json for team in teams for chart in team_charts(team)}
+    emails = [_pngs(email.path) for email in write_team_emails(config, fx.WEEK)]
+    assert len(team_specs) > 2 and len(drawn) == 5 + len(team_specs)
+    assert [_pngs(email.path) for email in write_team_emails(config, fx.WEEK)] == emails
+    assert len(drawn) == 5 + len(team_specs)
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> ReportFiles:
     """The hand-made warehouse's report, written once for the tests that only read it."""
@@ -157,38 +190,6 @@ def test_the_page_and_the_email_share_each_charts_spec(tmp_path: Path) -> None:
     render_page(data, charts)
     build_message(data, charts, PageLink(url=None, path="index.html"), sender="a@b", recipients=[])
     assert [spec.specs for _, spec in counted] == [1] * 5
-
-
-def _pngs(path: Path) -> list[bytes]:
-    message = read_message(path)
-    return [p.get_content() for p in message.walk() if p.get_content_type() == "image/png"]
-
-
-def test_a_chart_is_drawn_once_per_process_however_many_emails_show_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The report written twice, the team emails twice: vl-convert draws each distinct chart
-    once (the emails' PNGs the same bytes each time)."""
-    drawn: list[object] = []
-    draw = vl_convert.vegalite_to_png
-
-    def counted(spec: object, **options: Any) -> bytes:
-        drawn.append(spec)
-        return draw(spec, **options)
-
-    monkeypatch.setattr(vl_convert, "vegalite_to_png", counted)
-    mail.draw_png.cache_clear()  # what other tests of this process drew
-    config, _ = fx.fixture_config(tmp_path)
-    first = _pngs(write_report(config, fx.WEEK).email_path)
-    assert len(first) == 5 and len(drawn) == 5
-    assert _pngs(write_report(config, fx.WEEK).email_path) == first and len(drawn) == 5
-
-    teams = load_team_weeks(config, fx.WEEK)
-    team_specs = {chart.spec_json for team in teams for chart in team_charts(team)}
-    emails = [_pngs(email.path) for email in write_team_emails(config, fx.WEEK)]
-    assert len(team_specs) > 2 and len(drawn) == 5 + len(team_specs)
-    assert [_pngs(email.path) for email in write_team_emails(config, fx.WEEK)] == emails
-    assert len(drawn) == 5 + len(team_specs)
 
 
 def test_a_page_url_that_is_not_http_is_one_line(tmp_path: Path, capsys) -> None:
