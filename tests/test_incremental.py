@@ -22,11 +22,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from gpufleet.config import Config
 from gpufleet.warehouse.base import deletes
 from gpufleet.warehouse.build import BuildResult, build, build_models
 from gpufleet.warehouse.build import full as full_module
 from gpufleet.warehouse.build.state import read_state
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
+from tests.templates import made_once
 from tests.test_models_fixtures import NEXT_LOAD, SLURM_JOB_COLUMNS, Fleet, built_once
 
 pytestmark = pytest.mark.fleet
@@ -579,18 +581,13 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
     `batch_rows`, each series' replaced rows are deleted (and replayed) a few series at a
     time, as at fleet scale."""
     _, full, _ = built
-    if batch_rows:
-        monkeypatch.setattr(deletes, "BATCH_ROWS", batch_rows)
     config = replace(full.config, data_dir=tmp_path)
     # The samples to come are read from the full fleet's `source`, not kept in the
     # warehouse, where each catch-up would compare its 97,000 rows with the other slot's.
     source = _source()
-    with write_transaction(config) as con:
-        con.register("source", source)
-        _references(con)
-    inodes = []
     chunk_s = 3 * CHUNK_S  # four publishes: each file is caught up in place once
-    for start_s in range(0, SAMPLES_PER_GPU * 10, chunk_s):
+
+    def publish(config: Config, start_s: int) -> None:
         with write_transaction(config) as con:
             con.register("source", source)
             # GPU 1's first chunk arrives with the third: the third publish replaces its
@@ -600,6 +597,22 @@ def test_builds_through_the_warehouse_slots_equal_a_full_build(
             if start_s == 2 * chunk_s:
                 _arrive(con, 0, chunk_s, "gpu_uuid = 'GPU-1'")
             build_models(con, config)
+
+    def first_publishes(folder: Path) -> None:
+        """The references' publish, then the first chunk's, made once per process and
+        copied (tests/templates.made_once): the same for every `batch_rows` (the first
+        build is a full one, which deletes nothing)."""
+        with write_transaction(replace(config, data_dir=folder)) as con:
+            con.register("source", source)
+            _references(con)
+        publish(replace(config, data_dir=folder), 0)
+
+    made_once("test_incremental.first_publishes", first_publishes, tmp_path)
+    if batch_rows:
+        monkeypatch.setattr(deletes, "BATCH_ROWS", batch_rows)
+    inodes = [config.warehouse_path.stat().st_ino]
+    for start_s in range(chunk_s, SAMPLES_PER_GPU * 10, chunk_s):
+        publish(config, start_s)
         inodes.append(config.warehouse_path.stat().st_ino)
     assert len(inodes) == 4
     assert len(set(inodes)) == 2, "each publish after the first two reuses a file in place"
