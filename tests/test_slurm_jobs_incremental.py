@@ -106,18 +106,22 @@ def _arrive(con: duckdb.DuckDBPyConnection, start_s: int, end_s: int) -> None:
 
 
 def _full(*changes: str) -> Fleet:
-    """One full build of every sample, with the records `changes` leave: a copy of one built
-    once per test process (tests/test_models_fixtures.py's built_once)."""
+    """One full build of every sample, with the records `changes` leave."""
+    fleet = _fleet()
+    for sql in changes:
+        fleet.con.execute(sql)
+    _arrive(fleet.con, 0, TICKS * 10)
+    assert build_models(fleet.con, fleet.config).mode == "full"
+    return fleet
 
-    def make() -> Fleet:
-        fleet = _fleet()
-        for sql in changes:
-            fleet.con.execute(sql)
-        _arrive(fleet.con, 0, TICKS * 10)
-        assert build_models(fleet.con, fleet.config).mode == "full"
-        return fleet
 
-    return built_once(f"test_slurm_jobs_incremental._full{changes}", make)
+def _full_with_first_records() -> Fleet:
+    """`_full(FIRST_RECORDS)`, which two tests start from: a copy of one built once per test
+    process (tests/test_models_fixtures.py's built_once). The other full builds are each
+    one test's, built as they are (a copy would add its save and load)."""
+    return built_once(
+        "test_slurm_jobs_incremental._full(FIRST_RECORDS)", lambda: _full(FIRST_RECORDS)
+    )
 
 
 def _assert_equal(incremental: Fleet, full: Fleet) -> None:
@@ -148,7 +152,7 @@ def test_job_records_arriving_changing_and_going_recompute_what_they_attribute()
     fleet.con.execute(FIRST_RECORDS)
     _arrive(fleet.con, HALF_S, TICKS * 10)
     _recomputed(build_models(fleet.con, fleet.config))
-    full = _full(FIRST_RECORDS)
+    full = _full_with_first_records()
     teams = _teams(full)
     assert teams["vision"] == 1800 - 357 + 1  # every sample J1's gpustat file names
     assert teams["speech"] > 0  # J2's process, found by its job id (node 'nb')
@@ -168,7 +172,7 @@ def test_job_records_arriving_changing_and_going_recompute_what_they_attribute()
 
 
 def test_a_changed_record_recomputes_only_the_gpus_of_its_hosts() -> None:
-    fleet = _full(FIRST_RECORDS)  # every sample and the first records, built in full
+    fleet = _full_with_first_records()  # every sample and the first records, built in full
     fleet.con.execute("update slurm_jobs set state = 'COMPLETED' where job_id = 'J1'")
     # node-a's two GPUs (J1's host), none of node-b's
     assert _recomputed(build_models(fleet.con, fleet.config)).startswith("0 new samples; 2 GPUs")
