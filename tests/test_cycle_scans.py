@@ -31,12 +31,14 @@ from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.build.models import Model
 from gpufleet.warehouse.build.retention import expire_samples
 from gpufleet.warehouse.build.run import build
+from gpufleet.warehouse.build.state import record_allocations
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.publish.catch_up import catch_up
 from gpufleet.warehouse.publish.log import GENERATION_DDL, current_generation
 from tests.scans import ScanCounter
-from tests.test_data_tests import _add_idle_samples
-from tests.test_warehouse import stale_slot
+from tests.templates import made_once
+from tests.test_data_tests import _add_idle_samples, _built_full
+from tests.test_warehouse import stale_slot, tables_written
 
 pytestmark = pytest.mark.fleet
 
@@ -375,3 +377,34 @@ def test_an_expiry_with_nothing_to_expire_reads_no_sample_row(
         expire_samples(con, retaining, today=today)
         ((after,),) = con.execute("select count(*) from samples_attributed_rows").fetchall()
     assert after == left
+
+
+def test_a_build_whose_allocations_are_those_recorded_rewrites_none_of_them(
+    tmp_path: Path,
+) -> None:
+    """The allocations, job records and dated reference rows the marts were built with grow
+    with the retained days: a build that found them as recorded writes none of them again
+    (rewriting them all cost every cycle time that grew with the history); one whose
+    allocations changed records them anew."""
+    config = Config(data_dir=made_once("test_data_tests._built_full", _built_full, tmp_path))
+    allocation = """
+        insert into allocations by name
+        select 'GPU-A' as gpu_uuid, 'job-1' as job_id, 'ana' as "user", 'vision' as team,
+            'host-a' as host, 0 as gpu_index, timestamptz '2026-11-02 08:00+00' as start_ts,
+            {end} as end_ts, 'raw/allocations/a.csv' as source_file
+    """
+    with write_transaction(config) as con:
+        con.execute(allocation.format(end="null"))
+        record_allocations(con)
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        record_allocations(counter)  # type: ignore[arg-type]
+        assert tables_written(counter.statements) == set()
+        con.execute("delete from allocations")
+        con.execute(allocation.format(end="timestamptz '2026-11-02 09:00+00'"))
+        counter.statements.clear()
+        record_allocations(counter)  # type: ignore[arg-type]
+        assert tables_written(counter.statements) == {"build_state.allocations_built"}
+        ((recorded,),) = con.execute(
+            "select list(end_ts) from build_state.allocations_built"
+        ).fetchall()
+    assert recorded == [dt.datetime(2026, 11, 2, 9, tzinfo=dt.UTC)]

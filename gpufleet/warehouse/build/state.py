@@ -275,17 +275,29 @@ def allocations_changed(con: duckdb.DuckDBPyConnection) -> bool:
 def record_allocations(con: duckdb.DuckDBPyConnection) -> None:
     """The allocations, job records and dated reference rows the marts are now built with
     (the next build diffs against them)."""
-    con.execute("delete from build_state.allocations_built")
-    con.execute(
-        f"insert into build_state.allocations_built select {ALLOCATION_COLUMNS} from allocations"
+    _record(con, "build_state.allocations_built", ALLOCATION_COLUMNS, "allocations")
+    _record(con, "build_state.slurm_jobs_built", SEEN_COLUMNS, "slurm_jobs")
+    _record(
+        con,
+        "build_state.dated_references_built",
+        DATED_REFERENCE_COLUMNS,
+        f"({DATED_REFERENCES_SQL})",
     )
-    con.execute("delete from build_state.slurm_jobs_built")
-    con.execute(
-        f"insert into build_state.slurm_jobs_built ({SEEN_COLUMNS})"
-        f" select {SEEN_COLUMNS} from slurm_jobs"
-    )
-    con.execute("delete from build_state.dated_references_built")
-    con.execute(
-        f"insert into build_state.dated_references_built ({DATED_REFERENCE_COLUMNS})"
-        f" select {DATED_REFERENCE_COLUMNS} from ({DATED_REFERENCES_SQL})"
-    )
+
+
+def _record(con: duckdb.DuckDBPyConnection, built: str, columns: str, source: str) -> None:
+    """Give `built` the rows of `source` (`columns` of each), unless it holds them already:
+    most builds change none, and rewriting them all (they grow with the retained days) cost
+    every cycle time that grows with the history too."""
+    row = con.execute(
+        f"""
+        select exists (
+            (select {columns} from {source} except all select {columns} from {built})
+            union all
+            (select {columns} from {built} except all select {columns} from {source})
+        )
+        """
+    ).fetchone()
+    if row and row[0]:
+        con.execute(f"delete from {built}")
+        con.execute(f"insert into {built} ({columns}) select {columns} from {source}")
