@@ -383,9 +383,8 @@ def test_a_build_whose_allocations_are_those_recorded_rewrites_none_of_them(
     tmp_path: Path,
 ) -> None:
     """The allocations, job records and dated reference rows the marts were built with grow
-    with the retained days: a build that found them as recorded writes none of them again
-    (rewriting them all cost every cycle time that grew with the history); one whose
-    allocations changed records them anew."""
+    with the retained days: a build that found them as recorded writes none of them again;
+    one whose allocations changed records them anew."""
     config = Config(data_dir=made_once("test_data_tests._built_full", _built_full, tmp_path))
     allocation = """
         insert into allocations by name

@@ -59,7 +59,7 @@ TOML = 'timezone = "Europe/Berlin"\n[compute]\ndask = "{dask}"\n'
 
 def _marts(config: Config) -> dict[str, pa.Table]:
     """Every mart's rows, sorted, and the id tables, as Arrow tables (a tenth of the time of
-    a Python tuple a row, on 229,000 samples): compared by `_assert_same_marts`."""
+    a Python tuple a row): compared by `_assert_same_marts`."""
     with connect_read_only(config) as con:
         names = [
             name
