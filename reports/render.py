@@ -9,6 +9,7 @@ Vega-Lite and vega-embed libraries are inlined once, from vl-convert's bundle.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,7 +22,7 @@ from markupsafe import Markup
 
 from gpufleet.console import printable
 from gpufleet.episode_groups import index_ranges
-from gpufleet.reports import health
+from gpufleet.reports import disk_cache, health
 from gpufleet.reports.charts import NamedChart
 from gpufleet.reports.jobs import MIN_GPU_HOURS
 from gpufleet.reports.records import Kpi, WeekData
@@ -60,12 +61,20 @@ def script_json(value: object) -> str:
     return text
 
 
+VEGA_SNIPPET = "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;"
+
+
 @functools.cache
 def vega_bundle() -> str:
-    """vega, vega-lite and vega-embed as one script that sets window.vegaEmbed (about 0.9 MB)."""
-    bundle = vl_convert.javascript_bundle(
-        "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;"
-    )
+    """vega, vega-lite and vega-embed as one script that sets window.vegaEmbed (about 0.9 MB).
+    vl-convert takes some 1.8 CPU seconds to make it: it is made once per vl-convert version
+    and kept in the cache folder (`disk_cache`), and once per process in memory."""
+    bundle = disk_cache.cached_bytes(
+        "vega-bundle",
+        # vl_version: vl-convert's default, its latest Vega-Lite (its version says which)
+        (importlib.metadata.version("vl-convert-python"), "vl_version=default", VEGA_SNIPPET),
+        lambda: vl_convert.javascript_bundle(VEGA_SNIPPET).encode("utf-8"),
+    ).decode("utf-8")
     # The bundle is inlined in a <script> element; make sure nothing in it can close that.
     return bundle.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
