@@ -89,7 +89,8 @@ def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> Inges
     """Load new raw sample files, the reference files and the allocations."""
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
-        mirror_raw_location(config)  # raw_location = "s3://...": its new files into raw/
+        # raw_location = "s3://...": its new files into raw/, or left for the Dask workers
+        mirror_raw_location(config, defer=bool(config.compute.dask))
         # Plain call, not a task: a bad file must fail in one line, without a traceback.
         references = read_references(config, known=published_allocation_files(config))
     except GpufleetError as exc:

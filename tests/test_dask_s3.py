@@ -2,10 +2,13 @@
 shared filesystem. A backfill uploaded to a real store (SeaweedFS, tests/s3_stack.py),
 ingested with `[compute] dask = "local:2"`, gives the compacted files (byte for byte),
 `loaded_files` and marts of the embedded ingest of the same objects, and no task names a
-path of the pipeline host's data directory. With the tasks run in this process: a site's
-objects compacted in their `host=H@<site>` folders as embedded, a host-day with a file that
-is no object (its compacted file beside a late file) compacted on the pipeline host, and an
-object overwritten after its copy not read by a worker."""
+path of the pipeline host's data directory, and the pipeline host copies none of the objects
+the workers read and compact (the mirror's copies watched, the store real). With the tasks
+run in this process: a site's objects compacted in their `host=H@<site>` folders as
+embedded, a host-day with a file that is no object (its compacted file beside a late file)
+compacted on the pipeline host, an object overwritten after its copy not read by a worker,
+and a batch a worker refuses (a bad object) copied for the host to load and quarantine as
+embedded, the other whole host-days not copied."""
 
 from __future__ import annotations
 
@@ -21,13 +24,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpufleet.config import Config, load_config
+from gpufleet.integrations import mirror
 from gpufleet.simulate.fleet import scenario_for, simulate_window, write_reference_files
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.build import build
-from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.ingest import QuarantineWarning, ingest
 from gpufleet.warehouse.ingest.fanned import LoadFanOut, LoadTask, LoadTaskResult, run_load_task
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
+from gpufleet.warehouse.publish import connect_read_only
 from tests.s3_stack import BUCKET, S3Store
 from tests.test_dask import (
     BACKFILL,
@@ -43,6 +48,7 @@ pytest.importorskip("prefect_dask")
 pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.fleet]
 
 FIRST = BACKFILL.start + dt.timedelta(days=1)
+NEW_DAYS = ("date=2026-10-06", "date=2026-10-07")  # the backfill's whole host-days
 SITE = "site-a"
 TOML = (
     'timezone = "Europe/Berlin"\n{top}\n[s3]\nendpoint_url = "{endpoint}"\n'
@@ -134,6 +140,23 @@ def _in_the_store(
     return data_dir, url
 
 
+def _noting_copies(copy: Callable[..., Any], copied: list[str]) -> Callable[..., Any]:
+    """The mirror's `_copy` (of one object into raw/: the mirror's, and one made for the
+    pipeline host to read), noting each object it downloads by its path below raw/."""
+
+    def noted(fs: Any, info: Any, target: Path, known: mirror.Copied | None) -> Any:
+        seen = copy(fs, info, target, known)
+        if seen is not None and (known is None or seen.etag != known.etag):
+            copied.append(str(target).rsplit("/raw/", 1)[1])
+        return seen
+
+    return noted
+
+
+def _of_new_days(copied: list[str]) -> list[str]:
+    return [path for path in copied if path.split("/")[1] in NEW_DAYS]
+
+
 def _recording(run: Callable[[Sequence[T]], Sequence[R]], sent: list[T]) -> Callable[..., Any]:
     def recorded(tasks: Sequence[T]) -> Sequence[R]:
         sent.extend(tasks)
@@ -154,17 +177,24 @@ def _holding(receive: Callable[[R], R], held: list[bool]) -> Callable[[R], R]:
 
 
 def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one(
-    before_backfill: tuple[Path, str], store: S3Store, prefect_harness: None, tmp_path: Path
+    before_backfill: tuple[Path, str],
+    store: S3Store,
+    prefect_harness: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from gpufleet.flows.compact import dask_compact_fan_out, dask_load_fan_out
     from gpufleet.flows.dask_cluster import DaskCluster
 
     source, url = before_backfill
     found: dict[str, dict[str, Any]] = {}
+    copy = mirror._copy
     for dask in ("", "local:2"):
         data_dir = tmp_path / (dask.replace(":", "-") or "embedded")
         shutil.copytree(source, data_dir)
         config = _configured(data_dir, store, url, dask)
+        copied: list[str] = []
+        monkeypatch.setattr(mirror, "_copy", _noting_copies(copy, copied))
         compact_tasks: list[CompactTask] = []
         load_tasks: list[LoadTask] = []
         held: list[bool] = []
@@ -190,8 +220,13 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
             "marts": _backfill_marts(config),
             "tasks": (compact_tasks, load_tasks),
             "held": held,
+            "copied": _of_new_days(copied),
         }
         assert not any(name.startswith(".") for name in _lake(config))
+        # Every object is recorded: the next ingest's mirror copies none of them again.
+        assert not (config.data_dir / "raw" / mirror.PENDING_NAME).exists()
+        copied.clear()
+        assert [r.copied for r in mirror.mirror_raw_location(config)] == [0] and not copied
     embedded, fanned = found[""], found["local:2"]
     assert len(fanned["lake"]) == 6
     _assert_same_lake(fanned["lake"], embedded["lake"], same_bytes=True)
@@ -211,6 +246,10 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
     # once more, empty, when all were done.
     tasks = len(compacted) + len(loaded)
     assert sorted(fanned["held"]) == [False] * tasks + [True] * tasks
+    # The host copied every object of the new days embedded, and none of them fanned out:
+    # the workers read them from the store, and their compacted files replace them.
+    assert sorted(embedded["copied"]) == sorted(p.removeprefix("raw/") for p in batches)
+    assert fanned["copied"] == []
 
 
 def _in_process(config: Config, tasks: list[Any]) -> tuple[CompactFanOut, LoadFanOut]:
@@ -324,3 +363,59 @@ def test_a_sites_store_is_read_on_the_workers_into_the_sites_folders(
     assert len(tasks) == 4 and all(task.store is not None for task in tasks)
     sites = {site for _, rows in lake.values() for site in rows.column("cluster").to_pylist()}
     assert sites == {SITE}
+
+
+def test_a_batch_a_worker_refuses_is_copied_for_the_host_alone(
+    fleet: Path, store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad object in a whole host-day of the backfill: the worker refuses its batch, which
+    the pipeline host copies from the store to load and quarantine as embedded; the other
+    whole host-days are read by the workers alone, never copied. The same quarantine,
+    `loaded_files` and compacted files as the embedded ingest."""
+    source, url = _in_the_store(fleet, store, tmp_path / "store", None)
+    key = sorted(
+        p.relative_to(fleet / "raw").as_posix()
+        for p in (fleet / "raw/samples" / NEW_DAYS[0]).rglob("*.parquet")
+    )[0]
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    with fs.open_output_stream(S3Location.parse(url).path(key)) as out:
+        out.write(b"not parquet")  # a collector file that does not read
+    copy = mirror._copy
+    results: dict[bool, tuple[Any, ...]] = {}
+    for fanned in (False, True):
+        data_dir = tmp_path / ("fanned" if fanned else "embedded")
+        shutil.copytree(source, data_dir)
+        config = _configured(data_dir, store, url, "")
+        copied: list[str] = []
+        monkeypatch.setattr(mirror, "_copy", _noting_copies(copy, copied))
+        tasks: list[Any] = []
+        compacting, loading = _in_process(config, tasks)
+        with pytest.warns(QuarantineWarning):
+            result = ingest(
+                config,
+                compact_fan_out=compacting if fanned else None,
+                load_fan_out=loading if fanned else None,
+            )
+        ((path, moved_to),) = [(item.path, item.moved_to) for item in result.quarantined]
+        assert path == f"raw/{key}" and moved_to and (config.data_dir / moved_to).is_file()
+        with connect_read_only(config) as con:
+            quarantined = con.execute("select path, reason from quarantined_files").fetchall()
+        results[fanned] = quarantined, _loaded_files(config), _compacted(config), copied
+        assert not (config.data_dir / "raw" / mirror.PENDING_NAME).exists()
+    (quarantined, loaded, lake, copied), embedded = results[True], results[False]
+    assert len(quarantined) == 1 and quarantined == embedded[0]
+    assert loaded == embedded[1]
+    _assert_same_lake(lake, embedded[2], same_bytes=False)
+    assert loading.last is not None
+    sent = [batch for task in tasks if isinstance(task, LoadTask) for batch in task.batches]
+    taken = [batch for result in loading.last.results for batch in result.batches]
+    refused = sorted(
+        f.path.removeprefix("raw/")
+        for batch, took in zip(sent, taken, strict=True)
+        if took is None
+        for f in batch
+    )
+    assert key in refused
+    # Copied: the refused batch's objects; of the other whole host-days, none.
+    assert sorted(_of_new_days(copied)) == refused
+    assert len(_of_new_days(embedded[3])) > len(refused)

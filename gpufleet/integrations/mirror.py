@@ -15,11 +15,16 @@ content, which the ingest then finds to hold the rows it loaded.
 
 S3's last-modified time counts whole seconds: an object overwritten with as many bytes
 within the second of its copy is not seen to change.
+
+A Dask ingest (`defer`) copies no new sample object of a host-day that is over and has no
+file here yet: it lists them in `<data_dir>/raw/.s3-pending.jsonl` for the workers to read
+from the store (`pending.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
@@ -37,6 +42,7 @@ from gpufleet.storage.s3 import S3Location, StoredObject, describe_error, s3_fil
 logger = logging.getLogger("gpufleet.ingest")
 
 RECORD_NAME = ".s3-objects.jsonl"
+PENDING_NAME = ".s3-pending.jsonl"  # the objects not copied (`pending.py`)
 # The folders copied, each with the files its local reader takes.
 FOLDERS = (("samples", ".parquet"), ("allocations", ".csv"), ("jobs", ".csv"))
 _CHUNK_BYTES = 8 * 1024 * 1024
@@ -60,6 +66,7 @@ class MirrorResult:
     location: str
     objects: int  # objects listed
     copied: int  # copied this time (new, or changed since their last copy)
+    pending: int = 0  # new, not copied: for the Dask workers to read (`pending.py`)
 
 
 @dataclass(frozen=True)
@@ -84,26 +91,33 @@ def reads_object_storage(config: Config) -> bool:
 
 
 def mirror_raw_location(
-    config: Config, *, filesystem: pafs.FileSystem | None = None
+    config: Config, *, filesystem: pafs.FileSystem | None = None, defer: bool = False
 ) -> list[MirrorResult]:
     """Copy the new and changed objects of `raw_location` and of each site's into
     `<data_dir>/raw`; one result per store (none when the raw files are local).
     GpufleetError, in one line naming the location, when a store cannot be listed or read:
     the objects copied before it are whole and recorded, and nothing half-copied is left
-    visible."""
+    visible. `defer` (an ingest with a load fan-out): a new sample object of a host-day
+    before today (UTC) with no file here is listed as pending instead (`pending.py`)."""
+    from gpufleet.integrations.pending import Pending, deferred, write_pending  # (a cycle)
+
+    raw_dir = config.data_dir / "raw"
+    (raw_dir / PENDING_NAME).unlink(missing_ok=True)  # the last mirror's: listed again
     sources = raw_sources(config)
     if not sources:
         return []
-    raw_dir = config.data_dir / "raw"
     record_path = raw_dir / RECORD_NAME
     records, lines = _read_record(record_path)
     results: list[MirrorResult] = []
     keys: dict[str, set[str]] = {}
+    pending: list[Pending] = []
+    empty: dict[str, bool] = {}  # host-day folder -> whether it holds no file (yet)
+    today = dt.datetime.now(dt.UTC).date()
     fs = filesystem
     for source in sources:
         location = source.location
         record = records.setdefault(location.url, {})
-        listed = copied = 0
+        listed = copied = left = 0
         keys[location.url] = seen_keys = set()
         try:
             fs = fs or s3_filesystem(endpoint_url=config.s3.endpoint_url, region=config.s3.region)
@@ -121,6 +135,15 @@ def mirror_raw_location(
                         ):
                             continue
                         target = None if _odd_name(relative) else local_path(relative, source.site)
+                        if (
+                            defer
+                            and not known
+                            and target
+                            and deferred(raw_dir, target, today, empty)
+                        ):
+                            left += 1
+                            pending.append(Pending.of(location, relative, target, info))
+                            continue  # not recorded: looked at again until compacted or copied
                         if target is None:
                             logger.warning(_refused(location, relative, source.site))
                             seen = Copied(info.size, info.mtime_ns, REFUSED)
@@ -148,7 +171,10 @@ def mirror_raw_location(
             logger.info(
                 "copied %d new or changed file(s) of %s into %s", copied, location.url, raw_dir
             )
-        results.append(MirrorResult(location.url, listed, copied))
+        if left:
+            logger.info("left %d new file(s) of %s for the Dask workers", left, location.url)
+        results.append(MirrorResult(location.url, listed, copied, left))
+    write_pending(raw_dir, pending)
     if (
         lines > 2 * sum(map(len, keys.values())) + 1000
     ):  # mostly lines of objects copied again or gone
@@ -162,9 +188,12 @@ def mirror_raw_location(
 def stored_objects(config: Config) -> dict[str, StoredObject]:
     """The sample objects copied into `<data_dir>/raw/samples`, by their copy's path below
     the data directory (`raw/samples/...`), as the record names them: what a Dask worker
-    reads from the store instead of the copy (docs/dask.md)."""
+    reads from the store instead of the copy (docs/dask.md); and those not copied
+    (`pending.py`)."""
+    from gpufleet.integrations.pending import read_pending  # (a cycle)
+
     records, _ = _read_record(config.data_dir / "raw" / RECORD_NAME)
-    found: dict[str, StoredObject] = {}
+    found = {item.path: item.stored for item in read_pending(config)}
     for source in raw_sources(config):
         location = source.location
         for key, seen in records.get(location.url, {}).items():

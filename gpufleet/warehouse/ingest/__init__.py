@@ -10,11 +10,7 @@ from gpufleet.warehouse.ingest.run import (
     load_warehouse,
     quarantine_after_publish,
 )
-from gpufleet.warehouse.raw.quarantine import (
-    QuarantinedFile,
-    QuarantineWarning,
-    move_to_quarantine,
-)
+from gpufleet.warehouse.raw.quarantine import QuarantinedFile, QuarantineWarning, move_to_quarantine
 from gpufleet.warehouse.raw.scan import find_sample_files, list_sample_files
 
 __all__ = [

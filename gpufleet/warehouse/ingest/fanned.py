@@ -163,7 +163,7 @@ class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
         self._targets = {d: staged_file(self.config.data_dir, d, ahead.run) for d in directories}
         for target in self._targets.values():
             shutil.rmtree(target.parent, ignore_errors=True)
-            target.parent.mkdir()
+            target.parent.mkdir(parents=True)  # (its date= folder is new when left in the store)
         runs = task_runs(
             [batches[i] for i in sent], self.workers(), lambda b: sum(f.size_bytes for f in b)
         )

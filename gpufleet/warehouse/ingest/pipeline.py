@@ -19,6 +19,7 @@ import duckdb
 
 from gpufleet.config import Config
 from gpufleet.console import printable
+from gpufleet.integrations.pending import fetch_pending
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.ingest import cut
 from gpufleet.warehouse.ingest.check import Checked, read_and_check
@@ -141,6 +142,7 @@ def load_samples(
             raise
         batches = left  # refused or never sent: loaded here, as embedded
         on_workers = time.perf_counter() - sending
+    fetch_pending(config, (file.path for batch in batches for file in batch))  # in the store
 
     with read_ahead(batches, partial(read_and_check, config, ahead=ahead, limits=limits)) as reads:
         for number, (batch, future) in enumerate(zip(batches, reads, strict=True), start=1):

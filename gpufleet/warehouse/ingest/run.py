@@ -56,7 +56,8 @@ def load_new_files(config: Config, **options: Unpack[LoadOptions]) -> IngestResu
     with the warehouse transaction, or joining the caller's); moves nothing to quarantine/:
     `quarantine_after_publish` does, once the caller's transaction is published."""
     started = time.perf_counter()
-    mirror_raw_location(config)  # raw_location = "s3://..." (a site's too): new files into raw/
+    # raw_location = "s3://..." (a site's too): new files into raw/, or left for the workers
+    mirror_raw_location(config, defer=options.get("load_fan_out") is not None)
     references = read_references(config, known=published_allocation_files(config))
     listing = list_sample_files(config)
     listed = time.perf_counter()

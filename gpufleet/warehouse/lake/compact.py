@@ -21,6 +21,7 @@ import pyarrow as pa
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.pending import pending_by_directory, settle_pending
 from gpufleet.warehouse.base.folder_sites import contract_columns_sql, pattern_site
 from gpufleet.warehouse.base.raw_tables import SAMPLE_COLUMNS, literal_path
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
@@ -93,6 +94,7 @@ def _candidates(
         """
     ).fetchall()
     partitions: list[_Partition] = []
+    pending = pending_by_directory(config)  # checked by the store's sizes and times
     for directory, files in rows:
         day = partition_day(directory)
         if day is None:
@@ -105,7 +107,7 @@ def _candidates(
             f"{directory}/{entry.name}": (entry.stat().st_size, entry.stat().st_mtime_ns)
             for entry in os.scandir(absolute)
             if entry.is_file() and not entry.name.startswith((".", "_"))
-        }
+        } | pending.get(directory, {})
         # Only when every visible file there is loaded and unchanged since: a late file
         # waits for the next ingest, a changed one for its quarantine.
         if present == loaded and not exclude & loaded.keys():
@@ -386,6 +388,7 @@ def compact_completed_days(
         if progress and (number % 50 == 0 or number == len(partitions)):
             progress(f"compact: {number}/{len(partitions)} host-days")
     _record(con, config, done)
+    settle_pending(config, {p.directory.relative_to(config.data_dir).as_posix() for p, _ in done})
     if ahead is not None:
         ahead.load_rest(con)
     remove_other_staging(config.samples_dir, run)  # dead runs' (a crash, a late Dask task)

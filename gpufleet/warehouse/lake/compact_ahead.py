@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufleet.config import Config
+from gpufleet.integrations.pending import fetch_pending
 from gpufleet.warehouse.base.raw_tables import QUOTED_SAMPLE_COLUMNS, SAMPLE_TYPES, literal_path
 from gpufleet.warehouse.base.sample_files import SampleFile
 from gpufleet.warehouse.lake.compacted_file import (
@@ -121,6 +122,7 @@ class CompactAhead:
         target = staging_directory(self.config.data_dir / directory, self.run) / compacted_name(day)
         if not target.is_file():
             raise FileNotFoundError(f"{target}: the worker's compacted file is missing")
+        (self.config.data_dir / directory).mkdir(exist_ok=True)  # new if its files are objects
         self.written[directory] = _Written(files, target, gpus, day)
 
     def parts(
@@ -289,6 +291,7 @@ class CompactAhead:
         were loaded, but their day stays as collector files) and remove the files."""
         self.wait()
         for item in self.written.values():
+            fetch_pending(self.config, item.files)  # the day stays as its files: here, then
             con.execute(
                 f"insert into samples_stored ({QUOTED_SAMPLE_COLUMNS}, load_id) "
                 f"select {QUOTED_SAMPLE_COLUMNS}, $load_id "

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.console import printable
+from gpufleet.integrations.pending import fetch_pending, read_pending
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile, Unreadable
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
 from gpufleet.warehouse.lake.content import (
@@ -90,6 +91,8 @@ def check_listing(
         unreadable = fresh.unreadable
         listed = _compare(con, config, fresh.files, cut)
     by_path = {f.path: f for f in listed.files}
+    # Loaded before and left in the store: copied, to be judged by its content.
+    fetch_pending(config, (path for path, size_bytes, *_ in listed.rows if size_bytes is not None))
     # the compacted file of each folder that has one listed
     compacted = {f.path.rpartition("/")[0]: f.path for f in listed.files if is_compacted(f.path)}
     replaced: dict[str, dict[str, int]] = {}  # size by name, by folder, read once each
@@ -181,18 +184,24 @@ def _unsettled_rows(
 
 
 def _gone(config: Config, paths: Sequence[str]) -> set[str]:
-    """The paths no longer there (one listing of each folder, not a stat per file)."""
+    """The paths no longer there (one listing of each folder, not a stat per file), nor
+    left in the store by a Dask ingest (`integrations/pending.py`)."""
     by_folder: dict[str, list[str]] = {}
     for path in paths:
         folder, _, name = path.rpartition("/")
         by_folder.setdefault(folder, []).append(name)
+    pending = {item.path for item in read_pending(config)} if paths else set()
     gone: set[str] = set()
     for folder, names in by_folder.items():
         try:
             present = set(os.listdir(config.data_dir / folder))
         except OSError:  # the folder is gone too, or is no folder
             present = set()
-        gone.update(f"{folder}/{name}" for name in names if name not in present)
+        gone.update(
+            f"{folder}/{name}"
+            for name in names
+            if name not in present and f"{folder}/{name}" not in pending
+        )
     return gone
 
 

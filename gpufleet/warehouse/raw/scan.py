@@ -8,7 +8,9 @@ import os
 
 from gpufleet.config import Config
 from gpufleet.console import printable
+from gpufleet.integrations.pending import read_pending
 from gpufleet.warehouse.base.sample_files import SampleFile, SampleListing, Unreadable
+from gpufleet.warehouse.lake.content import is_compacted
 
 logger = logging.getLogger("gpufleet.ingest")
 
@@ -23,7 +25,8 @@ def _hidden(name: str) -> bool:
 
 
 def list_sample_files(config: Config) -> SampleListing:
-    """Every visible `*.parquet` below raw/samples, sorted by path (`os.scandir` with string
+    """Every visible `*.parquet` below raw/samples, and the objects a Dask ingest reads from
+    the store without a copy here (`_pending`), sorted by path (`os.scandir` with string
     paths lists 126,000 files in a third of `os.walk` with `Path`s' time), and the folders
     (or files) that could not be read, with why: a folder gone meanwhile, or not a folder,
     is simply not listed (as `os.walk` skips it), but one refused (permission denied, an
@@ -61,8 +64,21 @@ def list_sample_files(config: Config) -> SampleListing:
                         found.append(file)
             except OSError as exc:  # the folder failed half-way (a share gone)
                 unreadable.append(Unreadable(prefix, _why(exc)))
+    found += _pending(config, found)
     found.sort(key=lambda f: f.path)
     return SampleListing(found, tuple(sorted(unreadable, key=lambda u: u.path)))
+
+
+def _pending(config: Config, found: list[SampleFile]) -> list[SampleFile]:
+    """The objects a Dask ingest left in the store (`integrations/pending.py`), as the
+    files they would be, the store's size and time theirs; none of a host-day whose
+    compacted file is here (it replaced them since)."""
+    compacted = {f.directory for f in found if is_compacted(f.path)}
+    return [
+        SampleFile(item.path, item.size_bytes, item.mtime_ns)
+        for item in read_pending(config)
+        if item.directory not in compacted
+    ]
 
 
 def _listed(

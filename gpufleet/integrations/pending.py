@@ -1,0 +1,224 @@
+"""The sample objects a Dask ingest leaves in the store (docs/dask.md, reading from the store).
+
+With a load fan-out (`[compute] dask`), `mirror_raw_location(defer=True)` does not copy a new
+sample object of a host-day that is over and has no file in `<data_dir>/raw/` yet: the
+workers read such host-days from the store and the compacted file replaces them, so the
+pipeline host's copy would serve no one. The mirror lists them instead in
+`<data_dir>/raw/.s3-pending.jsonl` (rewritten by every mirror: a failed ingest's leave
+nothing behind that the next one does not list again), a line per object with the store's
+size and last-modified time. From there:
+
+- the ingest's listing lists each as the file it would be (`raw/samples/...`, the store's
+  size and time), and `loaded_files` records it so;
+- the workers are sent it as any copied object (`stored_objects`);
+- compaction checks a host-day's pending objects by the sizes and times the store listed
+  (as it checks copies by theirs) and, once their compacted file is swapped in, records them
+  as copied (`settle_pending`): the next mirror does not look at them again;
+- whatever the pipeline host reads itself (a batch a worker refused or was not sent, a file
+  to quarantine, a host-day left as collector files) is copied first (`fetch_pending`),
+  the copy given the store's time, and recorded as the mirror records its copies.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from gpufleet.config import Config
+from gpufleet.console import printable
+from gpufleet.errors import GpufleetError
+from gpufleet.integrations import mirror
+from gpufleet.storage.s3 import S3Location, StoredObject, describe_error, s3_filesystem
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """A sample object not copied: where it is, and where its copy would be."""
+
+    location: str  # the store's s3://bucket/prefix
+    key: str  # below it: samples/date=D/host=H/x.parquet
+    path: str  # its copy's path below the data directory: raw/samples/date=D/host=H/x
+    size_bytes: int
+    mtime_ns: int  # the store's last-modified time
+
+    @classmethod
+    def of(cls, location: S3Location, key: str, target: str, info: pafs.FileInfo) -> Pending:
+        """The object `key` of `location`, as listed (`info`), whose copy would be `target`
+        (below raw/)."""
+        return cls(
+            location=location.url,
+            key=key,
+            path=f"raw/{target}",
+            size_bytes=info.size,
+            mtime_ns=info.mtime_ns,
+        )
+
+    @property
+    def stored(self) -> StoredObject:
+        """The object as a Dask worker is sent it (no ETag: the listing gives none)."""
+        path = S3Location.parse(self.location).path(self.key)
+        return StoredObject(relative=self.path, path=path, size_bytes=self.size_bytes, etag="")
+
+    @property
+    def directory(self) -> str:
+        return self.path.rsplit("/", 1)[0]
+
+    @property
+    def line(self) -> str:
+        return json.dumps(
+            {
+                "location": self.location,
+                "key": self.key,
+                "path": self.path,
+                "size_bytes": self.size_bytes,
+                "mtime_ns": self.mtime_ns,
+            }
+        )
+
+
+def deferred(raw_dir: Path, target: str, today: dt.date, empty: dict[str, bool]) -> bool:
+    """Whether `target` (below raw/) is a sample file of a host-day (`samples/date=D/host=H`)
+    before `today` whose folder holds no file here (`empty`: each folder's, looked at once)."""
+    parts = target.split("/")
+    if len(parts) != 4 or parts[0] != "samples" or not parts[2].startswith("host="):
+        return False
+    try:
+        if not parts[1].startswith("date=") or dt.date.fromisoformat(parts[1][5:]) >= today:
+            return False
+    except ValueError:
+        return False
+    folder = "/".join(parts[:3])
+    if folder not in empty:
+        try:
+            with os.scandir(raw_dir / folder) as entries:
+                empty[folder] = all(entry.name.startswith((".", "_")) for entry in entries)
+        except FileNotFoundError:
+            empty[folder] = True
+        except OSError:  # no folder, or unreadable: copied, as always
+            empty[folder] = False
+    return empty[folder]
+
+
+def pending_path(config: Config) -> Path:
+    return config.data_dir / "raw" / mirror.PENDING_NAME
+
+
+def read_pending(config: Config) -> list[Pending]:
+    """The objects listed and not copied whose copy is not there (since fetched, or there
+    by another way), by path; none when the last mirror deferred nothing."""
+    found: list[Pending] = []
+    try:
+        text = pending_path(config).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return found
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+            entry = Pending(
+                location=str(item["location"]),
+                key=str(item["key"]),
+                path=str(item["path"]),
+                size_bytes=int(item["size_bytes"]),
+                mtime_ns=int(item["mtime_ns"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn line: its object is listed again by the next mirror
+        if not (config.data_dir / entry.path).exists():
+            found.append(entry)
+    return sorted(found, key=lambda entry: entry.path)
+
+
+def pending_by_directory(config: Config) -> dict[str, dict[str, tuple[int, int]]]:
+    """The pending objects' (size, time) by path, by host-day directory (`raw/samples/...`):
+    compaction's check of a host-day's files, as it checks its copies'."""
+    found: dict[str, dict[str, tuple[int, int]]] = {}
+    for entry in read_pending(config):
+        found.setdefault(entry.directory, {})[entry.path] = (entry.size_bytes, entry.mtime_ns)
+    return found
+
+
+def fetch_pending(config: Config, paths: Iterable[str]) -> int:
+    """Copy the pending objects of `paths` (relative to the data directory) to their places
+    as the mirror would (a temporary `.` name, flushed and renamed), each given the store's
+    time, recorded as copied and no longer pending; how many. GpufleetError, in one line
+    naming the object, when one is gone or holds another size than the store listed."""
+    wanted = set(paths)
+    entries = read_pending(config) if wanted else []
+    fetched = [entry for entry in entries if entry.path in wanted]
+    if not fetched:
+        return 0
+    fs = s3_filesystem(endpoint_url=config.s3.endpoint_url, region=config.s3.region)
+    done: list[tuple[Pending, mirror.Copied]] = []
+    try:
+        for entry in fetched:
+            url = f"{entry.location}/{entry.key}"
+            info = pafs.FileInfo(
+                S3Location.parse(entry.location).path(entry.key),
+                pafs.FileType.File,
+                size=entry.size_bytes,
+                mtime_ns=entry.mtime_ns,
+            )
+            target = config.data_dir / entry.path
+            try:
+                copied = mirror._copy(fs, info, target, None)
+            except OSError as exc:
+                raise GpufleetError(
+                    f"{printable(url)}: cannot be copied for the pipeline host to read: "
+                    f"{describe_error(exc)} (the next ingest lists it again)"
+                ) from exc
+            if copied is None:
+                raise GpufleetError(
+                    f"{printable(url)}: listed, but not found when copied for the pipeline "
+                    "host to read (deleted since); the next ingest lists the store again"
+                )
+            os.utime(target, ns=(entry.mtime_ns, entry.mtime_ns))  # as the listing has it
+            done.append((entry, copied))
+    finally:
+        _record(config, done)
+    return len(done)
+
+
+def settle_pending(config: Config, directories: Collection[str]) -> None:
+    """Record the pending objects of `directories` (host-days whose compacted file now
+    replaces them) as copied, by the store's size and time: the mirror does not copy them
+    again, as it does not copy again a copy that compaction replaced."""
+    if not directories:
+        return
+    entries = [entry for entry in read_pending(config) if entry.directory in directories]
+    _record(config, [(e, mirror.Copied(e.size_bytes, e.mtime_ns, "")) for e in entries])
+
+
+def _record(config: Config, done: list[tuple[Pending, mirror.Copied]]) -> None:
+    """Append each to the mirror's record, then take them out of the pending list."""
+    if not done:
+        return
+    raw_dir = config.data_dir / "raw"
+    with (raw_dir / mirror.RECORD_NAME).open("a", encoding="utf-8") as log:
+        for entry, seen in done:
+            line = mirror._line(S3Location.parse(entry.location), entry.key, seen)
+            log.write(json.dumps(line) + "\n")
+        log.flush()
+        os.fsync(log.fileno())
+    gone = {entry.path for entry, _ in done}
+    write_pending(raw_dir, [e for e in read_pending(config) if e.path not in gone])
+
+
+def write_pending(raw_dir: Path, entries: Iterable[Pending]) -> None:
+    """The pending list, replaced whole (none: removed)."""
+    path = raw_dir / mirror.PENDING_NAME
+    lines = [entry.line + "\n" for entry in entries]
+    if not lines:
+        path.unlink(missing_ok=True)
+        return
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("w", encoding="utf-8") as out:
+        out.writelines(lines)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
