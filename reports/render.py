@@ -3,7 +3,8 @@
 Jinja autoescapes every HTML template, so a team called `<script>` shows as text. Chart
 specs go into the page as JSON inside one `<script type="application/json">` element, with
 `<`, `>` and `&` written as `\\u003c` etc. so no value can close the element. The Vega,
-Vega-Lite and vega-embed libraries are inlined once, from vl-convert's bundle.
+Vega-Lite and vega-embed libraries are inlined once, from vl-convert's bundle, which is made
+once per vl-convert version and kept in the cache folder (`disk_cache`).
 """
 
 from __future__ import annotations
