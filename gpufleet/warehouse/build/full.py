@@ -121,12 +121,13 @@ def build_all_models(
                         fan_out.build_models(con, models, order, fanned, samples, sql_dir)
                 record_new_ids(con, name)
                 continue
-            with clock.model(con, name, is_table=models[name].materialized in TABLES):
+            with clock.model(con, name, is_table=models[name].materialized in TABLES) as built:
                 if chunks > 1 and name in CHUNKED_MODELS:
                     _create_in_chunks(con, models, name, chunks, lake)  # fits the cap per slice
                 else:
                     fit_memory_limit(con)
-                    create_model(con, models[name], order_by=ORDERED_MARTS.get(name, ""))
+                    order_by = ORDERED_MARTS.get(name, "")
+                    built.rows = create_model(con, models[name], order_by=order_by)
                 record_new_ids(con, name)
         with clock.step("comments"):
             # The marts, then the tables ingest writes that users query too (samples,

@@ -14,6 +14,7 @@ DuckDB spill to disk sooner.
 from __future__ import annotations
 
 import os
+import weakref
 
 import duckdb
 
@@ -28,7 +29,9 @@ MIN_BUILD_MEMORY = 512 * MIB
 # past what its start left room for. A build of a week stays below it, and is not
 # measured again.
 MEASURE_ABOVE = 1536 * MIB
-_CAP_VARIABLE = "gpufleet_build_memory_limit"  # the cap fit_memory_limit set last, in bytes
+# The cap fit_memory_limit set last on each connection, in bytes: kept here, not in a DuckDB
+# variable, as reading that back was a statement a step (40 a small build, some 0.3 ms each).
+_CAPS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, int] = weakref.WeakKeyDictionary()
 
 
 def resident_bytes() -> int | None:
@@ -64,8 +67,7 @@ def fit_memory_limit(con: duckdb.DuckDBPyConnection, *, measure: bool = False) -
     of the process does not grow while it builds (only DuckDB's own freed pages do), and
     measuring costs each step time (handing DuckDB's freed pages back, which the step then
     faults in again), so it is done only where the cap may change."""
-    row = con.execute(f"select getvariable('{_CAP_VARIABLE}')").fetchone()
-    current = int(row[0]) if row and row[0] is not None else None
+    current = _CAPS.get(con)
     if not measure and current is not None and current >= BUILD_MEMORY_LIMIT:
         resident = resident_bytes()
         if resident is None or resident <= MEASURE_ABOVE:
@@ -76,5 +78,5 @@ def fit_memory_limit(con: duckdb.DuckDBPyConnection, *, measure: bool = False) -
     con.execute(f"set memory_limit = '{current or BUILD_MEMORY_LIMIT}B'")
     limit = build_memory_limit(resident_bytes(), duckdb_bytes(con))
     con.execute(f"set memory_limit = '{limit}B'")
-    con.execute(f"set variable {_CAP_VARIABLE} = {limit}")
+    _CAPS[con] = limit
     return limit

@@ -24,7 +24,6 @@ from gpufleet.config import Config
 from gpufleet.warehouse.base.frozen import frozen
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.base.sql_text import literal
-from gpufleet.warehouse.build.ids import ensure_id_tables
 from gpufleet.warehouse.build.memory import fit_memory_limit
 from gpufleet.warehouse.build.sql_tree import macro_reads, relations_read, rename_relations
 
@@ -295,45 +294,24 @@ def create_model(
     remap: Mapping[str, str] | None = None,
     *,
     order_by: str = "",
-) -> None:
+) -> int | None:
     """The model's table or view; a table's rows written in the order of `order_by`'s
-    columns when given."""
-    if model.materialized in PERSISTENT:
-        drop_other_kind(con, model)
+    columns when given. The rows a table holds (DuckDB's answer to the statement: no count
+    after it), None for a view. A mart of the other kind (a table that is a view now) is
+    dropped first by the full build (`run.py`'s _free_marts)."""
     sql = render(model, remap)
     if order_by:
         sql = f"select * from (\n{sql}\n) order by {order_by}"
-    con.execute(f"create or replace {_KIND[model.materialized]} {model.name} as\n{sql}")
+    row = con.execute(
+        f"create or replace {_KIND[model.materialized]} {model.name} as\n{sql}"
+    ).fetchone()
+    return int(row[0]) if row and model.materialized in TABLES else None
 
 
 def create_empty(con: duckdb.DuckDBPyConnection, model: Model) -> None:
     """The model's table with no rows, for a build that inserts them a slice at a time."""
-    if model.materialized in PERSISTENT:
-        drop_other_kind(con, model)
     kind = "temp table" if model.materialized.startswith("temp") else "table"
     con.execute(f"create or replace {kind} {model.name} as select * from ({model.sql}) limit 0")
-
-
-def drop_other_kind(con: duckdb.DuckDBPyConnection, model: Model) -> None:
-    """A mart that was a table and is now a view (or the other way round) replaces the old."""
-    kind = _kind_in_warehouse(con, model.name)
-    if kind is not None and kind != model.materialized:
-        con.execute(f"drop {kind} main.{model.name}")
-
-
-def _kind_in_warehouse(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
-    """'table' or 'view' for a relation of the warehouse's main schema; None if none."""
-    row = con.execute(
-        """
-        select 'table' from duckdb_tables()
-        where table_name = $name and schema_name = 'main' and not temporary
-        union all
-        select 'view' from duckdb_views()
-        where view_name = $name and schema_name = 'main' and not temporary
-        """,
-        {"name": name},
-    ).fetchone()
-    return None if row is None else str(row[0])
 
 
 def drop_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
@@ -353,9 +331,9 @@ BUILD_SETTINGS = (
 
 
 def prepare(con: duckdb.DuckDBPyConnection, config: Config, *, sql_dir: Path = SQL_DIR) -> None:
-    """The raw tables, the configuration variables, the macros and the build's settings."""
+    """The raw tables, the configuration variables, the macros and the build's settings (the
+    id tables: `state.ensure_state_tables`, which the build runs next)."""
     ensure_raw_tables(con)
-    ensure_id_tables(con)
     set_variables(con, config)
     con.execute((sql_dir / MACROS_FILE_NAME).read_text(encoding="utf-8"))
     for setting in BUILD_SETTINGS:  # a fanned-out build's workers run them too

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.config import Config
+from gpufleet.warehouse.base.catalog import relation_kinds
 from gpufleet.warehouse.build.data_tests import check_marts
 from gpufleet.warehouse.build.fanout import FanOut
 from gpufleet.warehouse.build.full import build_all_models
@@ -208,13 +209,14 @@ def _free_marts(
     con: duckdb.DuckDBPyConnection, models: Mapping[str, Model], order: list[str]
 ) -> None:
     """Before a full build: drop the marts it replaces and checkpoint, so that the new ones
-    take the old ones' blocks instead of growing the file by the size of the marts."""
-    for name in order:
-        model = models[name]
-        if model.layer == "marts" and model.materialized in PERSISTENT:
-            con.execute(
-                f"drop {'view' if model.materialized == 'view' else 'table'} if exists {name}"
-            )
+    take the old ones' blocks instead of growing the file by the size of the marts. Each is
+    dropped as what the warehouse holds (a mart that was a table may be a view now); their
+    kinds are one catalog query, and a new warehouse's drop nothing."""
+    marts = [name for name in order if models[name].layer == "marts"]
+    held = relation_kinds(con, [name for name in marts if models[name].materialized in PERSISTENT])
+    for name in marts:
+        if name in held:
+            con.execute(f"drop {held[name]} {name}")
     con.execute("checkpoint")
 
 

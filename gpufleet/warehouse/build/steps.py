@@ -57,7 +57,7 @@ class Step:
 
 
 @dataclass
-class _Running:
+class Running:
     """What a step's code may tell its clock before it ends."""
 
     rows: int | None = None
@@ -76,10 +76,10 @@ class StepClock:
         return cls(steps=[], started=time.perf_counter(), started_cpu=time.process_time())
 
     @contextlib.contextmanager
-    def step(self, name: str, *, is_model: bool = False) -> Iterator[_Running]:
+    def step(self, name: str, *, is_model: bool = False) -> Iterator[Running]:
         """Time the block as the step `name`; the block may set the yielded `.rows`. A step
         that raises is not recorded (nor is the build: nothing is published)."""
-        running = _Running()
+        running = Running()
         wall, cpu = time.perf_counter(), time.process_time()
         yield running
         self.steps.append(
@@ -97,11 +97,15 @@ class StepClock:
         self.steps.append(step)
 
     @contextlib.contextmanager
-    def model(self, con: duckdb.DuckDBPyConnection, name: str, *, is_table: bool) -> Iterator[None]:
-        """Time a model's step; its rows are its table's after it (`is_table`), else None."""
+    def model(
+        self, con: duckdb.DuckDBPyConnection, name: str, *, is_table: bool
+    ) -> Iterator[Running]:
+        """Time a model's step; its rows are its table's after it (`is_table`), else None.
+        The block may set the yielded `.rows` (a table it created: `create_model`'s count),
+        which saves counting them again."""
         with self.step(name, is_model=True) as running:
-            yield
-            if is_table:
+            yield running
+            if is_table and running.rows is None:
                 row = con.execute(f"select count(*) from {name}").fetchone()
                 running.rows = int(row[0]) if row else 0
 

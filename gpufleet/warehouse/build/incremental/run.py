@@ -49,7 +49,7 @@ from gpufleet.warehouse.build.models import (
     drop_model,
 )
 from gpufleet.warehouse.build.state import record_incremental_build
-from gpufleet.warehouse.build.steps import StepClock
+from gpufleet.warehouse.build.steps import Running, StepClock
 
 # Every mart an incremental build knows how to replace; any other means a full build.
 INCREMENTAL_MARTS = frozenset(
@@ -147,8 +147,8 @@ def _run_models(
         model = models[name]
         if model.materialized == "view":
             continue  # a view of other marts: nothing to recompute
-        with clock.model(con, name, is_table=model.materialized in TABLES):
-            remap, why_not = _run_model(con, models, name, remap, created)
+        with clock.model(con, name, is_table=model.materialized in TABLES) as built:
+            remap, why_not = _run_model(con, models, name, remap, created, built)
         if why_not is not None:
             return why_not
     return None
@@ -160,13 +160,14 @@ def _run_model(
     name: str,
     remap: dict[str, str],
     created: list[Model],
+    built: Running,
 ) -> tuple[dict[str, str], str | None]:
     """One model of `_run_models`: the remap the models after it read with, and None or
-    why only a full build can."""
+    why only a full build can. A temp table's rows are told to its step (`built`)."""
     model = models[name]
     fit_memory_limit(con)
     if model.layer != "marts":
-        create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
+        built.rows = create_model(con, model, {**remap, **REMAP_OVERRIDES.get(name, {})})
         created.append(model)
         if name == "int_series_ids":
             keep_series_names(con)
