@@ -13,6 +13,7 @@ embedded, the other whole host-days not copied."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import pickle
 import shutil
@@ -419,3 +420,59 @@ def test_a_batch_a_worker_refuses_is_copied_for_the_host_alone(
     # Copied: the refused batch's objects; of the other whole host-days, none.
     assert sorted(_of_new_days(copied)) == refused
     assert len(_of_new_days(embedded[3])) > len(refused)
+
+
+def test_the_mirror_leaves_in_the_store_only_new_host_days_that_are_over(
+    store: S3Store, tmp_path: Path
+) -> None:
+    """With `defer` (an ingest with a load fan-out), a new object of a host-day before
+    today with no file here is listed as pending, not copied; one of today, or of a
+    host-day with a file here already, is copied as always, and so is every object
+    without `defer`. The pending list is the next mirror's to rewrite."""
+    from gpufleet.integrations.pending import read_pending
+
+    today = dt.datetime.now(dt.UTC).date()
+    days = {"over": today - dt.timedelta(days=1), "today": today}
+    keys = [
+        f"samples/date={days['over']}/host=new/a.parquet",
+        f"samples/date={days['over']}/host=new/b.parquet",
+        f"samples/date={days['over']}/host=known/late.parquet",
+        f"samples/date={days['today']}/host=new/a.parquet",
+    ]
+    url = f"s3://{BUCKET}/{tmp_path.name}"
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    for key in keys:
+        with fs.open_output_stream(S3Location.parse(url).path(key)) as out:
+            out.write(key.encode())
+    found = {}
+    for defer in (True, False):
+        data_dir = tmp_path / f"defer-{defer}"
+        known = data_dir / "raw" / keys[2].replace("late", "early")
+        known.parent.mkdir(parents=True)
+        known.write_bytes(b"loaded before")
+        config = _configured(data_dir, store, url, "")
+        record = data_dir / "raw" / mirror.RECORD_NAME
+        gone = [f"samples/gone/{i}.parquet" for i in range(1100)]  # deleted from the store
+        line = {"location": url, "size_bytes": 1, "mtime_ns": 1, "etag": "x"}
+        record.write_text("".join(json.dumps({**line, "key": key}) + "\n" for key in gone))
+        (result,) = mirror.mirror_raw_location(config, defer=defer)
+        # The record, mostly lines of objects gone, is rewritten: the pending ones not in it.
+        written = [json.loads(text)["key"] for text in record.read_text().splitlines()]
+        assert sorted(written) == sorted(set(keys) - {keys[0], keys[1]} if defer else keys)
+        pending = read_pending(config)
+        here = sorted(
+            p.relative_to(data_dir / "raw").as_posix() for p in data_dir.rglob("raw/**/*.parquet")
+        )
+        found[defer] = (result.copied, result.pending), [p.path for p in pending], here
+        assert all(p.size_bytes == len(p.key) for p in pending)  # the store's sizes
+        if defer:  # the next mirror without `defer` copies what is still pending
+            (again,) = mirror.mirror_raw_location(config)
+            assert (again.copied, again.pending) == (2, 0) and not read_pending(config)
+            assert (data_dir / "raw" / keys[0]).is_file()
+    early = keys[2].replace("late", "early")
+    assert found[True] == (
+        (2, 2),
+        [f"raw/{key}" for key in keys[:2]],
+        sorted([early, *keys[2:]]),
+    )
+    assert found[False] == ((4, 0), [], sorted([early, *keys]))

@@ -178,8 +178,9 @@ def mirror_raw_location(
     if (
         lines > 2 * sum(map(len, keys.values())) + 1000
     ):  # mostly lines of objects copied again or gone
-        kept = {
-            url: {key: records[url][key] for key in sorted(found)} for url, found in keys.items()
+        kept = {  # (an object listed but not recorded, pending or gone, is not kept)
+            url: {key: records[url][key] for key in sorted(found) if key in records[url]}
+            for url, found in keys.items()
         }
         _rewrite_record(record_path, kept)
     return results

@@ -4,19 +4,22 @@ With a load fan-out (`[compute] dask`), `mirror_raw_location(defer=True)` does n
 sample object of a host-day that is over and has no file in `<data_dir>/raw/` yet: the
 workers read such host-days from the store and the compacted file replaces them, so the
 pipeline host's copy would serve no one. The mirror lists them instead in
-`<data_dir>/raw/.s3-pending.jsonl` (rewritten by every mirror: a failed ingest's leave
-nothing behind that the next one does not list again), a line per object with the store's
-size and last-modified time. From there:
+`<data_dir>/raw/.s3-pending.jsonl` (rewritten by every mirror: what a failed ingest left
+there is listed again by the next), a line per object with the store's size and
+last-modified time and the time it was listed. From there:
 
-- the ingest's listing lists each as the file it would be (`raw/samples/...`, the store's
-  size and time), and `loaded_files` records it so;
+- the ingest's listing lists each as the file it would be (`raw/samples/...`: the store's
+  size, and the time it was listed, as a copy's time is when it was copied), and
+  `loaded_files` records it so (arrival is judged alike: `warehouse/raw/arrival.py`);
 - the workers are sent it as any copied object (`stored_objects`);
-- compaction checks a host-day's pending objects by the sizes and times the store listed
-  (as it checks copies by theirs) and, once their compacted file is swapped in, records them
-  as copied (`settle_pending`): the next mirror does not look at them again;
+- compaction checks a host-day's pending objects by those sizes and times, as it checks
+  copies by theirs, and once their compacted file is swapped in records them as copied,
+  by the store's size and last-modified time (`settle_pending`): the next mirror does not
+  look at them again, as it does not look again at a copy that compaction replaced;
 - whatever the pipeline host reads itself (a batch a worker refused or was not sent, a file
-  to quarantine, a host-day left as collector files) is copied first (`fetch_pending`),
-  the copy given the store's time, and recorded as the mirror records its copies.
+  to quarantine, a host-day left as collector files, a loaded file to judge again) is
+  copied first (`fetch_pending`), the copy given the time it was listed, and recorded as
+  the mirror records its copies.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +49,8 @@ class Pending:
     key: str  # below it: samples/date=D/host=H/x.parquet
     path: str  # its copy's path below the data directory: raw/samples/date=D/host=H/x
     size_bytes: int
-    mtime_ns: int  # the store's last-modified time
+    mtime_ns: int  # the store's last-modified time (the record's, as for a copy)
+    listed_ns: int  # when the mirror listed it: the file's time here, as a copy's then
 
     @classmethod
     def of(cls, location: S3Location, key: str, target: str, info: pafs.FileInfo) -> Pending:
@@ -57,6 +62,7 @@ class Pending:
             path=f"raw/{target}",
             size_bytes=info.size,
             mtime_ns=info.mtime_ns,
+            listed_ns=time.time_ns(),
         )
 
     @property
@@ -78,6 +84,7 @@ class Pending:
                 "path": self.path,
                 "size_bytes": self.size_bytes,
                 "mtime_ns": self.mtime_ns,
+                "listed_ns": self.listed_ns,
             }
         )
 
@@ -126,6 +133,7 @@ def read_pending(config: Config) -> list[Pending]:
                 path=str(item["path"]),
                 size_bytes=int(item["size_bytes"]),
                 mtime_ns=int(item["mtime_ns"]),
+                listed_ns=int(item["listed_ns"]),
             )
         except (ValueError, KeyError, TypeError):
             continue  # a torn line: its object is listed again by the next mirror
@@ -139,7 +147,7 @@ def pending_by_directory(config: Config) -> dict[str, dict[str, tuple[int, int]]
     compaction's check of a host-day's files, as it checks its copies'."""
     found: dict[str, dict[str, tuple[int, int]]] = {}
     for entry in read_pending(config):
-        found.setdefault(entry.directory, {})[entry.path] = (entry.size_bytes, entry.mtime_ns)
+        found.setdefault(entry.directory, {})[entry.path] = (entry.size_bytes, entry.listed_ns)
     return found
 
 
@@ -177,7 +185,7 @@ def fetch_pending(config: Config, paths: Iterable[str]) -> int:
                     f"{printable(url)}: listed, but not found when copied for the pipeline "
                     "host to read (deleted since); the next ingest lists the store again"
                 )
-            os.utime(target, ns=(entry.mtime_ns, entry.mtime_ns))  # as the listing has it
+            os.utime(target, ns=(entry.listed_ns, entry.listed_ns))  # as the listing has it
             done.append((entry, copied))
     finally:
         _record(config, done)

@@ -71,11 +71,12 @@ def list_sample_files(config: Config) -> SampleListing:
 
 def _pending(config: Config, found: list[SampleFile]) -> list[SampleFile]:
     """The objects a Dask ingest left in the store (`integrations/pending.py`), as the
-    files they would be, the store's size and time theirs; none of a host-day whose
-    compacted file is here (it replaced them since)."""
+    files they would be: the store's size, the time the mirror listed them (a copy's time
+    is when it was copied); none of a host-day whose compacted file is here (it replaced
+    them since)."""
     compacted = {f.directory for f in found if is_compacted(f.path)}
     return [
-        SampleFile(item.path, item.size_bytes, item.mtime_ns)
+        SampleFile(item.path, item.size_bytes, item.listed_ns)
         for item in read_pending(config)
         if item.directory not in compacted
     ]
