@@ -27,11 +27,16 @@ from gpufleet.warehouse.build.data_tests import (
 )
 from gpufleet.warehouse.build.incremental.marts import log_replaced
 from gpufleet.warehouse.build.incremental.pieces import replace_runs
-from gpufleet.warehouse.build.kept import ensure_kept_tables
-from gpufleet.warehouse.build.models import Model
+from gpufleet.warehouse.build.incremental.run import build_incrementally
+from gpufleet.warehouse.build.kept import ensure_kept_tables, keep_days, restore_kept
+from gpufleet.warehouse.build.models import Model, build_order, discover_models, prepare
 from gpufleet.warehouse.build.retention import expire_samples
 from gpufleet.warehouse.build.run import build
-from gpufleet.warehouse.build.state import record_allocations
+from gpufleet.warehouse.build.state import (
+    read_state,
+    record_allocations,
+    samples_load_top,
+)
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from gpufleet.warehouse.publish.catch_up import catch_up
 from gpufleet.warehouse.publish.log import GENERATION_DDL, current_generation
@@ -407,3 +412,101 @@ def test_a_build_whose_allocations_are_those_recorded_rewrites_none_of_them(
             "select list(end_ts) from build_state.allocations_built"
         ).fetchall()
     assert recorded == [dt.datetime(2026, 11, 2, 9, tzinfo=dt.UTC)]
+
+
+FILLER = 4 * ROW_GROUP_ROWS  # rows of days long past, four row groups a table
+
+
+def _with_history(data_dir: Path) -> None:
+    """GPU-A's idle episode of 2026-11-16 built in full (`_built_full`), under a long
+    history written as builds leave it, the oldest rows first: FILLER idle episodes in 2025,
+    and FILLER kept episodes of those days (retention expired the days before 2026-01-01:
+    kept tables for every mart)."""
+    _built_full(data_dir)
+    config = Config(data_dir=data_dir)
+    with write_transaction(config) as con:
+        prepare(con, config)  # the macros and variables keep_days reads with
+        ensure_kept_tables(con)
+        con.execute("insert into build_state.retention values ('2026-01-01', '2026-01-01')")
+        keep_days(con, "{day} < $before", {"before": dt.date(2000, 1, 1)})  # the kept tables
+        history = f"""
+            -- names on either side of GPU-A's: each row group spans it, as a fleet's do
+            select ['GPU-0', 'GPU-Z'][k % 2 + 1] || (k % {GPUS}) as gpu_uuid,
+                timestamptz '2025-01-01 00:00:00+00' + to_minutes(k // {GPUS}) as start_ts,
+                k,
+            from range({FILLER}) as ks(k)
+        """
+        for table in ("idle_episodes", "build_state.kept_idle_episodes"):
+            con.execute(
+                f"""
+                create or replace table {table} as
+                select * from (
+                    from {table}
+                    union all by name
+                    select (hash(gpu_uuid, start_ts) >> 1)::bigint as episode_id, gpu_uuid,
+                        start_ts, start_ts + interval 50 seconds as end_ts,
+                        k % 2 = 0 as is_waste,
+                    from ({history})
+                )
+                order by end_ts
+                """
+            )
+
+
+def _incremental_reads(tmp_path: Path) -> ScanCounter:
+    """`_with_history`'s warehouse given six more idle samples of GPU-A (its episode goes
+    on) and built incrementally, the kept rows restored after (`build_models`' steps): the
+    rows each statement read, by table."""
+    config = Config(data_dir=made_once("test_cycle_scans._with_history", _with_history, tmp_path))
+    with write_transaction(config) as con:
+        con.execute(
+            """
+            insert into samples_stored (ts, interval_s, host, gpu_index, gpu_uuid, gpu_name,
+                                        status, gpu_util_pct, processes, load_id)
+            select timestamptz '2026-11-16 10:01:00+00' + to_seconds(10 * k), 10, 'node1', 0,
+                   'GPU-A', 'NVIDIA H100 80GB HBM3', 'ok', 0,
+                   [{'pid': 1, 'user': 'alice', 'used_mem_bytes': 1, 'job_id': 'j1'}], 2
+            from range(6) as r(k)
+            """
+        )
+        models = discover_models()
+        prepare(con, config)
+        state = read_state(con)
+        assert state is not None
+        counter = ScanCounter(con, tmp_path / "profile.json")
+        outcome = build_incrementally(
+            counter,  # type: ignore[arg-type]
+            config,
+            models,
+            build_order(models),
+            after=state.samples_load_id,
+            top=samples_load_top(con),
+        )
+        assert not isinstance(outcome, str), outcome
+        restore_kept(counter, models, full=False)  # type: ignore[arg-type]
+        counter.execute("select 1")  # the last statement's profile is written now
+        ((samples, days),) = con.execute(
+            """
+            select (select samples from idle_episodes where gpu_uuid = 'GPU-A'),
+                (select count(*) from gpu_team_daily where gpu_uuid = 'GPU-A')
+            """
+        ).fetchall()
+    assert (samples, days) == (12, 1)  # the episode went on
+    return counter
+
+
+def test_the_kept_runs_are_looked_up_by_their_end(tmp_path: Path) -> None:
+    """The kept rows of the runs an incremental build touched (their end bounds the build's
+    ends_from_ts; their rows are compared with the build's after it) are read by the run's id
+    and a bound on their end: the kept table's row groups of runs that ended long ago are
+    skipped, as the mart's are."""
+    counter = _incremental_reads(tmp_path)
+    assert counter.read("build_state.kept_idle_episodes") < FILLER / 4
+
+
+def test_gpu_team_daily_reads_the_episodes_that_end_on_its_days(tmp_path: Path) -> None:
+    """gpu_team_daily joins the idle episodes of the days it recomputes: an episode ends at
+    or after each of its days' first sample, so the episodes that ended before are not
+    read."""
+    counter = _incremental_reads(tmp_path)
+    assert counter.read("main.idle_episodes") < FILLER / 2

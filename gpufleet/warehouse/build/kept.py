@@ -268,8 +268,9 @@ def _restore_runs(
     built, kept_rows = mart, kept
     if not full:
         # each run's bound on its end as the build logged it (publish/log.py REPLAY_BOUNDS):
-        # the mart's row groups of runs that ended before are skipped (a kept row may be
-        # older than the bound: the kept table is read whole)
+        # the row groups of runs that ended before are skipped, the mart's and the kept
+        # table's (a kept row of a touched run ends at or after it too: the build holds the
+        # bound to the kept row's end, incremental/pieces.py `_kept_ends`)
         con.execute(
             """
             create or replace temp table _kept_runs as
@@ -285,18 +286,15 @@ def _restore_runs(
             con.execute("drop table temp._kept_runs")
             return
         built, kept_rows = "_kept_built", "_kept_rows"
-        for source, target, ended in (
-            (mart, built, "and rows.end_ts >= runs.since_ts"),
-            (kept, kept_rows, ""),
-        ):
-            after = "where rows.end_ts >= (select min(since_ts) from _kept_runs)" if ended else ""
+        for source, target in ((mart, built), (kept, kept_rows)):
             con.execute(
                 f"""
                 create or replace temp table {target} as
                 select {columns} from {source} as rows
                 semi join _kept_runs as runs
-                    on runs.gpu_uuid = rows.gpu_uuid and runs.run_id = rows.{id_column} {ended}
-                {after}
+                    on runs.gpu_uuid = rows.gpu_uuid and runs.run_id = rows.{id_column}
+                    and rows.end_ts >= runs.since_ts
+                where rows.end_ts >= (select min(since_ts) from _kept_runs)
                 """
             )
     scope = _KEPT.format(day=RUN_DAY)

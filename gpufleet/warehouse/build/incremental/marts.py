@@ -141,9 +141,11 @@ def replace_gpu_days(
             **remap,
             GPU_HOUR_MART: "_inc_gpu_day_hours",
             "int_idle_episode_days": "_inc_gpu_day_episode_days",
+            "idle_episodes": "_inc_gpu_day_episodes",
         },
     )
     con.execute(f"insert into {model.name} by name\n{sql}")
+    con.execute("drop table temp._inc_gpu_day_episodes")
     con.execute(f"insert into _inc_days select distinct day {in_scope}")
     log_replaced(con, model.name, "gpu_from_day", "select gpu_uuid, from_day as day from _inc_cut")
     log_replaced(con, model.name, "gpu_day", "select gpu_uuid, day from _inc_extra_days")
@@ -185,8 +187,12 @@ def _create_extra_days(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _create_gpu_day_sources(con: duckdb.DuckDBPyConnection, models: Mapping[str, Model]) -> None:
-    """What gpu_team_daily reads for the days it recomputes: their hours, their pieces and
-    the idle episodes' days from those pieces."""
+    """What gpu_team_daily reads for the days it recomputes: their hours, their pieces, the
+    idle episodes' days from those pieces and those episodes. An episode ends at or after
+    the first sample of each of its days: the episodes are looked up by that bound, which
+    skips the row groups of idle_episodes that ended before (a full build writes it in end
+    order). The model's join of the whole mart read it all: DuckDB built its hash table
+    from idle_episodes, where no bound reaches."""
     for source, view in (
         (GPU_HOUR_MART, "_inc_gpu_day_hours"),
         (PIECES_MART, "_inc_gpu_day_pieces"),
@@ -210,6 +216,16 @@ def _create_gpu_day_sources(con: duckdb.DuckDBPyConnection, models: Mapping[str,
     con.execute(
         "create or replace temp table _inc_gpu_day_episode_days as\n"
         + render(episode_days, {PIECES_MODEL: "_inc_gpu_day_pieces"})
+    )
+    con.execute(
+        """
+        create or replace temp table _inc_gpu_day_episodes as
+        select episodes.*,
+        from idle_episodes as episodes
+        semi join _inc_gpu_day_episode_days as days
+            on days.gpu_uuid = episodes.gpu_uuid and days.episode_id = episodes.episode_id
+        where episodes.end_ts >= (select min(first_ts) from _inc_gpu_day_episode_days)
+        """
     )
 
 

@@ -91,7 +91,8 @@ def _kept_ends(con: duckdb.DuckDBPyConnection) -> None:
     """A touched run whose start is on a kept day (build/kept.py) has its kept row in the
     mart, as it was when it was kept, whatever the builds since computed: its end is the
     kept row's, which ends_from_ts must not pass. (Any row of a run ends at or after its
-    start: the same first sample, the same id.)"""
+    start: the same first sample, the same id; the kept tables' row groups of runs that
+    ended before the touched runs' earliest start are skipped.)"""
     for mart, (id_column, _) in KEPT_RUN_MARTS.items():
         if not has_table(con, kept_table(mart)):
             continue
@@ -104,6 +105,7 @@ def _kept_ends(con: duckdb.DuckDBPyConnection) -> None:
                 select gpu_uuid, {id_column} as run_id, min(end_ts) as end_ts,
                 from {kept_table(mart)}
                 where {id_column} in (select run_id from _inc_touched_{kind})
+                    and end_ts >= (select min(run_start_ts) from _inc_touched_{kind})
                 group by all
             ) as kept
             where kept.gpu_uuid = touched.gpu_uuid and kept.run_id = touched.run_id
