@@ -29,11 +29,12 @@ from gpufleet.integrations import mirror
 from gpufleet.simulate.fleet import scenario_for, simulate_window, write_reference_files
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.build import build
+from gpufleet.warehouse.build.kept import ensure_kept_tables
 from gpufleet.warehouse.ingest import QuarantineWarning, ingest
 from gpufleet.warehouse.ingest.fanned import LoadFanOut, LoadTask, LoadTaskResult, run_load_task
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
-from gpufleet.warehouse.publish import connect_read_only
+from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.s3_stack import BUCKET, S3Store
 from tests.test_dask import (
     BACKFILL,
@@ -476,3 +477,26 @@ def test_the_mirror_leaves_in_the_store_only_new_host_days_that_are_over(
         sorted([early, *keys[2:]]),
     )
     assert found[False] == ((4, 0), [], sorted([early, *keys]))
+
+
+def test_objects_of_an_expired_day_are_neither_copied_nor_listed_again(
+    before_backfill: tuple[Path, str], store: S3Store, tmp_path: Path
+) -> None:
+    """The objects of a day retention expired, left in the store by a Dask ingest, are not
+    loaded (as their copies would not be) and are recorded: no later ingest lists them as
+    pending again, nor copies them."""
+    source, url = before_backfill
+    data_dir = tmp_path / "expired"
+    shutil.copytree(source, data_dir)
+    config = _configured(data_dir, store, url, "")
+    with write_transaction(config) as con:
+        ensure_kept_tables(con)
+        con.execute("insert into build_state.retention values ('2026-10-07', '2026-10-07')")
+    compacting, loading = _in_process(config, [])
+    result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+    assert result.expired_files > 0 and result.compaction is not None
+    assert not any(NEW_DAYS[0] in path for path, *_ in _loaded_files(config))
+    assert not (config.samples_dir / NEW_DAYS[0]).exists()  # never copied
+    assert not (config.data_dir / "raw" / mirror.PENDING_NAME).exists()
+    (again,) = mirror.mirror_raw_location(config, defer=True)
+    assert (again.copied, again.pending) == (0, 0)

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from gpufleet.config import Config
 from gpufleet.console import printable
-from gpufleet.integrations.pending import fetch_pending, read_pending
+from gpufleet.integrations.pending import fetch_pending, read_pending, settle_pending
 from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile, Unreadable
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
 from gpufleet.warehouse.lake.content import (
@@ -155,6 +155,8 @@ def _compare(
     kept = list(files)
     if cut is not None:
         kept = [f for f in files if not in_partition_before(f.path, cut)]
+        # Left in the store (`integrations/pending.py`): recorded, as their copies would be.
+        settle_pending(config, {f.directory for f in files if in_partition_before(f.path, cut)})
     rows = _unsettled_rows(con, kept)
     return _Compared(kept, len(files) - len(kept), rows, _gone(config, [p for p, *_ in rows]))
 
