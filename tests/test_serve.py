@@ -383,6 +383,9 @@ def test_serve_without_a_server_runs_its_schedules_and_stops_on_signals(tmp_path
         url = _serving_at(proc, log, timeout_s=240)
         below = psutil.Process(proc.pid).children(recursive=True)
         with SyncPrefectClient(api=url) as client:
+            # Its server skips the registration of Prefect's block types (serve's flows use
+            # none), which imports every installed Prefect collection as the server starts.
+            assert client.read_block_types() == []
             deployments = {
                 name: client.read_deployment_by_name(name)
                 for name in (INGEST_NAME, REPORT_NAME, f"idle-notices/{NOTICES_DEPLOYMENT}")
