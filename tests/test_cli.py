@@ -164,7 +164,8 @@ def commands(tmp_path_factory: pytest.TempPathFactory) -> Commands:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PREFECT_", "GPUFLEET_")) or k == "GPUFLEET_THREADS"
+        if not k.startswith(("PREFECT_", "GPUFLEET_"))
+        or k in {"GPUFLEET_THREADS", "GPUFLEET_CACHE_DIR"}  # the test run's, not ~/.cache
     }
     env["PREFECT_HOME"] = str(prefect_home)
     data_dir = tmp_path / "data"

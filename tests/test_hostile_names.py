@@ -90,7 +90,12 @@ def _assert_clean(message: EmailMessage) -> None:
 @pytest.mark.slow  # starts processes
 def test_hostile_names_render_escaped_in_the_report_and_the_team_emails(tmp_path: Path) -> None:
     config_path = _hostile_warehouse(tmp_path / "data")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "GPUFLEET_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PREFECT_", "GPUFLEET_"))
+        or k == "GPUFLEET_CACHE_DIR"  # the test run's, not ~/.cache
+    }
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     command = ["--config", str(config_path), "report", "--week", fx.WEEK, "--per-team"]
     result = subprocess.run(
