@@ -25,7 +25,7 @@ from gpufleet.warehouse.build.data_tests import (
     replaced_rows,
     run_data_tests,
 )
-from gpufleet.warehouse.build.incremental.marts import log_replaced
+from gpufleet.warehouse.build.incremental.marts import _create_extra_days, log_replaced
 from gpufleet.warehouse.build.incremental.pieces import replace_runs
 from gpufleet.warehouse.build.incremental.run import build_incrementally
 from gpufleet.warehouse.build.kept import ensure_kept_tables, keep_days, restore_kept
@@ -510,3 +510,70 @@ def test_gpu_team_daily_reads_the_episodes_that_end_on_its_days(tmp_path: Path) 
     read."""
     counter = _incremental_reads(tmp_path)
     assert counter.read("main.idle_episodes") < FILLER / 2
+
+
+def test_the_earlier_days_of_runs_whose_waste_changed_read_those_runs_pieces_only(
+    tmp_path: Path,
+) -> None:
+    """gpu_team_daily recomputes the days before the cut of the touched idle runs whose
+    waste verdict changed: those runs are found first, then their pieces. Every touched
+    run's pieces are not read: 25 GPUs of 250 idle since the first day have pieces on
+    every day, in every row group. The same days."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    first = "timestamptz '2025-01-01 00:00:00+00'"
+    start = f"(timestamptz '{LAST_DAY} 00:00:00+00' - interval 2 days)"  # GPU-50's last run
+    con.execute(
+        f"""
+        create table run_pieces as
+        select 'GPU-' || g as gpu_uuid, day,
+            case
+                when g = 50 and day >= {start}::date then {start}
+                when g < 25 then {first}  -- idle since the first day
+                else timezone('UTC', day + to_seconds(k % 1000))  -- short runs
+            end as idle_run_start_ts,
+        from (
+            select k, k % 250 as g, date '2025-01-01' + (k // 1000)::integer as day,
+            from range({FILLER}) as ks(k)
+            union all
+            select 0, 50, ({start} + to_days(d))::date, from range(3) as ds(d)
+        )
+        order by day;
+        create temp table _inc_touched_idle as  -- each GPU's runs of its last three days
+        select distinct gpu_uuid, idle_run_start_ts as run_start_ts,
+            (hash(gpu_uuid, idle_run_start_ts) >> 1)::bigint as run_id,
+            idle_run_start_ts as ends_from_ts,
+        from run_pieces
+        where day >= (select max(day) - 2 from run_pieces where gpu_uuid <> 'GPU-50')
+            or gpu_uuid = 'GPU-50' and day >= {start}::date;
+        create table idle_episodes as
+        select * from (
+            select k as episode_id, 'GPU-' || (k % 250) as gpu_uuid,
+                timestamptz '{LAST_DAY} 00:00:00+00' - to_seconds(k) as end_ts, k % 2 = 0
+                as is_waste,
+            from range({FILLER}) as ks(k)
+            union all
+            select run_id, gpu_uuid, timestamptz '{LAST_DAY} 12:00:00+00', false,
+            from _inc_touched_idle
+        )
+        order by end_ts;
+        create temp table _inc_old_waste as
+        select gpu_uuid, run_id, false as is_waste, from _inc_touched_idle;
+        create temp table _inc_cut as
+        select distinct gpu_uuid, date '{LAST_DAY}' as from_day, 10 as from_hour,
+        from _inc_touched_idle;
+        """
+    )
+    counter = ScanCounter(con, tmp_path / "profile.json")
+    _create_extra_days(counter)  # type: ignore[arg-type]
+    counter.execute("select 1")  # the last statement's profile is written now
+    assert counter.read("main.run_pieces") < FILLER / 4
+    assert con.execute("select * from _inc_extra_days").fetchall() == []
+    con.execute(  # GPU-50's last run became waste
+        f"update idle_episodes set is_waste = true where episode_id = hash('GPU-50', {start}) >> 1"
+    )
+    counter.rows.clear()
+    _create_extra_days(counter)  # type: ignore[arg-type]
+    counter.execute("select 1")  # the last statement's profile is written now
+    assert counter.read("main.run_pieces") < FILLER / 4
+    days = con.execute("select gpu_uuid, day from _inc_extra_days order by day").fetchall()
+    assert days == [("GPU-50", dt.date(2026, 11, 26)), ("GPU-50", dt.date(2026, 11, 27))]

@@ -159,16 +159,14 @@ def replace_gpu_days(
 
 def _create_extra_days(con: duckdb.DuckDBPyConnection) -> None:
     """_inc_extra_days: the days before a series' cut of idle episodes touched in this build
-    whose waste verdict changed."""
+    whose waste verdict changed. Those runs are found first (few; in most builds none), then
+    their pieces alone: every touched run's were read before, which for a run open since
+    long ago (an idle GPU) are on every day of run_pieces."""
     con.execute(
-        f"""
-        create or replace temp table _inc_extra_days as
-        select distinct pieces.gpu_uuid, pieces.day,
-        from {PIECES_MART} as pieces
-        inner join _inc_touched_idle
-            on _inc_touched_idle.gpu_uuid = pieces.gpu_uuid
-            and _inc_touched_idle.run_start_ts = pieces.idle_run_start_ts
-        inner join _inc_cut on _inc_cut.gpu_uuid = pieces.gpu_uuid
+        """
+        create or replace temp table _inc_waste_changed as
+        select _inc_touched_idle.gpu_uuid, _inc_touched_idle.run_start_ts,
+        from _inc_touched_idle
         left join _inc_old_waste
             on _inc_old_waste.gpu_uuid = _inc_touched_idle.gpu_uuid
             and _inc_old_waste.run_id = _inc_touched_idle.run_id
@@ -179,11 +177,23 @@ def _create_extra_days(con: duckdb.DuckDBPyConnection) -> None:
             on idle_episodes.gpu_uuid = _inc_touched_idle.gpu_uuid
             and idle_episodes.episode_id = _inc_touched_idle.run_id
             and idle_episodes.end_ts >= _inc_touched_idle.ends_from_ts
-        where pieces.day < _inc_cut.from_day
-            and coalesce(_inc_old_waste.is_waste, false)
-                <> coalesce(idle_episodes.is_waste, false)
+        where coalesce(_inc_old_waste.is_waste, false)
+            <> coalesce(idle_episodes.is_waste, false)
         """
     )
+    con.execute(
+        f"""
+        create or replace temp table _inc_extra_days as
+        select distinct pieces.gpu_uuid, pieces.day,
+        from {PIECES_MART} as pieces
+        inner join _inc_waste_changed as changed
+            on changed.gpu_uuid = pieces.gpu_uuid
+            and changed.run_start_ts = pieces.idle_run_start_ts
+        inner join _inc_cut on _inc_cut.gpu_uuid = pieces.gpu_uuid
+        where pieces.day < _inc_cut.from_day
+        """
+    )
+    con.execute("drop table temp._inc_waste_changed")
 
 
 def _create_gpu_day_sources(con: duckdb.DuckDBPyConnection, models: Mapping[str, Model]) -> None:
