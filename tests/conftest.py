@@ -32,6 +32,14 @@ if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = _prefect_home
     atexit.register(shutil.rmtree, _prefect_home, ignore_errors=True)
 
+if "GPUFLEET_CACHE_DIR" not in os.environ:
+    # The report's Vega bundle (reports/disk_cache.py) kept for this test run only, never in
+    # the user's ~/.cache: made by the first worker that renders a page, read by the others
+    # and by the gpufleet processes the tests start.
+    _cache_dir = tempfile.mkdtemp(prefix="gpufleet-cache-")
+    os.environ["GPUFLEET_CACHE_DIR"] = _cache_dir
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def away_from_the_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
