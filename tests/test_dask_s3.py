@@ -374,7 +374,7 @@ def test_a_batch_a_worker_refuses_is_copied_for_the_host_alone(
     the pipeline host copies from the store to load and quarantine as embedded; the other
     whole host-days are read by the workers alone, never copied. The same quarantine,
     `loaded_files` and compacted files as the embedded ingest."""
-    source, url = _in_the_store(fleet, store, tmp_path / "store", None)
+    source, url = _in_the_store(fleet, store, tmp_path, None)
     key = sorted(
         p.relative_to(fleet / "raw").as_posix()
         for p in (fleet / "raw/samples" / NEW_DAYS[0]).rglob("*.parquet")
@@ -500,3 +500,42 @@ def test_objects_of_an_expired_day_are_neither_copied_nor_listed_again(
     assert not (config.data_dir / "raw" / mirror.PENDING_NAME).exists()
     (again,) = mirror.mirror_raw_location(config, defer=True)
     assert (again.copied, again.pending) == (0, 0)
+
+
+def test_a_failed_load_task_leaves_the_objects_to_the_next_ingest(
+    fleet: Path, store: S3Store, tmp_path: Path
+) -> None:
+    """A load task that fails fails the ingest before anything is published: the lake is
+    as it was (no folder made for the objects left in the store), nothing of theirs is
+    recorded, and the next ingest lists them again and loads them, still without a copy."""
+    source, url = _in_the_store(fleet, store, tmp_path, None)  # (a prefix of its own)
+    data_dir = tmp_path / "failed"
+    shutil.copytree(source, data_dir)
+    config = _configured(data_dir, store, url, "")
+    lake, loaded = _lake(config), _loaded_files(config)
+    compacting, loading = _in_process(config, [])
+
+    def dies(sent: Sequence[LoadTask]) -> list[LoadTaskResult]:
+        raise RuntimeError("the worker died")
+
+    working, loading.run = loading.run, dies
+    with pytest.raises(RuntimeError, match="the worker died"):
+        ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+    pending = data_dir / "raw" / mirror.PENDING_NAME
+    record = (data_dir / "raw" / mirror.RECORD_NAME).read_text(encoding="utf-8")
+    assert not any(day in record for day in NEW_DAYS)  # (the first day's copies recorded again)
+    kept = {"raw/" + pending.name, "raw/" + mirror.RECORD_NAME}
+    after = _lake(config)
+    assert {path: after[path] for path in after.keys() - kept} == {
+        path: lake[path] for path in lake.keys() - kept
+    }
+    assert _loaded_files(config) == loaded
+    loading.run = working
+    copy = mirror._copy
+    copied: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mirror, "_copy", _noting_copies(copy, copied))
+        result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+    assert result.compaction is not None
+    assert (result.compaction.partitions, result.compaction.from_load) == (6, 4)
+    assert _of_new_days(copied) == [] and not pending.exists()

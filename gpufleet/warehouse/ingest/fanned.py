@@ -29,7 +29,7 @@ from gpufleet.warehouse.ingest.check import Checked, read_and_check
 from gpufleet.warehouse.ingest.insert import BatchOutcome, Keys, any_loaded, loaded_files, new_keys
 from gpufleet.warehouse.ingest.values import TimeLimits
 from gpufleet.warehouse.lake.compact_ahead import NOT_AHEAD, CompactAhead
-from gpufleet.warehouse.lake.compacted_file import staged_file, staging_directory
+from gpufleet.warehouse.lake.compacted_file import remove_staging, staged_file, staging_directory
 from gpufleet.warehouse.lake.fanout import FanOut, task_label, task_runs
 
 
@@ -218,4 +218,4 @@ class LoadFanOut(FanOut[LoadTask, LoadTaskResult]):
 
     def _remove(self, directories: Iterable[str]) -> None:
         for directory in directories:
-            shutil.rmtree(self._targets[directory].parent, ignore_errors=True)
+            remove_staging(self._targets[directory].parent)

@@ -32,6 +32,7 @@ from gpufleet.warehouse.lake.compacted_file import (
     joined_versions,
     partition_day,
     remove_other_staging,
+    remove_staging,
     run_id,
     staging_directory,
     write_compacted_batches,
@@ -100,12 +101,12 @@ def _candidates(
         if day is None:
             continue
         absolute = config.data_dir / directory
-        if day >= today or not absolute.is_dir():
+        if day >= today or not (absolute.is_dir() or directory in pending):
             continue
         loaded = {path: (size, mtime) for path, size, mtime in files}
         present = {
             f"{directory}/{entry.name}": (entry.stat().st_size, entry.stat().st_mtime_ns)
-            for entry in os.scandir(absolute)
+            for entry in (os.scandir(absolute) if absolute.is_dir() else ())
             if entry.is_file() and not entry.name.startswith((".", "_"))
         } | pending.get(directory, {})
         # Only when every visible file there is loaded and unchanged since: a late file
@@ -217,6 +218,7 @@ def _compact_one(
         relative = directory.relative_to(config.data_dir).as_posix()
         logger.warning("compact: left %s as it is: %s", printable(relative), printable(failure))
         return None
+    directory.mkdir(exist_ok=True)  # none yet when its files were left in the store
     exchange_directories(directory, staging)
     # `staging` now holds the originals; a file that arrived meanwhile goes back to the lake.
     names = {path.rsplit("/", 1)[-1] for path in partition.files}
@@ -365,7 +367,7 @@ def compact_completed_days(
             taken = [p.directory for p, w in zip(partitions, written, strict=True) if w]
             left = [item.target.parent for item in ahead.written.values()] if ahead else []
             for folder in [*(staging_directory(d, run) for d in taken), *left]:
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_staging(folder)
             raise
     compacted = before_total = after_total = replaced = from_load = 0
     done: list[tuple[_Partition, bool]] = []

@@ -122,7 +122,6 @@ class CompactAhead:
         target = staging_directory(self.config.data_dir / directory, self.run) / compacted_name(day)
         if not target.is_file():
             raise FileNotFoundError(f"{target}: the worker's compacted file is missing")
-        (self.config.data_dir / directory).mkdir(exist_ok=True)  # new if its files are objects
         self.written[directory] = _Written(files, target, gpus, day)
 
     def parts(

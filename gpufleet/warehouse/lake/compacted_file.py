@@ -4,6 +4,7 @@ want) from a table or from batches of rows, and swapping the directory in."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime as dt
 import itertools
@@ -64,6 +65,14 @@ def staging_directory(directory: Path, run: str) -> Path:
     listings): `.host=H.compacting-<run>`. Named by the run, so that a late task of a run
     given up (a remote Dask worker's) writes where no later run reads."""
     return directory.with_name(f".{directory.name}{STAGING_SUFFIX}-{run}")
+
+
+def remove_staging(staging: Path) -> None:
+    """Remove a staging directory, and its `date=` folder when that is left empty: made for
+    it, where the host-day's files were left in the store (docs/dask.md)."""
+    shutil.rmtree(staging, ignore_errors=True)
+    with contextlib.suppress(OSError):  # not empty: another host-day's files are there
+        staging.parent.rmdir()
 
 
 def staged_file(data_dir: Path, directory: str, run: str) -> Path:
