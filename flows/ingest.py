@@ -25,6 +25,7 @@ from gpufleet.warehouse.ingest import (
     load_warehouse,
     move_to_quarantine,
 )
+from gpufleet.warehouse.lake.content import replaced_in
 from gpufleet.warehouse.refs import References, published_allocation_files, read_references
 
 
@@ -90,7 +91,7 @@ def ingest_flow(data_dir: str = "data", config_path: str | None = None) -> Inges
     try:
         config = load_config(config_path=config_path, data_dir=data_dir)
         # raw_location = "s3://...": its new files into raw/, or left for the Dask workers
-        mirror_raw_location(config, defer=bool(config.compute.dask))
+        mirror_raw_location(config, defer=bool(config.compute.dask), replaced=replaced_in)
         # Plain call, not a task: a bad file must fail in one line, without a traceback.
         references = read_references(config, known=published_allocation_files(config))
     except GpufleetError as exc:

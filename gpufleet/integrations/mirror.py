@@ -28,6 +28,7 @@ import datetime as dt
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,8 @@ _CHUNK_BYTES = 8 * 1024 * 1024
 # character in its name): warned about once, and again only when it changes.
 REFUSED = "-"
 _UNCARRIED = "\ufffd"
+# The collector files a host-day folder's compacted file replaced, size by name.
+Replaced = Callable[[Path], Mapping[str, int]]
 
 
 @dataclass(frozen=True)
@@ -91,15 +94,21 @@ def reads_object_storage(config: Config) -> bool:
 
 
 def mirror_raw_location(
-    config: Config, *, filesystem: pafs.FileSystem | None = None, defer: bool = False
+    config: Config,
+    *,
+    filesystem: pafs.FileSystem | None = None,
+    defer: bool = False,
+    replaced: Replaced | None = None,
 ) -> list[MirrorResult]:
     """Copy the new and changed objects of `raw_location` and of each site's into
     `<data_dir>/raw`; one result per store (none when the raw files are local).
     GpufleetError, in one line naming the location, when a store cannot be listed or read:
     the objects copied before it are whole and recorded, and nothing half-copied is left
     visible. `defer` (an ingest with a load fan-out): a new sample object of a host-day
-    before today (UTC) with no file here is listed as pending instead (`pending.py`)."""
-    from gpufleet.integrations.pending import Pending, deferred, write_pending  # (a cycle)
+    before today (UTC) with no file here is listed as pending instead (`pending.py`).
+    `replaced` (the files a compacted file replaced): a new object its host-day's compacted
+    file replaced, as it is, is recorded, not copied (`pending.replaced_here`)."""
+    from gpufleet.integrations.pending import Pending, deferred, replaced_here, write_pending
 
     raw_dir = config.data_dir / "raw"
     (raw_dir / PENDING_NAME).unlink(missing_ok=True)  # the last mirror's: listed again
@@ -112,6 +121,7 @@ def mirror_raw_location(
     keys: dict[str, set[str]] = {}
     pending: list[Pending] = []
     empty: dict[str, bool] = {}  # host-day folder -> whether it holds no file (yet)
+    in_lake = replaced_here(raw_dir, replaced)  # compacted, not recorded: not copied
     today = dt.datetime.now(dt.UTC).date()
     fs = filesystem
     for source in sources:
@@ -147,6 +157,8 @@ def mirror_raw_location(
                         if target is None:
                             logger.warning(_refused(location, relative, source.site))
                             seen = Copied(info.size, info.mtime_ns, REFUSED)
+                        elif not known and in_lake(target, info.size):
+                            seen = Copied(info.size, info.mtime_ns, "")  # compacted: no copy
                         elif (opened := _copy(fs, info, raw_dir / target, known)) is None:
                             logger.warning(_gone(location, relative))
                             continue  # not recorded: listed again, looked at again

@@ -28,7 +28,7 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +110,26 @@ def deferred(raw_dir: Path, target: str, today: dt.date, empty: dict[str, bool])
         except OSError:  # no folder, or unreadable: copied, as always
             empty[folder] = False
     return empty[folder]
+
+
+def replaced_here(raw_dir: Path, replaced: mirror.Replaced | None) -> Callable[[str, int], bool]:
+    """Whether a sample file (below raw/) of a size is one its host-day's compacted file
+    here replaced, of that size (`replaced`: what a host-day folder's compacted file
+    replaced, read once a folder; None: never). Such an object is in the lake already: an
+    ingest swapped in the compacted file of objects it left in the store and stopped
+    before recording them as copied (`settle_pending`). A copy would come back beside the
+    compacted file, to be quarantined as changed after its load (`raw/loaded.py`)."""
+    found: dict[str, Mapping[str, int]] = {}
+
+    def judged(target: str, size_bytes: int) -> bool:
+        folder, _, name = target.rpartition("/")
+        if replaced is None or not folder.startswith("samples/date="):
+            return False
+        if folder not in found:
+            found[folder] = replaced(raw_dir / folder)
+        return found[folder].get(name) == size_bytes
+
+    return judged
 
 
 def pending_path(config: Config) -> Path:

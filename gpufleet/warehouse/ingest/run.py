@@ -19,6 +19,7 @@ from gpufleet.warehouse.ingest.result import IngestResult, Log
 from gpufleet.warehouse.ingest.values import time_limits
 from gpufleet.warehouse.lake.compact import compact_completed_days
 from gpufleet.warehouse.lake.compact_ahead import CompactAhead
+from gpufleet.warehouse.lake.content import replaced_in
 from gpufleet.warehouse.lake.fanout import CompactFanOut
 from gpufleet.warehouse.publish.slots import DEFAULT_LOCK_TIMEOUT_S, write_transaction
 from gpufleet.warehouse.raw.arrival import check_input
@@ -57,7 +58,8 @@ def load_new_files(config: Config, **options: Unpack[LoadOptions]) -> IngestResu
     `quarantine_after_publish` does, once the caller's transaction is published."""
     started = time.perf_counter()
     # raw_location = "s3://..." (a site's too): new files into raw/, or left for the workers
-    mirror_raw_location(config, defer=options.get("load_fan_out") is not None)
+    defer = options.get("load_fan_out") is not None  # (what compaction replaced: not copied)
+    mirror_raw_location(config, defer=defer, replaced=replaced_in)
     references = read_references(config, known=published_allocation_files(config))
     listing = list_sample_files(config)
     listed = time.perf_counter()

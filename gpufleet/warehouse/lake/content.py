@@ -32,7 +32,7 @@ from gpufleet.warehouse.base.raw_tables import (
     literal_path,
 )
 from gpufleet.warehouse.base.sample_files import SampleFile
-from gpufleet.warehouse.lake.compacted_file import write_compacted
+from gpufleet.warehouse.lake.compacted_file import compacted_name, partition_day, write_compacted
 from gpufleet.warehouse.lake.replaced import replaced_files
 
 COMPACTED_PATH = re.compile(
@@ -53,6 +53,13 @@ def content_hash(path: Path) -> int:
 def is_compacted(path: str) -> bool:
     """Whether `path` (relative to the data directory) names a host-day's compacted file."""
     return COMPACTED_PATH.match(path) is not None
+
+
+def replaced_in(directory: Path) -> dict[str, int]:
+    """The collector files the compacted file of the host-day folder `directory`
+    (`.../samples/date=D/host=H`) replaced, size by name; empty when it has none."""
+    day = partition_day(directory.as_posix())
+    return {} if day is None else replaced_files(directory / compacted_name(day))
 
 
 @dataclass(frozen=True)

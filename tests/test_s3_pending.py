@@ -1,0 +1,72 @@
+"""The objects a Dask ingest leaves in the store (`gpufleet/integrations/pending.py`,
+docs/dask.md "What the pipeline host does not copy"), the store real (SeaweedFS): a crash
+between steps loses no sample and loads none twice, and the pending list is read safely."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.integrations import mirror
+from gpufleet.warehouse.ingest import ingest
+from gpufleet.warehouse.lake import compact
+from gpufleet.warehouse.publish import connect_read_only
+from tests.s3_stack import S3Store
+from tests.test_dask import _compacted, _loaded_files
+from tests.test_dask_s3 import NEW_DAYS, _configured, _in_process, _in_the_store, fleet, store
+
+pytest.importorskip("prefect_dask")
+pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.fleet]
+
+__all__ = ["fleet", "store"]  # the fixtures, shared with test_dask_s3.py
+
+
+def _new(path: str) -> bool:
+    return path.split("/")[2] in NEW_DAYS
+
+
+def _quarantined(config: Any) -> list[tuple[str, str]]:
+    with connect_read_only(config) as con:
+        return con.execute("select path, reason from quarantined_files").fetchall()
+
+
+def test_a_crash_after_the_swap_neither_copies_back_nor_quarantines(
+    fleet: Path, store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ingest that dies after the compacted files of the objects left in the store are
+    swapped in, before they are recorded as copied: the next ingest does not copy them back
+    beside the compacted file (to quarantine as changed), and loads the compacted files as
+    a clean ingest does."""
+    source, url = _in_the_store(fleet, store, tmp_path, None)  # (a prefix of its own)
+    results = {}
+    for crash in (False, True):
+        data_dir = tmp_path / ("crash" if crash else "clean")
+        shutil.copytree(source, data_dir)
+        config = _configured(data_dir, store, url, "")
+        compacting, loading = _in_process(config, [])
+        if crash:
+            settle = compact.settle_pending
+
+            def dies(*args: Any) -> None:
+                raise RuntimeError("the pipeline host died")
+
+            monkeypatch.setattr(compact, "settle_pending", dies)
+            with pytest.raises(RuntimeError, match="died"):
+                ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+            monkeypatch.setattr(compact, "settle_pending", settle)
+        result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+        results[crash] = result, _quarantined(config), _loaded_files(config), _compacted(config)
+        assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
+    crashed, clean = results[True], results[False]
+    assert crashed[1] == clean[1] == []
+    # The new days' files and rows as a clean ingest's (a compacted file loaded as a new
+    # file has no content hash; the first day's copies are no objects left in the store).
+    assert [row[:-1] for row in crashed[2] if _new(row[0])] == [
+        row[:-1] for row in clean[2] if _new(row[0])
+    ]
+    assert {p: rows for p, (_, rows) in crashed[3].items() if _new(p)} == {
+        p: rows for p, (_, rows) in clean[3].items() if _new(p)
+    }
