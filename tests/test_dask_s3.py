@@ -7,8 +7,11 @@ the workers read and compact (the mirror's copies watched, the store real). With
 run in this process: a site's objects compacted in their `host=H@<site>` folders as
 embedded, a host-day with a file that is no object (its compacted file beside a late file)
 compacted on the pipeline host, an object overwritten after its copy not read by a worker,
-and a batch a worker refuses (a bad object) copied for the host to load and quarantine as
-embedded, the other whole host-days not copied."""
+a batch a worker refuses (a bad object) copied for the host to load and quarantine as
+embedded, the other whole host-days not copied, and a load task that fails leaving those
+objects, unrecorded and without a folder, to the next ingest. Without a cluster: which
+objects the mirror leaves in the store (a new host-day that is over), and those of a day
+retention expired recorded, not listed again."""
 
 from __future__ import annotations
 
