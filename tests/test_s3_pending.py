@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
+from gpufleet.storage.s3 import s3_filesystem
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake import compact
 from gpufleet.warehouse.publish import connect_read_only
@@ -70,3 +72,38 @@ def test_a_crash_after_the_swap_neither_copies_back_nor_quarantines(
     assert {p: rows for p, (_, rows) in crashed[3].items() if _new(p)} == {
         p: rows for p, (_, rows) in clean[3].items() if _new(p)
     }
+
+
+def test_another_ingests_failed_mirror_leaves_this_ingests_pending_list(
+    fleet: Path, store: S3Store, tmp_path: Path
+) -> None:
+    """Two ingests at once: while one loads the objects it left in the store, another's
+    mirror fails (its store unreachable). The first still finds its pending list (to
+    compact and record them), and ends as an ingest alone does."""
+    source, url = _in_the_store(fleet, store, tmp_path, None)  # (a prefix of its own)
+    results = {}
+    for meanwhile in (False, True):
+        data_dir = tmp_path / ("meanwhile" if meanwhile else "alone")
+        shutil.copytree(source, data_dir)
+        config = _configured(data_dir, store, url, "")
+        compacting, loading = _in_process(config, [])
+        working = loading.run
+
+        def other_ingest(sent: Any, working: Any = working, config: Any = config) -> Any:
+            unreachable = s3_filesystem(endpoint_url="http://127.0.0.1:9", max_attempts=1)
+            with pytest.raises(GpufleetError, match="cannot read the raw files"):
+                mirror.mirror_raw_location(config, filesystem=unreachable, defer=True)
+            return working(sent)
+
+        if meanwhile:
+            loading.run = other_ingest
+        result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+        assert result.compaction is not None
+        results[meanwhile] = (
+            result.compaction.partitions,
+            _quarantined(config),
+            [row[:-1] for row in _loaded_files(config)],
+            {p: rows for p, (_, rows) in _compacted(config).items()},
+        )
+        assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
+    assert results[True] == results[False]

@@ -111,9 +111,9 @@ def mirror_raw_location(
     from gpufleet.integrations.pending import Pending, deferred, replaced_here, write_pending
 
     raw_dir = config.data_dir / "raw"
-    (raw_dir / PENDING_NAME).unlink(missing_ok=True)  # the last mirror's: listed again
     sources = raw_sources(config)
     if not sources:
+        (raw_dir / PENDING_NAME).unlink(missing_ok=True)
         return []
     record_path = raw_dir / RECORD_NAME
     records, lines = _read_record(record_path)
@@ -186,6 +186,7 @@ def mirror_raw_location(
         if left:
             logger.info("left %d new file(s) of %s for the Dask workers", left, location.url)
         results.append(MirrorResult(location.url, listed, copied, left))
+    # Replaced whole, not removed first: an ingest running meanwhile reads its list.
     write_pending(raw_dir, pending)
     if (
         lines > 2 * sum(map(len, keys.values())) + 1000
