@@ -9,6 +9,9 @@ that lock alone, that is until no other worker uses the server, removes the URL 
 only then leaves the harness, which stops the server. A worker that comes later starts a
 new one: the URL file is read, written and removed under a second lock, so a worker never
 gets the URL of a server that is stopping.
+
+The server runs without the services that no test uses (`SERVER_SETTINGS`): they cost
+CPU on every event and every idle second of a run that keeps the server for minutes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,25 @@ from typing import IO
 
 # How long the server's owner waits for the other workers to finish with it.
 OWNER_WAITS_S = 3600
+# Prefect's settings (prefect.settings.models.server) that the harness passes on to the
+# server's process. The tests read back flow runs, task runs (the task-run recorder writes
+# them from the clients' events) and artifacts, never events or logs through the API, and
+# create no automation, so the server runs:
+# - no event persister: it writes every event (3 a task run) to the database;
+# - no triggers: automations' reactive and proactive triggers (every 5 s) and their actions;
+# - no stream of events or logs out to websocket subscribers (`prefect events stream`);
+# - no registration of Prefect's block types as it starts (about 1 CPU s: it imports every
+#   installed collection, prefect-dask with Dask's distributed, and writes them all to the
+#   new database), nor its check whether they changed, which imports them all the same;
+#   no test saves a block (a client that saves one registers its type).
+SERVER_SETTINGS = {
+    "server.services.event_persister.enabled": False,
+    "server.services.triggers.enabled": False,
+    "server.events.stream_out_enabled": False,
+    "server.logs.stream_out_enabled": False,
+    "server.register_blocks_on_start": False,
+    "server.memoize_block_auto_registration": False,
+}
 
 
 @contextlib.contextmanager
@@ -47,6 +69,8 @@ def shared_prefect_server(folder: Path) -> Iterator[None]:
         with _locked(lock):
             owner = not url_file.exists()
             if owner:
+                # this process's settings too while the harness runs: only a server reads them
+                held.enter_context(prefect.settings.temporary_settings(updates=SERVER_SETTINGS))
                 held.enter_context(prefect_test_harness(server_startup_timeout=120))
                 url_file.write_text(str(prefect.settings.PREFECT_API_URL.value()))
             else:
