@@ -1,12 +1,20 @@
 """Whether a Prefect server records the runs of the commands (`gpufleet ingest`, `build`,
-`report`)."""
+`report`), and the one line that says a configured one did not answer."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpufleet.errors import GpufleetError
+
+if TYPE_CHECKING:
+    import httpx
 
 # Besides PREFECT_API_URL in the environment, where Prefect 3 reads its settings
 # (prefect.settings.sources): these variables choose a profile or the profiles file, and
@@ -50,3 +58,47 @@ def _settings_beyond_defaults() -> bool:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return True  # Prefect reads it (or fails on it) itself
     return "prefect" in pyproject.get("tool", {})
+
+
+@contextlib.contextmanager
+def configured_server_answers(otherwise: str) -> Iterator[None]:
+    """Turn the configured Prefect server not answering (refused, timed out, cut off) into
+    one GpufleetError line that names its URL and says to start it, or else to unset
+    PREFECT_API_URL and `otherwise`. Caught where it surfaces, so that a server that
+    answers costs no extra request; an error from any other address passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        url = _unanswered_api_url(exc)
+        if url is None:
+            raise
+        raise GpufleetError(
+            f"the Prefect server at {url} did not answer: start it (`prefect server start`), "
+            f"or unset PREFECT_API_URL {otherwise}"
+        ) from exc
+
+
+def _unanswered_api_url(exc: BaseException) -> str | None:
+    """The configured API URL when `exc` or an error it came from is a request to it that
+    got no answer (Prefect raises httpx's error, or a RuntimeError from it); else None."""
+    import httpx
+    from prefect.settings import get_current_settings
+
+    url = str(get_current_settings().api.url or "").rstrip("/")
+    unanswered = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while url and error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, unanswered) and _request_url(error).startswith(url):
+            return url
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _request_url(error: httpx.RequestError) -> str:
+    """The URL of the request an httpx error was raised for ("" when it names none)."""
+    try:
+        return str(error.request.url)
+    except RuntimeError:  # httpx's way of saying the error carries no request
+        return ""

@@ -26,11 +26,14 @@ def run_engine_or_flow(*, engine: Callable[[], object], flow: Callable[[], objec
     """Print what `flow` returns when a Prefect server is configured, else what `engine`
     returns, then its `failures` (a report's refused recipients), if it has any, as error
     lines: exit status 1. Each imports its own modules: the engine path never imports
-    Prefect."""
-    from gpufleet.flows.server import prefect_server_configured
+    Prefect. A configured server that does not answer fails in one line."""
+    from gpufleet.flows.server import configured_server_answers, prefect_server_configured
 
-    run = flow if prefect_server_configured() else engine
-    result = run()
+    if prefect_server_configured():
+        with configured_server_answers("to run the command without one"):
+            result = flow()
+    else:
+        result = engine()
     print(result)
     failures: tuple[str, ...] = getattr(result, "failures", ())
     for line in failures:
@@ -228,8 +231,10 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
 
 def run_serve(args: argparse.Namespace, config: Config) -> int:
     from gpufleet.flows.serve import serve
+    from gpufleet.flows.server import configured_server_answers
 
-    status = serve(config)
+    with configured_server_answers("to let serve start a temporary one of its own"):
+        status = serve(config)
     # What serve started has stopped: leave without the interpreter's teardown of Prefect's
     # modules, which takes seconds on a busy host and would make the 5 s stop late.
     sys.stdout.flush()
