@@ -4,6 +4,7 @@ between steps loses no sample and loads none twice, and the pending list is read
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,12 @@ import pytest
 
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
-from gpufleet.storage.s3 import s3_filesystem
+from gpufleet.integrations.pending import fetch_pending, read_pending
+from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake import compact
 from gpufleet.warehouse.publish import connect_read_only
-from tests.s3_stack import S3Store
+from tests.s3_stack import BUCKET, S3Store
 from tests.test_dask import _compacted, _loaded_files
 from tests.test_dask_s3 import NEW_DAYS, _configured, _in_process, _in_the_store, fleet, store
 
@@ -107,3 +109,85 @@ def test_another_ingests_failed_mirror_leaves_this_ingests_pending_list(
         )
         assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
     assert results[True] == results[False]
+
+
+HOSTILE_KEYS = (
+    "samples/date=2026-10-06/host=gpu-a/../../../../../escaped.parquet",
+    "samples/date=2026-10-06/host=../escaped.parquet",
+    "samples/date=2026-10-06/host=gpu-a/..%2F..%2Fescaped.parquet",
+    "samples/date=2026-10-06//host=gpu-a/escaped.parquet",
+    "samples/date=2026-10-06/host=gpu-a/x/../../../escaped.parquet",
+)
+
+
+def _outside(tmp_path: Path, data_dir: Path) -> list[str]:
+    """The files below `tmp_path` outside `data_dir/raw` (its configuration aside)."""
+    return sorted(
+        p.relative_to(tmp_path).as_posix()
+        for p in tmp_path.rglob("*")
+        if p.is_file() and not p.is_relative_to(data_dir / "raw") and p.name != "gpufleet.toml"
+    )
+
+
+def test_hostile_keys_never_leave_raw(store: S3Store, tmp_path: Path) -> None:
+    """Objects whose keys hold `..`, `//` or an escaped slash (those the client or the
+    store accepts): listed as pending or copied, neither the pending list nor a copy made
+    for the pipeline host names a path outside `<data_dir>/raw/`."""
+    url = f"s3://{BUCKET}/{tmp_path.name}"
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    location = S3Location.parse(url)
+    for key in HOSTILE_KEYS:
+        try:
+            with fs.open_output_stream(location.path(key)) as out:
+                out.write(b"not parquet")
+        except (OSError, ValueError):  # (pyarrow's ArrowInvalid: a `..` or empty part)
+            continue  # refused by the client or the store: nothing to list
+    data_dir = tmp_path / "data" / "deep" / "dir"
+    data_dir.mkdir(parents=True)
+    config = _configured(data_dir, store, url, "")
+    mirror.mirror_raw_location(config, defer=True)
+    entries = read_pending(config)
+    assert entries  # (`host=..` is a folder's name like any other)
+    fetch_pending(config, [entry.path for entry in entries])
+    assert _outside(tmp_path, data_dir) == []
+
+
+def test_a_damaged_pending_list_is_read_safely(store: S3Store, tmp_path: Path) -> None:
+    """A pending list with a torn line, bytes that are no UTF-8, and a line whose path
+    leads out of raw/ (the file edited or damaged): the good line is read, the others are
+    left out (their objects listed again by the next mirror), and nothing is copied
+    outside `<data_dir>/raw/`."""
+    url = f"s3://{BUCKET}/{tmp_path.name}"
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    location = S3Location.parse(url)
+    key = "samples/date=2026-10-06/host=gpu-a/a.parquet"
+    with fs.open_output_stream(location.path(key)) as out:
+        out.write(b"not parquet")
+    data_dir = tmp_path / "data" / "deep" / "dir"
+    data_dir.mkdir(parents=True)
+    config = _configured(data_dir, store, url, "")
+    mirror.mirror_raw_location(config, defer=True)
+    pending = data_dir / "raw" / mirror.PENDING_NAME
+    (good,) = pending.read_text(encoding="utf-8").splitlines()
+    line = json.loads(good)
+    escaping = [
+        {**line, "path": "raw/samples/date=2026-10-06/host=gpu-a/../../../../../../b.parquet"},
+        {**line, "path": str(tmp_path / "absolute.parquet")},
+        {**line, "path": "raw/../c.parquet"},
+    ]
+    pending.write_bytes(
+        b"\n".join(
+            [
+                good.encode(),
+                good.encode()[:40],  # torn
+                b"\xff\xfe" + good.encode(),  # no UTF-8
+                *(json.dumps(item).encode() for item in escaping),
+            ]
+        )
+        + b"\n"
+    )
+    entries = read_pending(config)
+    assert [entry.path for entry in entries] == [line["path"]]
+    fetch_pending(config, [item["path"] for item in [line, *escaping]])
+    assert _outside(tmp_path, data_dir) == []
+    assert (data_dir / line["path"]).read_bytes() == b"not parquet"

@@ -141,7 +141,8 @@ def read_pending(config: Config) -> list[Pending]:
     by another way), by path; none when the last mirror deferred nothing."""
     found: list[Pending] = []
     try:
-        text = pending_path(config).read_text(encoding="utf-8")
+        # (bytes that are no UTF-8, a damaged file: their lines left out as torn ones)
+        text = pending_path(config).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return found
     for line in text.splitlines():
@@ -157,6 +158,9 @@ def read_pending(config: Config) -> list[Pending]:
             )
         except (ValueError, KeyError, TypeError):
             continue  # a torn line: its object is listed again by the next mirror
+        parts = entry.path.split("/")
+        if parts[:2] != ["raw", "samples"] or {"", ".", ".."} & set(parts):
+            continue  # (an edited line) its copy would be outside raw/samples/: left out
         if not (config.data_dir / entry.path).exists():
             found.append(entry)
     return sorted(found, key=lambda entry: entry.path)
