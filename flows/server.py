@@ -10,6 +10,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from gpufleet.errors import GpufleetError
 
@@ -73,7 +74,8 @@ def configured_server_answers(otherwise: str) -> Iterator[None]:
         if url is None:
             raise
         raise GpufleetError(
-            f"the Prefect server at {url} did not answer: start it (`prefect server start`), "
+            f"the Prefect server at {_without_password(url)} did not answer: start it "
+            "(`prefect server start`), "
             f"or unset PREFECT_API_URL {otherwise}"
         ) from exc
 
@@ -94,6 +96,16 @@ def _unanswered_api_url(exc: BaseException) -> str | None:
             return url
         error = error.__cause__ or error.__context__
     return None
+
+
+def _without_password(url: str) -> str:
+    """`url` with the password of its user part, if any, shown as `***`: the line may go
+    to a log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + parts.netloc.rsplit("@", 1)[1]))
 
 
 def _request_url(error: httpx.RequestError) -> str:

@@ -107,3 +107,19 @@ def test_only_the_configured_server_not_answering_becomes_that_line(dead_api_url
     assert str(raised.value) == (
         f"the Prefect server at {dead_api_url} did not answer: {START_IT} to go on"
     )
+
+
+def test_the_line_never_shows_the_password_of_a_url_with_credentials(dead_api_url: str) -> None:
+    """A PREFECT_API_URL that carries a user and password (a proxy's basic auth) is named
+    with its password as `***`: the line may end up in a log."""
+    with_password = dead_api_url.replace("http://", "http://ops:s3cret@")
+    ours = httpx.Request("GET", f"{with_password}/flow_runs")
+    with (
+        temporary_settings(updates={PREFECT_API_URL: with_password}),
+        pytest.raises(GpufleetError) as raised,
+        configured_server_answers("to go on"),
+    ):
+        raise httpx.ConnectError("Connection refused", request=ours)
+    shown = dead_api_url.replace("http://", "http://ops:***@")
+    assert str(raised.value) == f"the Prefect server at {shown} did not answer: {START_IT} to go on"
+    assert "s3cret" not in str(raised.value)
