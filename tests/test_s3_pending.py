@@ -20,7 +20,16 @@ from gpufleet.warehouse.lake import compact
 from gpufleet.warehouse.publish import connect_read_only
 from tests.s3_stack import BUCKET, S3Store
 from tests.test_dask import _compacted, _loaded_files
-from tests.test_dask_s3 import NEW_DAYS, _configured, _in_process, _in_the_store, fleet, store
+from tests.test_dask_s3 import (
+    NEW_DAYS,
+    _configured,
+    _in_process,
+    _in_the_store,
+    _noting_copies,
+    _of_new_days,
+    fleet,
+    store,
+)
 
 pytest.importorskip("prefect_dask")
 pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.fleet]
@@ -30,6 +39,11 @@ __all__ = ["fleet", "store"]  # the fixtures, shared with test_dask_s3.py
 
 def _new(path: str) -> bool:
     return path.split("/")[2] in NEW_DAYS
+
+
+def _listed_pending(config: Any) -> list[Any]:
+    mirror.mirror_raw_location(config, defer=True)
+    return read_pending(config)
 
 
 def _quarantined(config: Any) -> list[tuple[str, str]]:
@@ -191,3 +205,78 @@ def test_a_damaged_pending_list_is_read_safely(store: S3Store, tmp_path: Path) -
     fetch_pending(config, [item["path"] for item in [line, *escaping]])
     assert _outside(tmp_path, data_dir) == []
     assert (data_dir / line["path"]).read_bytes() == b"not parquet"
+
+
+def test_an_object_deleted_after_the_listing_fails_the_ingest_in_one_line(
+    fleet: Path, store: S3Store, tmp_path: Path
+) -> None:
+    """An object left in the store deleted between the mirror's listing and the workers'
+    read: the ingest fails in one line naming it, before anything is published, and the
+    next ingest loads the others, still without copying them."""
+    source, url = _in_the_store(fleet, store, tmp_path, None)  # (a prefix of its own)
+    data_dir = tmp_path / "deleted"
+    shutil.copytree(source, data_dir)
+    config = _configured(data_dir, store, url, "")
+    loaded = _loaded_files(config)
+    compacting, loading = _in_process(config, [])
+    working = loading.run
+    fs = s3_filesystem(endpoint_url=store.endpoint_url)
+    key = min(
+        entry.key for entry in _listed_pending(config) if entry.key.split("/")[1] == NEW_DAYS[0]
+    )
+
+    def deleting(sent: Any) -> Any:
+        fs.delete_file(S3Location.parse(url).path(key))
+        return working(sent)
+
+    loading.run = deleting
+    with pytest.raises(GpufleetError) as failed:
+        ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+    assert key in str(failed.value) and "\n" not in str(failed.value)
+    assert _loaded_files(config) == loaded
+    loading.run = working
+    result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+    assert result.compaction is not None and _quarantined(config) == []
+    assert not any(key.rsplit("/", 1)[1] in row[0] for row in _loaded_files(config))
+
+
+def test_another_ingests_mirror_meanwhile_keeps_the_listed_times(
+    fleet: Path, store: S3Store, tmp_path: Path
+) -> None:
+    """Two ingests at once: while one loads the objects it left in the store, another's
+    mirror lists them again. Each keeps the time it was first listed (as a copy keeps its
+    copy's time), so the first ingest still compacts them from the workers' files, copies
+    none of them, and ends as an ingest alone does."""
+    source, url = _in_the_store(fleet, store, tmp_path, None)  # (a prefix of its own)
+    results = {}
+    copy = mirror._copy
+    for meanwhile in (False, True):
+        data_dir = tmp_path / ("meanwhile" if meanwhile else "alone")
+        shutil.copytree(source, data_dir)
+        config = _configured(data_dir, store, url, "")
+        compacting, loading = _in_process(config, [])
+        working = loading.run
+
+        def other_ingest(sent: Any, working: Any = working, config: Any = config) -> Any:
+            (other,) = mirror.mirror_raw_location(config, defer=True)
+            assert other.pending > 0
+            return working(sent)
+
+        if meanwhile:
+            loading.run = other_ingest
+        copied: list[str] = []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(mirror, "_copy", _noting_copies(copy, copied))
+            result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+        assert result.compaction is not None
+        results[meanwhile] = (
+            result.compaction.partitions,
+            result.compaction.from_load,
+            _of_new_days(copied),
+            _quarantined(config),
+            [row[:-1] for row in _loaded_files(config)],
+            {p: rows for p, (_, rows) in _compacted(config).items()},
+        )
+        assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
+    assert results[True] == results[False]
+    assert results[True][2] == []

@@ -6,7 +6,7 @@ workers read such host-days from the store and the compacted file replaces them,
 pipeline host's copy would serve no one. The mirror lists them instead in
 `<data_dir>/raw/.s3-pending.jsonl` (rewritten by every mirror: what a failed ingest left
 there is listed again by the next), a line per object with the store's size and
-last-modified time and the time it was listed. From there:
+last-modified time and the time it was first listed (`write_pending`). From there:
 
 - the ingest's listing lists each as the file it would be (`raw/samples/...`: the store's
   size, and the time it was listed, as a copy's time is when it was copied), and
@@ -28,8 +28,8 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -70,6 +70,11 @@ class Pending:
         """The object as a Dask worker is sent it (no ETag: the listing gives none)."""
         path = S3Location.parse(self.location).path(self.key)
         return StoredObject(relative=self.path, path=path, size_bytes=self.size_bytes, etag="")
+
+    @property
+    def listed_as(self) -> tuple[str, str, int, int]:
+        """The object as the store lists it: the same one while none of these changes."""
+        return (self.location, self.key, self.size_bytes, self.mtime_ns)
 
     @property
     def directory(self) -> str:
@@ -139,12 +144,19 @@ def pending_path(config: Config) -> Path:
 def read_pending(config: Config) -> list[Pending]:
     """The objects listed and not copied whose copy is not there (since fetched, or there
     by another way), by path; none when the last mirror deferred nothing."""
-    found: list[Pending] = []
+    return sorted(
+        (e for e in _entries(pending_path(config)) if not (config.data_dir / e.path).exists()),
+        key=lambda entry: entry.path,
+    )
+
+
+def _entries(path: Path) -> Iterator[Pending]:
+    """The pending list's lines, each read whole and naming a path below raw/samples/."""
     try:
         # (bytes that are no UTF-8, a damaged file: their lines left out as torn ones)
-        text = pending_path(config).read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return found
+        return
     for line in text.splitlines():
         try:
             item = json.loads(line)
@@ -161,9 +173,7 @@ def read_pending(config: Config) -> list[Pending]:
         parts = entry.path.split("/")
         if parts[:2] != ["raw", "samples"] or {"", ".", ".."} & set(parts):
             continue  # (an edited line) its copy would be outside raw/samples/: left out
-        if not (config.data_dir / entry.path).exists():
-            found.append(entry)
-    return sorted(found, key=lambda entry: entry.path)
+        yield entry
 
 
 def pending_by_directory(config: Config) -> dict[str, dict[str, tuple[int, int]]]:
@@ -242,9 +252,13 @@ def _record(config: Config, done: list[tuple[Pending, mirror.Copied]]) -> None:
 
 
 def write_pending(raw_dir: Path, entries: Iterable[Pending]) -> None:
-    """The pending list, replaced whole (none: removed)."""
+    """The pending list, replaced whole (none: removed). An object listed before as it is
+    (the same size and last-modified time) keeps the time it was first listed, as a copy
+    keeps its copy's time: an ingest running meanwhile finds its files as it loaded them."""
     path = raw_dir / mirror.PENDING_NAME
-    lines = [entry.line + "\n" for entry in entries]
+    first = {entry.listed_as: entry.listed_ns for entry in _entries(path)}
+    kept = [replace(e, listed_ns=first.get(e.listed_as, e.listed_ns)) for e in entries]
+    lines = [entry.line + "\n" for entry in kept]
     if not lines:
         path.unlink(missing_ok=True)
         return
