@@ -31,16 +31,15 @@ OWNER_WAITS_S = 3600
 # create no automation, so the server runs:
 # - no event persister: it writes every event (3 a task run) to the database;
 # - no triggers: automations' reactive and proactive triggers (every 5 s) and their actions;
-# - no stream of events or logs out to websocket subscribers (`prefect events stream`);
 # - no registration of Prefect's block types as it starts (about 1 CPU s: it imports every
 #   installed collection, prefect-dask with Dask's distributed, and writes them all to the
 #   new database), nor its check whether they changed, which imports them all the same;
 #   no test saves a block (a client that saves one registers its type).
+# The events and logs streamed out to websocket subscribers stay: they cost nothing
+# measurable, and a served runner hears of a run's cancellation through them.
 SERVER_SETTINGS = {
     "server.services.event_persister.enabled": False,
     "server.services.triggers.enabled": False,
-    "server.events.stream_out_enabled": False,
-    "server.logs.stream_out_enabled": False,
     "server.register_blocks_on_start": False,
     "server.memoize_block_auto_registration": False,
 }
