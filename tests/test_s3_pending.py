@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
-from gpufleet.integrations.pending import fetch_pending, read_pending
+from gpufleet.integrations.pending import Pending, fetch_pending, read_pending, write_pending
 from gpufleet.storage.s3 import S3Location, s3_filesystem
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake import compact
@@ -280,3 +281,46 @@ def test_another_ingests_mirror_meanwhile_keeps_the_listed_times(
         assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
     assert results[True] == results[False]
     assert results[True][2] == []
+
+
+def test_two_writers_of_the_pending_list_at_once(tmp_path: Path) -> None:
+    """Two ingests write the pending list at once (one's mirror, the other's record of the
+    objects it compacted or copied): neither fails, and the list is always one of theirs,
+    whole. Each had its temporary file of one name: one renamed the other's, half
+    written, and the other's rename then failed (FileNotFoundError)."""
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+
+    def entries(count: int) -> list[Pending]:
+        return [
+            Pending(
+                location=f"s3://{BUCKET}/fleet",
+                key=f"samples/date=2026-10-06/host=gpu-a/{n}.parquet",
+                path=f"raw/samples/date=2026-10-06/host=gpu-a/{n}.parquet",
+                size_bytes=n,
+                mtime_ns=n,
+                listed_ns=n,
+            )
+            for n in range(count)
+        ]
+
+    failures: list[BaseException] = []
+    read: set[int] = set()
+
+    def write(count: int) -> None:
+        listed = entries(count)
+        try:
+            for _ in range(200):
+                write_pending(raw_dir, listed)
+                read.add(len((raw_dir / mirror.PENDING_NAME).read_text().splitlines()))
+        except BaseException as exc:
+            failures.append(exc)
+
+    writers = [threading.Thread(target=write, args=(count,)) for count in (50, 400)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert failures == []
+    assert read <= {50, 400}
+    assert not [p.name for p in raw_dir.iterdir() if p.name != mirror.PENDING_NAME]
