@@ -56,17 +56,17 @@ def test_a_crash_after_the_swap_neither_copies_back_nor_quarantines(
     fleet: Path, store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ingest that dies after the compacted files of the objects left in the store are
-    swapped in, before they are recorded as copied: the next ingest does not copy them back
-    beside the compacted file (to quarantine as changed), and loads the compacted files as
-    a clean ingest does."""
+    swapped in, before they are recorded as copied: the next ingest, on Dask or embedded
+    (`[compute] dask` switched off since), does not copy them back beside the compacted
+    file (to quarantine as changed), and loads the compacted files as a clean ingest does."""
     source, url = _in_the_store(fleet, store, tmp_path, None)  # (a prefix of its own)
     results = {}
-    for crash in (False, True):
-        data_dir = tmp_path / ("crash" if crash else "clean")
+    for then in ("clean", "dask", "embedded"):
+        data_dir = tmp_path / then
         shutil.copytree(source, data_dir)
         config = _configured(data_dir, store, url, "")
         compacting, loading = _in_process(config, [])
-        if crash:
+        if then != "clean":
             settle = compact.settle_pending
 
             def dies(*args: Any) -> None:
@@ -76,19 +76,26 @@ def test_a_crash_after_the_swap_neither_copies_back_nor_quarantines(
             with pytest.raises(RuntimeError, match="died"):
                 ingest(config, compact_fan_out=compacting, load_fan_out=loading)
             monkeypatch.setattr(compact, "settle_pending", settle)
-        result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
-        results[crash] = result, _quarantined(config), _loaded_files(config), _compacted(config)
+        if then == "embedded":
+            result = ingest(config)
+        else:
+            result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
+        assert result.compaction is not None
+        results[then] = _quarantined(config), _loaded_files(config), _compacted(config)
         assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
-    crashed, clean = results[True], results[False]
-    assert crashed[1] == clean[1] == []
-    # The new days' files and rows as a clean ingest's (a compacted file loaded as a new
-    # file has no content hash; the first day's copies are no objects left in the store).
-    assert [row[:-1] for row in crashed[2] if _new(row[0])] == [
-        row[:-1] for row in clean[2] if _new(row[0])
-    ]
-    assert {p: rows for p, (_, rows) in crashed[3].items() if _new(p)} == {
-        p: rows for p, (_, rows) in clean[3].items() if _new(p)
-    }
+    clean = results["clean"]
+    for then in ("dask", "embedded"):
+        crashed = results[then]
+        assert crashed[0] == clean[0] == [], then
+        # The new days' files and rows as a clean ingest's (a compacted file loaded as a
+        # new file has no content hash; the first day's copies are no objects left in the
+        # store).
+        assert [row[:-1] for row in crashed[1] if _new(row[0])] == [
+            row[:-1] for row in clean[1] if _new(row[0])
+        ], then
+        assert {p: rows for p, (_, rows) in crashed[2].items() if _new(p)} == {
+            p: rows for p, (_, rows) in clean[2].items() if _new(p)
+        }, then
 
 
 def test_another_ingests_failed_mirror_leaves_this_ingests_pending_list(
