@@ -331,3 +331,38 @@ def test_two_writers_of_the_pending_list_at_once(tmp_path: Path) -> None:
     assert failures == []
     assert read <= {50, 400}
     assert not [p.name for p in raw_dir.iterdir() if p.name != mirror.PENDING_NAME]
+
+
+def test_two_mirrors_rewriting_the_copy_record_at_once(tmp_path: Path) -> None:
+    """Two ingests' mirrors rewrite the record of copied objects at once (the mirror runs
+    before the writer's lock): neither fails and the record is always one of theirs, whole.
+    The record's new file had one temporary name: one mirror renamed the other's, half
+    written, and the other's rename failed with a traceback (FileNotFoundError)."""
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+    location = f"s3://{BUCKET}/fleet"
+    failures: list[BaseException] = []
+    read: set[int] = set()
+
+    def rewrite(count: int) -> None:
+        records = {
+            location: {
+                f"samples/date=2026-10-06/host=gpu-a/{n}.parquet": mirror.Copied(n, n, f"e{n}")
+                for n in range(count)
+            }
+        }
+        try:
+            for _ in range(200):
+                mirror._rewrite_record(raw_dir / mirror.RECORD_NAME, records)
+                read.add(len(mirror._read_record(raw_dir / mirror.RECORD_NAME)[0][location]))
+        except BaseException as exc:
+            failures.append(exc)
+
+    writers = [threading.Thread(target=rewrite, args=(count,)) for count in (50, 400)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert failures == []
+    assert read <= {50, 400}
+    assert [p.name for p in raw_dir.iterdir()] == [mirror.RECORD_NAME]

@@ -38,6 +38,7 @@ from gpufleet.collectors.schema import folder_host, host_folder
 from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
+from gpufleet.integrations.whole_file import replace_lines
 from gpufleet.storage.s3 import S3Location, StoredObject, describe_error, s3_filesystem
 
 logger = logging.getLogger("gpufleet.ingest")
@@ -388,12 +389,12 @@ def _read_record(path: Path) -> tuple[dict[str, dict[str, Copied]], int]:
 def _rewrite_record(path: Path, records: dict[str, dict[str, Copied]]) -> None:
     """The record of the objects listed now, one line each (a location no longer configured
     goes: the record serves the configured locations alone)."""
-    temporary = path.with_name(f"{path.name}.tmp")
-    with temporary.open("w", encoding="utf-8") as out:
-        for url, record in records.items():
-            location = S3Location.parse(url)
-            for key, seen in record.items():
-                out.write(json.dumps(_line(location, key, seen)) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
+    # a name of its own for the new file: two ingests' mirrors may rewrite it at once
+    replace_lines(
+        path,
+        (
+            json.dumps(_line(S3Location.parse(url), key, seen)) + "\n"
+            for url, record in records.items()
+            for key, seen in record.items()
+        ),
+    )

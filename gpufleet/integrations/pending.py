@@ -24,11 +24,9 @@ last-modified time and the time it was first listed (`write_pending`). From ther
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -40,6 +38,7 @@ from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
+from gpufleet.integrations.whole_file import replace_lines
 from gpufleet.storage.s3 import S3Location, StoredObject, describe_error, s3_filesystem
 
 
@@ -264,15 +263,4 @@ def write_pending(raw_dir: Path, entries: Iterable[Pending]) -> None:
     if not lines:
         path.unlink(missing_ok=True)
         return
-    # A temporary name of its own: two ingests may write the list at once.
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=raw_dir)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.writelines(lines)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    replace_lines(path, lines)  # two ingests may write the list at once
