@@ -26,6 +26,7 @@ from gpufleet.warehouse.lake.content import (
     same_rows_as_warehouse,
     settle_compacted,
 )
+from gpufleet.warehouse.lake.interrupted import record_interrupted_swaps
 from gpufleet.warehouse.lake.replaced import replaced_files
 from gpufleet.warehouse.raw.quarantine import (
     QUARANTINE_CHANGED,
@@ -76,7 +77,9 @@ def check_listing(
     file of a compacted host-day that the compacted file replaced and that came back with
     other content (`lake/replaced.py`). Files of the UTC dates retention expired are left
     out: loaded, the next build would only delete them again. `unreadable`: what the
-    listing could not read, each named in a warning."""
+    listing could not read, each named in a warning. First, a compaction swapped in by an
+    ingest that died before recording it is recorded (`lake/interrupted.py`)."""
+    record_interrupted_swaps(con, config, files)
     cut = expired_before(con)
     listed = _compare(con, config, files, cut)
     listed_again = 0

@@ -1,0 +1,148 @@
+"""A compaction whose swap outlived its ingest: recorded by the next one.
+
+Compaction swaps a host-day's compacted file in for its collector files on disk, then
+records the swap in `loaded_files`, in the ingest's transaction (`compact.py`). An ingest
+that dies between the two leaves the swap done and unrecorded: `loaded_files` lists
+collector files that are gone, and not their compacted file. Left so, the next ingest
+would load the compacted file as a new file, and the host-day, its recorded files never
+all present again, would never be compacted again.
+
+`record_interrupted_swaps` finds such host-days before the next ingest judges its listing:
+every collector file recorded there is gone, and named, at the size it was loaded, among
+the files the compacted file replaced (`replaced.py`). Their rows in `loaded_files` (and
+the compacted file's own, from a compaction before) give way to one for the compacted
+file, as the interrupted compaction would have recorded it, when each of its samples is
+already the warehouse's. Otherwise (it also holds the samples of a file the dead ingest
+loaded, lost with its transaction) the rows of the gone files go, and the compacted file
+is loaded as a new file: its samples not yet there are added, and none twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import duckdb
+import pyarrow as pa
+
+from gpufleet.config import Config
+from gpufleet.console import printable
+from gpufleet.integrations.pending import read_pending
+from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.lake.content import content_hash, is_compacted, same_rows_as_warehouse
+from gpufleet.warehouse.lake.replaced import replaced_files
+
+logger = logging.getLogger("gpufleet.ingest")
+
+
+def record_interrupted_swaps(
+    con: duckdb.DuckDBPyConnection, config: Config, files: Sequence[SampleFile]
+) -> int:
+    """Record the compacted file of each host-day of the listing `files` whose swap was
+    not recorded (the module's docstring); how many host-days. Host-days with objects
+    left in the store (`integrations/pending.py`) are left to their own recovery."""
+    compacted = {f.directory: f for f in files if is_compacted(f.path)}
+    if not compacted:
+        return 0
+    con.register(
+        "_listed_compacted",
+        pa.table(
+            {
+                "folder": pa.array(list(compacted), pa.string()),
+                "path": pa.array([f.path for f in compacted.values()], pa.string()),
+                "size_bytes": pa.array([f.size_bytes for f in compacted.values()], pa.int64()),
+                "mtime_ns": pa.array([f.mtime_ns for f in compacted.values()], pa.int64()),
+            }
+        ),
+    )
+    try:
+        # Folders holding a listed compacted file, with collector files recorded, and the
+        # compacted file itself unrecorded or recorded as another file.
+        rows = con.execute(
+            """
+            select listed.folder, list((loaded.path, loaded.size_bytes) order by loaded.path)
+            from loaded_files as loaded
+            inner join _listed_compacted as listed
+                on regexp_extract(loaded.path, '^(.*)/[^/]+$', 1) = listed.folder
+            group by listed.folder, listed.path, listed.size_bytes, listed.mtime_ns
+            having bool_or(loaded.path <> listed.path)
+                and not bool_or(
+                    loaded.path = listed.path
+                    and loaded.size_bytes = listed.size_bytes
+                    and loaded.mtime_ns = listed.mtime_ns
+                )
+            order by listed.folder
+            """
+        ).fetchall()
+    finally:
+        con.unregister("_listed_compacted")
+    if not rows:
+        return 0
+    pending = {item.directory for item in read_pending(config)}
+    recorded = 0
+    for folder, loaded in rows:
+        file = compacted[folder]
+        if folder in pending or not _swapped(config, file, dict(loaded)):
+            continue
+        _record_swap(con, config, file, [path for path, _ in loaded])
+        recorded += 1
+    return recorded
+
+
+def _swapped(config: Config, compacted: SampleFile, loaded: dict[str, int]) -> bool:
+    """Whether every collector file recorded in the folder (`loaded`: size by path) is gone
+    and named, at that size, among those `compacted` replaced."""
+    try:
+        present = set(os.listdir(config.data_dir / compacted.directory))
+    except OSError:
+        return False
+    replaced = replaced_files(config.data_dir / compacted.path)
+    collectors = {path: size for path, size in loaded.items() if path != compacted.path}
+    return bool(collectors) and all(
+        name not in present and replaced.get(name) == size
+        for name, size in ((path.rsplit("/", 1)[-1], size) for path, size in collectors.items())
+    )
+
+
+def _record_swap(
+    con: duckdb.DuckDBPyConnection, config: Config, compacted: SampleFile, paths: list[str]
+) -> None:
+    """Replace the rows of `paths` in `loaded_files` with one for `compacted`, as
+    compaction records it (`_record` in `compact.py`), when its samples are the
+    warehouse's; else only remove them (it is then loaded as a new file)."""
+    total = con.execute(
+        "select sum(row_count), min(min_ts), max(max_ts) from loaded_files"
+        " where path in (select unnest($paths))",
+        {"paths": paths},
+    ).fetchone()
+    con.execute("delete from loaded_files where path in (select unnest($paths))", {"paths": paths})
+    shown = printable(compacted.path)
+    if total is None or not same_rows_as_warehouse(con, config, compacted.path):
+        logger.warning(
+            "ingest: %s replaced %s recorded files in a compaction its ingest did not live to "
+            "record, and holds samples the warehouse lacks: loaded as a new file",
+            shown,
+            len(paths),
+        )
+        return
+    con.execute(
+        "insert into loaded_files (path, size_bytes, mtime_ns, row_count, min_ts, max_ts,"
+        " loaded_at, content_hash) values ($path, $size, $mtime, $rows, $first, $last, now(),"
+        " $hash)",
+        {
+            "path": compacted.path,
+            "size": compacted.size_bytes,
+            "mtime": compacted.mtime_ns,
+            "rows": total[0],
+            "first": total[1],
+            "last": total[2],
+            "hash": content_hash(config.data_dir / compacted.path),
+        },
+    )
+    logger.info(
+        "ingest: %s recorded in place of the %s files it replaced in a compaction its "
+        "ingest did not live to record",
+        shown,
+        len(paths),
+    )
