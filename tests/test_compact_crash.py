@@ -66,15 +66,19 @@ def _dies(*args: Any, **kwargs: Any) -> None:
     raise RuntimeError("killed after the swap")
 
 
-@pytest.mark.parametrize("before", ["collector files", "compacted and a late file"])
+@pytest.mark.parametrize(
+    "before", ["collector files", "compacted and a late file", "a late file new to it"]
+)
 def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str
 ) -> None:
     """A host-day loaded by an earlier ingest (its collector files; or its compacted file
-    and a late file) is compacted by an ingest killed right after the swap, before
-    `loaded_files` records it. The next ingest loads nothing again, and leaves
-    loaded_files, the lake's files and the marts as an uninterrupted ingest does; the
-    host-day, compacted, is never compacted again."""
+    and a late file; or its collector files, and a late file the killed ingest loads) is
+    compacted by an ingest killed right after the swap, before `loaded_files` records it.
+    The next ingest loads nothing again (but the late file's samples, lost with the killed
+    ingest's transaction, from the compacted file), and leaves loaded_files, the lake's
+    files and the marts as an uninterrupted ingest does; the host-day, compacted, is never
+    compacted again."""
     source = Config(data_dir=tmp_path / "source")
     _write(source, "a.parquet", 0, ("GPU-a", "GPU-b"))
     _write(source, "b.parquet", 10, ("GPU-a", "GPU-b"))
@@ -83,9 +87,12 @@ def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
         ingest(source, today=NEXT)  # compacted from its files (not from the load: no lake)
         _write(source, "late.parquet", 0, ("GPU-c",))
         ingest(source, today=NEXT, compact=False)
+    if before == "a late file new to it":  # loaded by the killed ingest, with its rollback lost
+        _write(source, "late.parquet", 0, ("GPU-c",))
     folder = source.samples_dir / f"date={DAY}" / "host=node-1"
     recorded = [row[0].rsplit("/", 1)[-1] for row in _loaded_files(source)]
-    assert recorded == sorted(p.name for p in folder.iterdir())  # two files, both recorded
+    new = {"late.parquet"} if before == "a late file new to it" else set()
+    assert recorded == sorted(p.name for p in folder.iterdir() if p.name not in new)
 
     ended = {}
     for then in ("uninterrupted", "killed"):
@@ -101,7 +108,10 @@ def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
         else:
             ingest(config, today=NEXT)
         after = ingest(config, today=NEXT)
-        assert after.files_loaded == 0 and after.samples_loaded == 0, then
+        if new and then == "killed":  # its samples, lost with the killed ingest's rollback
+            assert (after.files_loaded, after.samples_loaded) == (1, 30)
+        else:
+            assert after.files_loaded == 0 and after.samples_loaded == 0, then
         assert after.compaction is not None and after.compaction.partitions == 0, then
         build(config)
         ended[then] = _loaded_files(config), _lake(config), _marts(config)

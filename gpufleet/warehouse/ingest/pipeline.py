@@ -123,7 +123,7 @@ def load_samples(
     waited = on_workers = 0.0
 
     def add(outcome: BatchOutcome) -> None:
-        record_loaded(con, outcome.loaded, now)
+        record_loaded(con, config, outcome.loaded, now)
         total.add(outcome)
 
     if fan_out is not None and ahead is not None:

@@ -2,7 +2,8 @@
 restore that changes only a file's mtime changes nothing in the warehouse.
 
 A compacted file is gpufleet's own: `loaded_files.content_hash` keeps the CRC-32 of its
-bytes as compaction wrote it, and a compacted file found with another mtime is read again.
+bytes as compaction wrote it (or as loaded, one loaded as a new file: `raw/loaded.py`), and
+a compacted file found with another mtime is read again.
 The same size and CRC-32 is the same file (its new mtime is recorded); anything else is an
 edit. An edit is never quarantined, as a lake file is part of the warehouse: a file whose
 samples are still in `samples_stored` is written again from them; a file of the lake (its

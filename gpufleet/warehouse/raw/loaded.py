@@ -21,6 +21,7 @@ from gpufleet.warehouse.base.sample_files import LoadedFile, SampleFile, Unreada
 from gpufleet.warehouse.build.retention import expired_before, in_partition_before
 from gpufleet.warehouse.lake.content import (
     ChangedFile,
+    content_hash,
     is_compacted,
     record_same,
     same_rows_as_warehouse,
@@ -261,27 +262,34 @@ def _ns_iso(ns: int) -> str:
 
 def record_loaded(
     con: duckdb.DuckDBPyConnection,
+    config: Config,
     loaded: Sequence[LoadedFile],
     loaded_at: dt.datetime,
 ) -> None:
-    """Add the loaded files to `loaded_files` in one insert."""
+    """Add the loaded files to `loaded_files` in one insert; a compacted file loaded as a
+    new file (copied from another warehouse's lake; swapped in by an ingest that died with
+    samples the warehouse lacks: `lake/interrupted.py`) with its content hash, as
+    compaction records it (`lake/content.py`)."""
     ts = pa.timestamp("us", tz="UTC")
+    paths = [item.file.path for item in loaded]
+    hashes = [content_hash(config.data_dir / p) if is_compacted(p) else None for p in paths]
     table = pa.table(
         {
-            "path": pa.array([item.file.path for item in loaded], pa.string()),
+            "path": pa.array(paths, pa.string()),
             "size_bytes": pa.array([item.file.size_bytes for item in loaded], pa.int64()),
             "mtime_ns": pa.array([item.file.mtime_ns for item in loaded], pa.int64()),
             "row_count": pa.array([item.row_count for item in loaded], pa.int64()),
             "min_ts": pa.array([item.min_ts for item in loaded], ts),
             "max_ts": pa.array([item.max_ts for item in loaded], ts),
             "loaded_at": pa.array([loaded_at] * len(loaded), ts),
+            "content_hash": pa.array(hashes, pa.int64()),
         }
     )
     con.register("_ingest_loaded", table)
     try:
         con.execute(
             "insert into loaded_files (path, size_bytes, mtime_ns, row_count, min_ts, max_ts, "
-            "loaded_at) select * from _ingest_loaded"
+            "loaded_at, content_hash) select * from _ingest_loaded"
         )
     finally:
         con.unregister("_ingest_loaded")
