@@ -10,8 +10,8 @@ only then leaves the harness, which stops the server. A worker that comes later 
 new one: the URL file is read, written and removed under a second lock, so a worker never
 gets the URL of a server that is stopping.
 
-The server runs without the services that no test uses (`SERVER_SETTINGS`): they cost
-CPU on every event and every idle second of a run that keeps the server for minutes.
+The server runs without the services that no test uses (`SERVER_SETTINGS`), which cost CPU
+at its start and on every event.
 """
 
 from __future__ import annotations
