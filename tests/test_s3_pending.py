@@ -87,11 +87,10 @@ def test_a_crash_after_the_swap_neither_copies_back_nor_quarantines(
     for then in ("dask", "embedded"):
         crashed = results[then]
         assert crashed[0] == clean[0] == [], then
-        # The new days' files and rows as a clean ingest's (a compacted file loaded as a
-        # new file has no content hash; the first day's copies are no objects left in the
-        # store).
-        assert [row[:-1] for row in crashed[1] if _new(row[0])] == [
-            row[:-1] for row in clean[1] if _new(row[0])
+        # The new days' files and rows as a clean ingest's (the first day's copies are no
+        # objects left in the store).
+        assert [row for row in crashed[1] if _new(row[0])] == [
+            row for row in clean[1] if _new(row[0])
         ], then
         assert {p: rows for p, (_, rows) in crashed[2].items() if _new(p)} == {
             p: rows for p, (_, rows) in clean[2].items() if _new(p)
