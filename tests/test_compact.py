@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -18,6 +19,7 @@ from gpufleet.warehouse.base import ensure_raw_tables
 from gpufleet.warehouse.lake import compact_completed_days
 from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
+from gpufleet.warehouse.publish import connect_read_only
 
 pytestmark = pytest.mark.fleet
 
@@ -77,6 +79,16 @@ def write_and_record(
             ],
         )
     return relative
+
+
+def loaded_files_rows(config: Config) -> list[tuple[Any, ...]]:
+    """The warehouse's loaded_files as the tests compare them (not the load's times), by
+    path."""
+    with connect_read_only(config) as con:
+        return con.execute(
+            "select path, size_bytes, row_count, min_ts, max_ts, content_hash from loaded_files"
+            " order by path"
+        ).fetchall()
 
 
 def midnight(day: dt.date) -> dt.datetime:

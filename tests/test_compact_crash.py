@@ -18,7 +18,7 @@ from gpufleet.warehouse.build import build
 from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake import compact
 from gpufleet.warehouse.publish import connect_read_only
-from tests.test_compact import DAY, midnight, sample_rows, write_and_record
+from tests.test_compact import DAY, loaded_files_rows, midnight, sample_rows, write_and_record
 from tests.test_incremental import assert_same_rows, mart_table
 
 pytestmark = pytest.mark.fleet
@@ -29,14 +29,6 @@ NEXT = DAY + dt.timedelta(days=1)
 def _write(config: Config, name: str, minutes: int, uuids: tuple[str, ...]) -> None:
     table = sample_rows(midnight(DAY) + dt.timedelta(minutes=minutes), 30, uuids)
     write_and_record(config, duckdb.connect(), DAY, name, table, record=False)
-
-
-def _loaded_files(config: Config) -> list[tuple[Any, ...]]:
-    with connect_read_only(config) as con:
-        return con.execute(
-            "select path, size_bytes, row_count, min_ts, max_ts, content_hash from loaded_files"
-            " order by path"
-        ).fetchall()
 
 
 def _lake(config: Config) -> dict[str, bytes]:
@@ -90,7 +82,7 @@ def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
     if before == "a late file new to it":  # loaded by the killed ingest, with its rollback lost
         _write(source, "late.parquet", 0, ("GPU-c",))
     folder = source.samples_dir / f"date={DAY}" / "host=node-1"
-    recorded = [row[0].rsplit("/", 1)[-1] for row in _loaded_files(source)]
+    recorded = [row[0].rsplit("/", 1)[-1] for row in loaded_files_rows(source)]
     new = {"late.parquet"} if before == "a late file new to it" else set()
     assert recorded == sorted(p.name for p in folder.iterdir() if p.name not in new)
 
@@ -114,7 +106,7 @@ def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
             assert after.files_loaded == 0 and after.samples_loaded == 0, then
         assert after.compaction is not None and after.compaction.partitions == 0, then
         build(config)
-        ended[then] = _loaded_files(config), _lake(config), _marts(config)
+        ended[then] = loaded_files_rows(config), _lake(config), _marts(config)
     (files, lake, marts), (expected_files, expected_lake, expected_marts) = (
         ended["killed"],
         ended["uninterrupted"],

@@ -38,6 +38,7 @@ from gpufleet.warehouse.lake.fanout import HostDay, task_runs
 from gpufleet.warehouse.publish import connect_read_only
 from tests.dask_kill import KillAtStart
 from tests.prefect_runs import own_completed_task_runs
+from tests.test_compact import loaded_files_rows
 from tests.test_incremental import assert_same_rows, mart_table
 
 pytest.importorskip("prefect_dask")
@@ -315,18 +316,10 @@ def _assert_same_lake(
 
 
 def _backfill_marts(config: Config) -> dict[str, pa.Table]:
-    """`_marts` but loaded_files (its mtimes and times are the copy's): `_loaded_files`."""
+    """`_marts` but loaded_files (its mtimes and times are the copy's): `loaded_files_rows`."""
     marts = _marts(config)
     del marts["loaded_files"]
     return marts
-
-
-def _loaded_files(config: Config) -> list[tuple[Any, ...]]:
-    with connect_read_only(config) as con:
-        return con.execute(
-            "select path, size_bytes, row_count, min_ts, max_ts, content_hash from loaded_files"
-            " order by path"
-        ).fetchall()
 
 
 @pytest.fixture(scope="module")
@@ -362,7 +355,11 @@ def embedded_backfill(
     assert reread == 2 and result.compaction.from_load == 4  # both paths are taken
     lake = _compacted(config)
     build(config)
-    return config, {"lake": lake, "loaded": _loaded_files(config), "marts": _backfill_marts(config)}
+    return config, {
+        "lake": lake,
+        "loaded": loaded_files_rows(config),
+        "marts": _backfill_marts(config),
+    }
 
 
 def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts(
@@ -395,7 +392,7 @@ def test_a_backfill_compacted_on_two_local_workers_gives_the_same_lake_and_marts
     _assert_same_lake(lake, embedded["lake"], same_bytes=True)
     assert not any(name.startswith(".") for name in _lake(config))
     assert not any((config.data_dir / SCRATCH_DIR_NAME).iterdir())
-    assert _loaded_files(config) == embedded["loaded"]
+    assert loaded_files_rows(config) == embedded["loaded"]
     build(config)
     _assert_same_marts(_backfill_marts(config), embedded["marts"])
     assert len(own_completed_task_runs(config.data_dir, "compact-host-days")) >= 2
@@ -456,7 +453,7 @@ def test_a_compaction_or_load_worker_killed_on_every_try_fails_the_ingest_and_ch
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = _copy(before_backfill, tmp_path, scheduler)
-    lake, loaded, generation = _lake(config), _loaded_files(config), _generation(config)
+    lake, loaded, generation = _lake(config), loaded_files_rows(config), _generation(config)
     (cluster[1] / f"{task}-0").touch()  # the first task (of one per live worker) dies
     assert main(["--data-dir", str(config.data_dir), "ingest"]) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if "gpufleet: error" in line]
@@ -464,7 +461,7 @@ def test_a_compaction_or_load_worker_killed_on_every_try_fails_the_ingest_and_ch
     assert "died" in errors[0], errors
     assert errors[0].endswith("the warehouse and the lake are unchanged")
     assert _lake(config) == lake  # the collector files, and no staging folder left
-    assert _loaded_files(config) == loaded and _generation(config) == generation
+    assert loaded_files_rows(config) == loaded and _generation(config) == generation
     scratch = config.data_dir / SCRATCH_DIR_NAME  # made by a compaction's fan-out only
     assert not scratch.exists() or not any(scratch.iterdir())
 
@@ -480,7 +477,7 @@ def test_a_backfill_with_a_bad_file_on_the_workers_quarantines_it_as_embedded(
         assert main(["--data-dir", str(config.data_dir), "ingest"]) == 0
         with connect_read_only(config) as con:
             quarantined = con.execute("select path, reason from quarantined_files").fetchall()
-        results[dask] = quarantined, _loaded_files(config), _compacted(config)
+        results[dask] = quarantined, loaded_files_rows(config), _compacted(config)
     (quarantined, loaded, lake), embedded = results[scheduler], results[""]
     assert len(quarantined) == 1 and quarantined == embedded[0]
     assert loaded == embedded[1]

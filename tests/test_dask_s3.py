@@ -39,6 +39,7 @@ from gpufleet.warehouse.lake.compact_task import run_compact_task
 from gpufleet.warehouse.lake.fanout import CompactFanOut, CompactTask, CompactTaskResult
 from gpufleet.warehouse.publish import connect_read_only, write_transaction
 from tests.s3_stack import BUCKET, S3Store
+from tests.test_compact import loaded_files_rows
 from tests.test_dask import (
     BACKFILL,
     _assert_same_lake,
@@ -46,7 +47,6 @@ from tests.test_dask import (
     _backfill_marts,
     _compacted,
     _lake,
-    _loaded_files,
 )
 
 pytest.importorskip("prefect_dask")
@@ -221,7 +221,7 @@ def test_a_backfill_read_from_the_store_on_two_local_workers_is_the_embedded_one
         build(config)
         found[dask] = {
             "lake": lake,
-            "loaded": _loaded_files(config),
+            "loaded": loaded_files_rows(config),
             "marts": _backfill_marts(config),
             "tasks": (compact_tasks, load_tasks),
             "held": held,
@@ -360,7 +360,7 @@ def test_a_sites_store_is_read_on_the_workers_into_the_sites_folders(
         )
         assert result.compaction is not None
         assert (result.compaction.partitions, result.compaction.from_load) == (6, 4)
-        found[fanned] = _compacted(config), _loaded_files(config), tasks
+        found[fanned] = _compacted(config), loaded_files_rows(config), tasks
     (lake, loaded, tasks), embedded = found[True], found[False]
     assert len(lake) == 6 and all(f"@{SITE}/compacted-" in path for path in lake)
     _assert_same_lake(lake, embedded[0], same_bytes=True)
@@ -405,7 +405,7 @@ def test_a_batch_a_worker_refuses_is_copied_for_the_host_alone(
         assert path == f"raw/{key}" and moved_to and (config.data_dir / moved_to).is_file()
         with connect_read_only(config) as con:
             quarantined = con.execute("select path, reason from quarantined_files").fetchall()
-        results[fanned] = quarantined, _loaded_files(config), _compacted(config), copied
+        results[fanned] = quarantined, loaded_files_rows(config), _compacted(config), copied
         assert not (config.data_dir / "raw" / mirror.PENDING_NAME).exists()
     (quarantined, loaded, lake, copied), embedded = results[True], results[False]
     assert len(quarantined) == 1 and quarantined == embedded[0]
@@ -498,7 +498,7 @@ def test_objects_of_an_expired_day_are_neither_copied_nor_listed_again(
     compacting, loading = _in_process(config, [])
     result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
     assert result.expired_files > 0 and result.compaction is not None
-    assert not any(NEW_DAYS[0] in path for path, *_ in _loaded_files(config))
+    assert not any(NEW_DAYS[0] in path for path, *_ in loaded_files_rows(config))
     assert not (config.samples_dir / NEW_DAYS[0]).exists()  # never copied
     assert not (config.data_dir / "raw" / mirror.PENDING_NAME).exists()
     (again,) = mirror.mirror_raw_location(config, defer=True)
@@ -515,7 +515,7 @@ def test_a_failed_load_task_leaves_the_objects_to_the_next_ingest(
     data_dir = tmp_path / "failed"
     shutil.copytree(source, data_dir)
     config = _configured(data_dir, store, url, "")
-    lake, loaded = _lake(config), _loaded_files(config)
+    lake, loaded = _lake(config), loaded_files_rows(config)
     compacting, loading = _in_process(config, [])
 
     def dies(sent: Sequence[LoadTask]) -> list[LoadTaskResult]:
@@ -532,7 +532,7 @@ def test_a_failed_load_task_leaves_the_objects_to_the_next_ingest(
     assert {path: after[path] for path in after.keys() - kept} == {
         path: lake[path] for path in lake.keys() - kept
     }
-    assert _loaded_files(config) == loaded
+    assert loaded_files_rows(config) == loaded
     loading.run = working
     copy = mirror._copy
     copied: list[str] = []

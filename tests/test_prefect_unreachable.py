@@ -57,20 +57,25 @@ def _gpufleet(tmp_path: Path, api_url: str, *arguments: str) -> subprocess.Compl
     )
 
 
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a command that failed with status 1 wrote to stderr, and no traceback."""
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    assert result.returncode == 1, output
+    assert result.stderr.count("\n") == 1, output
+    return result.stderr.rstrip("\n")
+
+
 def test_serve_says_in_one_line_that_the_configured_server_did_not_answer(
     tmp_path: Path, dead_api_url: str
 ) -> None:
     result = _gpufleet(tmp_path, dead_api_url, "serve")
 
-    output = result.stdout + result.stderr
-    assert "Traceback" not in output, output
-    assert result.returncode == 1, output
-    assert result.stderr.splitlines()[-1] == (
+    assert _one_error_line(result) == (
         f"gpufleet: error: the Prefect server at {dead_api_url} did not answer: {START_IT} "
         "to let serve start a temporary one of its own"
     )
-    assert result.stderr.count("\n") == 1, output
-    assert "deployments on" not in output  # it never said it served
+    assert "deployments on" not in result.stdout  # it never said it served
 
 
 @pytest.mark.parametrize("arguments", [["ingest"], ["build"], ["report", "--week", "2026-W47"]])
@@ -79,14 +84,10 @@ def test_a_flow_command_says_in_one_line_that_the_configured_server_did_not_answ
 ) -> None:
     result = _gpufleet(tmp_path, dead_api_url, *arguments)
 
-    output = result.stdout + result.stderr
-    assert "Traceback" not in output, output
-    assert result.returncode == 1, output
-    assert result.stderr.splitlines()[-1] == (
+    assert _one_error_line(result) == (
         f"gpufleet: error: the Prefect server at {dead_api_url} did not answer: {START_IT} "
         "to run the command without one"
     )
-    assert result.stderr.count("\n") == 1, output
     assert result.stdout == ""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from gpufleet.warehouse.ingest import ingest
 from gpufleet.warehouse.lake import compact
 from gpufleet.warehouse.publish import connect_read_only
 from tests.s3_stack import BUCKET, S3Store
-from tests.test_dask import _compacted, _loaded_files
+from tests.test_compact import loaded_files_rows
+from tests.test_dask import _compacted
 from tests.test_dask_s3 import (
     NEW_DAYS,
     _configured,
@@ -81,7 +83,7 @@ def test_a_crash_after_the_swap_neither_copies_back_nor_quarantines(
         else:
             result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
         assert result.compaction is not None
-        results[then] = _quarantined(config), _loaded_files(config), _compacted(config)
+        results[then] = _quarantined(config), loaded_files_rows(config), _compacted(config)
         assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
     clean = results["clean"]
     for then in ("dask", "embedded"):
@@ -125,7 +127,7 @@ def test_another_ingests_failed_mirror_leaves_this_ingests_pending_list(
         results[meanwhile] = (
             result.compaction.partitions,
             _quarantined(config),
-            [row[:-1] for row in _loaded_files(config)],
+            [row[:-1] for row in loaded_files_rows(config)],
             {p: rows for p, (_, rows) in _compacted(config).items()},
         )
         assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
@@ -224,7 +226,7 @@ def test_an_object_deleted_after_the_listing_fails_the_ingest_in_one_line(
     data_dir = tmp_path / "deleted"
     shutil.copytree(source, data_dir)
     config = _configured(data_dir, store, url, "")
-    loaded = _loaded_files(config)
+    loaded = loaded_files_rows(config)
     compacting, loading = _in_process(config, [])
     working = loading.run
     fs = s3_filesystem(endpoint_url=store.endpoint_url)
@@ -240,11 +242,11 @@ def test_an_object_deleted_after_the_listing_fails_the_ingest_in_one_line(
     with pytest.raises(GpufleetError) as failed:
         ingest(config, compact_fan_out=compacting, load_fan_out=loading)
     assert key in str(failed.value) and "\n" not in str(failed.value)
-    assert _loaded_files(config) == loaded
+    assert loaded_files_rows(config) == loaded
     loading.run = working
     result = ingest(config, compact_fan_out=compacting, load_fan_out=loading)
     assert result.compaction is not None and _quarantined(config) == []
-    assert not any(key.rsplit("/", 1)[1] in row[0] for row in _loaded_files(config))
+    assert not any(key.rsplit("/", 1)[1] in row[0] for row in loaded_files_rows(config))
 
 
 def test_another_ingests_mirror_meanwhile_keeps_the_listed_times(
@@ -281,7 +283,7 @@ def test_another_ingests_mirror_meanwhile_keeps_the_listed_times(
             result.compaction.from_load,
             _of_new_days(copied),
             _quarantined(config),
-            [row[:-1] for row in _loaded_files(config)],
+            [row[:-1] for row in loaded_files_rows(config)],
             {p: rows for p, (_, rows) in _compacted(config).items()},
         )
         assert not (data_dir / "raw" / mirror.PENDING_NAME).exists()
@@ -310,25 +312,11 @@ def test_two_writers_of_the_pending_list_at_once(tmp_path: Path) -> None:
             for n in range(count)
         ]
 
-    failures: list[BaseException] = []
-    read: set[int] = set()
+    def write(count: int) -> int:
+        write_pending(raw_dir, entries(count))
+        return len((raw_dir / mirror.PENDING_NAME).read_text().splitlines())
 
-    def write(count: int) -> None:
-        listed = entries(count)
-        try:
-            for _ in range(200):
-                write_pending(raw_dir, listed)
-                read.add(len((raw_dir / mirror.PENDING_NAME).read_text().splitlines()))
-        except BaseException as exc:
-            failures.append(exc)
-
-    writers = [threading.Thread(target=write, args=(count,)) for count in (50, 400)]
-    for writer in writers:
-        writer.start()
-    for writer in writers:
-        writer.join()
-    assert failures == []
-    assert read <= {50, 400}
+    assert _two_at_once(write) <= {50, 400}
     assert not [p.name for p in raw_dir.iterdir() if p.name != mirror.PENDING_NAME]
 
 
@@ -340,28 +328,38 @@ def test_two_mirrors_rewriting_the_copy_record_at_once(tmp_path: Path) -> None:
     raw_dir = tmp_path / "raw"
     raw_dir.mkdir()
     location = f"s3://{BUCKET}/fleet"
-    failures: list[BaseException] = []
-    read: set[int] = set()
 
-    def rewrite(count: int) -> None:
+    def rewrite(count: int) -> int:
         records = {
             location: {
                 f"samples/date=2026-10-06/host=gpu-a/{n}.parquet": mirror.Copied(n, n, f"e{n}")
                 for n in range(count)
             }
         }
+        mirror._rewrite_record(raw_dir / mirror.RECORD_NAME, records)
+        return len(mirror._read_record(raw_dir / mirror.RECORD_NAME)[0][location])
+
+    assert _two_at_once(rewrite) <= {50, 400}
+    assert [p.name for p in raw_dir.iterdir()] == [mirror.RECORD_NAME]
+
+
+def _two_at_once(write: Callable[[int], int]) -> set[int]:
+    """`write(50)` and `write(400)` each 200 times, in two threads at once; what they read
+    back (each call returns the number of entries it then read). Fails if a call raised."""
+    failures: list[BaseException] = []
+    read: set[int] = set()
+
+    def repeat(count: int) -> None:
         try:
             for _ in range(200):
-                mirror._rewrite_record(raw_dir / mirror.RECORD_NAME, records)
-                read.add(len(mirror._read_record(raw_dir / mirror.RECORD_NAME)[0][location]))
+                read.add(write(count))
         except BaseException as exc:
             failures.append(exc)
 
-    writers = [threading.Thread(target=rewrite, args=(count,)) for count in (50, 400)]
+    writers = [threading.Thread(target=repeat, args=(count,)) for count in (50, 400)]
     for writer in writers:
         writer.start()
     for writer in writers:
         writer.join()
     assert failures == []
-    assert read <= {50, 400}
-    assert [p.name for p in raw_dir.iterdir()] == [mirror.RECORD_NAME]
+    return read
