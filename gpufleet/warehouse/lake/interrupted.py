@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -45,17 +45,27 @@ def record_interrupted_swaps(
     compacted = {f.directory: f for f in files if is_compacted(f.path)}
     if not compacted:
         return 0
-    con.register(
-        "_listed_compacted",
-        pa.table(
-            {
-                "folder": pa.array(list(compacted), pa.string()),
-                "path": pa.array([f.path for f in compacted.values()], pa.string()),
-                "size_bytes": pa.array([f.size_bytes for f in compacted.values()], pa.int64()),
-                "mtime_ns": pa.array([f.mtime_ns for f in compacted.values()], pa.int64()),
-            }
-        ),
-    )
+    con.register("_listed_compacted", _listed(compacted.values()))
+    try:
+        # Recorded as found: no swap to record (every host-day of a normal ingest). One
+        # equality join on the primary key; the folders' join below reads every row's path.
+        unrecorded = {
+            folder
+            for (folder,) in con.execute(
+                """
+                select listed.folder from _listed_compacted as listed
+                anti join loaded_files as loaded
+                    on loaded.path = listed.path
+                    and loaded.size_bytes = listed.size_bytes
+                    and loaded.mtime_ns = listed.mtime_ns
+                """
+            ).fetchall()
+        }
+    finally:
+        con.unregister("_listed_compacted")
+    if not unrecorded:
+        return 0
+    con.register("_listed_compacted", _listed(compacted[folder] for folder in unrecorded))
     try:
         # Folders holding a listed compacted file, with collector files recorded, and the
         # compacted file itself unrecorded or recorded as another file.
@@ -65,13 +75,8 @@ def record_interrupted_swaps(
             from loaded_files as loaded
             inner join _listed_compacted as listed
                 on regexp_extract(loaded.path, '^(.*)/[^/]+$', 1) = listed.folder
-            group by listed.folder, listed.path, listed.size_bytes, listed.mtime_ns
+            group by listed.folder, listed.path
             having bool_or(loaded.path <> listed.path)
-                and not bool_or(
-                    loaded.path = listed.path
-                    and loaded.size_bytes = listed.size_bytes
-                    and loaded.mtime_ns = listed.mtime_ns
-                )
             order by listed.folder
             """
         ).fetchall()
@@ -88,6 +93,19 @@ def record_interrupted_swaps(
         _record_swap(con, config, file, [path for path, _ in loaded])
         recorded += 1
     return recorded
+
+
+def _listed(files: Iterable[SampleFile]) -> pa.Table:
+    """The compacted files `files` as a table: folder, path, size_bytes, mtime_ns."""
+    listed = list(files)
+    return pa.table(
+        {
+            "folder": pa.array([f.directory for f in listed], pa.string()),
+            "path": pa.array([f.path for f in listed], pa.string()),
+            "size_bytes": pa.array([f.size_bytes for f in listed], pa.int64()),
+            "mtime_ns": pa.array([f.mtime_ns for f in listed], pa.int64()),
+        }
+    )
 
 
 def _swapped(config: Config, compacted: SampleFile, loaded: dict[str, int]) -> bool:
