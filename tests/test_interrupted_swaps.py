@@ -1,20 +1,30 @@
 """`record_interrupted_swaps` (`gpufleet/warehouse/lake/interrupted.py`) on the host-days
-of a normal ingest, where no swap waits to be recorded: its cost, and that it leaves
-`loaded_files` as it is (the crash itself: tests/test_compact_crash.py)."""
+where no swap waits to be recorded: its cost on a normal ingest, and states it must not
+take for one, which leave `loaded_files` as they are (the crash itself:
+tests/test_compact_crash.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import resource
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pytest
 
 from gpufleet.config import Config
 from gpufleet.warehouse.base.raw_tables import ensure_raw_tables
 from gpufleet.warehouse.base.sample_files import SampleFile
+from gpufleet.warehouse.ingest import ingest, run
+from gpufleet.warehouse.lake import compact
 from gpufleet.warehouse.lake.interrupted import record_interrupted_swaps
+from gpufleet.warehouse.raw.scan import list_sample_files
+from tests.test_compact import DAY, loaded_files_rows, midnight, sample_rows, write_and_record
+
+pytestmark = pytest.mark.fleet
 
 HOSTS = 1000
 FIRST = dt.date(2026, 1, 1)
@@ -72,3 +82,70 @@ def test_a_normal_ingest_pays_one_lookup_by_path_not_a_scan_of_loaded_files(
     scan = _cpu_s() - started
     assert spent < scan / 4, (spent, scan)
     assert con.execute("select * from loaded_files order by path").fetchall() == before
+
+
+NEXT = DAY + dt.timedelta(days=1)
+
+
+def _write(config: Config, name: str, minutes: int, uuids: tuple[str, ...]) -> None:
+    table = sample_rows(midnight(DAY) + dt.timedelta(minutes=minutes), 30, uuids)
+    write_and_record(config, duckdb.connect(), DAY, name, table, record=False)
+
+
+def _dies(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("killed after the swap")
+
+
+def test_a_listing_taken_before_a_swap_its_ingest_did_not_record_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ingest whose listing (taken before the writer lock) still shows the collector
+    files a killed ingest has since swapped out records no swap and drops no row; the
+    next ingest, listing the compacted file, records it."""
+    config = Config(data_dir=tmp_path)
+    _write(config, "a.parquet", 0, ("GPU-a", "GPU-b"))
+    _write(config, "b.parquet", 10, ("GPU-a", "GPU-b"))
+    ingest(config, today=DAY)
+    recorded = loaded_files_rows(config)
+    stale = list_sample_files(config)
+    with monkeypatch.context() as patched:
+        patched.setattr(compact, "_record", _dies)
+        with pytest.raises(RuntimeError, match="killed"):
+            ingest(config, today=NEXT)
+    with monkeypatch.context() as patched:
+        patched.setattr(run, "list_sample_files", lambda config: stale)
+        late = ingest(config, today=NEXT, compact=False)
+    assert (late.files_loaded, late.samples_loaded) == (0, 0)
+    assert loaded_files_rows(config) == recorded
+    after = ingest(config, today=NEXT)
+    assert (after.files_loaded, after.samples_loaded) == (0, 0)
+    (row,) = loaded_files_rows(config)
+    assert row[0] == f"raw/samples/date={DAY}/host=node-1/compacted-{DAY}.parquet"
+    assert row[2] == sum(item[2] for item in recorded)
+
+
+@pytest.mark.parametrize("late_file", ["present", "deleted by the operator"])
+def test_a_compacted_file_restored_with_another_mtime_is_not_taken_for_a_swap(
+    tmp_path: Path, late_file: str
+) -> None:
+    """A compacted host-day with a late file recorded: its compacted file put back from a
+    backup (another mtime), the late file there or deleted by hand. Not a swap: no row
+    goes, nothing loads, the compacted file's row keeps its rows and content hash."""
+    config = Config(data_dir=tmp_path)
+    _write(config, "a.parquet", 0, ("GPU-a", "GPU-b"))
+    ingest(config, today=DAY)
+    ingest(config, today=NEXT)
+    _write(config, "late.parquet", 0, ("GPU-c",))
+    ingest(config, today=NEXT, compact=False)
+    recorded = loaded_files_rows(config)
+    assert [row[0].rsplit("/", 1)[-1] for row in recorded] == [
+        f"compacted-{DAY}.parquet",
+        "late.parquet",
+    ]
+    folder = config.samples_dir / f"date={DAY}" / "host=node-1"
+    os.utime(folder / f"compacted-{DAY}.parquet", ns=(10**18, 10**18))
+    if late_file == "deleted by the operator":
+        (folder / "late.parquet").unlink()
+    after = ingest(config, today=NEXT, compact=False)
+    assert (after.files_loaded, after.samples_loaded) == (0, 0)
+    assert loaded_files_rows(config) == recorded
