@@ -260,6 +260,14 @@ def _ns_iso(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="seconds")
 
 
+def _hash_here(config: Config, path: str) -> int | None:
+    """The content hash of the file `path`, None when it has no copy here."""
+    try:
+        return content_hash(config.data_dir / path)
+    except FileNotFoundError:
+        return None
+
+
 def record_loaded(
     con: duckdb.DuckDBPyConnection,
     config: Config,
@@ -269,10 +277,11 @@ def record_loaded(
     """Add the loaded files to `loaded_files` in one insert; a compacted file loaded as a
     new file (copied from another warehouse's lake; swapped in by an ingest that died with
     samples the warehouse lacks: `lake/interrupted.py`) with its content hash, as
-    compaction records it (`lake/content.py`)."""
+    compaction records it (`lake/content.py`); none for one read from the store with no
+    copy here (`integrations/pending.py`), as for a compacted file of an older release."""
     ts = pa.timestamp("us", tz="UTC")
     paths = [item.file.path for item in loaded]
-    hashes = [content_hash(config.data_dir / p) if is_compacted(p) else None for p in paths]
+    hashes = [_hash_here(config, p) if is_compacted(p) else None for p in paths]
     table = pa.table(
         {
             "path": pa.array(paths, pa.string()),
