@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from gpufleet.config import Config
@@ -149,3 +150,32 @@ def test_a_compacted_file_restored_with_another_mtime_is_not_taken_for_a_swap(
     after = ingest(config, today=NEXT, compact=False)
     assert (after.files_loaded, after.samples_loaded) == (0, 0)
     assert loaded_files_rows(config) == recorded
+
+
+@pytest.mark.parametrize("host", ["o'dd [1]*?", "a%b_c", "node-1@site-a", "o'dd@s'te [x]"])
+def test_a_swap_in_a_folder_of_odd_names_is_recorded_as_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    """Host and file names with quotes, glob and LIKE characters, a site's folder: the
+    swap a killed ingest left unrecorded is recorded in their place by the next ingest."""
+    config = Config(data_dir=tmp_path)
+    folder = config.samples_dir / f"date={DAY}" / f"host={host}"
+    folder.mkdir(parents=True)
+    for name, minutes in (("a [1].parquet", 0), ("b'%_.parquet", 10)):
+        table = sample_rows(midnight(DAY) + dt.timedelta(minutes=minutes), 30, ("GPU-a",))
+        pq.write_table(table, folder / name)
+    ingest(config, today=DAY)
+    assert len(loaded_files_rows(config)) == 2
+    with monkeypatch.context() as patched:
+        patched.setattr(compact, "_record", _dies)
+        with pytest.raises(RuntimeError, match="killed"):
+            ingest(config, today=NEXT)
+    after = ingest(config, today=NEXT)
+    assert (after.files_loaded, after.samples_loaded, after.quarantined) == (0, 0, ())
+    assert [row[:3] for row in loaded_files_rows(config)] == [
+        (
+            f"raw/samples/date={DAY}/host={host}/compacted-{DAY}.parquet",
+            (folder / f"compacted-{DAY}.parquet").stat().st_size,
+            60,
+        )
+    ]
