@@ -59,14 +59,21 @@ def _dies(*args: Any, **kwargs: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "before", ["collector files", "compacted and a late file", "a late file new to it"]
+    "before",
+    [
+        "collector files",
+        "compacted and a late file",
+        "a late file new to it",
+        "compacted, and a late file new to it",
+    ],
 )
 def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str
 ) -> None:
     """A host-day loaded by an earlier ingest (its collector files; or its compacted file
-    and a late file; or its collector files, and a late file the killed ingest loads) is
-    compacted by an ingest killed right after the swap, before `loaded_files` records it.
+    and a late file; or its collector files, or its compacted file, and a late file the
+    killed ingest loads) is compacted by an ingest killed right after the swap, before
+    `loaded_files` records it.
     The next ingest loads nothing again (but the late file's samples, lost with the killed
     ingest's transaction, from the compacted file), and leaves loaded_files, the lake's
     files and the marts as an uninterrupted ingest does; the host-day, compacted, is never
@@ -79,11 +86,13 @@ def test_a_swap_its_ingest_did_not_live_to_record_is_recorded_by_the_next(
         ingest(source, today=NEXT)  # compacted from its files (not from the load: no lake)
         _write(source, "late.parquet", 0, ("GPU-c",))
         ingest(source, today=NEXT, compact=False)
-    if before == "a late file new to it":  # loaded by the killed ingest, with its rollback lost
+    if before == "compacted, and a late file new to it":
+        ingest(source, today=NEXT)
+    if before.endswith("a late file new to it"):  # loaded by the killed ingest, then lost
         _write(source, "late.parquet", 0, ("GPU-c",))
     folder = source.samples_dir / f"date={DAY}" / "host=node-1"
     recorded = [row[0].rsplit("/", 1)[-1] for row in loaded_files_rows(source)]
-    new = {"late.parquet"} if before == "a late file new to it" else set()
+    new = {"late.parquet"} if before.endswith("a late file new to it") else set()
     assert recorded == sorted(p.name for p in folder.iterdir() if p.name not in new)
 
     ended = {}

@@ -247,3 +247,66 @@ def _versions(path: Path) -> str:
     except (OSError, ValueError):
         return "unknown"
     return metadata.get(b"gpufleet.collector_version", b"unknown").decode(errors="replace")
+
+
+def grown_from_warehouse(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    path: str,
+    first: dt.datetime | None,
+    last: dt.datetime | None,
+) -> bool:
+    """Whether the file holds every sample the warehouse keeps of its GPUs from `first` to
+    `last` (a compacted file's as recorded), with the same values, contradicts none of the
+    warehouse's other samples, and holds samples the warehouse lacks: a compaction's
+    output that took in a late file (`interrupted.py`), not an edit."""
+    source = literal_path(str((config.data_dir / path).absolute()))
+    try:
+        con.execute(
+            f"""
+            create or replace temp table _grown_rows as
+            select gpu_uuid, ts, {_ROW_HASH} as row_hash
+            from (
+                select {_contract_columns(con, source)}
+                from read_parquet($source, hive_partitioning = false)
+            )
+            """,
+            {"source": source},
+        )
+        row = con.execute(
+            f"""
+            with bounds as (select min(ts) as first_ts, max(ts) as last_ts from _grown_rows),
+            kept as (
+                select gpu_uuid, ts, {_ROW_HASH} as row_hash
+                from samples
+                where ts between (select first_ts from bounds) and (select last_ts from bounds)
+                    and gpu_uuid in (select gpu_uuid from _grown_rows)
+            ),
+            joined as (
+                select
+                    kept.ts is not null as in_warehouse,
+                    kept.row_hash = grown.row_hash as same,
+                from _grown_rows as grown
+                left join kept using (gpu_uuid, ts)
+            )
+            select
+                (select count(*) from kept where ts between $first and $last),
+                (
+                    select count(*) from kept
+                    inner join _grown_rows as grown using (gpu_uuid, ts)
+                    where kept.ts between $first and $last and kept.row_hash = grown.row_hash
+                ),
+                count(*) filter (where in_warehouse and not same),
+                count(*) filter (where not in_warehouse),
+            from joined
+            """,
+            {"first": first, "last": last},
+        ).fetchone()
+    except duckdb.Error:
+        return False
+    finally:
+        con.execute("drop table if exists temp._grown_rows")
+    if row is None or first is None or last is None:
+        return False
+    kept, kept_same, contradicted, new = row
+    return kept == kept_same and contradicted == 0 and new > 0

@@ -14,7 +14,10 @@ the compacted file's own, from a compaction before) give way to one for the comp
 file, as the interrupted compaction would have recorded it, when each of its samples is
 already the warehouse's. Otherwise (it also holds the samples of a file the dead ingest
 loaded, lost with its transaction) the rows of the gone files go, and the compacted file
-is loaded as a new file: its samples not yet there are added, and none twice.
+is loaded as a new file: its samples not yet there are added, and none twice. So is a
+host-day's compacted file, recorded before, that a dead ingest compacted again with a late
+file it loaded: no collector file of it is recorded, and the compacted file, grown from
+the recorded one, would otherwise be taken for an edit and written again without them.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.integrations.pending import read_pending
 from gpufleet.warehouse.base.sample_files import SampleFile
-from gpufleet.warehouse.lake.content import content_hash, is_compacted, same_rows_as_warehouse
+from gpufleet.warehouse.lake.content import (
+    content_hash,
+    grown_from_warehouse,
+    is_compacted,
+    same_rows_as_warehouse,
+)
 from gpufleet.warehouse.lake.replaced import replaced_files
 
 logger = logging.getLogger("gpufleet.ingest")
@@ -67,8 +75,8 @@ def record_interrupted_swaps(
         return 0
     con.register("_listed_compacted", _listed(compacted[folder] for folder in unrecorded))
     try:
-        # Folders holding a listed compacted file, with collector files recorded, and the
-        # compacted file itself unrecorded or recorded as another file.
+        # Folders holding a listed compacted file unrecorded or recorded as another file,
+        # with the files recorded there.
         rows = con.execute(
             """
             select listed.folder, list((loaded.path, loaded.size_bytes) order by loaded.path)
@@ -76,7 +84,6 @@ def record_interrupted_swaps(
             inner join _listed_compacted as listed
                 on regexp_extract(loaded.path, '^(.*)/[^/]+$', 1) = listed.folder
             group by listed.folder, listed.path
-            having bool_or(loaded.path <> listed.path)
             order by listed.folder
             """
         ).fetchall()
@@ -88,11 +95,47 @@ def record_interrupted_swaps(
     recorded = 0
     for folder, loaded in rows:
         file = compacted[folder]
-        if folder in pending or not _swapped(config, file, dict(loaded)):
+        if folder in pending:
             continue
-        _record_swap(con, config, file, [path for path, _ in loaded])
-        recorded += 1
+        if [path for path, _ in loaded] == [file.path]:
+            recorded += _record_grown(con, config, file)
+        elif _swapped(config, file, dict(loaded)):
+            _record_swap(con, config, file, [path for path, _ in loaded])
+            recorded += 1
     return recorded
+
+
+def _record_grown(con: duckdb.DuckDBPyConnection, config: Config, compacted: SampleFile) -> int:
+    """A host-day compacted before, compacted again with a late file its dead ingest
+    loaded (lost with its transaction): its compacted file, recorded as it was, now holds
+    those samples too. Its row goes, so that it loads as a new file (its samples not yet
+    there added, none twice), rather than be taken for an edit and written again from the
+    warehouse, without them (`content.py`); 1 when so. A file of the lake, of another
+    content hash, or not grown so from the recorded one (`grown_from_warehouse`) is left
+    to `settle_compacted`."""
+    recorded = con.execute(
+        "select loaded.content_hash, loaded.min_ts, loaded.max_ts,"
+        " exists (select 1 from build_state.lake_files as lake where lake.path = $path)"
+        " from loaded_files as loaded where loaded.path = $path",
+        {"path": compacted.path},
+    ).fetchone()
+    if recorded is None or recorded[3] or not replaced_files(config.data_dir / compacted.path):
+        return 0
+    digest, first, last, _ = recorded
+    try:
+        if content_hash(config.data_dir / compacted.path) == digest:
+            return 0  # the same file, another mtime
+    except OSError:
+        return 0
+    if not grown_from_warehouse(con, config, compacted.path, first, last):
+        return 0
+    con.execute("delete from loaded_files where path = $path", {"path": compacted.path})
+    logger.warning(
+        "ingest: %s was compacted again with samples the warehouse lacks in a compaction "
+        "its ingest did not live to record: loaded as a new file",
+        printable(compacted.path),
+    )
+    return 1
 
 
 def _listed(files: Iterable[SampleFile]) -> pa.Table:
