@@ -66,6 +66,7 @@ def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     return result.stderr.rstrip("\n")
 
 
+@pytest.mark.slow  # starts processes
 def test_serve_says_in_one_line_that_the_configured_server_did_not_answer(
     tmp_path: Path, dead_api_url: str
 ) -> None:
@@ -78,6 +79,7 @@ def test_serve_says_in_one_line_that_the_configured_server_did_not_answer(
     assert "deployments on" not in result.stdout  # it never said it served
 
 
+@pytest.mark.slow  # starts processes
 @pytest.mark.parametrize("arguments", [["ingest"], ["build"], ["report", "--week", "2026-W47"]])
 def test_a_flow_command_says_in_one_line_that_the_configured_server_did_not_answer(
     tmp_path: Path, dead_api_url: str, arguments: list[str]
