@@ -14,10 +14,11 @@ for it), is the same when it reads to the same rows as the warehouse holds of it
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,11 +163,44 @@ def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path:
     """Whether the file reads to as many rows as when it was loaded (a file `loaded_files`
     no longer lists: any number), each with the same values as the warehouse's sample of
     its (gpu_uuid, ts) (a 64-bit hash of the row)."""
+    try:
+        with _row_hashes(con, config, path, "_touched_rows"):
+            row = con.execute(
+                f"""
+                with bounds as (
+                    select min(ts) as first_ts, max(ts) as last_ts from _touched_rows
+                ),
+                kept as (
+                    select gpu_uuid, ts, {_ROW_HASH} as row_hash
+                    from samples
+                    where ts between (select first_ts from bounds)
+                        and (select last_ts from bounds)
+                )
+                select
+                    count(*),
+                    count(*) filter (where kept.row_hash = touched.row_hash),
+                    coalesce((select row_count from loaded_files where path = $path), count(*)),
+                from _touched_rows as touched
+                left join kept using (gpu_uuid, ts)
+                """,
+                {"path": path},
+            ).fetchone()
+    except duckdb.Error:
+        return False  # it does not read as a sample file any more
+    return row is not None and row[0] == row[1] == row[2]
+
+
+@contextlib.contextmanager
+def _row_hashes(
+    con: duckdb.DuckDBPyConnection, config: Config, path: str, table: str
+) -> Iterator[None]:
+    """The file's rows as the temporary table `table` while inside: gpu_uuid, ts and a
+    64-bit hash of the row's contract columns (`_ROW_HASH`), as the warehouse's are hashed."""
     source = literal_path(str((config.data_dir / path).absolute()))
     try:
         con.execute(
             f"""
-            create or replace temp table _touched_rows as
+            create or replace temp table {table} as
             select gpu_uuid, ts, {_ROW_HASH} as row_hash
             from (
                 select {_contract_columns(con, source)}
@@ -175,28 +209,9 @@ def same_rows_as_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path:
             """,
             {"source": source},
         )
-        row = con.execute(
-            f"""
-            with bounds as (select min(ts) as first_ts, max(ts) as last_ts from _touched_rows),
-            kept as (
-                select gpu_uuid, ts, {_ROW_HASH} as row_hash
-                from samples
-                where ts between (select first_ts from bounds) and (select last_ts from bounds)
-            )
-            select
-                count(*),
-                count(*) filter (where kept.row_hash = touched.row_hash),
-                coalesce((select row_count from loaded_files where path = $path), count(*)),
-            from _touched_rows as touched
-            left join kept using (gpu_uuid, ts)
-            """,
-            {"path": path},
-        ).fetchone()
-    except duckdb.Error:
-        return False  # it does not read as a sample file any more
+        yield
     finally:
-        con.execute("drop table if exists temp._touched_rows")
-    return row is not None and row[0] == row[1] == row[2]
+        con.execute(f"drop table if exists temp.{table}")
 
 
 def rewrite_from_warehouse(con: duckdb.DuckDBPyConnection, config: Config, path: str) -> int | None:
@@ -260,53 +275,42 @@ def grown_from_warehouse(
     `last` (a compacted file's as recorded), with the same values, contradicts none of the
     warehouse's other samples, and holds samples the warehouse lacks: a compaction's
     output that took in a late file (`interrupted.py`), not an edit."""
-    source = literal_path(str((config.data_dir / path).absolute()))
+    if first is None or last is None:
+        return False
     try:
-        con.execute(
-            f"""
-            create or replace temp table _grown_rows as
-            select gpu_uuid, ts, {_ROW_HASH} as row_hash
-            from (
-                select {_contract_columns(con, source)}
-                from read_parquet($source, hive_partitioning = false)
-            )
-            """,
-            {"source": source},
-        )
-        row = con.execute(
-            f"""
-            with bounds as (select min(ts) as first_ts, max(ts) as last_ts from _grown_rows),
-            kept as (
-                select gpu_uuid, ts, {_ROW_HASH} as row_hash
-                from samples
-                where ts between (select first_ts from bounds) and (select last_ts from bounds)
-                    and gpu_uuid in (select gpu_uuid from _grown_rows)
-            ),
-            joined as (
-                select
-                    kept.ts is not null as in_warehouse,
-                    kept.row_hash = grown.row_hash as same,
-                from _grown_rows as grown
-                left join kept using (gpu_uuid, ts)
-            )
-            select
-                (select count(*) from kept where ts between $first and $last),
-                (
-                    select count(*) from kept
-                    inner join _grown_rows as grown using (gpu_uuid, ts)
-                    where kept.ts between $first and $last and kept.row_hash = grown.row_hash
+        with _row_hashes(con, config, path, "_grown_rows"):
+            row = con.execute(
+                f"""
+                with bounds as (select min(ts) as first_ts, max(ts) as last_ts from _grown_rows),
+                kept as (
+                    select gpu_uuid, ts, {_ROW_HASH} as row_hash
+                    from samples
+                    where ts between (select first_ts from bounds) and (select last_ts from bounds)
+                        and gpu_uuid in (select gpu_uuid from _grown_rows)
                 ),
-                count(*) filter (where in_warehouse and not same),
-                count(*) filter (where not in_warehouse),
-            from joined
-            """,
-            {"first": first, "last": last},
-        ).fetchone()
+                joined as (
+                    select
+                        kept.ts is not null as in_warehouse,
+                        kept.row_hash = grown.row_hash as same,
+                    from _grown_rows as grown
+                    left join kept using (gpu_uuid, ts)
+                )
+                select
+                    (select count(*) from kept where ts between $first and $last),
+                    (
+                        select count(*) from kept
+                        inner join _grown_rows as grown using (gpu_uuid, ts)
+                        where kept.ts between $first and $last and kept.row_hash = grown.row_hash
+                    ),
+                    count(*) filter (where in_warehouse and not same),
+                    count(*) filter (where not in_warehouse),
+                from joined
+                """,
+                {"first": first, "last": last},
+            ).fetchone()
     except duckdb.Error:
         return False
-    finally:
-        con.execute("drop table if exists temp._grown_rows")
-    if row is None or first is None or last is None:
+    if row is None:
         return False
     kept, kept_same, contradicted, new = row
     return kept == kept_same and contradicted == 0 and new > 0
