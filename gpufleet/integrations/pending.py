@@ -38,7 +38,7 @@ from gpufleet.config import Config
 from gpufleet.console import printable
 from gpufleet.errors import GpufleetError
 from gpufleet.integrations import mirror
-from gpufleet.integrations.whole_file import replace_lines
+from gpufleet.integrations.files import replace_lines
 from gpufleet.storage.s3 import S3Location, StoredObject, describe_error, s3_filesystem
 
 
