@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import platformdirs
+
+from gpufleet.reports.files import write_atomically
 
 CACHE_DIR_ENV = "GPUFLEET_CACHE_DIR"
 CACHE_OFF = "off"  # the value of GPUFLEET_CACHE_DIR that keeps nothing
@@ -76,17 +77,6 @@ def _read(path: Path, key_digest: str) -> bytes | None:
 def _write(path: Path, key_digest: str, content: bytes) -> None:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        write_atomically(path, _header(key_digest, content) + content)
     except OSError as error:
-        log.debug("cache folder %s not writable: %s", path.parent, error)
-        return
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(_header(key_digest, content))
-            file.write(content)
-        os.replace(temporary, path)
-    except BaseException as error:
-        Path(temporary).unlink(missing_ok=True)
-        if not isinstance(error, OSError):
-            raise
         log.debug("cache entry %s not written: %s", path, error)

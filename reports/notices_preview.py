@@ -8,7 +8,8 @@ from pathlib import Path
 
 from gpufleet.config import Config
 from gpufleet.notices.idle import DRY_RUN, notify_idle
-from gpufleet.reports.weekly import report_dir, write_atomically
+from gpufleet.reports.files import write_atomically
+from gpufleet.reports.weekly import report_dir
 
 NOTICES_PREVIEW_NAME = "idle-notices-dry-run.txt"
 

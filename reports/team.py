@@ -28,13 +28,14 @@ from gpufleet.errors import GpufleetError
 from gpufleet.reports import health, queries
 from gpufleet.reports.charts import NamedChart, utilization_heatmap, waste_trend
 from gpufleet.reports.data import MART_TABLES, local
+from gpufleet.reports.files import write_atomically
 from gpufleet.reports.mail import add_chart_images, read_message
 from gpufleet.reports.records import KPIS, Kpi
 from gpufleet.reports.render import format_usd, render_template
 from gpufleet.reports.sent_log import TEAM, Outgoing, refused_line, send_once
 from gpufleet.reports.sites import site_views
 from gpufleet.reports.team_episodes import WasteGroup, costliest_groups, week_episodes
-from gpufleet.reports.weekly import report_dir, write_atomically
+from gpufleet.reports.weekly import report_dir
 from gpufleet.smtp import Refusal
 from gpufleet.warehouse.publish import connect_read_only
 from gpufleet.weeks import previous_week, week_bounds

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +12,7 @@ from gpufleet.config import Config
 from gpufleet.errors import GpufleetError
 from gpufleet.reports.charts import build_charts
 from gpufleet.reports.data import WeekData, load_week
+from gpufleet.reports.files import write_atomically
 from gpufleet.reports.mail import build_message
 from gpufleet.reports.render import PageLink, render_page, subject, summary_markdown
 from gpufleet.weeks import week_bounds
@@ -60,20 +59,6 @@ def check_week_began(week: str, timezone: str, now: dt.datetime | None = None) -
             f"week {week} has not begun (it starts on {start:%a %d %b %Y}, today is "
             f"{today:%a %d %b %Y} in {timezone}); nothing written"
         )
-
-
-def write_atomically(path: Path, content: bytes) -> None:
-    """Readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(handle, 0o644)
-        with os.fdopen(handle, "wb") as file:
-            file.write(content)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def report_dir(config: Config, week: str) -> Path:
